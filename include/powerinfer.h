@@ -1,0 +1,368 @@
+/*
+ * powerinfer.h -- the public API of libpowerinfer.
+ *
+ * SPDX-License-Identifier: MIT
+ *
+ * This header is the reference manual. Anything not declared here is not part of
+ * the API and may change without notice. See ABI.md for the stability promise.
+ *
+ * ---------------------------------------------------------------------------------
+ * Threading contract
+ * ---------------------------------------------------------------------------------
+ * - Functions that take no handle (pi_version, pi_status_str, pi_type_name,
+ *   pi_*_default_params) are safe to call from any thread at any time.
+ * - A pi_model is immutable once pi_model_open has returned it. All query functions
+ *   on a model may be called from many threads at once. The one exception is the
+ *   model's error message (pi_model_errmsg): it belongs to the last failing call on
+ *   that model, so a program that shares a model between threads should not rely on
+ *   it; the status code of each call is always exact.
+ * - pi_model_close must not race with any other call on the same model.
+ * - The library keeps no mutable process-global state: no global initialisation,
+ *   no global log hook, no environment variables.
+ *
+ * ---------------------------------------------------------------------------------
+ * Error model
+ * ---------------------------------------------------------------------------------
+ * Every fallible call returns an int status: PI_OK (0) on success, a negative
+ * PI_ERR_* value on failure. The values are fixed forever. Objects are returned through
+ * an out-pointer that is set to NULL on failure. The library never prints, never
+ * exits and never aborts on bad input, bad files, or resource exhaustion.
+ *
+ * Calls that fill a caller buffer take (buf, cap), always NUL-terminate when cap > 0,
+ * and return the full length the text needs (excluding the NUL), so a caller can size
+ * the buffer and call again; they return a negative status on failure.
+ *
+ * Ownership phrases used below:
+ *   "borrowed for the call"        the library does not keep the pointer;
+ *   "borrowed until <event>"       the pointer stays valid until the event;
+ *   "ownership transfers to ..."   the receiver must release it.
+ */
+#ifndef POWERINFER_H
+#define POWERINFER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(_WIN32) && !defined(PI_STATIC)
+#  if defined(PI_BUILDING_LIBRARY)
+#    define PI_API __declspec(dllexport)
+#  else
+#    define PI_API __declspec(dllimport)
+#  endif
+#elif defined(__GNUC__) && defined(PI_BUILDING_LIBRARY)
+#  define PI_API __attribute__((visibility("default")))
+#else
+#  define PI_API
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* =================================================================================
+ * Versions
+ * ================================================================================= */
+
+/* Product version of this header. Meson reads these lines; keep their form. */
+#define PI_VERSION_MAJOR 0
+#define PI_VERSION_MINOR 1
+#define PI_VERSION_PATCH 0
+/* MAJOR*10000 + MINOR*100 + PATCH */
+#define PI_VERSION_NUMBER (PI_VERSION_MAJOR * 10000 + PI_VERSION_MINOR * 100 + PI_VERSION_PATCH)
+/* Binary interface version; equals the shared library's soversion. */
+#define PI_ABI_VERSION 1
+
+/* Product version of the library actually loaded, as PI_VERSION_NUMBER.
+ * A program may compare it with the macro at start-up to detect a mismatched library.
+ * Since: 0.1 */
+PI_API unsigned pi_version(void);
+
+/* The same as "MAJOR.MINOR.PATCH"; static storage, never NULL. Since: 0.1 */
+PI_API const char *pi_version_string(void);
+
+/* ABI version of the library actually loaded; compare with PI_ABI_VERSION.
+ * Since: 0.1 */
+PI_API unsigned pi_abi_version(void);
+
+/* =================================================================================
+ * Status codes (values pinned forever)
+ * ================================================================================= */
+enum {
+    PI_OK = 0,
+    PI_ERR_INVALID_ARG = -1, /* a NULL or out-of-range argument, bad struct_size      */
+    PI_ERR_NOMEM = -2,       /* an allocation failed                                  */
+    PI_ERR_IO = -3,          /* a file could not be opened, mapped, read or written   */
+    PI_ERR_FORMAT = -4,      /* a file is malformed or inconsistent                   */
+    PI_ERR_UNSUPPORTED = -5, /* valid input this build cannot handle (architecture,   */
+                             /* tensor type, feature)                                 */
+    PI_ERR_ABORTED = -6,     /* a callback asked to stop                              */
+    PI_ERR_NOT_FOUND = -7,   /* no such key, tensor or item                           */
+    PI_ERR_TYPE = -8,        /* the item exists but has another type                  */
+    PI_ERR_RANGE = -9,       /* an index is out of range, or a value does not fit     */
+    PI_ERR_INTERNAL = -10    /* a bug in the library; please report it                */
+};
+
+/* A short static English description of a status ("invalid argument", ...).
+ * Unknown values give "unknown status". Never NULL. Since: 0.1 */
+PI_API const char *pi_status_str(int status);
+
+/* =================================================================================
+ * Logging
+ * ================================================================================= */
+enum {
+    PI_LOG_DEBUG = 0,
+    PI_LOG_INFO = 1,
+    PI_LOG_WARN = 2,
+    PI_LOG_ERROR = 3
+};
+
+/* A log sink. `msg` is one complete, formatted line without a trailing newline,
+ * borrowed for the call. Called on the thread that made the library call. */
+typedef void (*pi_log_fn)(void *user, int level, const char *msg);
+
+/* A progress sink for long calls. `fraction` grows from 0 to 1. Return 0 to go on,
+ * anything else to stop the call, which then fails with PI_ERR_ABORTED. */
+typedef int (*pi_progress_fn)(void *user, float fraction);
+
+/* =================================================================================
+ * Tensor element types
+ *
+ * The numeric values are those of the GGUF format (ggml type ids).
+ * ================================================================================= */
+enum {
+    PI_TYPE_F32 = 0,
+    PI_TYPE_F16 = 1,
+    PI_TYPE_Q4_0 = 2,
+    PI_TYPE_Q4_1 = 3,
+    PI_TYPE_Q5_0 = 6,
+    PI_TYPE_Q5_1 = 7,
+    PI_TYPE_Q8_0 = 8,
+    PI_TYPE_Q8_1 = 9,
+    PI_TYPE_Q2_K = 10,
+    PI_TYPE_Q3_K = 11,
+    PI_TYPE_Q4_K = 12,
+    PI_TYPE_Q5_K = 13,
+    PI_TYPE_Q6_K = 14,
+    PI_TYPE_Q8_K = 15,
+    PI_TYPE_I8 = 24,
+    PI_TYPE_I16 = 25,
+    PI_TYPE_I32 = 26,
+    PI_TYPE_I64 = 27,
+    PI_TYPE_F64 = 28,
+    PI_TYPE_BF16 = 30
+    /* Files may carry further GGUF types (IQ*, TQ*, MXFP4, ...); they are read and
+     * reported by id and name but cannot be computed with. */
+};
+
+/* The GGUF name of a tensor type id ("F16", "Q4_0", ...), or NULL for an id the
+ * library does not know. Static storage. Since: 0.1 */
+PI_API const char *pi_type_name(int type);
+
+/* =================================================================================
+ * Metadata value types (the GGUF value type ids)
+ * ================================================================================= */
+enum {
+    PI_META_U8 = 0,
+    PI_META_I8 = 1,
+    PI_META_U16 = 2,
+    PI_META_I16 = 3,
+    PI_META_U32 = 4,
+    PI_META_I32 = 5,
+    PI_META_F32 = 6,
+    PI_META_BOOL = 7,
+    PI_META_STRING = 8,
+    PI_META_ARRAY = 9,
+    PI_META_U64 = 10,
+    PI_META_I64 = 11,
+    PI_META_F64 = 12
+};
+
+/* =================================================================================
+ * Model
+ *
+ * A model is a GGUF file mapped into memory (never read wholesale) and validated.
+ * Two magics are accepted: "GGUF" (an ordinary, dense model) and "PWRI" (a PowerInfer
+ * sparse model: the same layout, with FFN predictors). Architectures: llama, bamboo.
+ * ================================================================================= */
+typedef struct pi_model pi_model;
+
+typedef struct pi_model_params {
+    /* sizeof(pi_model_params) as the caller compiled it. The library reads only the
+     * fields this size covers; pi_model_default_params sets it. */
+    uint32_t struct_size;
+
+    /* Non-zero: check the container and read the metadata and tensor table, but do
+     * not require a supported architecture. Such a model answers every metadata and
+     * tensor query; the hyper-parameter queries return 0. Default 0. */
+    int32_t metadata_only;
+
+    /* Log sink; NULL (the default) means silence. Borrowed until the model is
+     * closed: the model keeps logging through it. */
+    pi_log_fn log_fn;
+    void *log_user;
+    /* Least severe level passed to log_fn (PI_LOG_*). Default PI_LOG_INFO. */
+    int32_t log_level;
+
+    /* Progress of pi_model_open; may abort it. NULL (the default) means none.
+     * Borrowed for the call to pi_model_open. */
+    pi_progress_fn progress_fn;
+    void *progress_user;
+
+    /* Optional caller buffer that receives the error message when pi_model_open
+     * fails (there is no handle yet to ask). Borrowed for the call. Default NULL/0. */
+    char *errbuf;
+    size_t errbuf_cap;
+} pi_model_params;
+
+/* Fill `params` with the defaults, including struct_size.
+ * Returns PI_OK, or PI_ERR_INVALID_ARG if params is NULL. Since: 0.1 */
+PI_API int pi_model_default_params(pi_model_params *params);
+
+/* Open and validate the model file at `path`.
+ *
+ * path:   NUL-terminated file name; borrowed for the call.
+ * params: NULL for the defaults, or filled by pi_model_default_params; borrowed for
+ *         the call (except log_fn, see above).
+ * out:    receives the model, or NULL on failure; ownership of the model transfers to
+ *         the caller, who releases it with pi_model_close.
+ *
+ * Returns PI_OK; PI_ERR_INVALID_ARG (NULL path or out, or params->struct_size smaller
+ * than the first published pi_model_params); PI_ERR_UNSUPPORTED (struct_size larger
+ * than this library knows and a field it does not know is non-zero, or an
+ * architecture or tensor type this build cannot run: set metadata_only to inspect
+ * such files); PI_ERR_IO (cannot open or map the file); PI_ERR_FORMAT (malformed
+ * container, missing or misshaped tensor, bad hyper-parameter); PI_ERR_NOMEM;
+ * PI_ERR_ABORTED (progress_fn returned non-zero).
+ * On failure the message is written to params->errbuf when given.
+ * Since: 0.1 */
+PI_API int pi_model_open(const char *path, const pi_model_params *params, pi_model **out);
+
+/* Release the model and unmap its file. NULL is a no-op. Every object borrowing the
+ * model must have been destroyed first. Since: 0.1 */
+PI_API void pi_model_close(pi_model *model);
+
+/* The message of the last failing call on this model, or "" if none failed.
+ * Borrowed until the next call on the model. NULL model gives a static message.
+ * Since: 0.1 */
+PI_API const char *pi_model_errmsg(const pi_model *model);
+
+/* ---- Description -------------------------------------------------------------- */
+
+/* The value of general.architecture ("llama", "bamboo", ...); "" if absent.
+ * Borrowed until the model is closed. NULL model gives "". Since: 0.1 */
+PI_API const char *pi_model_arch(const pi_model *model);
+
+/* 1 if the file is a PowerInfer sparse model (magic "PWRI"), 0 if not or if model is
+ * NULL. Since: 0.1 */
+PI_API int pi_model_is_sparse(const pi_model *model);
+
+/* Hyper-parameters of an opened (not metadata_only) model; 0 for a NULL model or a
+ * metadata_only one. n_ff is the FFN width (neurons per layer). Since: 0.1 */
+PI_API int64_t pi_model_n_layer(const pi_model *model);
+PI_API int64_t pi_model_n_embd(const pi_model *model);
+PI_API int64_t pi_model_n_ff(const pi_model *model);
+PI_API int64_t pi_model_n_head(const pi_model *model);
+PI_API int64_t pi_model_n_head_kv(const pi_model *model);
+PI_API int64_t pi_model_n_vocab(const pi_model *model);
+PI_API int64_t pi_model_n_ctx_train(const pi_model *model);
+
+/* Rank of the FFN activation predictor of layer `layer` (rows of fc1), for a sparse
+ * model; 0 for a dense model, a NULL model or a layer out of range. Since: 0.1 */
+PI_API int64_t pi_model_predictor_rank(const pi_model *model, int64_t layer);
+
+/* The sparse threshold of a sparse model (key powerinfer.sparse_threshold, default 0):
+ * a neuron is predicted active iff its predictor score >= threshold. 0 for a dense
+ * model. Since: 0.1 */
+PI_API float pi_model_sparse_threshold(const pi_model *model);
+
+/* Number of weights (elements of all tensors), and bytes of tensor data in the file.
+ * 0 for a NULL model. Since: 0.1 */
+PI_API uint64_t pi_model_n_params(const pi_model *model);
+PI_API uint64_t pi_model_size_bytes(const pi_model *model);
+
+/* ---- Metadata ----------------------------------------------------------------- */
+
+/* Number of metadata key/value pairs. 0 for a NULL model. Since: 0.1 */
+PI_API int64_t pi_model_meta_count(const pi_model *model);
+
+/* The key of pair `index` (0 <= index < count), or NULL if out of range.
+ * Borrowed until the model is closed. Since: 0.1 */
+PI_API const char *pi_model_meta_key(const pi_model *model, int64_t index);
+
+/* Type of the value of `key` (borrowed for the call), as PI_META_*. For arrays,
+ * *type is PI_META_ARRAY, *elem_type the element type and *n_elem the count; for
+ * scalars *elem_type is -1 and *n_elem 1. Any out-pointer may be NULL.
+ * Returns PI_OK, PI_ERR_NOT_FOUND or PI_ERR_INVALID_ARG. Since: 0.1 */
+PI_API int pi_model_meta_type(const pi_model *model, const char *key, int *type,
+                              int *elem_type, uint64_t *n_elem);
+
+/* The value of an integer or bool key as int64_t.
+ * Returns PI_OK; PI_ERR_NOT_FOUND; PI_ERR_TYPE (not an integer or bool);
+ * PI_ERR_RANGE (a U64 above INT64_MAX); PI_ERR_INVALID_ARG. Since: 0.1 */
+PI_API int pi_model_meta_int(const pi_model *model, const char *key, int64_t *out);
+
+/* The value of a float key (F32 or F64) or an integer key, as double.
+ * Returns PI_OK, PI_ERR_NOT_FOUND, PI_ERR_TYPE, PI_ERR_INVALID_ARG. Since: 0.1 */
+PI_API int pi_model_meta_float(const pi_model *model, const char *key, double *out);
+
+/* Copy the value of a STRING key into buf (cap bytes, NUL-terminated, truncated if
+ * short). Returns the string's full length in bytes, or PI_ERR_NOT_FOUND,
+ * PI_ERR_TYPE, PI_ERR_INVALID_ARG (buf NULL with cap > 0). Strings are bytes from the
+ * file; GGUF says UTF-8 but the library does not enforce it. Since: 0.1 */
+PI_API int64_t pi_model_meta_str(const pi_model *model, const char *key, char *buf,
+                                 size_t cap);
+
+/* Element `index` of an array of integers/bools (as int64_t) or floats (as double).
+ * Returns PI_OK, PI_ERR_NOT_FOUND, PI_ERR_TYPE (not an array of that kind),
+ * PI_ERR_RANGE (index out of range, or U64 element above INT64_MAX),
+ * PI_ERR_INVALID_ARG. Since: 0.1 */
+PI_API int pi_model_meta_arr_int(const pi_model *model, const char *key, uint64_t index,
+                                 int64_t *out);
+PI_API int pi_model_meta_arr_float(const pi_model *model, const char *key, uint64_t index,
+                                   double *out);
+
+/* Element `index` of an array of strings, copied as pi_model_meta_str does.
+ * Returns its length, or PI_ERR_NOT_FOUND, PI_ERR_TYPE, PI_ERR_RANGE,
+ * PI_ERR_INVALID_ARG. Since: 0.1 */
+PI_API int64_t pi_model_meta_arr_str(const pi_model *model, const char *key,
+                                     uint64_t index, char *buf, size_t cap);
+
+/* The value of any key as printable text: numbers in decimal, strings as they are,
+ * arrays as "[a, b, c, ...]" with at most `max_items` items shown followed by
+ * "... (N items)" when cut (max_items 0 means a default of 16). Returns the full
+ * length, or PI_ERR_NOT_FOUND, PI_ERR_INVALID_ARG. Since: 0.1 */
+PI_API int64_t pi_model_meta_to_string(const pi_model *model, const char *key,
+                                       uint32_t max_items, char *buf, size_t cap);
+
+/* ---- Tensors ------------------------------------------------------------------ */
+
+/* Number of tensors in the file; 0 for a NULL model. Since: 0.1 */
+PI_API int64_t pi_model_n_tensors(const pi_model *model);
+
+/* Index of the tensor called `name` (borrowed for the call) into *index.
+ * Returns PI_OK, PI_ERR_NOT_FOUND, PI_ERR_INVALID_ARG. Since: 0.1 */
+PI_API int pi_model_tensor_find(const pi_model *model, const char *name, int64_t *index);
+
+/* Name of tensor `index`, or NULL if out of range. Borrowed until the model is
+ * closed. Since: 0.1 */
+PI_API const char *pi_model_tensor_name(const pi_model *model, int64_t index);
+
+/* Type id (PI_TYPE_* or another GGUF type id) of tensor `index`, or PI_ERR_RANGE /
+ * PI_ERR_INVALID_ARG. Since: 0.1 */
+PI_API int pi_model_tensor_type(const pi_model *model, int64_t index);
+
+/* Shape of tensor `index` in GGUF order (dims[0] is the contiguous dimension).
+ * Writes the number of dimensions (1..4) to *n_dims and fills dims[0..3], setting
+ * unused entries to 1. Returns PI_OK, PI_ERR_RANGE, PI_ERR_INVALID_ARG.
+ * Since: 0.1 */
+PI_API int pi_model_tensor_shape(const pi_model *model, int64_t index, int *n_dims,
+                                 int64_t dims[4]);
+
+/* Bytes of data of tensor `index` in the file, 0 if out of range. Since: 0.1 */
+PI_API uint64_t pi_model_tensor_nbytes(const pi_model *model, int64_t index);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* POWERINFER_H */

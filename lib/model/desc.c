@@ -1,0 +1,335 @@
+/* desc.c -- from GGUF metadata and tensor table to a checked model description. */
+#include "model/desc.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "runtime/types.h"
+
+const char *pi_arch_name(enum pi_arch arch) {
+    switch (arch) {
+    case PI_ARCH_LLAMA:
+        return "llama";
+    case PI_ARCH_BAMBOO:
+        return "bamboo";
+    }
+    return "?";
+}
+
+/* Architectures known to exist in GGUF/PowerInfer files but not run by this build:
+ * they fail with PI_ERR_UNSUPPORTED rather than as unknown. */
+static const char *const known_unsupported[] = {
+    "falcon", "opt", "gpt2", "gptj", "gptneox", "mpt", "starcoder", "persimmon",
+    "refact", "bloom", "stablelm", "baichuan", "qwen", "qwen2", "qwen3", "phi2", "phi3",
+    "gemma", "gemma2", "gemma3", "mistral3", "deepseek", "deepseek2", "command-r",
+    "olmo", "mamba", "bert", "t5", NULL,
+};
+
+struct reader {
+    const struct gguf_file *f;
+    char prefix[64]; /* "llama." */
+    struct pi_error *err;
+};
+
+static int get_str(const struct reader *r, const char *key, const char **s, uint64_t *len) {
+    const struct gguf_kv *kv = gguf_find_kv(r->f, key);
+    if (!kv)
+        return PI_ERR_NOT_FOUND;
+    if (kv->type != PI_META_STRING)
+        PI_FAIL(r->err, PI_ERR_FORMAT, "metadata '%s' must be a string", key);
+    return gguf_kv_str(r->f, kv, 0, s, len);
+}
+
+/* An integer hyper-parameter "<arch>.<name>"; `def` < 0 means required. */
+static int get_int(const struct reader *r, const char *name, int64_t def, int64_t lo,
+                   int64_t hi, int64_t *out) {
+    char key[128];
+    snprintf(key, sizeof key, "%s%s", r->prefix, name);
+    const struct gguf_kv *kv = gguf_find_kv(r->f, key);
+    if (!kv) {
+        if (def < 0)
+            PI_FAIL(r->err, PI_ERR_FORMAT, "required metadata '%s' is missing", key);
+        *out = def;
+        return PI_OK;
+    }
+    if (kv->type == PI_META_ARRAY)
+        PI_FAIL(r->err, PI_ERR_UNSUPPORTED,
+                "metadata '%s' is an array (per-layer values are not supported)", key);
+    int64_t v;
+    if (kv->type == PI_META_BOOL || gguf_kv_int(r->f, kv, 0, &v) < 0)
+        PI_FAIL(r->err, PI_ERR_FORMAT, "metadata '%s' must be an integer", key);
+    if (v < lo || v > hi)
+        PI_FAIL(r->err, PI_ERR_FORMAT, "metadata '%s' = %lld is outside [%lld, %lld]", key,
+                (long long)v, (long long)lo, (long long)hi);
+    *out = v;
+    return PI_OK;
+}
+
+static int get_float(const struct reader *r, const char *key, float def, float lo, float hi,
+                     float *out) {
+    const struct gguf_kv *kv = gguf_find_kv(r->f, key);
+    if (!kv) {
+        *out = def;
+        return PI_OK;
+    }
+    double v;
+    if ((kv->type != PI_META_F32 && kv->type != PI_META_F64) ||
+        gguf_kv_float(r->f, kv, 0, &v) < 0)
+        PI_FAIL(r->err, PI_ERR_FORMAT, "metadata '%s' must be a float", key);
+    if (!(v >= lo && v <= hi)) /* also rejects NaN */
+        PI_FAIL(r->err, PI_ERR_FORMAT, "metadata '%s' = %g is outside [%g, %g]", key, v,
+                (double)lo, (double)hi);
+    *out = (float)v;
+    return PI_OK;
+}
+
+static int get_arch_float(const struct reader *r, const char *name, float def, float lo,
+                          float hi, float *out) {
+    char key[128];
+    snprintf(key, sizeof key, "%s%s", r->prefix, name);
+    return get_float(r, key, def, lo, hi, out);
+}
+
+static int read_hparams(struct reader *r, struct pi_hparams *hp, const struct pi_logger *lg) {
+    const int64_t big = (int64_t)1 << 24;
+    PI_TRY(get_int(r, "block_count", -1, 1, PI_MAX_LAYERS, &hp->n_layer));
+    PI_TRY(get_int(r, "embedding_length", -1, 1, big, &hp->n_embd));
+    PI_TRY(get_int(r, "feed_forward_length", -1, 1, big, &hp->n_ff));
+    PI_TRY(get_int(r, "attention.head_count", -1, 1, hp->n_embd, &hp->n_head));
+    PI_TRY(get_int(r, "attention.head_count_kv", hp->n_head, 1, hp->n_head, &hp->n_head_kv));
+    if (hp->n_head % hp->n_head_kv)
+        PI_FAIL(r->err, PI_ERR_FORMAT,
+                "attention.head_count %lld is not a multiple of head_count_kv %lld",
+                (long long)hp->n_head, (long long)hp->n_head_kv);
+    char klkey[128];
+    snprintf(klkey, sizeof klkey, "%sattention.key_length", r->prefix);
+    if (hp->n_embd % hp->n_head && !gguf_find_kv(r->f, klkey))
+        PI_FAIL(r->err, PI_ERR_FORMAT,
+                "embedding_length %lld is not a multiple of head_count %lld",
+                (long long)hp->n_embd, (long long)hp->n_head);
+    PI_TRY(get_int(r, "attention.key_length", hp->n_embd / hp->n_head, 1, big,
+                   &hp->head_dim_k));
+    PI_TRY(get_int(r, "attention.value_length", hp->head_dim_k, 1, big, &hp->head_dim_v));
+    PI_TRY(get_int(r, "context_length", -1, 1, (int64_t)1 << 30, &hp->n_ctx_train));
+    PI_TRY(get_int(r, "rope.dimension_count", hp->head_dim_k, 0, hp->head_dim_k, &hp->n_rot));
+    if (hp->n_rot % 2)
+        PI_FAIL(r->err, PI_ERR_FORMAT, "rope.dimension_count %lld is odd", (long long)hp->n_rot);
+    PI_TRY(get_arch_float(r, "rope.freq_base", 10000.0f, 1e-3f, 1e12f, &hp->rope_freq_base));
+    PI_TRY(get_arch_float(r, "attention.layer_norm_rms_epsilon", 1e-5f, 0.0f, 1.0f,
+                          &hp->rms_eps));
+    hp->rope_scale = 1.0f;
+    const char *stype;
+    uint64_t slen;
+    char key[128];
+    snprintf(key, sizeof key, "%srope.scaling.type", r->prefix);
+    int st = get_str(r, key, &stype, &slen);
+    if (st == PI_OK) {
+        if (slen == 6 && memcmp(stype, "linear", 6) == 0) {
+            PI_TRY(get_arch_float(r, "rope.scaling.factor", 1.0f, 1e-3f, 1e6f,
+                                  &hp->rope_scale));
+        } else if (!(slen == 4 && memcmp(stype, "none", 4) == 0)) {
+            PI_FAIL(r->err, PI_ERR_UNSUPPORTED, "rope scaling type '%.*s' is not supported",
+                    (int)(slen > 32 ? 32 : slen), stype);
+        }
+    } else if (st != PI_ERR_NOT_FOUND) {
+        return st;
+    } else {
+        /* Legacy key for linear scaling. */
+        PI_TRY(get_arch_float(r, "rope.scale_linear", 1.0f, 1e-3f, 1e6f, &hp->rope_scale));
+    }
+    hp->sparse_threshold = 0.0f;
+    if (hp->sparse) {
+        PI_TRY(get_float(r, "powerinfer.sparse_threshold", 0.0f, -1e30f, 1e30f,
+                         &hp->sparse_threshold));
+    } else if (gguf_find_kv(r->f, "powerinfer.sparse_threshold")) {
+        pi_log(lg, PI_LOG_WARN,
+               "powerinfer.sparse_threshold is ignored: the file has the dense GGUF magic");
+    }
+    /* FFN activation: llama runs SiLU dense and ReLU in PowerInfer's sparse files
+     * (ReLU-Llama); bamboo is ReLU on both branches. Our own optional key
+     * powerinfer.ffn_activation ("silu" or "relu") overrides it for llama. */
+    hp->ffn_act = hp->arch == PI_ARCH_BAMBOO ? PI_ACT_RELU_BOTH
+                  : hp->sparse              ? PI_ACT_RELU
+                                            : PI_ACT_SILU;
+    st = get_str(r, "powerinfer.ffn_activation", &stype, &slen);
+    if (st == PI_OK && hp->arch == PI_ARCH_LLAMA) {
+        if (slen == 4 && memcmp(stype, "silu", 4) == 0)
+            hp->ffn_act = PI_ACT_SILU;
+        else if (slen == 4 && memcmp(stype, "relu", 4) == 0)
+            hp->ffn_act = PI_ACT_RELU;
+        else
+            PI_FAIL(r->err, PI_ERR_UNSUPPORTED, "powerinfer.ffn_activation '%.*s' is not "
+                    "supported (silu, relu)", (int)(slen > 32 ? 32 : slen), stype);
+    } else if (st != PI_OK && st != PI_ERR_NOT_FOUND) {
+        return st;
+    }
+    if (hp->sparse && hp->ffn_act == PI_ACT_SILU)
+        PI_FAIL(r->err, PI_ERR_FORMAT, "a sparse (PWRI) model needs a ReLU FFN, the file says "
+                "silu");
+    return PI_OK;
+}
+
+enum tensor_kind {
+    K_NORM,   /* 1-D, F32/F16/BF16 */
+    K_WEIGHT, /* 2-D, any computable type */
+};
+
+/* Find "name", check dims and type. Optional tensors give *out = NULL when absent. */
+static int want(struct reader *r, const char *name, enum tensor_kind kind, int64_t ne0,
+                int64_t ne1, int optional, const struct gguf_tensor **out) {
+    *out = NULL;
+    int64_t i = gguf_find_tensor(r->f, name);
+    if (i < 0) {
+        if (optional)
+            return PI_OK;
+        PI_FAIL(r->err, PI_ERR_FORMAT, "tensor '%s' is missing", name);
+    }
+    const struct gguf_tensor *t = &r->f->tensors[i];
+    int n_dims = kind == K_NORM ? 1 : 2;
+    int shape_ok = (int)t->n_dims == n_dims && t->ne[0] == ne0 &&
+                   (kind == K_NORM || t->ne[1] == ne1);
+    if (!shape_ok) {
+        char got[96];
+        if (t->n_dims == 1)
+            snprintf(got, sizeof got, "{%lld}", (long long)t->ne[0]);
+        else
+            snprintf(got, sizeof got, "{%lld, %lld%s}", (long long)t->ne[0],
+                     (long long)t->ne[1], t->n_dims > 2 ? ", ..." : "");
+        if (kind == K_NORM)
+            PI_FAIL(r->err, PI_ERR_FORMAT, "tensor '%s' has shape %s, expected {%lld}", name,
+                    got, (long long)ne0);
+        PI_FAIL(r->err, PI_ERR_FORMAT, "tensor '%s' has shape %s, expected {%lld, %lld}", name,
+                got, (long long)ne0, (long long)ne1);
+    }
+    const struct pi_type_traits *tt = pi_type_traits(t->type);
+    if (kind == K_NORM && t->type != PI_TYPE_F32 && t->type != PI_TYPE_F16 &&
+        t->type != PI_TYPE_BF16)
+        PI_FAIL(r->err, PI_ERR_UNSUPPORTED, "tensor '%s' has type %s, expected F32, F16 or BF16",
+                name, tt->name);
+    if (!tt->to_float)
+        PI_FAIL(r->err, PI_ERR_UNSUPPORTED,
+                "tensor '%s' has type %s, which this build cannot compute with", name,
+                tt->name);
+    *out = t;
+    return PI_OK;
+}
+
+static int build_layer(struct reader *r, const struct pi_hparams *hp, int64_t il,
+                       struct pi_layer_desc *L) {
+    char n[GGUF_MAX_NAME + 32];
+    const int64_t E = hp->n_embd, F = hp->n_ff;
+    const int64_t q = hp->n_head * hp->head_dim_k, k = hp->n_head_kv * hp->head_dim_k;
+    const int64_t v = hp->n_head_kv * hp->head_dim_v, o = hp->n_head * hp->head_dim_v;
+#define NAME(s) (snprintf(n, sizeof n, "blk.%lld." s ".weight", (long long)il), n)
+    PI_TRY(want(r, NAME("attn_norm"), K_NORM, E, 0, 0, &L->attn_norm));
+    PI_TRY(want(r, NAME("attn_q"), K_WEIGHT, E, q, 0, &L->wq));
+    PI_TRY(want(r, NAME("attn_k"), K_WEIGHT, E, k, 0, &L->wk));
+    PI_TRY(want(r, NAME("attn_v"), K_WEIGHT, E, v, 0, &L->wv));
+    PI_TRY(want(r, NAME("attn_output"), K_WEIGHT, o, E, 0, &L->wo));
+    PI_TRY(want(r, NAME("ffn_norm"), K_NORM, E, 0, 0, &L->ffn_norm));
+    PI_TRY(want(r, NAME("ffn_gate"), K_WEIGHT, E, F, 0, &L->ffn_gate));
+    PI_TRY(want(r, NAME("ffn_up"), K_WEIGHT, E, F, 0, &L->ffn_up));
+    if (!hp->sparse) {
+        PI_TRY(want(r, NAME("ffn_down"), K_WEIGHT, F, E, 0, &L->ffn_down));
+        return PI_OK;
+    }
+    /* PowerInfer layout: down stored transposed (one row per neuron), predictor
+     * fc2 . relu(fc1 . h) with a per-layer rank. */
+    if (gguf_find_tensor(r->f, NAME("ffn_down")) >= 0)
+        PI_FAIL(r->err, PI_ERR_FORMAT, "sparse (PWRI) model has '%s'; PowerInfer files store "
+                "the down projection transposed as ffn_down_t", n);
+    PI_TRY(want(r, NAME("ffn_down_t"), K_WEIGHT, E, F, 0, &L->ffn_down_t));
+    int64_t fi = gguf_find_tensor(r->f, NAME("fc1"));
+    if (fi < 0)
+        PI_FAIL(r->err, PI_ERR_FORMAT, "sparse (PWRI) model lacks the predictor tensor '%s'", n);
+    const struct gguf_tensor *fc1 = &r->f->tensors[fi];
+    int64_t rank = fc1->n_dims == 2 ? fc1->ne[1] : 0;
+    if (rank < 1)
+        PI_FAIL(r->err, PI_ERR_FORMAT, "predictor tensor '%s' must have shape {%lld, rank}", n,
+                (long long)E);
+    PI_TRY(want(r, NAME("fc1"), K_WEIGHT, E, rank, 0, &L->fc1));
+    PI_TRY(want(r, NAME("fc2"), K_WEIGHT, rank, F, 0, &L->fc2));
+    L->pred_rank = rank;
+#undef NAME
+    return PI_OK;
+}
+
+static int match(const char *s, uint64_t len, const char *lit) {
+    return len == strlen(lit) && memcmp(s, lit, len) == 0;
+}
+
+int pi_model_desc_build(struct pi_model_desc *d, const struct gguf_file *f,
+                        const struct pi_allocator *a, const struct pi_logger *lg,
+                        int (*progress)(void *user, float frac), void *progress_user,
+                        struct pi_error *err) {
+    memset(d, 0, sizeof *d);
+    struct reader r = {f, "", err};
+    const char *arch;
+    uint64_t alen;
+    int st = get_str(&r, "general.architecture", &arch, &alen);
+    if (st == PI_ERR_NOT_FOUND)
+        PI_FAIL(err, PI_ERR_FORMAT, "metadata 'general.architecture' is missing");
+    PI_TRY(st);
+    struct pi_hparams *hp = &d->hp;
+    if (match(arch, alen, "llama")) {
+        hp->arch = PI_ARCH_LLAMA;
+    } else if (match(arch, alen, "bamboo")) {
+        hp->arch = PI_ARCH_BAMBOO;
+    } else {
+        int known = 0;
+        for (const char *const *k = known_unsupported; *k; k++)
+            known |= match(arch, alen, *k);
+        PI_FAIL(err, PI_ERR_UNSUPPORTED, "%s architecture '%.*s' is not supported (llama, "
+                "bamboo are)", known ? "the" : "unknown", (int)(alen > 40 ? 40 : alen), arch);
+    }
+    hp->sparse = f->magic == GGUF_MAGIC_PWRI;
+    snprintf(r.prefix, sizeof r.prefix, "%s.", pi_arch_name(hp->arch));
+    PI_TRY(read_hparams(&r, hp, lg));
+
+    int64_t ti = gguf_find_tensor(f, "token_embd.weight");
+    if (ti < 0)
+        PI_FAIL(err, PI_ERR_FORMAT, "tensor 'token_embd.weight' is missing");
+    hp->n_vocab = f->tensors[ti].n_dims == 2 ? f->tensors[ti].ne[1] : 0;
+    PI_TRY(want(&r, "token_embd.weight", K_WEIGHT, hp->n_embd, hp->n_vocab, 0,
+                &d->token_embd));
+    if (hp->n_vocab < 1)
+        PI_FAIL(err, PI_ERR_FORMAT, "tensor 'token_embd.weight' has no rows");
+    const struct gguf_kv *tok = gguf_find_kv(f, "tokenizer.ggml.tokens");
+    if (tok && (tok->type != PI_META_ARRAY || tok->elem_type != PI_META_STRING))
+        PI_FAIL(err, PI_ERR_FORMAT, "metadata 'tokenizer.ggml.tokens' must be an array of "
+                "strings");
+    if (tok && tok->n != (uint64_t)hp->n_vocab)
+        PI_FAIL(err, PI_ERR_FORMAT, "the tokenizer has %llu tokens but token_embd.weight has "
+                "%lld rows", (unsigned long long)tok->n, (long long)hp->n_vocab);
+    PI_TRY(want(&r, "output_norm.weight", K_NORM, hp->n_embd, 0, 0, &d->output_norm));
+    PI_TRY(want(&r, "output.weight", K_WEIGHT, hp->n_embd, hp->n_vocab, 1, &d->output));
+    if (!d->output)
+        d->output = d->token_embd; /* tied embeddings */
+
+    d->layers = pi_calloc(a, (size_t)hp->n_layer, sizeof *d->layers);
+    if (!d->layers)
+        PI_FAIL(err, PI_ERR_NOMEM, "out of memory for %lld layers", (long long)hp->n_layer);
+    for (int64_t il = 0; il < hp->n_layer; il++) {
+        int s = build_layer(&r, hp, il, &d->layers[il]);
+        if (s == PI_OK && progress &&
+            progress(progress_user, 0.5f + 0.5f * (float)(il + 1) / (float)hp->n_layer))
+            s = pi_error_set(err, PI_ERR_ABORTED, "model loading aborted by the caller");
+        if (s < 0) {
+            pi_model_desc_free(d, a);
+            return s;
+        }
+    }
+    /* Tensors the description does not use are allowed (e.g. rope_freqs) but noted. */
+    uint64_t used = 3 + (uint64_t)hp->n_layer * (hp->sparse ? 11 : 9) -
+                    (d->output == d->token_embd);
+    if (f->n_tensors > used)
+        pi_log(lg, PI_LOG_INFO, "%llu tensors of the file are not used by the %s model",
+               (unsigned long long)(f->n_tensors - used), pi_arch_name(hp->arch));
+    return PI_OK;
+}
+
+void pi_model_desc_free(struct pi_model_desc *d, const struct pi_allocator *a) {
+    pi_free(a, d->layers);
+    d->layers = NULL;
+}

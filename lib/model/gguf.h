@@ -1,0 +1,115 @@
+/* gguf.h -- GGUF / PowerInfer-GGUF container: a validating reader over bytes in
+ * memory (a mapped file), and a writer.
+ *
+ * The reader treats the bytes as hostile: every count, length, type, dimension,
+ * offset and size is checked against the buffer before it is used, and every
+ * allocation is bounded by the buffer size. Failures are PI_ERR_FORMAT (or
+ * PI_ERR_UNSUPPORTED for a valid file this reader cannot take, such as big-endian),
+ * with a message naming what is wrong and the byte offset where it was found.
+ * docs/formats.md describes the format as implemented. */
+#ifndef PI_MODEL_GGUF_H
+#define PI_MODEL_GGUF_H
+
+#include <stdint.h>
+
+#include "util/alloc.h"
+#include "util/error.h"
+
+#define GGUF_MAGIC_GGUF 0x46554747u /* "GGUF" read as little-endian u32 */
+#define GGUF_MAGIC_PWRI 0x49525750u /* "PWRI" */
+#define GGUF_DEFAULT_ALIGNMENT 32u
+#define GGUF_MAX_DIMS 4
+#define GGUF_MAX_NAME 64     /* tensor names are at most 63 bytes */
+#define GGUF_MAX_KEY 65535   /* key length limit of the specification */
+#define GGUF_MAX_NESTING 8   /* arrays of arrays, deeper is rejected */
+
+struct gguf_kv {
+    char *key;          /* NUL-terminated copy of the key */
+    uint32_t type;      /* PI_META_* */
+    uint32_t elem_type; /* element type when type == PI_META_ARRAY, else 0 */
+    uint64_t n;         /* elements of an array; 1 for a scalar */
+    uint64_t off;       /* file offset of the value (of the first element for arrays) */
+    uint64_t size;      /* bytes of the value (all elements for arrays) */
+    /* For arrays of strings: file offset of element i's u64 length. NULL otherwise. */
+    uint64_t *str_off;
+};
+
+struct gguf_tensor {
+    char name[GGUF_MAX_NAME]; /* NUL-terminated */
+    uint32_t n_dims;          /* 1..4 */
+    int64_t ne[GGUF_MAX_DIMS]; /* ne[0] contiguous; unused dims are 1 */
+    uint32_t type;            /* GGUF type id, known to pi_type_traits */
+    uint64_t offset;          /* relative to the data section */
+    uint64_t nbytes;
+    const uint8_t *data;      /* into the buffer; NULL when nbytes == 0 */
+};
+
+struct gguf_file {
+    const uint8_t *base; /* borrowed: the whole file */
+    uint64_t size;
+    uint32_t magic;      /* GGUF_MAGIC_GGUF or GGUF_MAGIC_PWRI */
+    uint32_t version;    /* 2 or 3 */
+    uint32_t alignment;
+    uint64_t data_off;   /* start of the tensor data section */
+    uint64_t n_kv;
+    struct gguf_kv *kv;
+    uint64_t n_tensors;
+    struct gguf_tensor *tensors;
+    /* Indices sorted by key / by name, for binary search. */
+    uint64_t *kv_sorted;
+    uint64_t *tensor_sorted;
+    const struct pi_allocator *alloc;
+};
+
+/* Parse and validate the `size` bytes at `data` (borrowed until gguf_close).
+ * On failure *f is left empty (safe to gguf_close). */
+int gguf_parse(struct gguf_file *f, const void *data, uint64_t size,
+               const struct pi_allocator *alloc, struct pi_error *err);
+void gguf_close(struct gguf_file *f);
+
+/* Lookup; NULL / -1 when absent. */
+const struct gguf_kv *gguf_find_kv(const struct gguf_file *f, const char *key);
+int64_t gguf_find_tensor(const struct gguf_file *f, const char *name);
+
+/* Bytes of one value of a scalar metadata type; 0 for STRING/ARRAY/unknown. */
+uint32_t gguf_value_size(uint32_t type);
+
+/* Typed reads of a validated value. */
+int gguf_kv_int(const struct gguf_file *f, const struct gguf_kv *kv, uint64_t i,
+                int64_t *out);  /* integers and bools; PI_ERR_TYPE / PI_ERR_RANGE */
+int gguf_kv_float(const struct gguf_file *f, const struct gguf_kv *kv, uint64_t i,
+                  double *out); /* floats and integers */
+/* Element i (0 for a scalar string): pointer into the file and length. */
+int gguf_kv_str(const struct gguf_file *f, const struct gguf_kv *kv, uint64_t i,
+                const char **s, uint64_t *len);
+
+/* ------------------------------------------------------------------------------
+ * Writer: collects metadata and tensors in memory, then writes one file. Values
+ * and tensor data are copied. Used by tools and tests.
+ * ------------------------------------------------------------------------------ */
+struct gguf_writer;
+
+int gguf_writer_create(const struct pi_allocator *alloc, struct gguf_writer **out);
+void gguf_writer_destroy(struct gguf_writer *w);
+/* Alignment of the data section (a power of two); written as general.alignment
+ * when it is not the default 32. */
+int gguf_writer_set_alignment(struct gguf_writer *w, uint32_t alignment);
+/* A scalar of a numeric or bool type; `value` points at one value of that type. */
+int gguf_writer_add_scalar(struct gguf_writer *w, const char *key, uint32_t type,
+                           const void *value);
+int gguf_writer_add_string(struct gguf_writer *w, const char *key, const char *s);
+/* An array of n numeric/bool values of elem_type. */
+int gguf_writer_add_array(struct gguf_writer *w, const char *key, uint32_t elem_type,
+                          const void *values, uint64_t n);
+int gguf_writer_add_string_array(struct gguf_writer *w, const char *key,
+                                 const char *const *strings, uint64_t n);
+/* A tensor with n_dims dims ne[] (GGUF order) of `type`; data holds exactly the
+ * tensor's bytes (pi_type_row_bytes(type, ne[0]) * ne[1] * ...). */
+int gguf_writer_add_tensor(struct gguf_writer *w, const char *name, uint32_t type,
+                           uint32_t n_dims, const int64_t *ne, const void *data);
+/* Write everything to `path` with magic GGUF_MAGIC_GGUF or GGUF_MAGIC_PWRI,
+ * version 3. */
+int gguf_writer_write_file(struct gguf_writer *w, const char *path, uint32_t magic,
+                           struct pi_error *err);
+
+#endif

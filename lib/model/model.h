@@ -1,0 +1,36 @@
+/* model.h -- the pi_model object behind the public handle. */
+#ifndef PI_MODEL_MODEL_H
+#define PI_MODEL_MODEL_H
+
+#include "model/desc.h"
+#include "model/gguf.h"
+#include "util/alloc.h"
+#include "util/error.h"
+#include "util/log.h"
+#include "util/os.h"
+
+struct pi_model {
+    struct pi_allocator alloc; /* copy: everything below was allocated with it */
+    struct pi_logger log;
+    struct pi_file_map map;    /* owned when owns_map */
+    int owns_map;
+    struct gguf_file gguf;
+    int has_desc;              /* 0 for metadata_only models */
+    struct pi_model_desc desc;
+    char *arch;                /* general.architecture, NUL-terminated, "" if absent */
+    uint64_t n_params;
+    uint64_t size_bytes;
+    struct pi_error err;       /* written only by calls that may change the model */
+};
+
+/* Open a model from `path` with an explicit allocator (tests use one that fails on
+ * demand); pi_model_open passes the C library's. */
+int pi_model_open_with(const char *path, const pi_model_params *params,
+                       const struct pi_allocator *alloc, pi_model **out);
+
+/* Open a model over `size` bytes at `data`, borrowed until the model is closed (the
+ * fuzzers use this). */
+int pi_model_open_buffer(const void *data, uint64_t size, const pi_model_params *params,
+                         const struct pi_allocator *alloc, pi_model **out);
+
+#endif

@@ -1,0 +1,529 @@
+#!/usr/bin/env python3
+"""Write the GGUF test corpus: valid seeds, malformed files and unsupported files.
+
+This script has its own tiny GGUF writer (standard library only) so that the
+corpus does not depend on the library's reader or writer. Every file is built
+byte by byte; malformed files are built by corrupting or truncating valid
+layouts. Run it from anywhere:
+
+    python3 tests/corpus/make_corpus.py
+
+It clears and rewrites tests/corpus/{valid,malformed,unsupported}/ and prints a
+SHA-256 of every file. The output is deterministic.
+
+Expected results (checked by tests/format/test_corpus.c with metadata_only=1):
+  valid/        pi_model_open returns PI_OK
+  malformed/    PI_ERR_FORMAT with a message
+  unsupported/  PI_ERR_UNSUPPORTED (big-endian files)
+"""
+
+import hashlib
+import os
+import struct
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+# Metadata value types.
+U8, I8, U16, I16, U32, I32, F32, BOOL, STRING, ARRAY, U64, I64, F64 = range(13)
+SCALAR_FMT = {U8: "B", I8: "b", U16: "H", I16: "h", U32: "I", I32: "i",
+              F32: "f", BOOL: "B", U64: "Q", I64: "q", F64: "d"}
+
+# Tensor types: id -> (block elements, block bytes).
+T_F32, T_F16, T_Q4_0, T_Q8_0, T_Q4_K = 0, 1, 2, 8, 12
+TYPE_BLOCK = {T_F32: (1, 4), T_F16: (1, 2), T_Q4_0: (32, 18), T_Q8_0: (32, 34),
+              T_Q4_K: (256, 144)}
+
+U64_MAX = (1 << 64) - 1
+
+
+class W:
+    """A byte buffer with named marks (offsets of fields) for truncation cases."""
+
+    def __init__(self, endian="<"):
+        self.b = bytearray()
+        self.e = endian
+        self.marks = {}
+
+    def mark(self, name):
+        # The first occurrence of a name wins: it marks the first such field.
+        self.marks.setdefault(name, len(self.b))
+
+    def raw(self, data):
+        self.b += data
+
+    def pack(self, fmt, *v):
+        self.b += struct.pack(self.e + fmt, *v)
+
+    def u32(self, v):
+        self.pack("I", v)
+
+    def u64(self, v):
+        self.pack("Q", v)
+
+    def string(self, s, what="str"):
+        if isinstance(s, str):
+            s = s.encode()
+        self.mark(what + "_len")
+        self.u64(len(s))
+        self.mark(what + "_bytes")
+        self.raw(s)
+
+
+def write_value(w, vtype, value):
+    """Write a value of type vtype (the type id itself is written by the caller)."""
+    if vtype == STRING:
+        w.string(value, "val_str")
+    elif vtype == ARRAY:
+        etype, elems = value
+        w.mark("arr_type")
+        w.u32(etype)
+        w.mark("arr_count")
+        w.u64(len(elems))
+        w.mark("arr_elems")
+        for x in elems:
+            write_value(w, etype, x)
+    else:
+        w.mark("val_scalar")
+        w.pack(SCALAR_FMT[vtype], value)
+
+
+def arr(etype, elems):
+    return (etype, list(elems))
+
+
+def row_bytes(ttype, ne0):
+    blk, nb = TYPE_BLOCK[ttype]
+    return (ne0 // blk) * nb
+
+
+def tensor_nbytes(ttype, dims):
+    n = row_bytes(ttype, dims[0])
+    for d in dims[1:]:
+        n *= d
+    return n
+
+
+def pattern(n, seed):
+    """n deterministic pseudo-random bytes."""
+    out = bytearray()
+    i = 0
+    while len(out) < n:
+        out += hashlib.sha256(b"%d:%d" % (seed, i)).digest()
+        i += 1
+    return bytes(out[:n])
+
+
+def build(kvs, tensors, magic=b"GGUF", version=3, alignment=32, endian="<",
+          n_kv=None, n_tensors=None, data_tail=None, pad_byte=b"\0"):
+    """Build a GGUF file.
+
+    kvs:      list of (key, vtype, value); key may be bytes.
+    tensors:  list of dicts: name, dims, type, and optionally offset (default: laid
+              out in order at aligned offsets), n_dims (override), data (bytes).
+    alignment: the alignment used to lay out the data section (the key
+              general.alignment must be put in kvs by the caller).
+    data_tail: if given, the data section is replaced by these bytes.
+    Returns the W buffer (with marks) and the data section offset.
+    """
+    w = W(endian)
+    w.mark("magic")
+    w.raw(magic)
+    w.mark("version")
+    w.u32(version)
+    w.mark("n_tensors")
+    w.u64(len(tensors) if n_tensors is None else n_tensors)
+    w.mark("n_kv")
+    w.u64(len(kvs) if n_kv is None else n_kv)
+    w.mark("kv")
+    for key, vtype, value in kvs:
+        w.string(key, "key")
+        w.mark("val_type")
+        w.u32(vtype)
+        write_value(w, vtype, value)
+    w.mark("tensor_infos")
+    offs = []
+    off = 0
+    for t in tensors:
+        if "data" in t:
+            nb = len(t["data"])
+        elif (t["type"] in TYPE_BLOCK and t["dims"] and min(t["dims"]) >= 0
+              and t["dims"][0] % TYPE_BLOCK[t["type"]][0] == 0):
+            nb = tensor_nbytes(t["type"], t["dims"])
+        else:
+            nb = 0  # a deliberately bad tensor: the layout comes from data_tail
+        if "offset" in t:
+            o = t["offset"]
+        else:
+            o = off
+            off = (off + nb + alignment - 1) // alignment * alignment
+        offs.append((o, nb))
+        w.string(t["name"], "tname")
+        w.mark("n_dims")
+        w.u32(t.get("n_dims", len(t["dims"])))
+        w.mark("dims")
+        for d in t["dims"]:
+            w.u64(d & U64_MAX)
+        w.mark("ttype")
+        w.u32(t["type"])
+        w.mark("toffset")
+        w.u64(o & U64_MAX)
+    w.mark("padding")
+    pad = (-len(w.b)) % alignment
+    w.raw(pad_byte * pad)
+    data_off = len(w.b)
+    w.mark("data")
+    if data_tail is not None:
+        w.raw(data_tail)
+    else:
+        end = 0
+        for i, (t, (o, nb)) in enumerate(zip(tensors, offs)):
+            end = max(end, o + nb)
+        data = bytearray(end)
+        for i, (t, (o, nb)) in enumerate(zip(tensors, offs)):
+            data[o:o + nb] = t.get("data", pattern(nb, i))
+        w.raw(bytes(data))
+    return w, data_off
+
+
+# --------------------------------------------------------------------------------
+# Valid seeds
+# --------------------------------------------------------------------------------
+
+def seed_kvs():
+    return [
+        ("general.architecture", STRING, "test"),
+        ("general.name", STRING, "corpus seed"),
+        ("test.u8", U8, 200),
+        ("test.i8", I8, -100),
+        ("test.u16", U16, 60000),
+        ("test.i16", I16, -30000),
+        ("test.u32", U32, 4000000000),
+        ("test.i32", I32, -2000000000),
+        ("test.f32", F32, 1.5),
+        ("test.bool", BOOL, 1),
+        ("test.u64", U64, 1 << 63),
+        ("test.i64", I64, -(1 << 62)),
+        ("test.f64", F64, -2.25),
+        ("test.str_arr", ARRAY, arr(STRING, ["alpha", "", "gamma", "d\u00e9lta"])),
+        ("test.i32_arr", ARRAY, arr(I32, [1, -2, 3, -4, 5])),
+        ("test.f32_arr", ARRAY, arr(F32, [0.5, -0.25])),
+        ("test.bool_arr", ARRAY, arr(BOOL, [0, 1, 1])),
+        ("test.empty_arr", ARRAY, arr(U32, [])),
+        ("test.nested_arr", ARRAY,
+         arr(ARRAY, [arr(U32, [1, 2, 3]), arr(U32, []), arr(U32, [7])])),
+        ("test.nested_str_arr", ARRAY,
+         arr(ARRAY, [arr(STRING, ["x", "yz"]), arr(STRING, ["w"])])),
+    ]
+
+
+def seed_tensors():
+    return [
+        {"name": "tok_embd.weight", "dims": [4, 2], "type": T_F32},
+        {"name": "norm.weight", "dims": [8], "type": T_F16},
+        {"name": "x" * 63, "dims": [1, 1, 1, 2], "type": T_F32},   # longest name
+        {"name": "blk.0.ffn_up.weight", "dims": [32, 2], "type": T_Q8_0},
+    ]
+
+
+def seed(magic=b"GGUF", version=3, endian="<"):
+    return build(seed_kvs(), seed_tensors(), magic=magic, version=version,
+                 endian=endian)[0]
+
+
+def small_kvs():
+    return [("general.architecture", STRING, "test"), ("test.v", U32, 7)]
+
+
+def small_tensors():
+    return [{"name": "a", "dims": [4], "type": T_F32},
+            {"name": "b", "dims": [8], "type": T_F32}]
+
+
+def valid_files():
+    out = {}
+    out["seed_v3.gguf"] = seed().b
+    out["seed_pwri.gguf"] = seed(magic=b"PWRI").b
+    out["seed_v2.gguf"] = seed(version=2).b
+    kv64 = seed_kvs() + [("general.alignment", U32, 64)]
+    out["align64.gguf"] = build(kv64, seed_tensors(), alignment=64)[0].b
+    out["minimal_no_kv_no_tensor.gguf"] = build([], [])[0].b
+    out["q4_0_q4_k.gguf"] = build(small_kvs(), [
+        {"name": "q4_0", "dims": [64, 2], "type": T_Q4_0},
+        {"name": "q4_k", "dims": [256], "type": T_Q4_K}])[0].b
+    return out
+
+
+# --------------------------------------------------------------------------------
+# Malformed files
+# --------------------------------------------------------------------------------
+
+def hdr(magic=b"GGUF", version=3, n_tensors=0, n_kv=0):
+    return magic + struct.pack("<IQQ", version, n_tensors, n_kv)
+
+
+def kv_bytes(key, vtype, payload):
+    """Raw KV: key string, value type, then payload bytes as given."""
+    if isinstance(key, str):
+        key = key.encode()
+    return struct.pack("<Q", len(key)) + key + struct.pack("<I", vtype) + payload
+
+
+def one_kv_file(key, vtype, payload, n_kv=1):
+    return hdr(n_kv=n_kv) + kv_bytes(key, vtype, payload)
+
+
+def nested_array(depth):
+    """An array value nested `depth` levels (outermost included), innermost u8[0]."""
+    b = struct.pack("<IQ", U8, 0)
+    for _ in range(depth - 1):
+        b = struct.pack("<IQ", ARRAY, 1) + b
+    return b
+
+
+def with_tensor(t, kvs=None, **kw):
+    """A file with the small KVs and one given tensor (plus overrides)."""
+    return build(small_kvs() if kvs is None else kvs, [t], **kw)[0].b
+
+
+def malformed_files():
+    out = {}
+
+    # ---- Whole-file and header problems -------------------------------------
+    out["empty_file.gguf"] = b""
+    out["three_bytes.gguf"] = b"GGU"
+    out["bad_magic.gguf"] = hdr(magic=b"GGUG")
+    out["bad_magic_lowercase.gguf"] = hdr(magic=b"gguf")
+    out["version_0.gguf"] = hdr(version=0)
+    out["version_1.gguf"] = hdr(version=1)
+    out["version_4.gguf"] = hdr(version=4)
+    out["n_kv_2p63.gguf"] = hdr(n_kv=1 << 63)
+    out["n_kv_2p40.gguf"] = hdr(n_kv=1 << 40)
+    out["n_kv_max.gguf"] = hdr(n_kv=U64_MAX)
+    out["n_tensors_2p63.gguf"] = hdr(n_tensors=1 << 63)
+    out["n_tensors_2p40.gguf"] = hdr(n_tensors=1 << 40)
+    out["n_tensors_max.gguf"] = hdr(n_tensors=U64_MAX)
+    # One more KV claimed than present (the file ends after the second).
+    w = build(small_kvs(), [], n_kv=3)[0]
+    out["n_kv_one_too_many.gguf"] = bytes(w.b[:w.marks["tensor_infos"]])
+
+    # ---- Truncations of the seed at every field --------------------------------
+    s = seed()
+    m = s.marks
+    cuts = {
+        "header_mid_magic": 2,
+        "header_mid_version": m["version"] + 2,
+        "header_mid_n_tensors": m["n_tensors"] + 3,
+        "header_mid_n_kv": m["n_kv"] + 5,
+        "after_header": m["kv"],
+        "mid_key_len": m["key_len"] + 4,
+        "mid_key_bytes": m["key_bytes"] + 5,
+        "after_key": m["val_type"],
+        "mid_value_type": m["val_type"] + 2,
+        "mid_string_value_len": m["val_str_len"] + 1,
+        "mid_string_value_bytes": m["val_str_bytes"] + 2,
+        "mid_scalar_value": m["val_scalar"] + 1,
+        "mid_array_type": m["arr_type"] + 3,
+        "mid_array_count": m["arr_count"] + 4,
+        "mid_array_elems": m["arr_elems"] + 7,
+        "before_tensor_infos": m["tensor_infos"],
+        "mid_tensor_name_len": m["tname_len"] + 6,
+        "mid_tensor_name": m["tname_bytes"] + 3,
+        "mid_n_dims": m["n_dims"] + 1,
+        "mid_dims": m["dims"] + 9,
+        "mid_tensor_type": m["ttype"] + 2,
+        "mid_tensor_offset": m["toffset"] + 7,
+        "before_padding": m["padding"],
+        "mid_padding": m["padding"] + 1,
+        "at_data": m["data"],
+        "mid_data": m["data"] + 40,
+        "last_byte_missing": len(s.b) - 1,
+    }
+    assert m["padding"] + 1 < m["data"], "seed needs padding before data"
+    for name, cut in cuts.items():
+        assert 0 < cut < len(s.b), name
+        out["trunc_%s.gguf" % name] = bytes(s.b[:cut])
+    # The middle of an element of a string array (the seed's first array).
+    sa = seed_kvs()
+    w = build([kv for kv in sa if kv[0] == "test.str_arr"], [])[0]
+    out["trunc_mid_string_array_elem.gguf"] = bytes(w.b[:w.marks["val_str_bytes"] + 2])
+    # Files with a single, long-keyed KV, cut in each of its fields. With one KV the
+    # cut files are still long enough for the declared count, so a reader must
+    # notice the truncation at the field itself.
+    key = "test.a_rather_long_key_name_for_truncation"
+    single = {
+        "u64": (U64, 0x0102030405060708),
+        "string": (STRING, "a string value of some length"),
+        "u32_array": (ARRAY, arr(U32, [1, 2, 3, 4, 5, 6])),
+        "string_array": (ARRAY, arr(STRING, ["first element", "second element"])),
+    }
+    fields = {"key_len": "key_len", "key_bytes": "key_bytes", "value_type": "val_type",
+              "value": "val_scalar", "str_len": "val_str_len",
+              "str_bytes": "val_str_bytes", "array_type": "arr_type",
+              "array_count": "arr_count"}
+    for kind, (vtype, value) in single.items():
+        w = build([(key, vtype, value)], [])[0]
+        end = w.marks["tensor_infos"]
+        for fname, mk in fields.items():
+            if mk not in w.marks:
+                continue
+            cut = w.marks[mk] + (20 if fname in ("key_bytes", "str_bytes") else 3)
+            if cut < end:
+                out["trunc1_%s_mid_%s.gguf" % (kind, fname)] = bytes(w.b[:cut])
+        out["trunc1_%s_last_byte_missing.gguf" % kind] = bytes(w.b[:end - 1])
+
+    # ---- Keys --------------------------------------------------------------------
+    out["key_len_2p63.gguf"] = hdr(n_kv=1) + struct.pack("<Q", 1 << 63) + b"abc" * 8
+    out["key_len_past_eof.gguf"] = hdr(n_kv=1) + struct.pack("<Q", 100) + b"abcdef"
+    out["key_len_max.gguf"] = hdr(n_kv=1) + struct.pack("<Q", U64_MAX) + b"abcdef"
+    out["key_empty.gguf"] = one_kv_file(b"", U32, struct.pack("<I", 1))
+    out["key_embedded_nul.gguf"] = one_kv_file(b"test.a\0b", U32, struct.pack("<I", 1))
+    # Longer than the 65535-byte limit of the specification (the bytes are present).
+    out["key_len_65536.gguf"] = one_kv_file(b"k" * 65536, U8, b"\x01")
+    out["key_duplicate.gguf"] = build(
+        [("test.a", U32, 1), ("test.b", U32, 2), ("test.a", U32, 3)], [])[0].b
+
+    # ---- Values ------------------------------------------------------------------
+    out["value_type_13.gguf"] = one_kv_file("test.a", 13, struct.pack("<I", 1))
+    out["value_type_ffffffff.gguf"] = one_kv_file("test.a", 0xFFFFFFFF,
+                                                  struct.pack("<I", 1))
+    out["bool_value_2.gguf"] = one_kv_file("test.a", BOOL, b"\x02")
+    out["bool_array_elem_255.gguf"] = one_kv_file(
+        "test.a", ARRAY, struct.pack("<IQ", BOOL, 3) + b"\x00\x01\xff")
+    out["string_len_2p63.gguf"] = one_kv_file("test.a", STRING,
+                                              struct.pack("<Q", 1 << 63) + b"xyz")
+    out["string_len_past_eof.gguf"] = one_kv_file("test.a", STRING,
+                                                  struct.pack("<Q", 64) + b"xyz")
+    # offset + length wraps around 2^64 to a small number.
+    out["string_len_wraps.gguf"] = one_kv_file("test.a", STRING,
+                                               struct.pack("<Q", U64_MAX - 7) + b"x" * 16)
+    out["array_elem_type_13.gguf"] = one_kv_file(
+        "test.a", ARRAY, struct.pack("<IQ", 13, 1) + b"\0" * 8)
+    out["array_elem_type_ffffffff.gguf"] = one_kv_file(
+        "test.a", ARRAY, struct.pack("<IQ", 0xFFFFFFFF, 1) + b"\0" * 8)
+    out["array_count_2p63.gguf"] = one_kv_file(
+        "test.a", ARRAY, struct.pack("<IQ", U8, 1 << 63) + b"\0" * 8)
+    out["array_count_2p40_u32.gguf"] = one_kv_file(
+        "test.a", ARRAY, struct.pack("<IQ", U32, 1 << 40) + b"\0" * 8)
+    # count * 8 wraps around 2^64 to 8, and 8 bytes follow.
+    out["array_count_times_size_wraps.gguf"] = one_kv_file(
+        "test.a", ARRAY, struct.pack("<IQ", U64, (1 << 61) + 1) + b"\0" * 8)
+    out["array_count_past_eof.gguf"] = one_kv_file(
+        "test.a", ARRAY, struct.pack("<IQ", U32, 10) + b"\0" * 12)
+    out["string_array_count_2p63.gguf"] = one_kv_file(
+        "test.a", ARRAY, struct.pack("<IQ", STRING, 1 << 63) + struct.pack("<Q", 1) + b"a")
+    out["string_array_elem_len_huge.gguf"] = one_kv_file(
+        "test.a", ARRAY, struct.pack("<IQ", STRING, 2) + struct.pack("<Q", 1) + b"a"
+        + struct.pack("<Q", 1 << 62) + b"bcd")
+    out["nested_array_100_levels.gguf"] = one_kv_file("test.a", ARRAY, nested_array(100))
+    out["nested_array_count_huge.gguf"] = one_kv_file(
+        "test.a", ARRAY, struct.pack("<IQ", ARRAY, 1 << 62) + nested_array(1))
+    out["nested_array_bad_inner_type.gguf"] = one_kv_file(
+        "test.a", ARRAY, struct.pack("<IQ", ARRAY, 1) + struct.pack("<IQ", 99, 1) + b"\0" * 8)
+
+    # ---- general.alignment -------------------------------------------------------
+    def align_file(vtype, value, alignment=32):
+        kvs = [("general.alignment", vtype, value)] + small_kvs()
+        return build(kvs, small_tensors(), alignment=alignment)[0].b
+    out["alignment_type_u64.gguf"] = align_file(U64, 32)
+    out["alignment_type_string.gguf"] = align_file(STRING, "32")
+    out["alignment_0.gguf"] = align_file(U32, 0)
+    out["alignment_48.gguf"] = align_file(U32, 48, alignment=48)
+    out["alignment_3.gguf"] = align_file(U32, 3, alignment=3)
+    out["alignment_type_u32_array.gguf"] = align_file(ARRAY, arr(U32, [32]))
+    # A power of two, but the data section would start far past the end of the file.
+    out["alignment_2p31_data_past_eof.gguf"] = build(
+        [("general.alignment", U32, 1 << 31)] + small_kvs(), small_tensors(),
+        data_tail=b"\0" * 64)[0].b
+
+    # ---- Tensor infos ----------------------------------------------------------
+    f32 = lambda name="t", dims=(4,), **k: dict(name=name, dims=list(dims), type=T_F32, **k)
+    out["tensor_name_64_bytes.gguf"] = with_tensor(f32("n" * 64))
+    out["tensor_name_1000_bytes.gguf"] = with_tensor(f32("n" * 1000))
+    out["tensor_name_empty.gguf"] = with_tensor(f32(""))
+    out["tensor_name_embedded_nul.gguf"] = with_tensor(f32("ab\0cd"))
+    out["tensor_name_len_2p63.gguf"] = (hdr(n_tensors=1) + struct.pack("<Q", 1 << 63)
+                                        + b"abcd" * 8)
+    out["tensor_name_duplicate.gguf"] = build(
+        small_kvs(), [f32("dup"), f32("other"), f32("dup")])[0].b
+    out["n_dims_0.gguf"] = with_tensor(f32(dims=()), data_tail=b"\0" * 64)
+    out["n_dims_5.gguf"] = with_tensor(f32(dims=(4, 1, 1, 1, 1)), data_tail=b"\0" * 64)
+    out["n_dims_ffffffff.gguf"] = with_tensor(f32(dims=(4,), n_dims=0xFFFFFFFF),
+                                              data_tail=b"\0" * 64)
+    out["dim_negative.gguf"] = with_tensor(f32(dims=(4, -2)), data_tail=b"\0" * 64)
+    out["dim_u64_max.gguf"] = with_tensor(f32(dims=(U64_MAX,)), data_tail=b"\0" * 64)
+    out["dims_product_overflows_int64.gguf"] = with_tensor(
+        f32(dims=(1 << 32, 1 << 32)), data_tail=b"\0" * 64)
+    out["dims_product_overflows_4d.gguf"] = with_tensor(
+        f32(dims=(1 << 16, 1 << 16, 1 << 16, 1 << 16)), data_tail=b"\0" * 64)
+    # 2^62 elements fit int64, but 2^62 * 4 bytes does not fit in 64 bits.
+    out["nbytes_overflows.gguf"] = with_tensor(
+        f32(dims=(1 << 31, 1 << 31)), data_tail=b"\0" * 64)
+    for tid in (4, 33, 1000, 0xFFFFFFFF):
+        out["tensor_type_%d.gguf" % tid] = with_tensor(
+            dict(name="t", dims=[32], type=tid), data_tail=b"\0" * 128)
+    out["q4_0_ne0_33.gguf"] = with_tensor(
+        dict(name="t", dims=[33, 2], type=T_Q4_0), data_tail=b"\0" * 128)
+    out["q4_k_ne0_128.gguf"] = with_tensor(
+        dict(name="t", dims=[128], type=T_Q4_K), data_tail=b"\0" * 160)
+
+    # ---- Tensor offsets and data ------------------------------------------------
+    out["offset_not_aligned.gguf"] = with_tensor(f32(offset=4), data_tail=b"\0" * 64)
+    out["offset_past_end.gguf"] = with_tensor(f32(offset=1 << 20), data_tail=b"\0" * 64)
+    out["offset_2p62.gguf"] = with_tensor(f32(offset=1 << 62), data_tail=b"\0" * 64)
+    # data_off + offset wraps around 2^64 (offset is aligned).
+    out["offset_wraps.gguf"] = with_tensor(f32(offset=U64_MAX - 31), data_tail=b"\0" * 64)
+    out["data_past_eof.gguf"] = with_tensor(f32(dims=(64,)), data_tail=b"\0" * 128)
+    out["data_past_eof_second_tensor.gguf"] = build(
+        small_kvs(), small_tensors(), data_tail=b"\0" * 40)[0].b
+    out["tensors_overlap.gguf"] = build(small_kvs(), [
+        f32("a", (16,), offset=0), f32("b", (16,), offset=32)], data_tail=b"\0" * 96)[0].b
+    out["tensors_same_offset.gguf"] = build(small_kvs(), [
+        f32("a", (4,), offset=0), f32("b", (4,), offset=0)], data_tail=b"\0" * 32)[0].b
+    # One more tensor claimed than present (the file ends after the second info).
+    w = build(small_kvs(), small_tensors(), n_tensors=3)[0]
+    out["tensor_infos_past_eof.gguf"] = bytes(w.b[:w.marks["padding"]])
+    return out
+
+
+# --------------------------------------------------------------------------------
+# Unsupported files
+# --------------------------------------------------------------------------------
+
+def unsupported_files():
+    out = {}
+    # Big-endian: the magic is written as bytes, every number big-endian.
+    out["big_endian_v3.gguf"] = seed(endian=">").b
+    out["big_endian_v2.gguf"] = seed(version=2, endian=">").b
+    out["big_endian_pwri.gguf"] = seed(magic=b"PWRI", endian=">").b
+    out["big_endian_header_only.gguf"] = b"GGUF" + struct.pack(">IQQ", 3, 0, 0)
+    return out
+
+
+def write_dir(name, files):
+    d = os.path.join(HERE, name)
+    os.makedirs(d, exist_ok=True)
+    for old in os.listdir(d):
+        if old.endswith(".gguf"):
+            os.remove(os.path.join(d, old))
+    total = 0
+    for fname in sorted(files):
+        data = bytes(files[fname])
+        with open(os.path.join(d, fname), "wb") as fp:
+            fp.write(data)
+        total += len(data)
+        print("%-12s %-44s %6d  %s" % (name, fname, len(data),
+                                        hashlib.sha256(data).hexdigest()[:16]))
+    return len(files), total
+
+
+def main():
+    summary = []
+    for name, fn in (("valid", valid_files), ("malformed", malformed_files),
+                     ("unsupported", unsupported_files)):
+        summary.append((name,) + write_dir(name, fn()))
+    for name, n, total in summary:
+        print("%s: %d files, %d bytes" % (name, n, total))
+
+
+if __name__ == "__main__":
+    main()

