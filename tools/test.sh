@@ -1,0 +1,45 @@
+#!/bin/sh
+# The whole test suite, as CI runs it:
+#   1. install dependencies (tools/setup.sh);
+#   2. release build with gcc, `meson test` (every suite);
+#   3. clang build with AddressSanitizer + UndefinedBehaviorSanitizer and the libFuzzer
+#      harnesses, `meson test` again, then each fuzzer for a bounded time
+#      (PI_FUZZ_SECONDS, default 60) over the committed corpus and generated models.
+# Pass --quick to do only steps 1 and 2.
+set -eu
+cd "$(dirname "$0")/.."
+sh tools/setup.sh
+export PI_REQUIRE_SMOLLM2=1
+
+[ -d build ] || meson setup build
+meson compile -C build
+meson test -C build --print-errorlogs
+
+[ "${1:-}" = "--quick" ] && exit 0
+
+[ -d build-asan ] || CC=clang CXX=clang++ meson setup build-asan -Dbuildtype=debugoptimized \
+    -Db_sanitize=address,undefined -Db_lundef=false -Dfuzz=true
+meson compile -C build-asan
+UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 meson test -C build-asan --print-errorlogs
+
+secs=${PI_FUZZ_SECONDS:-60}
+work=build-asan/fuzz-work
+rm -rf "$work"
+mkdir -p "$work/seeds" "$work/gguf" "$work/model"
+for spec in "llama dense q8_0" "llama sparse f16" "bamboo sparse q4_0" "llama dense f32"; do
+    # shellcheck disable=SC2086
+    set -- $spec
+    build/tests/write_test_model "$work/seeds/$1_$2_$3.gguf" "$1" "$2" "$3"
+done
+for f in gguf model; do
+    echo "fuzz_$f: ${secs}s"
+    build-asan/tests/fuzz_$f -max_total_time="$secs" -max_len=262144 -print_final_stats=1 \
+        "$work/$f" "$work/seeds" tests/corpus/valid tests/corpus/malformed \
+        tests/corpus/unsupported > "$work/fuzz_$f.log" 2>&1 || {
+        tail -n 40 "$work/fuzz_$f.log"
+        echo "fuzz_$f found a failure (reproducer in $work)"
+        exit 1
+    }
+    grep -E "stat::number_of_executed_runs|Done" "$work/fuzz_$f.log" | tail -n 2
+done
+echo "fuzzers: 2 passed, 0 failed"
