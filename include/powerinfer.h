@@ -361,6 +361,283 @@ PI_API int pi_model_tensor_shape(const pi_model *model, int64_t index, int *n_di
 /* Bytes of data of tensor `index` in the file, 0 if out of range. Since: 0.1 */
 PI_API uint64_t pi_model_tensor_nbytes(const pi_model *model, int64_t index);
 
+/* =================================================================================
+ * Tokenizer
+ *
+ * The vocabulary comes from the model file: SentencePiece-style
+ * (tokenizer.ggml.model = "llama", with byte fallback) and byte-level BPE ("gpt2", with
+ * the pre-tokenizer named by tokenizer.ggml.pre: gpt2, smollm/starcoder, llama3 /
+ * llama-bpe and qwen2 are known; another name falls back to GPT-2's with a warning in
+ * the log). A model without tokenizer metadata (no tokenizer.ggml.model), or opened
+ * with metadata_only, opens fine; the calls below then fail with PI_ERR_UNSUPPORTED.
+ * Tokenizer metadata that is present but malformed (wrong array types or lengths,
+ * out-of-range special token ids, bad byte tokens, merges that are not "a b" of
+ * known tokens) fails pi_model_open with PI_ERR_FORMAT naming the key; another
+ * tokenizer.ggml.model ("bert", "t5", ...) fails it with PI_ERR_UNSUPPORTED.
+ * docs/formats.md lists the rules. Ids agree with Hugging Face's tokenizers for the
+ * same vocabulary (SentencePiece's for "llama" vocabularies).
+ * All tokenizer calls are read-only on the model and thread-safe; their working
+ * memory comes from the model's allocator.
+ * ================================================================================= */
+
+/* Flags of pi_tokenize. */
+enum {
+    /* Add the model's BOS (and EOS) tokens as its metadata asks
+     * (tokenizer.ggml.add_bos_token / add_eos_token; SentencePiece models add BOS by
+     * default). */
+    PI_TOKENIZE_ADD_SPECIAL = 1u << 0,
+    /* Recognise the text of control and user-defined tokens ("<|im_start|>") in the
+     * input and emit them as single tokens (scanning left to right, the longest token
+     * at each position). Without it they are tokenized as text. */
+    PI_TOKENIZE_PARSE_SPECIAL = 1u << 1
+};
+
+/* Tokenize `len` bytes of UTF-8 `text` (borrowed for the call; NULL allowed when len
+ * is 0) into tokens[0..cap). Returns the number of tokens the text needs, which may
+ * exceed cap (then only the first cap are written; call again with a larger array),
+ * or PI_ERR_INVALID_ARG (also for len above 256 MiB or unknown flags),
+ * PI_ERR_UNSUPPORTED (the model has no tokenizer), PI_ERR_NOMEM. Invalid UTF-8 is
+ * tokenized byte by byte as the model's byte tokens allow; a byte the vocabulary has
+ * no token for is dropped (byte-level BPE, as Hugging Face does) or becomes the
+ * unknown token (SentencePiece without byte tokens). Since: 0.1 */
+PI_API int64_t pi_tokenize(const pi_model *model, const char *text, size_t len,
+                           int32_t *tokens, size_t cap, uint32_t flags);
+
+/* Flags of pi_token_to_piece. */
+enum {
+    /* Render control tokens (BOS, EOS, "<|im_end|>") as their text; by default they
+     * give an empty piece. */
+    PI_PIECE_SPECIAL = 1u << 0
+};
+
+/* The raw bytes that `token` stands for (a byte token gives its byte, so a piece can
+ * be part of a UTF-8 sequence), copied into buf (cap bytes, NUL-terminated when
+ * cap > 0). SentencePiece pieces read U+2581 as a space, so the first piece of a text
+ * usually starts with the space that tokenizing added (add_space_prefix); byte-level
+ * BPE pieces are the original bytes. User-defined tokens give their text; control and
+ * unknown tokens give "" without PI_PIECE_SPECIAL. Returns the full length,
+ * PI_ERR_RANGE for an id outside the vocabulary, PI_ERR_INVALID_ARG,
+ * PI_ERR_UNSUPPORTED. Since: 0.1 */
+PI_API int64_t pi_token_to_piece(const pi_model *model, int32_t token, char *buf, size_t cap,
+                                 uint32_t flags);
+
+/* Special token ids, or -1 when the model has none. Since: 0.1 */
+PI_API int32_t pi_model_token_bos(const pi_model *model);
+PI_API int32_t pi_model_token_eos(const pi_model *model);
+
+/* 1 if generation should stop at `token` (EOS, EOT, <|im_end|>, <|eot_id|>, and the
+ * other end-of-generation tokens the vocabulary marks), else 0. Since: 0.1 */
+PI_API int pi_model_token_is_eog(const pi_model *model, int32_t token);
+
+/* The model's chat template (tokenizer.chat_template) copied as pi_model_meta_str
+ * does; PI_ERR_NOT_FOUND when the file has none. Since: 0.1 */
+PI_API int64_t pi_model_chat_template(const pi_model *model, char *buf, size_t cap);
+
+/* A text sink: `len` bytes of text (not NUL-terminated, never a partial UTF-8
+ * sequence), borrowed for the call. Return 0 to go on; non-zero makes the calling
+ * function return PI_ERR_ABORTED. */
+typedef int (*pi_text_fn)(void *user, const char *text, size_t len);
+
+/* A streaming detokenizer: turns generated tokens into text without ever splitting a
+ * UTF-8 code point between two calls of the sink (bytes of an incomplete sequence are
+ * held back until it completes). The sink only ever sees well-formed UTF-8: bytes that
+ * cannot be part of a well-formed sequence become U+FFFD, one per maximal ill-formed
+ * subpart (as Unicode recommends). Borrows the model, which must outlive it; one
+ * thread at a time. */
+typedef struct pi_detok pi_detok;
+
+/* Create a detokenizer for `model` (borrowed until pi_detok_destroy). `flags` are
+ * PI_PIECE_* flags. Returns PI_OK, PI_ERR_INVALID_ARG, PI_ERR_NOMEM,
+ * PI_ERR_UNSUPPORTED. Since: 0.1 */
+PI_API int pi_detok_create(const pi_model *model, uint32_t flags, pi_detok **out);
+
+/* Feed one token; complete text goes to fn (borrowed for the call), usually in one
+ * call (a piece longer than 256 bytes may take several). Returns PI_OK, PI_ERR_RANGE
+ * (token outside the vocabulary; nothing changes), PI_ERR_ABORTED (fn asked to stop;
+ * the text was delivered; if that happened before the end of a long piece, the rest
+ * of it is dropped), PI_ERR_INVALID_ARG. Since: 0.1 */
+PI_API int pi_detok_push(pi_detok *detok, int32_t token, pi_text_fn fn, void *user);
+
+/* Deliver held-back bytes of an unfinished sequence (as one U+FFFD, since they can
+ * no longer complete) and reset. Returns PI_OK, PI_ERR_ABORTED, PI_ERR_INVALID_ARG.
+ * Since: 0.1 */
+PI_API int pi_detok_flush(pi_detok *detok, pi_text_fn fn, void *user);
+
+/* NULL is a no-op. Since: 0.1 */
+PI_API void pi_detok_destroy(pi_detok *detok);
+
+/* =================================================================================
+ * Chat prompts
+ * ================================================================================= */
+
+/* One message of a conversation. Both strings are NUL-terminated and borrowed for
+ * the call that receives them. role is "system", "user" or "assistant". */
+typedef struct pi_chat_message {
+    const char *role;
+    const char *content;
+} pi_chat_message;
+
+/* Chat formats pi_chat_apply knows. */
+enum {
+    PI_CHAT_AUTO = 0,   /* from the model's tokenizer.chat_template */
+    PI_CHAT_CHATML = 1, /* <|im_start|>role\ncontent<|im_end|>\n (Qwen, SmolLM, ...) */
+    PI_CHAT_LLAMA2 = 2, /* <s>[INST] <<SYS>>\n...\n<</SYS>>\n\nuser [/INST] answer </s> */
+    PI_CHAT_LLAMA3 = 3  /* <|start_header_id|>role<|end_header_id|>\n\ncontent<|eot_id|> */
+};
+
+/* The chat format of the model: PI_CHAT_AUTO resolved from its chat template (which
+ * is recognised, not executed: Jinja is not interpreted), or PI_ERR_NOT_FOUND (no
+ * template) / PI_ERR_UNSUPPORTED (a template of another style). Since: 0.1 */
+PI_API int pi_model_chat_format(const pi_model *model);
+
+/* Render `n` messages (borrowed for the call) as a prompt in `format` (PI_CHAT_*;
+ * AUTO uses pi_model_chat_format), followed by the opening of an assistant turn when
+ * add_assistant is non-zero. For ChatML templates that insert a default system
+ * message when the conversation has none, the same default is inserted. The text
+ * contains special-token text: tokenize it with PI_TOKENIZE_PARSE_SPECIAL. Copies into
+ * buf as pi_model_meta_str does and returns the full length, or PI_ERR_INVALID_ARG
+ * (NULL message fields, unknown role), PI_ERR_NOT_FOUND, PI_ERR_UNSUPPORTED.
+ * Since: 0.1 */
+PI_API int64_t pi_chat_apply(const pi_model *model, int format, const pi_chat_message *msgs,
+                             size_t n, int add_assistant, char *buf, size_t cap);
+
+/* =================================================================================
+ * Context: one sequence being decoded
+ *
+ * A context borrows its model (which must outlive it), owns its KV cache, scratch
+ * memory and worker threads, and is used by one thread at a time. Many contexts may
+ * share one model and run concurrently on different threads.
+ * ================================================================================= */
+typedef struct pi_ctx pi_ctx;
+
+/* Polled between layers during pi_ctx_decode; return non-zero to stop the call, which
+ * then fails with PI_ERR_ABORTED and leaves the context as it was. */
+typedef int (*pi_abort_fn)(void *user);
+
+typedef struct pi_ctx_params {
+    uint32_t struct_size;  /* set by pi_ctx_default_params */
+    /* Positions the context can hold (prompt + generated). 0 (default): the model's
+     * training context, at most 4096. Memory: 2 * n_layer * n_ctx * n_head_kv *
+     * head_dim * 2 bytes of KV cache (F16), touched only as positions are used. */
+    uint32_t n_ctx;
+    /* Worker threads including the caller. 0 (default): the processors available. */
+    uint32_t n_threads;
+    /* Most tokens one internal prefill step processes at once; longer inputs are
+     * split. 0 (default): 256. Scratch memory grows with it. */
+    uint32_t n_batch;
+    /* See pi_abort_fn; NULL (default) for none. Borrowed until the context is
+     * destroyed. */
+    pi_abort_fn abort_fn;
+    void *abort_user;
+    /* Non-zero: products with quantized weights (Q4_0, Q8_0, the K-quants, ...) use
+     * float activations instead of quantizing them to 8 bits for integer dot
+     * products. Slower (prefill several times), but closer to a float reference: use
+     * it to check a model against another implementation. Default 0. */
+    uint32_t f32_activations;
+} pi_ctx_params;
+
+/* Fill `params` with the defaults. PI_OK or PI_ERR_INVALID_ARG. Since: 0.1 */
+PI_API int pi_ctx_default_params(pi_ctx_params *params);
+
+/* Create a context for `model` (borrowed until pi_ctx_destroy; it must have been
+ * opened without metadata_only). params: NULL for defaults, borrowed for the call.
+ * out: receives the context (ownership transfers to the caller) or NULL.
+ * Returns PI_OK, PI_ERR_INVALID_ARG (NULL model/out, metadata_only model, n_ctx above
+ * 1<<20, bad struct_size), PI_ERR_UNSUPPORTED (struct_size with unknown set fields),
+ * PI_ERR_NOMEM, PI_ERR_INTERNAL (threads could not start). Since: 0.1 */
+PI_API int pi_ctx_create(const pi_model *model, const pi_ctx_params *params, pi_ctx **out);
+
+/* Stop the workers and release everything. NULL is a no-op. Since: 0.1 */
+PI_API void pi_ctx_destroy(pi_ctx *ctx);
+
+/* Message of the last failing call on the context, "" if none. Borrowed until the
+ * next call on the context. Since: 0.1 */
+PI_API const char *pi_ctx_errmsg(const pi_ctx *ctx);
+
+/* The model the context was created for. Since: 0.1 */
+PI_API const pi_model *pi_ctx_model(const pi_ctx *ctx);
+
+/* Append `n_tokens` tokens (borrowed for the call) at the current position, run the
+ * model over them, and compute the logits of the last one (pi_ctx_logits).
+ * Returns PI_OK; PI_ERR_INVALID_ARG (NULL, n_tokens 0, a token id outside the
+ * vocabulary); PI_ERR_RANGE (the context would exceed n_ctx); PI_ERR_ABORTED.
+ * On failure the context is unchanged: position, cache contents that matter, and
+ * the previous logits. Since: 0.1 */
+PI_API int pi_ctx_decode(pi_ctx *ctx, const int32_t *tokens, size_t n_tokens);
+
+/* The n_vocab logits of the last decoded token, or NULL if nothing was decoded since
+ * creation, reset or truncate. Borrowed until the next decode, reset, truncate or
+ * destroy. Since: 0.1 */
+PI_API const float *pi_ctx_logits(const pi_ctx *ctx);
+
+/* Number of positions decoded so far (the next token's position). Since: 0.1 */
+PI_API int64_t pi_ctx_pos(const pi_ctx *ctx);
+
+/* Capacity in positions. Since: 0.1 */
+PI_API int64_t pi_ctx_n_ctx(const pi_ctx *ctx);
+
+/* Forget everything decoded: position 0, no logits. PI_OK or PI_ERR_INVALID_ARG.
+ * Since: 0.1 */
+PI_API int pi_ctx_reset(pi_ctx *ctx);
+
+/* Keep the first `n_keep` positions and forget the rest (e.g. to regenerate from a
+ * point). PI_OK, PI_ERR_INVALID_ARG, PI_ERR_RANGE (n_keep above the position).
+ * Logits are cleared. Since: 0.1 */
+PI_API int pi_ctx_truncate(pi_ctx *ctx, int64_t n_keep);
+
+/* Change the number of worker threads (restarts them). 0 means the processors
+ * available. PI_OK, PI_ERR_INVALID_ARG, PI_ERR_NOMEM, PI_ERR_INTERNAL (the context
+ * keeps its old threads on failure). Results do not depend on the thread count.
+ * Since: 0.1 */
+PI_API int pi_ctx_set_threads(pi_ctx *ctx, uint32_t n_threads);
+PI_API uint32_t pi_ctx_n_threads(const pi_ctx *ctx);
+
+/* =================================================================================
+ * Sampling
+ *
+ * The chain, in order: repetition/frequency/presence penalties over the last
+ * penalty_last_n accepted tokens -> top-k -> top-p -> min-p -> temperature -> a draw
+ * from a generator seeded with `seed`. temperature <= 0 is greedy (the arg max of the
+ * penalised logits; ties go to the lowest id). Same seed, same logits: same tokens.
+ * ================================================================================= */
+typedef struct pi_sampler pi_sampler;
+
+typedef struct pi_sampler_params {
+    uint32_t struct_size;
+    float temperature;       /* default 0.8; <= 0: greedy */
+    int32_t top_k;           /* default 40; <= 0: off */
+    float top_p;             /* default 0.95; >= 1: off */
+    float min_p;             /* default 0.05; <= 0: off */
+    float repeat_penalty;    /* default 1.0 (off); logit / p if > 0, * p if < 0 */
+    float frequency_penalty; /* default 0; minus count * this */
+    float presence_penalty;  /* default 0; minus this if present */
+    int32_t penalty_last_n;  /* default 64 tokens of history; 0: penalties off */
+    uint64_t seed;           /* default 0x5eed */
+} pi_sampler_params;
+
+/* Fill `params` with the defaults. PI_OK or PI_ERR_INVALID_ARG. Since: 0.1 */
+PI_API int pi_sampler_default_params(pi_sampler_params *params);
+
+/* Create a sampler for `model` (borrowed until pi_sampler_destroy). Returns PI_OK,
+ * PI_ERR_INVALID_ARG (NULL, NaN or negative top_p/min_p/penalties, bad struct_size),
+ * PI_ERR_UNSUPPORTED, PI_ERR_NOMEM. Since: 0.1 */
+PI_API int pi_sampler_create(const pi_model *model, const pi_sampler_params *params,
+                             pi_sampler **out);
+/* NULL is a no-op. Since: 0.1 */
+PI_API void pi_sampler_destroy(pi_sampler *sampler);
+
+/* Choose the next token from the context's current logits and accept it into the
+ * penalty history. Returns PI_OK, PI_ERR_INVALID_ARG (NULL; ctx of another model; no
+ * logits yet). Since: 0.1 */
+PI_API int pi_sample(pi_sampler *sampler, const pi_ctx *ctx, int32_t *token);
+
+/* Add a token to the penalty history without sampling (e.g. the prompt).
+ * PI_OK, PI_ERR_INVALID_ARG. Since: 0.1 */
+PI_API int pi_sampler_accept(pi_sampler *sampler, int32_t token);
+
+/* Clear the history and re-seed. PI_OK, PI_ERR_INVALID_ARG. Since: 0.1 */
+PI_API int pi_sampler_reset(pi_sampler *sampler);
+
 #ifdef __cplusplus
 }
 #endif

@@ -78,6 +78,7 @@ static int load(struct pi_model *m, const pi_model_params *p, struct pi_error *e
         PI_TRY(pi_model_desc_build(&m->desc, &m->gguf, &m->alloc, &m->log, p->progress_fn,
                                    p->progress_user, err));
         m->has_desc = 1;
+        PI_TRY(vocab_load(&m->vocab, &m->gguf, &m->alloc, &m->log, err));
         const struct pi_hparams *hp = &m->desc.hp;
         pi_log(&m->log, PI_LOG_INFO,
                "loaded %s %s model: %lld layers, n_embd %lld, n_ff %lld, vocab %lld",
@@ -93,6 +94,7 @@ static void destroy(struct pi_model *m) {
     struct pi_allocator a = m->alloc;
     if (m->has_desc)
         pi_model_desc_free(&m->desc, &a);
+    vocab_free(m->vocab);
     gguf_close(&m->gguf);
     if (m->owns_map)
         pi_os_unmap_file(&m->map);

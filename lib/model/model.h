@@ -4,6 +4,7 @@
 
 #include "model/desc.h"
 #include "model/gguf.h"
+#include "model/vocab.h"
 #include "util/alloc.h"
 #include "util/error.h"
 #include "util/log.h"
@@ -18,6 +19,7 @@ struct pi_model {
     int has_desc;              /* 0 for metadata_only models */
     struct pi_model_desc desc;
     char *arch;                /* general.architecture, NUL-terminated, "" if absent */
+    struct pi_vocab *vocab;    /* tokenizer; NULL if the file has none or metadata_only */
     uint64_t n_params;
     uint64_t size_bytes;
     struct pi_error err;       /* written only by calls that may change the model */

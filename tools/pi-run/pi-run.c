@@ -1,25 +1,46 @@
 /* pi-run -- the bundled command-line tool. Uses only the public header.
  *
- * Today: model inspection (--info). Text generation arrives with the [dense] issue. */
+ * Text generation from a prompt, and model inspection (--info). */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "powerinfer.h"
 
 static void usage(FILE *out) {
     fprintf(out,
-            "usage: pi-run --info [options] MODEL.gguf\n"
-            "       pi-run -m MODEL.gguf --info [options]\n"
+            "usage: pi-run -m MODEL.gguf -p PROMPT [options]     generate text\n"
+            "       pi-run --info [--tensors] MODEL.gguf          describe a model\n"
             "\n"
-            "  -m, --model FILE   model file (GGUF, or PowerInfer GGUF with magic PWRI)\n"
-            "  --info             print the architecture, hyper-parameters, sparse or dense,\n"
-            "                     metadata and a summary of the tensor table\n"
-            "  --tensors          with --info: list every tensor\n"
-            "  -v, --verbose      log what the library does to stderr\n"
-            "  --version          print the library version\n"
-            "  -h, --help         this text\n");
+            "  -m, --model FILE        model file (GGUF, or PowerInfer GGUF with magic PWRI)\n"
+            "  -p, --prompt TEXT       prompt\n"
+            "  -f, --file FILE         read the prompt from a file\n"
+            "  -n, --n-predict N       tokens to generate (default 128; -1: until end of text\n"
+            "                          or a full context; 0: only process the prompt)\n"
+            "  -t, --threads N         worker threads (default: all processors)\n"
+            "  -c, --ctx-size N        context positions (default: model's, at most 4096)\n"
+            "  -b, --batch-size N      prompt tokens per step (default 256)\n"
+            "  --temp T                temperature (default 0.8; 0: greedy)\n"
+            "  --top-k N               (default 40; 0: off)\n"
+            "  --top-p P               (default 0.95; 1: off)\n"
+            "  --min-p P               (default 0.05; 0: off)\n"
+            "  --repeat-penalty R      (default 1.0: off)\n"
+            "  --repeat-last-n N       tokens the penalties look back (default 64)\n"
+            "  --frequency-penalty F   (default 0)\n"
+            "  --presence-penalty F    (default 0)\n"
+            "  --seed N                sampling seed (default 0x5eed)\n"
+            "  --chat                  wrap the prompt as a user message in the model's chat\n"
+            "                          template (ChatML, Llama 2, Llama 3)\n"
+            "  --system TEXT           system message for --chat\n"
+            "  --dump-logits FILE      write the float32 logits of the last prompt position\n"
+            "  --info                  print architecture, hyper-parameters, sparse or dense,\n"
+            "                          metadata and the tensor table summary\n"
+            "  --tensors               with --info: list every tensor\n"
+            "  -v, --verbose           log what the library does to stderr\n"
+            "  --version               print the library version\n"
+            "  -h, --help              this text\n");
 }
 
 static void log_stderr(void *user, int level, const char *msg) {
@@ -173,49 +194,344 @@ static int info(const char *path, int list_tensors, int verbose) {
     return 0;
 }
 
+struct opts {
+    const char *model, *prompt, *prompt_file, *system, *dump_logits;
+    int info, tensors, verbose, chat;
+    long n_predict;
+    pi_ctx_params cp;
+    pi_sampler_params sp;
+};
+
+static char *read_file(const char *path, size_t *len) {
+    FILE *fp = fopen(path, "rb");
+    if (!fp)
+        return NULL;
+    size_t cap = 4096, n = 0;
+    char *buf = malloc(cap);
+    size_t got;
+    while (buf && (got = fread(buf + n, 1, cap - n - 1, fp)) > 0) {
+        n += got;
+        if (cap - n - 1 == 0) {
+            char *nb = realloc(buf, cap * 2);
+            if (!nb) {
+                free(buf);
+                buf = NULL;
+                break;
+            }
+            buf = nb;
+            cap *= 2;
+        }
+    }
+    fclose(fp);
+    if (buf) {
+        buf[n] = '\0';
+        *len = n;
+    }
+    return buf;
+}
+
+static int emit(void *user, const char *text, size_t len) {
+    (void)user;
+    fwrite(text, 1, len, stdout);
+    fflush(stdout);
+    return 0;
+}
+
+static double ms_since(struct timespec *t0) {
+    struct timespec t1;
+    timespec_get(&t1, TIME_UTC);
+    return (double)(t1.tv_sec - t0->tv_sec) * 1e3 + (double)(t1.tv_nsec - t0->tv_nsec) / 1e6;
+}
+
+static int fail(const char *what, int st, const char *msg) {
+    fprintf(stderr, "pi-run: %s: %s%s%s\n", what, pi_status_str(st), msg && *msg ? ": " : "",
+            msg ? msg : "");
+    return 1;
+}
+
+/* Tokenize, decode the prompt, then sample and stream the continuation. */
+static int generate(const struct opts *o) {
+    struct timespec t0;
+    timespec_get(&t0, TIME_UTC);
+    char errbuf[512] = "";
+    pi_model_params mp;
+    pi_model_default_params(&mp);
+    mp.errbuf = errbuf;
+    mp.errbuf_cap = sizeof errbuf;
+    if (o->verbose) {
+        mp.log_fn = log_stderr;
+        mp.log_level = PI_LOG_DEBUG;
+    }
+    pi_model *m = NULL;
+    int st = pi_model_open(o->model, &mp, &m);
+    if (st != PI_OK)
+        return fail("cannot open the model", st, errbuf);
+    double load_ms = ms_since(&t0);
+
+    size_t plen = 0;
+    char *ptext = NULL;
+    if (o->prompt_file) {
+        ptext = read_file(o->prompt_file, &plen);
+        if (!ptext) {
+            pi_model_close(m);
+            fprintf(stderr, "pi-run: cannot read '%s'\n", o->prompt_file);
+            return 1;
+        }
+    } else {
+        plen = strlen(o->prompt);
+        ptext = malloc(plen + 1);
+        if (ptext)
+            memcpy(ptext, o->prompt, plen + 1);
+    }
+    uint32_t tflags = PI_TOKENIZE_ADD_SPECIAL;
+    if (ptext && o->chat) {
+        pi_chat_message msgs[2];
+        size_t n = 0;
+        if (o->system)
+            msgs[n++] = (pi_chat_message){"system", o->system};
+        msgs[n++] = (pi_chat_message){"user", ptext};
+        int64_t need = pi_chat_apply(m, PI_CHAT_AUTO, msgs, n, 1, NULL, 0);
+        if (need < 0) {
+            free(ptext);
+            pi_model_close(m);
+            return fail("--chat: the model's chat template", (int)need, NULL);
+        }
+        char *chat = malloc((size_t)need + 1);
+        if (chat)
+            pi_chat_apply(m, PI_CHAT_AUTO, msgs, n, 1, chat, (size_t)need + 1);
+        free(ptext);
+        ptext = chat;
+        plen = (size_t)need;
+        tflags |= PI_TOKENIZE_PARSE_SPECIAL;
+    }
+    int rc = 1;
+    int32_t *toks = NULL;
+    pi_ctx *ctx = NULL;
+    pi_sampler *smp = NULL;
+    pi_detok *dt = NULL;
+    if (!ptext) {
+        fprintf(stderr, "pi-run: out of memory\n");
+        goto done;
+    }
+    int64_t nt = pi_tokenize(m, ptext, plen, NULL, 0, tflags);
+    if (nt < 0) {
+        fail("cannot tokenize the prompt", (int)nt, NULL);
+        goto done;
+    }
+    if (nt == 0) {
+        fprintf(stderr, "pi-run: the prompt is empty\n");
+        goto done;
+    }
+    toks = malloc((size_t)nt * sizeof *toks);
+    if (!toks)
+        goto done;
+    pi_tokenize(m, ptext, plen, toks, (size_t)nt, tflags);
+
+    if ((st = pi_ctx_create(m, &o->cp, &ctx)) != PI_OK) {
+        fail("cannot create a context", st, NULL);
+        goto done;
+    }
+    if ((st = pi_sampler_create(m, &o->sp, &smp)) != PI_OK) {
+        fail("cannot create the sampler", st, NULL);
+        goto done;
+    }
+    if ((st = pi_detok_create(m, 0, &dt)) != PI_OK) {
+        fail("cannot create the detokenizer", st, NULL);
+        goto done;
+    }
+    if (!o->chat) {
+        fwrite(ptext, 1, plen, stdout);
+        fflush(stdout);
+    }
+    struct timespec tp;
+    timespec_get(&tp, TIME_UTC);
+    if ((st = pi_ctx_decode(ctx, toks, (size_t)nt)) != PI_OK) {
+        fail("cannot process the prompt", st, pi_ctx_errmsg(ctx));
+        goto done;
+    }
+    double prompt_ms = ms_since(&tp);
+    for (int64_t i = 0; i < nt; i++)
+        pi_sampler_accept(smp, toks[i]);
+    if (o->dump_logits) {
+        FILE *fp = fopen(o->dump_logits, "wb");
+        size_t nv = (size_t)pi_model_n_vocab(m);
+        if (!fp || fwrite(pi_ctx_logits(ctx), sizeof(float), nv, fp) != nv) {
+            fprintf(stderr, "pi-run: cannot write '%s'\n", o->dump_logits);
+            if (fp)
+                fclose(fp);
+            goto done;
+        }
+        fclose(fp);
+    }
+    long n_gen = 0;
+    long limit = o->n_predict < 0 ? (long)(pi_ctx_n_ctx(ctx) - nt) : o->n_predict;
+    struct timespec tg;
+    timespec_get(&tg, TIME_UTC);
+    while (n_gen < limit) {
+        int32_t tok;
+        if ((st = pi_sample(smp, ctx, &tok)) != PI_OK) {
+            fail("sampling failed", st, NULL);
+            goto done;
+        }
+        if (pi_model_token_is_eog(m, tok))
+            break;
+        pi_detok_push(dt, tok, emit, NULL);
+        n_gen++;
+        if (pi_ctx_pos(ctx) >= pi_ctx_n_ctx(ctx))
+            break;
+        if ((st = pi_ctx_decode(ctx, &tok, 1)) != PI_OK) {
+            fail("decode failed", st, pi_ctx_errmsg(ctx));
+            goto done;
+        }
+    }
+    double gen_ms = ms_since(&tg);
+    pi_detok_flush(dt, emit, NULL);
+    printf("\n");
+    fprintf(stderr,
+            "pi-run: load %.0f ms | prompt %lld tokens, %.1f ms, %.2f tok/s | generated %ld "
+            "tokens, %.1f ms, %.2f tok/s | %u threads\n",
+            load_ms, (long long)nt, prompt_ms, prompt_ms > 0 ? 1e3 * (double)nt / prompt_ms : 0.0,
+            n_gen, gen_ms, gen_ms > 0 ? 1e3 * (double)n_gen / gen_ms : 0.0,
+            pi_ctx_n_threads(ctx));
+    rc = 0;
+done:
+    pi_detok_destroy(dt);
+    pi_sampler_destroy(smp);
+    pi_ctx_destroy(ctx);
+    free(toks);
+    free(ptext);
+    pi_model_close(m);
+    return rc;
+}
+
+static int parse_long(const char *opt, const char *v, long lo, long hi, long *out) {
+    char *end;
+    long x = strtol(v, &end, 0);
+    if (*v == '\0' || *end != '\0' || x < lo || x > hi) {
+        fprintf(stderr, "pi-run: %s wants an integer in [%ld, %ld], not '%s'\n", opt, lo, hi, v);
+        return -1;
+    }
+    *out = x;
+    return 0;
+}
+
+static int parse_float(const char *opt, const char *v, float *out) {
+    char *end;
+    float x = strtof(v, &end);
+    if (*v == '\0' || *end != '\0' || x != x) {
+        fprintf(stderr, "pi-run: %s wants a number, not '%s'\n", opt, v);
+        return -1;
+    }
+    *out = x;
+    return 0;
+}
+
 int main(int argc, char **argv) {
-    const char *model = NULL;
-    int do_info = 0, tensors = 0, verbose = 0;
+    struct opts o;
+    memset(&o, 0, sizeof o);
+    o.n_predict = 128;
+    pi_ctx_default_params(&o.cp);
+    pi_sampler_default_params(&o.sp);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        long n;
+        int takes = 1;
+#define IS(s) (!strcmp(a, s))
+        if (IS("-h") || IS("--help")) {
             usage(stdout);
             return 0;
-        } else if (!strcmp(a, "--version")) {
-            printf("pi-run (libpowerinfer %s, ABI %u)\n",
-                   pi_version_string(), pi_abi_version());
+        } else if (IS("--version")) {
+            printf("pi-run (libpowerinfer %s, ABI %u)\n", pi_version_string(), pi_abi_version());
             return 0;
-        } else if (!strcmp(a, "--info")) {
-            do_info = 1;
-        } else if (!strcmp(a, "--tensors")) {
-            tensors = 1;
-        } else if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) {
-            verbose = 1;
-        } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
-            if (++i >= argc) {
-                fprintf(stderr, "pi-run: %s needs a file name\n", a);
+        } else if (IS("--info")) {
+            o.info = 1;
+            takes = 0;
+        } else if (IS("--tensors")) {
+            o.tensors = 1;
+            takes = 0;
+        } else if (IS("-v") || IS("--verbose")) {
+            o.verbose = 1;
+            takes = 0;
+        } else if (IS("--chat")) {
+            o.chat = 1;
+            takes = 0;
+        } else if (a[0] == '-' && a[1] != '\0' && !v) {
+            fprintf(stderr, "pi-run: %s needs a value (or is unknown; see --help)\n", a);
+            return 2;
+        } else if (IS("-m") || IS("--model")) {
+            o.model = v;
+        } else if (IS("-p") || IS("--prompt")) {
+            o.prompt = v;
+        } else if (IS("-f") || IS("--file")) {
+            o.prompt_file = v;
+        } else if (IS("--system")) {
+            o.system = v;
+        } else if (IS("--dump-logits")) {
+            o.dump_logits = v;
+        } else if (IS("-n") || IS("--n-predict")) {
+            if (parse_long(a, v, -1, 1 << 30, &o.n_predict))
+                return 2;
+        } else if (IS("-t") || IS("--threads")) {
+            if (parse_long(a, v, 0, 512, &n))
+                return 2;
+            o.cp.n_threads = (uint32_t)n;
+        } else if (IS("-c") || IS("--ctx-size")) {
+            if (parse_long(a, v, 0, 1 << 20, &n))
+                return 2;
+            o.cp.n_ctx = (uint32_t)n;
+        } else if (IS("-b") || IS("--batch-size")) {
+            if (parse_long(a, v, 1, 1 << 16, &n))
+                return 2;
+            o.cp.n_batch = (uint32_t)n;
+        } else if (IS("--top-k")) {
+            if (parse_long(a, v, 0, 1 << 30, &n))
+                return 2;
+            o.sp.top_k = (int32_t)n;
+        } else if (IS("--repeat-last-n")) {
+            if (parse_long(a, v, 0, 1 << 20, &n))
+                return 2;
+            o.sp.penalty_last_n = (int32_t)n;
+        } else if (IS("--seed")) {
+            char *end;
+            o.sp.seed = strtoull(v, &end, 0);
+            if (*end) {
+                fprintf(stderr, "pi-run: --seed wants an integer, not '%s'\n", v);
                 return 2;
             }
-            model = argv[i];
+        } else if (IS("--temp") || IS("--top-p") || IS("--min-p") || IS("--repeat-penalty") ||
+                   IS("--frequency-penalty") || IS("--presence-penalty")) {
+            float *f = IS("--temp")             ? &o.sp.temperature
+                       : IS("--top-p")          ? &o.sp.top_p
+                       : IS("--min-p")          ? &o.sp.min_p
+                       : IS("--repeat-penalty") ? &o.sp.repeat_penalty
+                       : IS("--frequency-penalty") ? &o.sp.frequency_penalty
+                                                   : &o.sp.presence_penalty;
+            if (parse_float(a, v, f))
+                return 2;
         } else if (a[0] == '-' && a[1] != '\0') {
             fprintf(stderr, "pi-run: unknown option '%s'\n", a);
             usage(stderr);
             return 2;
-        } else if (!model) {
-            model = a;
+        } else if (!o.model) {
+            o.model = a;
+            takes = 0;
         } else {
             fprintf(stderr, "pi-run: unexpected argument '%s'\n", a);
             return 2;
         }
+#undef IS
+        i += takes;
     }
-    if (!model) {
+    if (!o.model) {
         usage(stderr);
         return 2;
     }
-    if (!do_info) {
-        fprintf(stderr, "pi-run: text generation is not available yet in this version; "
-                        "use --info to inspect a model\n");
+    if (o.info)
+        return info(o.model, o.tensors, o.verbose);
+    if (!o.prompt && !o.prompt_file) {
+        fprintf(stderr, "pi-run: give a prompt with -p or -f (or --info to describe the model)\n");
         return 2;
     }
-    return info(model, tensors, verbose);
+    return generate(&o);
 }

@@ -1,0 +1,121 @@
+/* backend.h -- the backend interface: one const struct of function pointers per
+ * backend (CPU now; CUDA and HIP with the [hybrid] issue). The forward pass in
+ * lib/infer/ sees only this vtable, never a backend's internals.
+ *
+ * Memory model: a backend owns its buffers (device memory for a GPU, host memory for
+ * the CPU). Weights are described by pi_weight views; activations are float arrays in
+ * backend memory, row-major [n_tok][width]. Ops are queued in order on the backend's
+ * queue; results are visible to the host after sync(). The CPU backend executes each
+ * op before returning, so its sync is a no-op.
+ *
+ * Optional members may be NULL; the fallback is stated next to each. */
+#ifndef PI_BACKEND_H
+#define PI_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "util/alloc.h"
+
+/* A 2-D weight matrix: n_out rows of n_in values of `type`, row_bytes apart.
+ * GGUF {ne0, ne1} = {n_in, n_out}. */
+struct pi_weight {
+    const void *data;
+    uint32_t type;
+    int64_t n_in;
+    int64_t n_out;
+    size_t row_bytes;
+};
+
+/* A 1-D vector of n values of `type` (norm weights). */
+struct pi_vector {
+    const void *data;
+    uint32_t type;
+    int64_t n;
+};
+
+enum pi_act {
+    PI_ACT_SILU_MUL,      /* g = silu(g) * u */
+    PI_ACT_RELU_MUL,      /* g = relu(g) * u */
+    PI_ACT_RELU_RELU_MUL, /* g = relu(g) * relu(u) */
+};
+
+/* Geometry of a KV cache: n_layer x n_ctx positions of n_kv values (n_head_kv * head
+ * dim) for K and for V, stored F16. */
+struct pi_kv_desc {
+    int64_t n_layer, n_ctx, n_head, n_head_kv, head_dim_k, head_dim_v;
+};
+
+struct pi_backend_config {
+    const struct pi_allocator *alloc;
+    int n_threads;      /* CPU: worker threads including the caller */
+    int64_t max_tokens; /* most tokens an op will see at once */
+    int64_t max_width;  /* widest activation row an op will see */
+    int f32_activations; /* 1: never quantize activations (see pi_ctx_params) */
+};
+
+struct pi_backend;
+struct pi_kv;
+
+struct pi_backend_vtable {
+    const char *name;
+    int (*create)(struct pi_backend **out, const struct pi_backend_config *cfg);
+    void (*destroy)(struct pi_backend *b);
+    /* Change the worker count; NULL: fixed. */
+    int (*set_threads)(struct pi_backend *b, int n_threads);
+    int (*n_threads)(const struct pi_backend *b);
+
+    /* Buffers in backend memory. upload/download copy between host and backend. */
+    int (*buf_alloc)(struct pi_backend *b, size_t size, void **out);
+    void (*buf_free)(struct pi_backend *b, void *buf);
+    int (*upload)(struct pi_backend *b, void *dst, const void *src, size_t size);
+    int (*download)(struct pi_backend *b, void *dst, const void *src, size_t size);
+    /* Wait for every queued op. */
+    int (*sync)(struct pi_backend *b);
+
+    /* KV cache; entries beyond the positions written are never read. */
+    int (*kv_create)(struct pi_backend *b, const struct pi_kv_desc *d, struct pi_kv **out);
+    void (*kv_destroy)(struct pi_backend *b, struct pi_kv *kv);
+
+    /* ---- ops ---- */
+    /* y[t][r] = sum_i W[r][i] * x[t][i]; x [n_tok][n_in], y [n_tok][n_out]. */
+    void (*matmul)(struct pi_backend *b, const struct pi_weight *w, const float *x,
+                   int64_t n_tok, float *y);
+    /* y[t][i] = sum_r x[t][r] * W[r][i]: the product with the transpose, for weights
+     * stored neuron-major (PowerInfer's ffn_down_t {n_embd, n_ff}); x [n_tok][n_out],
+     * y [n_tok][n_in]. */
+    void (*matmul_t)(struct pi_backend *b, const struct pi_weight *w, const float *x,
+                     int64_t n_tok, float *y);
+    /* Rows ids[t] of W, dequantized: y [n_tok][n_in]. */
+    void (*get_rows)(struct pi_backend *b, const struct pi_weight *w, const int32_t *ids,
+                     int64_t n_tok, float *y);
+    /* y[t] = x[t] / rms(x[t]) * g; x, y [n_tok][g->n] (may alias). */
+    void (*rmsnorm)(struct pi_backend *b, const float *x, const struct pi_vector *g, float eps,
+                    int64_t n_tok, float *y);
+    /* Rotary embedding in place on x [n_tok][n_head][head_dim] for positions
+     * pos0 .. pos0 + n_tok - 1: the first n_rot values of each head rotate, in pairs
+     * (2i, 2i+1) (neox = 0) or (i, i + n_rot/2) (neox = 1), by angle
+     * (pos / scale) * base^(-2i / n_rot). */
+    void (*rope)(struct pi_backend *b, float *x, int64_t n_tok, int64_t n_head,
+                 int64_t head_dim, int64_t n_rot, int64_t pos0, float base, float scale,
+                 int neox);
+    /* Store k [n_tok][n_head_kv * head_dim_k] and v [...] of layer `layer` at positions
+     * pos0 .. pos0 + n_tok - 1. */
+    void (*kv_store)(struct pi_backend *b, struct pi_kv *kv, int64_t layer, int64_t pos0,
+                     int64_t n_tok, const float *k, const float *v);
+    /* Causal attention of q [n_tok][n_head * head_dim_k] (positions pos0 ...) over the
+     * cached positions 0 .. pos0 + t of layer `layer`; grouped-query heads share K/V
+     * heads. out [n_tok][n_head * head_dim_v]. */
+    void (*attention)(struct pi_backend *b, struct pi_kv *kv, int64_t layer, const float *q,
+                      int64_t n_tok, int64_t pos0, float *out);
+    /* FFN activation in place: g [n] = act(g, u). */
+    void (*ffn_act)(struct pi_backend *b, enum pi_act act, float *g, const float *u, int64_t n);
+    /* y[i] += x[i]. */
+    void (*add)(struct pi_backend *b, float *y, const float *x, int64_t n);
+};
+
+/* The backends compiled into this library (backends/registry.c, the only file with
+ * build-conditional code). */
+const struct pi_backend_vtable *pi_backend_cpu(void);
+
+#endif

@@ -1,0 +1,464 @@
+/* cpu_backend.c -- the CPU backend: ops of backend.h on host memory, run on the
+ * context's worker threads. Every op splits its output between threads in fixed
+ * ranges and each output value is computed by one thread in a fixed order, so the
+ * results do not depend on the number of threads. */
+#include <math.h>
+#include <string.h>
+
+#include "backend.h"
+#include "cpu/kernels.h"
+#include "powerinfer.h"
+#include "runtime/fp16.h"
+#include "runtime/pool.h"
+#include "util/error.h"
+#include "runtime/types.h"
+
+struct pi_backend {
+    const struct pi_allocator *alloc;
+    struct pi_pool *pool;
+    struct pi_cpu_kernels k;
+    int64_t max_tokens, max_width;
+    int f32_activations;
+    uint8_t *xq;    /* activations in a dot-product vector format [max_tokens][..] */
+    size_t xq_cap;
+    float *scratch; /* per thread: max_width floats */
+    int scratch_threads;
+};
+
+struct pi_kv {
+    struct pi_kv_desc d;
+    int64_t nk, nv;  /* values per position: n_head_kv * head_dim_{k,v} */
+    uint16_t *k, *v; /* F16 [n_layer][n_ctx][nk] */
+};
+
+/* ---- life cycle ------------------------------------------------------------------ */
+
+static void cpu_destroy(struct pi_backend *b) {
+    if (!b)
+        return;
+    pi_pool_destroy(b->pool);
+    pi_free(b->alloc, b->xq);
+    pi_free(b->alloc, b->scratch);
+    pi_free(b->alloc, b);
+}
+
+static int alloc_scratch(struct pi_backend *b, int n_threads) {
+    float *s = pi_calloc(b->alloc, (size_t)n_threads * (size_t)b->max_width, sizeof *s);
+    if (!s)
+        return PI_ERR_NOMEM;
+    pi_free(b->alloc, b->scratch);
+    b->scratch = s;
+    b->scratch_threads = n_threads;
+    return PI_OK;
+}
+
+static int cpu_create(struct pi_backend **out, const struct pi_backend_config *cfg) {
+    *out = NULL;
+    struct pi_backend *b = pi_calloc(cfg->alloc, 1, sizeof *b);
+    if (!b)
+        return PI_ERR_NOMEM;
+    b->alloc = cfg->alloc;
+    b->max_tokens = cfg->max_tokens;
+    b->max_width = cfg->max_width;
+    b->f32_activations = cfg->f32_activations;
+    pi_cpu_kernels_init(&b->k, pi_cpu_detect());
+    /* The largest vector format is Q8_K (292 bytes per 256 values) or F32; round the
+     * width up to whole 256-blocks. */
+    int64_t w = (cfg->max_width + 255) / 256 * 256;
+    size_t per = pi_vec_bytes(PI_VEC_F32, w);
+    size_t q8k = pi_vec_bytes(PI_VEC_Q8_K, w);
+    per = per > q8k ? per : q8k;
+    b->xq_cap = per * (size_t)cfg->max_tokens;
+    b->xq = pi_malloc(b->alloc, b->xq_cap);
+    int st = b->xq ? PI_OK : PI_ERR_NOMEM;
+    if (st == PI_OK)
+        st = pi_pool_create(&b->pool, cfg->n_threads, b->alloc);
+    if (st == PI_OK)
+        st = alloc_scratch(b, cfg->n_threads);
+    if (st != PI_OK) {
+        cpu_destroy(b);
+        return st;
+    }
+    *out = b;
+    return PI_OK;
+}
+
+static int cpu_set_threads(struct pi_backend *b, int n) {
+    struct pi_pool *p;
+    PI_TRY(pi_pool_create(&p, n, b->alloc));
+    if (n > b->scratch_threads && alloc_scratch(b, n) != PI_OK) {
+        pi_pool_destroy(p);
+        return PI_ERR_NOMEM;
+    }
+    pi_pool_destroy(b->pool);
+    b->pool = p;
+    return PI_OK;
+}
+
+static int cpu_n_threads(const struct pi_backend *b) {
+    return pi_pool_n_threads(b->pool);
+}
+
+static int cpu_buf_alloc(struct pi_backend *b, size_t size, void **out) {
+    *out = pi_malloc(b->alloc, size);
+    return *out ? PI_OK : PI_ERR_NOMEM;
+}
+
+static void cpu_buf_free(struct pi_backend *b, void *buf) {
+    pi_free(b->alloc, buf);
+}
+
+static int cpu_copy(struct pi_backend *b, void *dst, const void *src, size_t size) {
+    (void)b;
+    memcpy(dst, src, size);
+    return PI_OK;
+}
+
+static int cpu_sync(struct pi_backend *b) {
+    (void)b;
+    return PI_OK;
+}
+
+static int cpu_kv_create(struct pi_backend *b, const struct pi_kv_desc *d, struct pi_kv **out) {
+    *out = NULL;
+    struct pi_kv *kv = pi_calloc(b->alloc, 1, sizeof *kv);
+    if (!kv)
+        return PI_ERR_NOMEM;
+    kv->d = *d;
+    kv->nk = d->n_head_kv * d->head_dim_k;
+    kv->nv = d->n_head_kv * d->head_dim_v;
+    size_t per_layer = (size_t)d->n_ctx;
+    kv->k = pi_calloc(b->alloc, per_layer * (size_t)d->n_layer, (size_t)kv->nk * 2);
+    kv->v = pi_calloc(b->alloc, per_layer * (size_t)d->n_layer, (size_t)kv->nv * 2);
+    if (!kv->k || !kv->v) {
+        pi_free(b->alloc, kv->k);
+        pi_free(b->alloc, kv->v);
+        pi_free(b->alloc, kv);
+        return PI_ERR_NOMEM;
+    }
+    *out = kv;
+    return PI_OK;
+}
+
+static void cpu_kv_destroy(struct pi_backend *b, struct pi_kv *kv) {
+    if (!kv)
+        return;
+    pi_free(b->alloc, kv->k);
+    pi_free(b->alloc, kv->v);
+    pi_free(b->alloc, kv);
+}
+
+/* ---- matmul ------------------------------------------------------------------------ */
+
+struct matmul_job {
+    struct pi_backend *b;
+    const struct pi_weight *w;
+    const struct pi_dot_kernel *dk;
+    const float *x;
+    float *y;
+    int64_t n_tok;
+    size_t vb; /* bytes of one quantized activation vector */
+};
+
+static void quantize_rows(void *arg, int ith, int nth) {
+    struct matmul_job *j = arg;
+    long long lo, hi;
+    pi_pool_split(j->n_tok, ith, nth, 1, &lo, &hi);
+    const int64_t n = j->w->n_in;
+    for (long long t = lo; t < hi; t++) {
+        const float *x = j->x + t * n;
+        uint8_t *q = j->b->xq + (size_t)t * j->vb;
+        switch (j->dk->fmt) {
+        case PI_VEC_F32:
+            memcpy(q, x, (size_t)n * sizeof *x);
+            break;
+        case PI_VEC_Q8_0:
+            j->b->k.quantize_q8_0(x, q, n);
+            break;
+        case PI_VEC_Q8_K:
+        default:
+            j->b->k.quantize_q8_k(x, q, n);
+            break;
+        }
+    }
+}
+
+static void gemm_rows(void *arg, int ith, int nth) {
+    struct matmul_job *j = arg;
+    const struct pi_weight *w = j->w;
+    long long lo, hi;
+    /* Chunks of 16 rows keep each thread's output rows contiguous. */
+    pi_pool_split(w->n_out, ith, nth, 16, &lo, &hi);
+    if (lo >= hi)
+        return;
+    j->dk->gemm((const uint8_t *)w->data + (size_t)lo * w->row_bytes, w->row_bytes, hi - lo,
+                j->b->xq, j->vb, j->n_tok, j->y + lo, w->n_out, w->n_in);
+}
+
+/* Float-activation path for quantized weights: dequantize each row once into the
+ * thread's scratch, then float dot products with every token. */
+static void float_rows(void *arg, int ith, int nth) {
+    struct matmul_job *j = arg;
+    const struct pi_weight *w = j->w;
+    const struct pi_dot_kernel *f32 = &j->b->k.dot[PI_TYPE_F32];
+    float *row = j->b->scratch + (size_t)ith * (size_t)j->b->max_width;
+    long long lo, hi;
+    pi_pool_split(w->n_out, ith, nth, 16, &lo, &hi);
+    for (long long r = lo; r < hi; r++) {
+        j->b->k.to_float[w->type]((const uint8_t *)w->data + (size_t)r * w->row_bytes, row,
+                                  w->n_in);
+        for (int64_t t = 0; t < j->n_tok; t++)
+            j->y[t * w->n_out + r] = f32->dot(row, j->x + t * w->n_in, w->n_in);
+    }
+}
+
+static void cpu_matmul(struct pi_backend *b, const struct pi_weight *w, const float *x,
+                       int64_t n_tok, float *y) {
+    struct matmul_job j = {b, w, &b->k.dot[w->type], x, y, n_tok, 0};
+    if (b->f32_activations && j.dk->fmt != PI_VEC_F32) {
+        pi_pool_run(b->pool, float_rows, &j);
+        return;
+    }
+    j.vb = pi_vec_bytes(j.dk->fmt, w->n_in);
+    pi_pool_run(b->pool, quantize_rows, &j);
+    pi_pool_run(b->pool, gemm_rows, &j);
+}
+
+/* y = x W (W neuron-major): each thread owns a range of output columns, aligned to the
+ * weight type's block, and walks every row dequantizing just its slice. */
+static void matmul_t_cols(void *arg, int ith, int nth) {
+    struct matmul_job *j = arg;
+    const struct pi_weight *w = j->w;
+    const struct pi_type_traits *tt = pi_type_traits(w->type);
+    long long lo, hi;
+    pi_pool_split(w->n_in, ith, nth, tt->block_size, &lo, &hi);
+    if (lo >= hi)
+        return;
+    float *tmp = j->b->scratch + (size_t)ith * (size_t)j->b->max_width;
+    const size_t off = (size_t)(lo / tt->block_size) * tt->block_bytes;
+    for (int64_t t = 0; t < j->n_tok; t++) {
+        float *y = j->y + t * w->n_in;
+        for (long long i = lo; i < hi; i++)
+            y[i] = 0.0f;
+    }
+    for (int64_t r = 0; r < w->n_out; r++) {
+        j->b->k.to_float[w->type]((const uint8_t *)w->data + (size_t)r * w->row_bytes + off, tmp,
+                                  hi - lo);
+        for (int64_t t = 0; t < j->n_tok; t++) {
+            const float a = j->x[t * w->n_out + r];
+            if (a == 0.0f)
+                continue;
+            float *y = j->y + t * w->n_in + lo;
+            for (long long i = 0; i < hi - lo; i++)
+                y[i] += a * tmp[i];
+        }
+    }
+}
+
+static void cpu_matmul_t(struct pi_backend *b, const struct pi_weight *w, const float *x,
+                         int64_t n_tok, float *y) {
+    struct matmul_job j = {b, w, NULL, x, y, n_tok, 0};
+    pi_pool_run(b->pool, matmul_t_cols, &j);
+}
+
+static void cpu_get_rows(struct pi_backend *b, const struct pi_weight *w, const int32_t *ids,
+                         int64_t n_tok, float *y) {
+    for (int64_t t = 0; t < n_tok; t++)
+        b->k.to_float[w->type]((const uint8_t *)w->data + (size_t)ids[t] * w->row_bytes,
+                               y + t * w->n_in, w->n_in);
+}
+
+/* ---- element-wise ------------------------------------------------------------------- */
+
+static float vec_value(const struct pi_vector *v, int64_t i) {
+    uint16_t h;
+    switch (v->type) {
+    case PI_TYPE_F16:
+        memcpy(&h, (const uint8_t *)v->data + 2 * i, 2);
+        return pi_fp16_to_fp32(h);
+    case PI_TYPE_BF16:
+        memcpy(&h, (const uint8_t *)v->data + 2 * i, 2);
+        return pi_bf16_to_fp32(h);
+    default: {
+        float f;
+        memcpy(&f, (const uint8_t *)v->data + 4 * i, 4);
+        return f;
+    }
+    }
+}
+
+static void cpu_rmsnorm(struct pi_backend *b, const float *x, const struct pi_vector *g,
+                        float eps, int64_t n_tok, float *y) {
+    (void)b;
+    const int64_t n = g->n;
+    for (int64_t t = 0; t < n_tok; t++) {
+        const float *xt = x + t * n;
+        float *yt = y + t * n;
+        double ss = 0.0;
+        for (int64_t i = 0; i < n; i++)
+            ss += (double)xt[i] * xt[i];
+        const float scale = (float)(1.0 / sqrt(ss / (double)n + (double)eps));
+        for (int64_t i = 0; i < n; i++)
+            yt[i] = xt[i] * scale * vec_value(g, i);
+    }
+}
+
+static void cpu_rope(struct pi_backend *b, float *x, int64_t n_tok, int64_t n_head,
+                     int64_t head_dim, int64_t n_rot, int64_t pos0, float base, float scale,
+                     int neox) {
+    (void)b;
+    const int64_t half = n_rot / 2;
+    for (int64_t t = 0; t < n_tok; t++) {
+        const double pos = (double)(pos0 + t) / (double)scale;
+        for (int64_t i = 0; i < half; i++) {
+            const double theta = pos * pow((double)base, -2.0 * (double)i / (double)n_rot);
+            const float c = (float)cos(theta), s = (float)sin(theta);
+            for (int64_t h = 0; h < n_head; h++) {
+                float *v = x + (t * n_head + h) * head_dim;
+                const int64_t a = neox ? i : 2 * i, bb = neox ? i + half : 2 * i + 1;
+                const float x0 = v[a], x1 = v[bb];
+                v[a] = x0 * c - x1 * s;
+                v[bb] = x0 * s + x1 * c;
+            }
+        }
+    }
+}
+
+static void cpu_kv_store(struct pi_backend *b, struct pi_kv *kv, int64_t layer, int64_t pos0,
+                         int64_t n_tok, const float *k, const float *v) {
+    (void)b;
+    uint16_t *kd = kv->k + ((size_t)layer * (size_t)kv->d.n_ctx + (size_t)pos0) * (size_t)kv->nk;
+    uint16_t *vd = kv->v + ((size_t)layer * (size_t)kv->d.n_ctx + (size_t)pos0) * (size_t)kv->nv;
+    for (int64_t i = 0; i < n_tok * kv->nk; i++)
+        kd[i] = pi_fp32_to_fp16(k[i]);
+    for (int64_t i = 0; i < n_tok * kv->nv; i++)
+        vd[i] = pi_fp32_to_fp16(v[i]);
+}
+
+struct attn_job {
+    struct pi_backend *b;
+    struct pi_kv *kv;
+    int64_t layer, n_tok, pos0;
+    const float *q;
+    float *out;
+};
+
+/* One (token, head) pair: scores against every visible position with the F16 dot
+ * kernel, then softmax and the weighted sum of V, in the thread's scratch row. */
+static void attn_pairs(void *arg, int ith, int nth) {
+    struct attn_job *j = arg;
+    const struct pi_kv *kv = j->kv;
+    const struct pi_kv_desc *d = &kv->d;
+    const int64_t group = d->n_head / d->n_head_kv;
+    const float inv = 1.0f / sqrtf((float)d->head_dim_k);
+    const struct pi_dot_kernel *dot16 = &j->b->k.dot[PI_TYPE_F16];
+    float *scores = j->b->scratch + (size_t)ith * (size_t)j->b->max_width;
+    const uint16_t *kl = kv->k + (size_t)j->layer * (size_t)d->n_ctx * (size_t)kv->nk;
+    const uint16_t *vl = kv->v + (size_t)j->layer * (size_t)d->n_ctx * (size_t)kv->nv;
+    long long lo, hi;
+    pi_pool_split(j->n_tok * d->n_head, ith, nth, 1, &lo, &hi);
+    for (long long pair = lo; pair < hi; pair++) {
+        const int64_t t = pair / d->n_head, h = pair % d->n_head, hk = h / group;
+        const int64_t n_pos = j->pos0 + t + 1;
+        const float *q = j->q + (t * d->n_head + h) * d->head_dim_k;
+        float mx = -INFINITY;
+        for (int64_t p = 0; p < n_pos; p++) {
+            const uint16_t *kr = kl + (size_t)p * (size_t)kv->nk + (size_t)(hk * d->head_dim_k);
+            const float s = dot16->dot(kr, q, d->head_dim_k) * inv;
+            scores[p] = s;
+            mx = s > mx ? s : mx;
+        }
+        double sum = 0.0;
+        for (int64_t p = 0; p < n_pos; p++) {
+            scores[p] = expf(scores[p] - mx);
+            sum += scores[p];
+        }
+        const float norm = (float)(1.0 / sum);
+        float *o = j->out + (t * d->n_head + h) * d->head_dim_v;
+        for (int64_t i = 0; i < d->head_dim_v; i++)
+            o[i] = 0.0f;
+        for (int64_t p = 0; p < n_pos; p++) {
+            const float w = scores[p] * norm;
+            const uint16_t *vr = vl + (size_t)p * (size_t)kv->nv + (size_t)(hk * d->head_dim_v);
+            for (int64_t i = 0; i < d->head_dim_v; i++)
+                o[i] += w * pi_fp16_to_fp32(vr[i]);
+        }
+    }
+}
+
+static void cpu_attention(struct pi_backend *b, struct pi_kv *kv, int64_t layer, const float *q,
+                          int64_t n_tok, int64_t pos0, float *out) {
+    struct attn_job j = {b, kv, layer, n_tok, pos0, q, out};
+    pi_pool_run(b->pool, attn_pairs, &j);
+}
+
+struct act_job {
+    enum pi_act act;
+    float *g;
+    const float *u;
+    int64_t n;
+};
+
+static void act_range(void *arg, int ith, int nth) {
+    struct act_job *j = arg;
+    long long lo, hi;
+    pi_pool_split(j->n, ith, nth, 64, &lo, &hi);
+    for (long long i = lo; i < hi; i++) {
+        float g = j->g[i], u = j->u[i];
+        switch (j->act) {
+        case PI_ACT_SILU_MUL:
+            g = g / (1.0f + expf(-g)) * u;
+            break;
+        case PI_ACT_RELU_MUL:
+            g = g > 0.0f ? g * u : 0.0f;
+            break;
+        case PI_ACT_RELU_RELU_MUL:
+            g = g > 0.0f && u > 0.0f ? g * u : 0.0f;
+            break;
+        }
+        j->g[i] = g;
+    }
+}
+
+static void cpu_ffn_act(struct pi_backend *b, enum pi_act act, float *g, const float *u,
+                        int64_t n) {
+    struct act_job j = {act, g, u, n};
+    if (n < 4096)
+        act_range(&j, 0, 1);
+    else
+        pi_pool_run(b->pool, act_range, &j);
+}
+
+static void cpu_add(struct pi_backend *b, float *y, const float *x, int64_t n) {
+    (void)b;
+    for (int64_t i = 0; i < n; i++)
+        y[i] += x[i];
+}
+
+static const struct pi_backend_vtable cpu_vtable = {
+    .name = "cpu",
+    .create = cpu_create,
+    .destroy = cpu_destroy,
+    .set_threads = cpu_set_threads,
+    .n_threads = cpu_n_threads,
+    .buf_alloc = cpu_buf_alloc,
+    .buf_free = cpu_buf_free,
+    .upload = cpu_copy,
+    .download = cpu_copy,
+    .sync = cpu_sync,
+    .kv_create = cpu_kv_create,
+    .kv_destroy = cpu_kv_destroy,
+    .matmul = cpu_matmul,
+    .matmul_t = cpu_matmul_t,
+    .get_rows = cpu_get_rows,
+    .rmsnorm = cpu_rmsnorm,
+    .rope = cpu_rope,
+    .kv_store = cpu_kv_store,
+    .attention = cpu_attention,
+    .ffn_act = cpu_ffn_act,
+    .add = cpu_add,
+};
+
+const struct pi_backend_vtable *pi_backend_cpu(void) {
+    return &cpu_vtable;
+}

@@ -1,0 +1,126 @@
+/* kernels.h -- CPU compute kernels: a table filled with the scalar reference and then
+ * overridden per CPU feature ("reference first, then override", as dav1d does).
+ *
+ * Dot products: a weight row of type T is multiplied with an activation vector that was
+ * first converted to T's "vector format" (F32: a copy; Q8_0, Q8_K: k->quantize_q8_0, _q8_k):
+ *   F32, F16, BF16             -> PI_VEC_F32  (the floats themselves)
+ *   Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 -> PI_VEC_Q8_0 (int8 per 32 values, scale and block sum)
+ *   Q4_K, Q5_K, Q6_K           -> PI_VEC_Q8_K (int8 per 256 values, scale, 16-value sums)
+ * Integer dot products then do the work; one activation vector serves every row of a
+ * matrix, so its layout is chosen for the kernels (see "Vector formats" below) and is
+ * private to this module: callers size buffers with pi_vec_bytes() and never look inside
+ * (every format takes at most 4 bytes per value, as F32 does).
+ *
+ * Every entry has a scalar reference in kernels_ref.c; tests/kernels/ checks every
+ * override against it on random odd shapes.
+ *
+ * Alignment: activation vectors must be 4-byte aligned (64 is best); weight rows may
+ * have any alignment. Kernels never allocate, never create threads and never write
+ * outside their outputs; callers split rows between threads. */
+#ifndef PI_CPU_KERNELS_H
+#define PI_CPU_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "powerinfer.h" /* PI_TYPE_* ids */
+#include "runtime/types.h"
+
+/* CPU features, detected at run time (cpu_detect.c). */
+enum {
+    PI_CPU_AVX2 = 1u << 0,        /* AVX2 + FMA + F16C, OS saves YMM state */
+    PI_CPU_AVX512 = 1u << 1,      /* AVX512 F + BW + VL + DQ, OS saves ZMM state */
+    PI_CPU_AVX512_VNNI = 1u << 2, /* AVX512_VNNI (vpdpbusd, vpdpwssd) */
+};
+unsigned pi_cpu_detect(void);
+
+/* ---- Vector formats -------------------------------------------------------------------
+ *
+ * PI_VEC_F32: n floats.
+ *
+ * PI_VEC_Q8_0 (n a multiple of 32): blocks of 32 values, each quantized as
+ *   d = max|x| / 127 (f32; 0 when that is below FLT_MIN), q = roundf(x / d) computed as
+ *   roundf(x * (1/d)) -- round half away from zero -- and s = d * sum(q) (f32).
+ *   Blocks are stored in groups of 8 ("block-transposed"), 320 bytes per group:
+ *     int8  q[8 steps][8 blocks][4]   value v of block j at 32*(v/4) + 4*j + v%4
+ *     float d[8], float s[8]          at bytes 256 and 288 of the group
+ *   so that each 32-bit lane of a 256-bit load holds 4 values of one block: integer dot
+ *   products then accumulate per block with no horizontal sums. The last group is
+ *   padded with zero blocks (q = 0, d = 0, s = 0).
+ *
+ * PI_VEC_Q8_K (n a multiple of 256): super-blocks of 256 values, each quantized as one
+ *   32-block above with d = max|x| / 127 over the 256. Planar, nb = n/256:
+ *     int8  q[nb][256]   in order
+ *     int16 bsum[nb][16] sum of the q of each 16 values (Q4_K/Q5_K mins, Q6_K offset)
+ *     float d[nb]
+ */
+enum pi_vec_fmt {
+    PI_VEC_F32 = 0,
+    PI_VEC_Q8_0 = 1,
+    PI_VEC_Q8_K = 2,
+    PI_VEC_FMT_COUNT = 3,
+};
+
+#define PI_Q8_0_GROUP_BYTES 320 /* one group of 8 blocks of PI_VEC_Q8_0 */
+#define PI_Q8_K_BLOCK_BYTES 292 /* q[256] + bsum[16] + d, per super-block */
+
+/* Bytes of an activation vector of n values in format f; 0 if n is not a positive
+ * multiple of the format's block (32 for Q8_0, 256 for Q8_K). */
+size_t pi_vec_bytes(enum pi_vec_fmt f, int64_t n);
+
+/* Byte offset of value v (0..31) of block b within a PI_VEC_Q8_0 vector, and of that
+ * block's d (its s follows 32 bytes later). */
+static inline size_t pi_q8_0_q_offset(int64_t b, int v) {
+    return (size_t)(b / 8) * PI_Q8_0_GROUP_BYTES + 32u * (size_t)(v / 4) + 4u * (size_t)(b % 8) +
+           (size_t)(v % 4);
+}
+static inline size_t pi_q8_0_d_offset(int64_t b) {
+    return (size_t)(b / 8) * PI_Q8_0_GROUP_BYTES + 256u + 4u * (size_t)(b % 8);
+}
+
+/* ---- The table ------------------------------------------------------------------------ */
+
+typedef float (*pi_dot_fn)(const void *w, const void *x, int64_t n);
+typedef void (*pi_gemm_fn)(const void *W, size_t row_bytes, int64_t nr, const void *X,
+                           size_t vec_bytes, int64_t nt, float *Y, int64_t ldy, int64_t n);
+typedef void (*pi_quantize_fn)(const float *x, void *y, int64_t n);
+typedef void (*pi_to_float_fn)(const void *src, float *dst, int64_t n);
+
+struct pi_dot_kernel {
+    enum pi_vec_fmt fmt; /* activation format this weight type is dotted with */
+    /* s = dot(w, x) over n values; w: one row of the weight type [n], x: n values in fmt. */
+    pi_dot_fn dot;
+    /* Y[t * ldy + r] = dot(W row r, X vector t), r < nr, t < nt. W: [nr][n] rows
+     * row_bytes apart; X: [nt] vectors vec_bytes apart (vec_bytes >= pi_vec_bytes(fmt, n));
+     * Y: [nt][ldy]. Reuses each loaded weight block for several tokens (prefill). */
+    pi_gemm_fn gemm;
+};
+
+struct pi_cpu_kernels {
+    unsigned flags; /* PI_CPU_* that were used to fill the table */
+    /* Indexed by weight type id; entries are zero for types that cannot be computed. */
+    struct pi_dot_kernel dot[PI_TYPE_ID_LIMIT];
+    /* Convert n float values x [n] to the vector format y [pi_vec_bytes(fmt, n) bytes].
+     * x must be finite. Every implementation writes the same bytes. */
+    pi_quantize_fn quantize_q8_0;
+    pi_quantize_fn quantize_q8_k;
+    /* Dequantize one row of a weight type (embeddings lookup): bit-exact with the
+     * type traits' to_float, possibly vectorised. */
+    pi_to_float_fn to_float[PI_TYPE_ID_LIMIT];
+    /* y[i] += a * x[i], and y[i] += a * row_i for a weight row of type F16/F32 are added
+     * with the sparse issue. */
+};
+
+/* Fill k with the scalar reference kernels, then override with the versions that the
+ * CPU features in `flags` allow (pass pi_cpu_detect(), or 0 for reference only). */
+void pi_cpu_kernels_init(struct pi_cpu_kernels *k, unsigned flags);
+
+/* The scalar references, exported for the conformance tests. */
+void pi_cpu_kernels_ref(struct pi_cpu_kernels *k);
+
+/* Overrides, each defined in its own file compiled with its own ISA flags; they only
+ * replace entries and must be called on a table already filled by the reference. */
+void pi_cpu_kernels_avx2(struct pi_cpu_kernels *k);
+void pi_cpu_kernels_avx512(struct pi_cpu_kernels *k);
+
+#endif

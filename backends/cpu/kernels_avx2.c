@@ -1,0 +1,951 @@
+/* kernels_avx2.c -- AVX2 + FMA + F16C kernels (this file alone is compiled with
+ * -mavx2 -mfma -mf16c; pi_cpu_kernels_init calls it only when the CPU has them).
+ * kernels_avx512.c compiles this same source again with PI_VNNI defined and AVX-512
+ * VL + VNNI enabled: the integer dot products then use vpdpbusd / vpdpwssd on 256-bit
+ * vectors (see there why 256 bits).
+ *
+ * 32-blocks (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) work on groups of 8 blocks against the
+ * block-transposed PI_VEC_Q8_0 layout (kernels.h): the weight quants of 8 blocks are
+ * transposed once into 8 "steps" of 32 bytes, where dword j of step u holds quants
+ * 4u..4u+3 of block j, exactly like the activation group. Then
+ *   maddubs(weights, x) -> int16 pairs, madd(., 1) -> int32 lane j = block j's sum,
+ * with no horizontal sums; the 8 block scales are applied with one FMA on 8 lanes.
+ * A row is decoded once per group and reused for up to GEMM_TILE tokens (prefill).
+ *
+ * K-quants work per 256-value super-block in value order: maddubs of 32 quants with 32
+ * activations, madd with the sub-block scale, int32 accumulation, one FMA per
+ * super-block; the mins (Q4_K, Q5_K) and the -32 offset (Q6_K) use the activation's
+ * 16-value sums.
+ *
+ * maddubs saturates at +-32767: unsigned 4-bit quants times |x| <= 127 give pairs of at
+ * most 3810, so 8 steps add up in int16 (30480); 5- and 6-bit quants are widened after
+ * 4 steps (31496) or at once; Q8_0 uses the sign trick and widens every step. */
+#include "kernels.h"
+
+#include <float.h>
+#include <immintrin.h>
+#include <string.h>
+
+#if defined(__clang__)
+#  pragma STDC FP_CONTRACT OFF
+#endif
+
+#define INLINE static inline __attribute__((always_inline))
+/* Short fixed loops over registers must be unrolled for the arrays to live in
+ * registers; -O3 does it anyway, this keeps -O2 builds as fast. */
+#define UNROLL _Pragma("GCC unroll 8")
+
+#define GEMM_TILE 8     /* tokens per gemm tile: one decoded weight group serves them all */
+#define KB_GROUPS 8     /* 32-block groups per K-block (2048 values) */
+#define GEMM_L2_BYTES (256 * 1024) /* weight rows that gemm keeps in L2 across tiles */
+#define GEMM_L1_ACT_BYTES (16 * 1024) /* activations that stay in L1 across rows */
+
+/* ---- helpers -------------------------------------------------------------------------- */
+
+INLINE float hsum_ps(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+INLINE int hsum_epi32(__m256i v) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+    return _mm_cvtsi128_si32(s);
+}
+
+INLINE float f16_at(const uint8_t *p) {
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return _cvtsh_ss(h);
+}
+
+INLINE __m256i loadu256(const void *p) {
+    return _mm256_loadu_si256((const __m256i *)p);
+}
+
+INLINE __m128i loadu128(const void *p) {
+    return _mm_loadu_si128((const __m128i *)p);
+}
+
+/* Two 16-byte loads as the low and high lane of one register. */
+INLINE __m256i load2x128(const uint8_t *lo, const uint8_t *hi) {
+    return _mm256_inserti128_si256(_mm256_castsi128_si256(loadu128(lo)), loadu128(hi), 1);
+}
+
+/* ---- activation quantization ---------------------------------------------------------- */
+
+/* roundf() of 8 floats (half away from zero), exactly: floor(|v|), plus one when the
+ * fraction |v| - floor(|v|) (exact) is at least 1/2, with the sign of v put back. */
+INLINE __m256i round_away(__m256 v) {
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    __m256 a = _mm256_andnot_ps(sign, v);
+    __m256 f = _mm256_round_ps(a, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+    __m256 up = _mm256_cmp_ps(_mm256_sub_ps(a, f), _mm256_set1_ps(0.5f), _CMP_GE_OQ);
+    f = _mm256_add_ps(f, _mm256_and_ps(up, _mm256_set1_ps(1.0f)));
+    return _mm256_cvttps_epi32(_mm256_or_ps(f, _mm256_and_ps(sign, v)));
+}
+
+/* max |x[i]| over m floats, m a multiple of 8 */
+INLINE float amax_ps(const float *x, int m) {
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    __m256 mx = _mm256_setzero_ps();
+    __m128 s;
+    for (int i = 0; i < m; i += 8)
+        mx = _mm256_max_ps(mx, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + i)));
+    s = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
+    s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_max_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* 32 values x * id rounded to int8 in order into q; returns their sum. */
+INLINE int quantize32(const float *x, float id, int8_t q[32]) {
+    const __m256 vid = _mm256_set1_ps(id);
+    __m256i a = round_away(_mm256_mul_ps(_mm256_loadu_ps(x), vid));
+    __m256i b = round_away(_mm256_mul_ps(_mm256_loadu_ps(x + 8), vid));
+    __m256i c = round_away(_mm256_mul_ps(_mm256_loadu_ps(x + 16), vid));
+    __m256i d = round_away(_mm256_mul_ps(_mm256_loadu_ps(x + 24), vid));
+    int sum = hsum_epi32(_mm256_add_epi32(_mm256_add_epi32(a, b), _mm256_add_epi32(c, d)));
+    /* packs interleave the 128-bit lanes; the permute restores value order */
+    __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(a, b), _mm256_packs_epi32(c, d));
+    p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    _mm256_storeu_si256((__m256i *)q, p);
+    return sum;
+}
+
+/* The reference's block rule: d = max|x|/127, zero block when d < FLT_MIN. */
+INLINE float block_scale(const float *x, int m, float *id) {
+    float d = amax_ps(x, m) / 127.0f;
+    if (!(d >= FLT_MIN))
+        return 0.0f;
+    *id = 1.0f / d;
+    return d;
+}
+
+static void quantize_q8_0_avx2(const float *x, void *y, int64_t n) {
+    uint8_t *out = y;
+    int64_t nb = n / 32;
+    size_t bytes = pi_vec_bytes(PI_VEC_Q8_0, n);
+    /* zero the padding blocks of the last group */
+    memset(out + bytes - PI_Q8_0_GROUP_BYTES, 0, PI_Q8_0_GROUP_BYTES);
+    for (int64_t b = 0; b < nb; b++) {
+        int8_t q[32];
+        float id = 0.0f, d = block_scale(x + 32 * b, 32, &id), s;
+        int sum = 0;
+        if (d != 0.0f)
+            sum = quantize32(x + 32 * b, id, q);
+        else
+            memset(q, 0, sizeof q);
+        for (int u = 0; u < 8; u++) /* dword u of the block to step u of its group */
+            memcpy(out + pi_q8_0_q_offset(b, 4 * u), q + 4 * u, 4);
+        s = d * (float)sum;
+        memcpy(out + pi_q8_0_d_offset(b), &d, 4);
+        memcpy(out + pi_q8_0_d_offset(b) + 32, &s, 4);
+    }
+}
+
+static void quantize_q8_k_avx2(const float *x, void *y, int64_t n) {
+    int64_t nb = n / 256;
+    int8_t *q = y;
+    int16_t *bsum = (int16_t *)(q + 256 * nb);
+    float *dd = (float *)(bsum + 16 * nb);
+    for (int64_t b = 0; b < nb; b++) {
+        const float *xb = x + 256 * b;
+        int8_t *qb = q + 256 * b;
+        float id = 0.0f, d = block_scale(xb, 256, &id);
+        dd[b] = d;
+        if (d == 0.0f)
+            memset(qb, 0, 256);
+        for (int i = 0; d != 0.0f && i < 256; i += 32)
+            quantize32(xb + i, id, qb + i);
+        for (int g = 0; g < 16; g++) {
+            int sum = 0;
+            for (int i = 0; i < 16; i++)
+                sum += qb[16 * g + i];
+            bsum[16 * b + g] = (int16_t)sum;
+        }
+    }
+}
+
+/* ---- 32-blocks: groups of 8 ------------------------------------------------------------ */
+
+/* One decoded group of 8 weight blocks: q[u] = step u of the quants (unsigned, or |w| for
+ * Q8_0 with the signed values in s[u]), d = the 8 block scales, m = the 8 offsets. */
+struct wgroup {
+    __m256i q[8];
+    __m256i s[8];
+    __m256 d, m;
+};
+
+/* 4x4 transpose of dwords inside each 128-bit lane: dword j of t[u] = dword u of a[j]. */
+INLINE void transpose4(const __m256i a[4], __m256i t[4]) {
+    __m256i t0 = _mm256_unpacklo_epi32(a[0], a[1]), t1 = _mm256_unpackhi_epi32(a[0], a[1]);
+    __m256i t2 = _mm256_unpacklo_epi32(a[2], a[3]), t3 = _mm256_unpackhi_epi32(a[2], a[3]);
+    t[0] = _mm256_unpacklo_epi64(t0, t2);
+    t[1] = _mm256_unpackhi_epi64(t0, t2);
+    t[2] = _mm256_unpacklo_epi64(t1, t3);
+    t[3] = _mm256_unpackhi_epi64(t1, t3);
+}
+
+/* 16 bytes per block at p + bb*j (j < 8) transposed: dword j of t[u] = bytes 4u..4u+3 of
+ * block j. Blocks 0-3 go to the low lane, 4-7 to the high lane. */
+INLINE void transpose16(const uint8_t *p, size_t bb, __m256i t[4]) {
+    __m256i a[4];
+    UNROLL
+    for (int j = 0; j < 4; j++)
+        a[j] = load2x128(p + bb * (size_t)j, p + bb * (size_t)(j + 4));
+    transpose4(a, t);
+}
+
+/* The nibbles of transposed Q4 quants: low nibbles are values 4u.., high 16 + 4u... */
+INLINE void nibbles(const __m256i t[4], __m256i q[8]) {
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    UNROLL
+    for (int u = 0; u < 4; u++) {
+        q[u] = _mm256_and_si256(t[u], m4);
+        q[u + 4] = _mm256_and_si256(_mm256_srli_epi16(t[u], 4), m4);
+    }
+}
+
+/* The dwords at p + bb*j (j < 8) as one vector, assembled in general registers (a
+ * vpgatherdd costs more on the CPUs we measured). */
+INLINE __m256i dwords8(const uint8_t *p, size_t bb) {
+    uint64_t w[4];
+    UNROLL
+    for (int k = 0; k < 4; k++) {
+        uint32_t lo, hi;
+        memcpy(&lo, p + bb * (size_t)(2 * k), 4);
+        memcpy(&hi, p + bb * (size_t)(2 * k + 1), 4);
+        w[k] = lo | (uint64_t)hi << 32;
+    }
+    return _mm256_setr_epi64x((long long)w[0], (long long)w[1], (long long)w[2], (long long)w[3]);
+}
+
+/* The f16 at p + bb*j (j < 8) -> 8 floats; assembled in general registers, which
+ * are idle here, as two 64-bit words. */
+INLINE __m256 halves8(const uint8_t *p, size_t bb) {
+    uint64_t w[2] = {0, 0};
+    UNROLL
+    for (int j = 0; j < 8; j++) {
+        uint16_t h;
+        memcpy(&h, p + bb * (size_t)j, 2);
+        w[j / 4] |= (uint64_t)h << (16 * (j % 4));
+    }
+    return _mm256_cvtph_ps(_mm_set_epi64x((long long)w[1], (long long)w[0]));
+}
+
+/* The low (hi = 0) or high halves of 8 dwords as f16 -> 8 floats. */
+INLINE __m256 halves_to_ps(__m256i v, int hi) {
+    __m256i h = hi ? _mm256_srli_epi32(v, 16) : _mm256_and_si256(v, _mm256_set1_epi32(0xffff));
+    h = _mm256_permute4x64_epi64(_mm256_packus_epi32(h, h), 0x08);
+    return _mm256_cvtph_ps(_mm256_castsi256_si128(h));
+}
+
+/* Bit 4 of Q5 quants: qh (dword j = qh of block j) bit 4u+t -> 0x10 in byte 4j+t of
+ * step u, or-ed into q[u]. Byte u/2 of each dword is spread over the dword, then each
+ * byte tests its own bit. */
+INLINE void q5_high_bits(__m256i qh, __m256i q[8]) {
+    const __m256i b16 = _mm256_set1_epi8(0x10);
+    UNROLL
+    for (int k = 0; k < 4; k++) {
+        const __m256i spread = _mm256_add_epi8(_mm256_set1_epi32(0x01010101 * k),
+                                               _mm256_setr_epi8(0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8,
+                                                                12, 12, 12, 12, 0, 0, 0, 0, 4, 4,
+                                                                4, 4, 8, 8, 8, 8, 12, 12, 12, 12));
+        __m256i bk = _mm256_shuffle_epi8(qh, spread);
+        UNROLL
+        for (int half = 0; half < 2; half++) {
+            const __m256i bit = _mm256_set1_epi32(half ? (int)0x80402010 : 0x08040201);
+            __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(bk, bit), bit);
+            q[2 * k + half] = _mm256_or_si256(q[2 * k + half], _mm256_and_si256(set, b16));
+        }
+    }
+}
+
+/* Decode 8 blocks of `type` starting at p (all 8 must be readable). */
+INLINE void load_group(int type, const uint8_t *p, struct wgroup *w) {
+    __m256i t[4], a[4];
+    switch (type) {
+    case PI_TYPE_Q4_0:
+        transpose16(p + 2, 18, t);
+        nibbles(t, w->q);
+        w->d = halves8(p, 18);
+        break;
+    case PI_TYPE_Q4_1: {
+        __m256i dm = dwords8(p, 20);
+        transpose16(p + 4, 20, t);
+        nibbles(t, w->q);
+        w->d = halves_to_ps(dm, 0);
+        w->m = halves_to_ps(dm, 1);
+        break;
+    }
+    case PI_TYPE_Q5_0:
+        transpose16(p + 6, 22, t);
+        nibbles(t, w->q);
+        q5_high_bits(dwords8(p + 2, 22), w->q);
+        w->d = halves8(p, 22);
+        break;
+    case PI_TYPE_Q5_1: {
+        __m256i dm = dwords8(p, 24);
+        transpose16(p + 8, 24, t);
+        nibbles(t, w->q);
+        q5_high_bits(dwords8(p + 4, 24), w->q);
+        w->d = halves_to_ps(dm, 0);
+        w->m = halves_to_ps(dm, 1);
+        break;
+    }
+    case PI_TYPE_Q8_0:
+        UNROLL
+        for (int j = 0; j < 4; j++)
+            a[j] = load2x128(p + 2 + 34 * j, p + 2 + 34 * (j + 4));
+        transpose4(a, w->s);
+        UNROLL
+        for (int j = 0; j < 4; j++)
+            a[j] = load2x128(p + 18 + 34 * j, p + 18 + 34 * (j + 4));
+        transpose4(a, w->s + 4);
+        UNROLL
+        for (int u = 0; u < 8; u++)
+            w->q[u] = _mm256_abs_epi8(w->s[u]);
+        w->d = halves8(p, 34);
+        break;
+    }
+}
+
+#if defined(PI_VNNI)
+
+/* Per block j (lane j): sum q*x over its 32 values, unsigned quants: 8 vpdpbusd in two
+ * chains. */
+INLINE __m256i dot8_u8(const __m256i q[8], const uint8_t *xg) {
+    __m256i a = _mm256_setzero_si256(), b = _mm256_setzero_si256();
+    UNROLL
+    for (int u = 0; u < 8; u += 2) {
+        a = _mm256_dpbusd_epi32(a, q[u], loadu256(xg + 32 * u));
+        b = _mm256_dpbusd_epi32(b, q[u + 1], loadu256(xg + 32 * (u + 1)));
+    }
+    return _mm256_add_epi32(a, b);
+}
+#  define dot8_u4 dot8_u8
+#  define dot8_u5 dot8_u8
+
+/* Per block j (lane j): sum w*x for signed w: |w| * (x with w's sign). */
+INLINE __m256i dot8_s8(const struct wgroup *w, const uint8_t *xg) {
+    __m256i a = _mm256_setzero_si256(), b = _mm256_setzero_si256();
+    UNROLL
+    for (int u = 0; u < 8; u += 2) {
+        a = _mm256_dpbusd_epi32(a, w->q[u], _mm256_sign_epi8(loadu256(xg + 32 * u), w->s[u]));
+        b = _mm256_dpbusd_epi32(b, w->q[u + 1],
+                                _mm256_sign_epi8(loadu256(xg + 32 * (u + 1)), w->s[u + 1]));
+    }
+    return _mm256_add_epi32(a, b);
+}
+
+#else
+
+/* Per block j (lane j): sum over steps u0..u0+n-1 of q*x, as int16 pairs added before
+ * one madd (the caller keeps n * 2 * qmax * 127 below 32768). */
+INLINE __m256i dot_steps(const __m256i q[8], const uint8_t *xg, int u0, int n) {
+    __m256i p = _mm256_maddubs_epi16(q[u0], loadu256(xg + 32 * u0));
+    UNROLL
+    for (int u = u0 + 1; u < u0 + n; u++)
+        p = _mm256_add_epi16(p, _mm256_maddubs_epi16(q[u], loadu256(xg + 32 * u)));
+    return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
+}
+
+/* Per block j (lane j): sum q*x over its 32 values; 4-bit quants: 8 steps in int16
+ * (8 * 2 * 15 * 127 = 30480), 5-bit: twice 4 (4 * 2 * 31 * 127 = 31496). */
+INLINE __m256i dot8_u4(const __m256i q[8], const uint8_t *xg) {
+    return dot_steps(q, xg, 0, 8);
+}
+INLINE __m256i dot8_u5(const __m256i q[8], const uint8_t *xg) {
+    return _mm256_add_epi32(dot_steps(q, xg, 0, 4), dot_steps(q, xg, 4, 4));
+}
+
+/* Per block j (lane j): sum w*x for signed w (sign trick: |w| * (x with w's sign)),
+ * widened every step (2 * 128 * 127 = 32512). */
+INLINE __m256i dot8_s8(const struct wgroup *w, const uint8_t *xg) {
+    const __m256i one = _mm256_set1_epi16(1);
+    __m256i acc = _mm256_setzero_si256();
+    UNROLL
+    for (int u = 0; u < 8; u++) {
+        __m256i sx = _mm256_sign_epi8(loadu256(xg + 32 * u), w->s[u]);
+        acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(w->q[u], sx), one));
+    }
+    return acc;
+}
+
+#endif
+
+/* acc + the group's contribution to dot(row, x) for one activation group xg:
+ * d*dx*isum, minus off*d*s for the offset types (Q4_0: 8, Q5_0: 16), plus m*s. */
+INLINE __m256 group_dot(int type, const struct wgroup *w, const uint8_t *xg, __m256 acc) {
+    __m256 dx = _mm256_loadu_ps((const float *)(const void *)(xg + 256));
+    __m256 sx = _mm256_loadu_ps((const float *)(const void *)(xg + 288));
+    __m256i isum;
+    switch (type) {
+    case PI_TYPE_Q4_0:
+    case PI_TYPE_Q4_1:
+        isum = dot8_u4(w->q, xg);
+        break;
+    case PI_TYPE_Q5_0:
+    case PI_TYPE_Q5_1:
+        isum = dot8_u5(w->q, xg);
+        break;
+    default:
+        isum = dot8_s8(w, xg);
+        break;
+    }
+    acc = _mm256_fmadd_ps(_mm256_mul_ps(w->d, dx), _mm256_cvtepi32_ps(isum), acc);
+    switch (type) {
+    case PI_TYPE_Q4_0:
+        acc = _mm256_fnmadd_ps(_mm256_mul_ps(w->d, _mm256_set1_ps(8.0f)), sx, acc);
+        break;
+    case PI_TYPE_Q5_0:
+        acc = _mm256_fnmadd_ps(_mm256_mul_ps(w->d, _mm256_set1_ps(16.0f)), sx, acc);
+        break;
+    case PI_TYPE_Q4_1:
+    case PI_TYPE_Q5_1:
+        acc = _mm256_fmadd_ps(w->m, sx, acc);
+        break;
+    }
+    return acc;
+}
+
+INLINE size_t block_bytes(int type) {
+    switch (type) {
+    case PI_TYPE_Q4_0:
+        return 18;
+    case PI_TYPE_Q4_1:
+        return 20;
+    case PI_TYPE_Q5_0:
+        return 22;
+    case PI_TYPE_Q5_1:
+        return 24;
+    default:
+        return 34;
+    }
+}
+
+/* Group g of a row of nb blocks: in place when all 8 blocks exist, else copied into
+ * tmp after zero blocks (d = 0, quants 0: they add nothing). */
+INLINE const uint8_t *group_at(const uint8_t *row, int64_t g, int64_t nb, size_t bb,
+                               uint8_t tmp[8 * 34]) {
+    if (8 * g + 8 <= nb)
+        return row + (size_t)(8 * g) * bb;
+    memset(tmp, 0, 8 * bb);
+    memcpy(tmp, row + (size_t)(8 * g) * bb, (size_t)(nb - 8 * g) * bb);
+    return tmp;
+}
+
+/* Sums over the groups [g0, g1) of one row for tt activation vectors vb bytes apart:
+ * out[t] = hsum of an 8-lane accumulator. Rows are summed in K-blocks of KB_GROUPS
+ * groups (2048 values) in this order by both dot and gemm, so they agree bit for bit. */
+INLINE void row_kblock(int type, const uint8_t *row, int64_t nb, int64_t g0, int64_t g1,
+                       const uint8_t *x, size_t vb, int tt, float *out) {
+    const size_t bb = block_bytes(type);
+    uint8_t tmp[8 * 34];
+    __m256 acc[GEMM_TILE];
+    for (int t = 0; t < tt; t++)
+        acc[t] = _mm256_setzero_ps();
+    for (int64_t g = g0; g < g1; g++) {
+        struct wgroup wg;
+        const uint8_t *xg = x + (size_t)g * PI_Q8_0_GROUP_BYTES;
+        load_group(type, group_at(row, g, nb, bb, tmp), &wg);
+        for (int t = 0; t < tt; t++)
+            acc[t] = group_dot(type, &wg, xg + (size_t)t * vb, acc[t]);
+    }
+    for (int t = 0; t < tt; t++)
+        out[t] = hsum_ps(acc[t]);
+}
+
+INLINE float dot_blocks(int type, const void *w, const void *x, int64_t n) {
+    const int64_t nb = n / 32, ng = (nb + 7) / 8;
+    float sum = 0.0f;
+    for (int64_t g0 = 0; g0 < ng; g0 += KB_GROUPS) {
+        float part;
+        row_kblock(type, w, nb, g0, g0 + KB_GROUPS < ng ? g0 + KB_GROUPS : ng, x, 0, 1, &part);
+        sum += part;
+    }
+    return sum;
+}
+
+/* Y[t][r] for the tile's tokens, after K-block k of row r (added in dot's order). */
+INLINE void kblock_to_y(int type, const uint8_t *row, int64_t nb, int64_t k, const uint8_t *x,
+                        size_t vb, int tt, float *y, int64_t ldy) {
+    const int64_t ng = (nb + 7) / 8, g0 = k * KB_GROUPS;
+    float part[GEMM_TILE];
+    row_kblock(type, row, nb, g0, g0 + KB_GROUPS < ng ? g0 + KB_GROUPS : ng, x, vb, tt, part);
+    for (int t = 0; t < tt; t++)
+        y[t * ldy] = k == 0 ? 0.0f + part[t] : y[t * ldy] + part[t];
+}
+
+/* The loop nest of gemm: blocks of rows that fit in L2 (GEMM_L2_BYTES); inside them
+ * tiles of GEMM_TILE tokens, each decoded weight group serving the whole tile. When the
+ * tile's activations fit in L1 (decode: one token) each row is done in one pass, so the
+ * weights stream in order; otherwise K-blocks are the outer loop, so the tile's
+ * activations for one K-block (GEMM_TILE * 2.5 KB) stay in L1 while the rows pass. */
+INLINE void gemm_blocks(int type, const void *W, size_t rb, int64_t nr, const void *X, size_t vb,
+                        int64_t nt, float *Y, int64_t ldy, int64_t n) {
+    const int64_t nb = n / 32, nk = ((nb + 7) / 8 + KB_GROUPS - 1) / KB_GROUPS;
+    const int64_t rows = rb < GEMM_L2_BYTES ? (int64_t)(GEMM_L2_BYTES / rb) : 1;
+    for (int64_t r0 = 0; r0 < nr; r0 += rows) {
+        const int64_t r1 = r0 + rows < nr ? r0 + rows : nr;
+        for (int64_t t0 = 0; t0 < nt; t0 += GEMM_TILE) {
+            const int tt = nt - t0 < GEMM_TILE ? (int)(nt - t0) : GEMM_TILE;
+            const uint8_t *x = (const uint8_t *)X + (size_t)t0 * vb;
+            const uint8_t *w = (const uint8_t *)W;
+            float *y = Y + t0 * ldy;
+            if ((size_t)tt * vb <= GEMM_L1_ACT_BYTES) {
+                for (int64_t r = r0; r < r1; r++)
+                    for (int64_t k = 0; k < nk; k++)
+                        kblock_to_y(type, w + (size_t)r * rb, nb, k, x, vb, tt, y + r, ldy);
+            } else {
+                for (int64_t k = 0; k < nk; k++)
+                    for (int64_t r = r0; r < r1; r++)
+                        kblock_to_y(type, w + (size_t)r * rb, nb, k, x, vb, tt, y + r, ldy);
+            }
+        }
+    }
+}
+
+#define BLOCK_KERNELS(name, TYPE)                                                             \
+    static float dot_##name##_avx2(const void *w, const void *x, int64_t n) {                 \
+        return dot_blocks(TYPE, w, x, n);                                                      \
+    }                                                                                          \
+    static void gemm_##name##_avx2(const void *W, size_t rb, int64_t nr, const void *X,       \
+                                   size_t vb, int64_t nt, float *Y, int64_t ldy, int64_t n) { \
+        gemm_blocks(TYPE, W, rb, nr, X, vb, nt, Y, ldy, n);                                    \
+    }
+BLOCK_KERNELS(q4_0, PI_TYPE_Q4_0)
+BLOCK_KERNELS(q4_1, PI_TYPE_Q4_1)
+BLOCK_KERNELS(q5_0, PI_TYPE_Q5_0)
+BLOCK_KERNELS(q5_1, PI_TYPE_Q5_1)
+BLOCK_KERNELS(q8_0, PI_TYPE_Q8_0)
+#undef BLOCK_KERNELS
+
+/* ---- K-quants ------------------------------------------------------------------------- */
+
+/* PI_VEC_Q8_K views of super-block b (of nb). */
+INLINE const int8_t *xk_q(const void *x, int64_t b) {
+    return (const int8_t *)x + 256 * b;
+}
+INLINE const int16_t *xk_bsum(const void *x, int64_t nb, int64_t b) {
+    return (const int16_t *)(const void *)((const int8_t *)x + 256 * nb) + 16 * b;
+}
+INLINE float xk_d(const void *x, int64_t nb, int64_t b) {
+    float d;
+    memcpy(&d, (const int8_t *)x + 288 * nb + 4 * b, 4);
+    return d;
+}
+
+/* Q4_K/Q5_K 12 packed bytes -> bytes sc[0..7] | mn[0..7]. Bytewise on 32-bit words:
+ * sc[0..3] = s0-3 & 63, mn[0..3] = s4-7 & 63, sc[4..7] = (s8-11 & 15) | (s0-3 >> 6) << 4,
+ * mn[4..7] = (s8-11 >> 4) | (s4-7 >> 6) << 4. */
+INLINE __m128i k4_scales(const uint8_t *s) {
+    uint32_t a, b, c, w[4];
+    memcpy(&a, s, 4);
+    memcpy(&b, s + 4, 4);
+    memcpy(&c, s + 8, 4);
+    w[0] = a & 0x3f3f3f3fu;
+    w[1] = (c & 0x0f0f0f0fu) | (((a >> 6) & 0x03030303u) << 4);
+    w[2] = b & 0x3f3f3f3fu;
+    w[3] = ((c >> 4) & 0x0f0f0f0fu) | (((b >> 6) & 0x03030303u) << 4);
+    return loadu128(w);
+}
+
+/* acc + the int16 products a*b summed in pairs (vpdpwssd with VNNI). */
+INLINE __m256i madd_acc(__m256i acc, __m256i a, __m256i b) {
+#if defined(PI_VNNI)
+    return _mm256_dpwssd_epi32(acc, a, b);
+#else
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(a, b));
+#endif
+}
+
+/* int16 vector with every element = word s of the low 8 words in both lanes of v. */
+INLINE __m256i bcast_word(__m256i v, int s) {
+    return _mm256_shuffle_epi8(v, _mm256_set1_epi16((short)(0x0100 + 0x0202 * s)));
+}
+
+/* sum_s mn[s] * (x sum of sub-block s): madd of the 16 bsums with each min twice. */
+INLINE __m256i k4_mins(__m128i scm, const int16_t *bsum) {
+    __m128i mn2 = _mm_shuffle_epi8(scm, _mm_setr_epi8(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13,
+                                                      14, 14, 15, 15));
+    return _mm256_madd_epi16(loadu256(bsum), _mm256_cvtepu8_epi16(mn2));
+}
+
+/* One Q4_K or Q5_K super-block (qh NULL for Q4_K): acc + d*dx*isum - dmin*dx*msum. */
+INLINE __m256 k45_block(const uint8_t *blk, const uint8_t *qh, const uint8_t *qs,
+                        const int8_t *xq, const int16_t *bsum, float dx, __m256 acc) {
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    __m128i scm = k4_scales(blk + 4);
+    __m256i sc = _mm256_cvtepu8_epi16(scm); /* words 0-7 scales, 8-15 mins */
+    __m256i isum = _mm256_setzero_si256();
+    __m256i h = qh ? loadu256(qh) : _mm256_setzero_si256();
+    sc = _mm256_permute2x128_si256(sc, sc, 0x00);
+    UNROLL
+    for (int g = 0; g < 4; g++) {
+        __m256i q = loadu256(qs + 32 * g);
+        __m256i lo = _mm256_and_si256(q, m4);
+        __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+        if (qh) { /* bit 2g (2g+1) of qh[l] is bit 4 of value l of sub-block 2g (2g+1) */
+            const __m256i b16 = _mm256_set1_epi8(0x10);
+            lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_slli_epi16(h, 4), b16));
+            hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_slli_epi16(h, 3), b16));
+            h = _mm256_srli_epi16(h, 2);
+        }
+        __m256i plo = _mm256_maddubs_epi16(lo, loadu256(xq + 64 * g));
+        __m256i phi = _mm256_maddubs_epi16(hi, loadu256(xq + 64 * g + 32));
+        isum = madd_acc(isum, plo, bcast_word(sc, 2 * g));
+        isum = madd_acc(isum, phi, bcast_word(sc, 2 * g + 1));
+    }
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(f16_at(blk) * dx), _mm256_cvtepi32_ps(isum), acc);
+    return _mm256_fnmadd_ps(_mm256_set1_ps(f16_at(blk + 2) * dx),
+                            _mm256_cvtepi32_ps(k4_mins(scm, bsum)), acc);
+}
+
+static float dot_q4_k_avx2(const void *w, const void *x, int64_t n) {
+    const uint8_t *blk = w;
+    const int64_t nb = n / 256;
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++, blk += 144)
+        acc = k45_block(blk, NULL, blk + 16, xk_q(x, b), xk_bsum(x, nb, b), xk_d(x, nb, b), acc);
+    return hsum_ps(acc);
+}
+
+static float dot_q5_k_avx2(const void *w, const void *x, int64_t n) {
+    const uint8_t *blk = w;
+    const int64_t nb = n / 256;
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++, blk += 176)
+        acc = k45_block(blk, blk + 16, blk + 48, xk_q(x, b), xk_bsum(x, nb, b), xk_d(x, nb, b),
+                        acc);
+    return hsum_ps(acc);
+}
+
+/* Q6_K: per half h (128 values) ql[64h..64h+63] and qh[32h..32h+31] give 4 chunks of 32
+ * values: low nibbles of ql 0-31, 32-63, then high nibbles, each with 2 bits of qh
+ * (bits 0-1, 2-3, 4-5, 6-7) as bits 4-5. Scales per 16 values: madd with
+ * [scale(2c) x8 | scale(2c+1) x8] for chunk c. The -32 offset is 32 * sum(sc * bsum). */
+static float dot_q6_k_avx2(const void *w, const void *x, int64_t n) {
+    const uint8_t *blk = w;
+    const int64_t nb = n / 256;
+    const __m256i m4 = _mm256_set1_epi8(0x0f), m30 = _mm256_set1_epi8(0x30);
+    /* within each lane: words 0 (low lane) or 1 (high lane) of the dword broadcast */
+    const __m256i pick = _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2,
+                                          3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3);
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++, blk += 210) {
+        const int8_t *xq = xk_q(x, b);
+        __m256i sc = _mm256_cvtepi8_epi16(loadu128(blk + 192)); /* 16 scales as words */
+        __m256i isum = _mm256_setzero_si256();
+        __m256i off = _mm256_madd_epi16(sc, loadu256(xk_bsum(x, nb, b)));
+        UNROLL
+        for (int hh = 0; hh < 2; hh++) {
+            __m256i l0 = loadu256(blk + 64 * hh), l1 = loadu256(blk + 64 * hh + 32);
+            __m256i qh = loadu256(blk + 128 + 32 * hh);
+            __m256i c[4];
+            c[0] = _mm256_or_si256(_mm256_and_si256(l0, m4),
+                                   _mm256_and_si256(_mm256_slli_epi16(qh, 4), m30));
+            c[1] = _mm256_or_si256(_mm256_and_si256(l1, m4),
+                                   _mm256_and_si256(_mm256_slli_epi16(qh, 2), m30));
+            c[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
+                                   _mm256_and_si256(qh, m30));
+            c[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                                   _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30));
+            UNROLL
+            for (int k = 0; k < 4; k++) {
+                const int ch = 4 * hh + k; /* chunk of 32 values, scales 2ch, 2ch+1 */
+                __m256i s2 = _mm256_permutevar8x32_epi32(sc, _mm256_set1_epi32(ch));
+                __m256i p = _mm256_maddubs_epi16(c[k], loadu256(xq + 32 * ch));
+                isum = madd_acc(isum, p, _mm256_shuffle_epi8(s2, pick));
+            }
+        }
+        isum = _mm256_sub_epi32(isum, _mm256_slli_epi32(off, 5));
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(f16_at(blk + 208) * xk_d(x, nb, b)),
+                              _mm256_cvtepi32_ps(isum), acc);
+    }
+    return hsum_ps(acc);
+}
+
+/* K-quant rows are short in bytes (a 4096 row of Q4_K is 2.3 KB), so a row stays in L1
+ * while it is dotted with every token: gemm is dots, row-major. */
+static void gemm_dots(pi_dot_fn dot, const void *W, size_t rb, int64_t nr, const void *X,
+                      size_t vb, int64_t nt, float *Y, int64_t ldy, int64_t n) {
+    for (int64_t r = 0; r < nr; r++)
+        for (int64_t t = 0; t < nt; t++)
+            Y[t * ldy + r] =
+                dot((const uint8_t *)W + (size_t)r * rb, (const uint8_t *)X + (size_t)t * vb, n);
+}
+
+static void gemm_q4_k_avx2(const void *W, size_t rb, int64_t nr, const void *X, size_t vb,
+                           int64_t nt, float *Y, int64_t ldy, int64_t n) {
+    gemm_dots(dot_q4_k_avx2, W, rb, nr, X, vb, nt, Y, ldy, n);
+}
+static void gemm_q5_k_avx2(const void *W, size_t rb, int64_t nr, const void *X, size_t vb,
+                           int64_t nt, float *Y, int64_t ldy, int64_t n) {
+    gemm_dots(dot_q5_k_avx2, W, rb, nr, X, vb, nt, Y, ldy, n);
+}
+static void gemm_q6_k_avx2(const void *W, size_t rb, int64_t nr, const void *X, size_t vb,
+                           int64_t nt, float *Y, int64_t ldy, int64_t n) {
+    gemm_dots(dot_q6_k_avx2, W, rb, nr, X, vb, nt, Y, ldy, n);
+}
+
+/* ---- float weights -------------------------------------------------------------------- */
+
+/* 8 weights of a float type at element i as floats. */
+INLINE __m256 load8(int type, const uint8_t *w, int64_t i) {
+    switch (type) {
+    case PI_TYPE_F32:
+        return _mm256_loadu_ps((const float *)(const void *)(w + 4 * i));
+    case PI_TYPE_F16:
+        return _mm256_cvtph_ps(loadu128(w + 2 * i));
+    default: /* BF16: the top half of a float */
+        return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(loadu128(w + 2 * i)), 16));
+    }
+}
+
+INLINE float load1(int type, const uint8_t *w, int64_t i) {
+    uint16_t h;
+    float f;
+    switch (type) {
+    case PI_TYPE_F32:
+        memcpy(&f, w + 4 * i, 4);
+        return f;
+    case PI_TYPE_F16:
+        memcpy(&h, w + 2 * i, 2);
+        return _cvtsh_ss(h);
+    default: {
+        uint32_t u;
+        memcpy(&h, w + 2 * i, 2);
+        u = (uint32_t)h << 16;
+        memcpy(&f, &u, 4);
+        return f;
+    }
+    }
+}
+
+/* 4 independent accumulators hide the FMA latency; the tail is scalar. */
+INLINE float dot_float(int type, const void *wv, const void *xv, int64_t n) {
+    const uint8_t *w = wv;
+    const float *x = xv;
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    int64_t i = 0;
+    float tail = 0.0f;
+    for (; i + 32 <= n; i += 32) {
+        a0 = _mm256_fmadd_ps(load8(type, w, i), _mm256_loadu_ps(x + i), a0);
+        a1 = _mm256_fmadd_ps(load8(type, w, i + 8), _mm256_loadu_ps(x + i + 8), a1);
+        a2 = _mm256_fmadd_ps(load8(type, w, i + 16), _mm256_loadu_ps(x + i + 16), a2);
+        a3 = _mm256_fmadd_ps(load8(type, w, i + 24), _mm256_loadu_ps(x + i + 24), a3);
+    }
+    for (; i + 8 <= n; i += 8)
+        a0 = _mm256_fmadd_ps(load8(type, w, i), _mm256_loadu_ps(x + i), a0);
+    for (; i < n; i++)
+        tail += load1(type, w, i) * x[i];
+    return hsum_ps(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3))) + tail;
+}
+
+/* Tiles of 2 rows x 4 tokens: each converted weight vector feeds 4 FMAs and each
+ * activation load 2; 8 accumulators keep both FMA pipes busy. Leftovers use dots. */
+INLINE void gemm_float(int type, const void *W, size_t rb, int64_t nr, const void *X, size_t vb,
+                       int64_t nt, float *Y, int64_t ldy, int64_t n, pi_dot_fn dot) {
+    const int64_t n8 = n / 8 * 8, nr2 = nr / 2 * 2, nt4 = nt / 4 * 4;
+    for (int64_t r = 0; r < nr2; r += 2) {
+        const uint8_t *w0 = (const uint8_t *)W + (size_t)r * rb, *w1 = w0 + rb;
+        for (int64_t t = 0; t < nt4; t += 4) {
+            const float *x[4];
+            __m256 acc[2][4];
+            for (int k = 0; k < 4; k++) {
+                x[k] = (const float *)(const void *)((const uint8_t *)X + (size_t)(t + k) * vb);
+                acc[0][k] = acc[1][k] = _mm256_setzero_ps();
+            }
+            for (int64_t i = 0; i < n8; i += 8) {
+                __m256 v0 = load8(type, w0, i), v1 = load8(type, w1, i);
+                for (int k = 0; k < 4; k++) {
+                    __m256 xv = _mm256_loadu_ps(x[k] + i);
+                    acc[0][k] = _mm256_fmadd_ps(v0, xv, acc[0][k]);
+                    acc[1][k] = _mm256_fmadd_ps(v1, xv, acc[1][k]);
+                }
+            }
+            for (int k = 0; k < 4; k++) {
+                float s0 = hsum_ps(acc[0][k]), s1 = hsum_ps(acc[1][k]);
+                for (int64_t i = n8; i < n; i++) {
+                    s0 += load1(type, w0, i) * x[k][i];
+                    s1 += load1(type, w1, i) * x[k][i];
+                }
+                Y[(t + k) * ldy + r] = s0;
+                Y[(t + k) * ldy + r + 1] = s1;
+            }
+        }
+    }
+    for (int64_t r = 0; r < nr; r++)
+        for (int64_t t = r < nr2 ? nt4 : 0; t < nt; t++)
+            Y[t * ldy + r] =
+                dot((const uint8_t *)W + (size_t)r * rb, (const uint8_t *)X + (size_t)t * vb, n);
+}
+
+#define FLOAT_KERNELS(name, TYPE)                                                             \
+    static float dot_##name##_avx2(const void *w, const void *x, int64_t n) {                 \
+        return dot_float(TYPE, w, x, n);                                                       \
+    }                                                                                          \
+    static void gemm_##name##_avx2(const void *W, size_t rb, int64_t nr, const void *X,       \
+                                   size_t vb, int64_t nt, float *Y, int64_t ldy, int64_t n) { \
+        gemm_float(TYPE, W, rb, nr, X, vb, nt, Y, ldy, n, dot_##name##_avx2);                  \
+    }
+FLOAT_KERNELS(f32, PI_TYPE_F32)
+FLOAT_KERNELS(f16, PI_TYPE_F16)
+FLOAT_KERNELS(bf16, PI_TYPE_BF16)
+#undef FLOAT_KERNELS
+
+/* ---- dequantization (bit-exact with runtime/dequant.c: same products, no FMA) ---------- */
+
+static void to_float_f16_avx2(const void *src, float *dst, int64_t n) {
+    const uint8_t *p = src;
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(loadu128(p + 2 * i)));
+    for (; i < n; i++)
+        dst[i] = load1(PI_TYPE_F16, p, i);
+}
+
+static void to_float_bf16_avx2(const void *src, float *dst, int64_t n) {
+    const uint8_t *p = src;
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(dst + i, load8(PI_TYPE_BF16, p, i));
+    for (; i < n; i++)
+        dst[i] = load1(PI_TYPE_BF16, p, i);
+}
+
+/* 32 int8 quants in order -> d * q as 32 floats. */
+INLINE void store_scaled32(__m256i q, __m256 d, float *dst) {
+    __m128i lo = _mm256_castsi256_si128(q), hi = _mm256_extracti128_si256(q, 1);
+    _mm256_storeu_ps(dst, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(lo))));
+    _mm256_storeu_ps(dst + 8, _mm256_mul_ps(
+                                  d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(lo, 8)))));
+    _mm256_storeu_ps(dst + 16, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(hi))));
+    _mm256_storeu_ps(dst + 24, _mm256_mul_ps(
+                                   d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(hi, 8)))));
+}
+
+/* 16 bytes of nibbles -> 32 quants in value order (low nibbles first). */
+INLINE __m256i unpack_nibbles(const uint8_t *qs) {
+    __m128i q = loadu128(qs);
+    __m256i v = _mm256_inserti128_si256(_mm256_castsi128_si256(q), _mm_srli_epi16(q, 4), 1);
+    return _mm256_and_si256(v, _mm256_set1_epi8(0x0f));
+}
+
+static void to_float_q4_0_avx2(const void *src, float *dst, int64_t n) {
+    const uint8_t *b = src;
+    for (int64_t i = 0; i < n / 32; i++, b += 18, dst += 32)
+        store_scaled32(_mm256_sub_epi8(unpack_nibbles(b + 2), _mm256_set1_epi8(8)),
+                       _mm256_set1_ps(f16_at(b)), dst);
+}
+
+static void to_float_q8_0_avx2(const void *src, float *dst, int64_t n) {
+    const uint8_t *b = src;
+    for (int64_t i = 0; i < n / 32; i++, b += 34, dst += 32)
+        store_scaled32(loadu256(b + 2), _mm256_set1_ps(f16_at(b)), dst);
+}
+
+static void to_float_q4_1_avx2(const void *src, float *dst, int64_t n) {
+    const uint8_t *b = src;
+    for (int64_t i = 0; i < n / 32; i++, b += 20, dst += 32) {
+        __m256 m = _mm256_set1_ps(f16_at(b + 2));
+        store_scaled32(unpack_nibbles(b + 4), _mm256_set1_ps(f16_at(b)), dst);
+        for (int k = 0; k < 32; k += 8)
+            _mm256_storeu_ps(dst + k, _mm256_add_ps(_mm256_loadu_ps(dst + k), m));
+    }
+}
+
+/* Q4_K: x = (d*sc)*q - (dmin*mn) per sub-block of 32. */
+static void to_float_q4_k_avx2(const void *src, float *dst, int64_t n) {
+    const uint8_t *b = src;
+    for (int64_t i = 0; i < n / 256; i++, b += 144, dst += 256) {
+        uint8_t scm[16];
+        float d = f16_at(b), dmin = f16_at(b + 2);
+        _mm_storeu_si128((__m128i *)(void *)scm, k4_scales(b + 4));
+        for (int s = 0; s < 8; s++) {
+            __m256i q = loadu256(b + 16 + 32 * (s / 2));
+            __m256 dm = _mm256_set1_ps(dmin * (float)scm[8 + s]);
+            if (s & 1)
+                q = _mm256_srli_epi16(q, 4);
+            q = _mm256_and_si256(q, _mm256_set1_epi8(0x0f));
+            store_scaled32(q, _mm256_set1_ps(d * (float)scm[s]), dst + 32 * s);
+            for (int k = 0; k < 32; k += 8)
+                _mm256_storeu_ps(dst + 32 * s + k,
+                                 _mm256_sub_ps(_mm256_loadu_ps(dst + 32 * s + k), dm));
+        }
+    }
+}
+
+/* Q6_K: x = (d*scale[e/16]) * (q - 32), quants as in dot_q6_k_avx2. */
+static void to_float_q6_k_avx2(const void *src, float *dst, int64_t n) {
+    const uint8_t *b = src;
+    const __m256i m4 = _mm256_set1_epi8(0x0f), m30 = _mm256_set1_epi8(0x30);
+    for (int64_t i = 0; i < n / 256; i++, b += 210, dst += 256) {
+        float d = f16_at(b + 208);
+        UNROLL
+        for (int hh = 0; hh < 2; hh++) {
+            __m256i l0 = loadu256(b + 64 * hh), l1 = loadu256(b + 64 * hh + 32);
+            __m256i qh = loadu256(b + 128 + 32 * hh);
+            __m256i c[4];
+            c[0] = _mm256_or_si256(_mm256_and_si256(l0, m4),
+                                   _mm256_and_si256(_mm256_slli_epi16(qh, 4), m30));
+            c[1] = _mm256_or_si256(_mm256_and_si256(l1, m4),
+                                   _mm256_and_si256(_mm256_slli_epi16(qh, 2), m30));
+            c[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
+                                   _mm256_and_si256(qh, m30));
+            c[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                                   _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30));
+            for (int k = 0; k < 4; k++) {
+                const int e = 128 * hh + 32 * k;
+                __m256i q = _mm256_sub_epi8(c[k], _mm256_set1_epi8(32));
+                __m128i lo = _mm256_castsi256_si128(q), hi = _mm256_extracti128_si256(q, 1);
+                __m128i half[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
+                for (int j = 0; j < 4; j++) {
+                    const int8_t sc = (int8_t)b[192 + (e + 8 * j) / 16];
+                    __m256 ds = _mm256_set1_ps(d * (float)sc);
+                    __m256 v = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(half[j]));
+                    _mm256_storeu_ps(dst + e + 8 * j, _mm256_mul_ps(ds, v));
+                }
+            }
+        }
+    }
+}
+
+/* ---- table ---------------------------------------------------------------------------- */
+
+static void set(struct pi_cpu_kernels *k, int type, pi_dot_fn dot, pi_gemm_fn gemm) {
+    k->dot[type].dot = dot;
+    k->dot[type].gemm = gemm;
+}
+
+#if defined(PI_VNNI)
+void pi_cpu_kernels_avx512(struct pi_cpu_kernels *k) {
+#else
+void pi_cpu_kernels_avx2(struct pi_cpu_kernels *k) {
+#endif
+    set(k, PI_TYPE_F32, dot_f32_avx2, gemm_f32_avx2);
+    set(k, PI_TYPE_F16, dot_f16_avx2, gemm_f16_avx2);
+    set(k, PI_TYPE_BF16, dot_bf16_avx2, gemm_bf16_avx2);
+    set(k, PI_TYPE_Q4_0, dot_q4_0_avx2, gemm_q4_0_avx2);
+    set(k, PI_TYPE_Q4_1, dot_q4_1_avx2, gemm_q4_1_avx2);
+    set(k, PI_TYPE_Q5_0, dot_q5_0_avx2, gemm_q5_0_avx2);
+    set(k, PI_TYPE_Q5_1, dot_q5_1_avx2, gemm_q5_1_avx2);
+    set(k, PI_TYPE_Q8_0, dot_q8_0_avx2, gemm_q8_0_avx2);
+    set(k, PI_TYPE_Q4_K, dot_q4_k_avx2, gemm_q4_k_avx2);
+    set(k, PI_TYPE_Q5_K, dot_q5_k_avx2, gemm_q5_k_avx2);
+    set(k, PI_TYPE_Q6_K, dot_q6_k_avx2, gemm_q6_k_avx2);
+    k->quantize_q8_0 = quantize_q8_0_avx2;
+    k->quantize_q8_k = quantize_q8_k_avx2;
+    k->to_float[PI_TYPE_F16] = to_float_f16_avx2;
+    k->to_float[PI_TYPE_BF16] = to_float_bf16_avx2;
+    k->to_float[PI_TYPE_Q4_0] = to_float_q4_0_avx2;
+    k->to_float[PI_TYPE_Q4_1] = to_float_q4_1_avx2;
+    k->to_float[PI_TYPE_Q8_0] = to_float_q8_0_avx2;
+    k->to_float[PI_TYPE_Q4_K] = to_float_q4_k_avx2;
+    k->to_float[PI_TYPE_Q6_K] = to_float_q6_k_avx2;
+}

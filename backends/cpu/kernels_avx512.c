@@ -1,0 +1,14 @@
+/* kernels_avx512.c -- the kernels of kernels_avx2.c compiled again with AVX-512 F, BW,
+ * VL, DQ and VNNI (this file alone gets those flags; pi_cpu_kernels_init calls it only
+ * when the CPU and OS support them).
+ *
+ * What changes is the integer dot product: vpdpbusd (u8 x s8, four products summed
+ * into each int32 lane) replaces maddubs + madd + add, and vpdpwssd replaces madd + add
+ * for the K-quant scales; there is no int16 saturation to plan around, and the compiler
+ * has 32 vector registers, so a decoded Q8_0 group (16 registers) no longer spills.
+ *
+ * The vectors stay 256 bits wide on purpose: Zen 4 executes a 512-bit instruction as
+ * two 256-bit halves (measured: vpdpbusd ymm 2 per cycle, zmm 1 per cycle), and with
+ * 256-bit vectors the block-transposed activation layout needs no horizontal sums. */
+#define PI_VNNI 1
+#include "kernels_avx2.c"

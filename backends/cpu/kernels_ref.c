@@ -1,0 +1,364 @@
+/* kernels_ref.c -- scalar reference kernels: the definition of what every SIMD version
+ * computes. Written for clarity, not speed.
+ *
+ * Quantized dots: per block an exact integer sum of weight quants times activation
+ * quants, then one float multiply-add by the product of the scales (and, for types with
+ * an offset, the offset times the activation block's sum). Blocks are added in order in
+ * a float accumulator. Float dots accumulate w[i] * x[i] in order in a float. */
+#include "kernels.h"
+
+#include "runtime/fp16.h"
+
+#include <float.h>
+#include <math.h>
+#include <string.h>
+
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#endif
+
+/* ---- byte access ---------------------------------------------------------------------- */
+
+static uint16_t rd16(const uint8_t *p) {
+    return (uint16_t)(p[0] | (p[1] << 8));
+}
+
+static uint32_t rd32(const uint8_t *p) {
+    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) |
+           ((uint32_t)p[3] << 24);
+}
+
+static float rdf16(const uint8_t *p) {
+    return pi_fp16_to_fp32(rd16(p));
+}
+
+static float rdf32(const uint8_t *p) {
+    return pi_bits_to_fp32(rd32(p));
+}
+
+/* two's complement byte without implementation-defined conversion */
+static int s8(uint8_t b) {
+    return (int)b - ((int)(b & 0x80u) << 1);
+}
+
+/* ---- activation vectors ------------------------------------------------------------- */
+
+/* Reads block b of a PI_VEC_Q8_0 vector: its 32 quants in value order, d and s. */
+static void q8_0_block(const uint8_t *x, int64_t b, int q[32], float *d, float *s) {
+    for (int v = 0; v < 32; v++)
+        q[v] = s8(x[pi_q8_0_q_offset(b, v)]);
+    *d = rdf32(x + pi_q8_0_d_offset(b));
+    *s = rdf32(x + pi_q8_0_d_offset(b) + 32);
+}
+
+/* Quantizes m values (m = 32 or 256) as one block: d = max|x|/127, q = roundf(x/d).
+ * Returns d; a block whose d would be below FLT_MIN is all zero (and so is d). */
+static float quantize_block(const float *x, int m, int8_t *q) {
+    float amax = 0.0f, d, id;
+    for (int i = 0; i < m; i++)
+        amax = fmaxf(amax, fabsf(x[i]));
+    d = amax / 127.0f;
+    if (!(d >= FLT_MIN)) {
+        memset(q, 0, (size_t)m);
+        return 0.0f;
+    }
+    id = 1.0f / d;
+    for (int i = 0; i < m; i++)
+        q[i] = (int8_t)roundf(x[i] * id); /* |x * id| <= 127 + tiny: no overflow */
+    return d;
+}
+
+static void quantize_q8_0_ref(const float *x, void *y, int64_t n) {
+    uint8_t *out = y;
+    int64_t nb = n / 32;
+    memset(y, 0, pi_vec_bytes(PI_VEC_Q8_0, n));
+    for (int64_t b = 0; b < nb; b++) {
+        int8_t q[32];
+        int sum = 0;
+        float d = quantize_block(x + 32 * b, 32, q), s;
+        for (int v = 0; v < 32; v++) {
+            out[pi_q8_0_q_offset(b, v)] = (uint8_t)q[v];
+            sum += q[v];
+        }
+        s = d * (float)sum;
+        memcpy(out + pi_q8_0_d_offset(b), &d, 4);
+        memcpy(out + pi_q8_0_d_offset(b) + 32, &s, 4);
+    }
+}
+
+static void quantize_q8_k_ref(const float *x, void *y, int64_t n) {
+    int64_t nb = n / 256;
+    int8_t *q = y;
+    int16_t *bsum = (int16_t *)(q + 256 * nb);
+    float *d = (float *)(bsum + 16 * nb);
+    for (int64_t b = 0; b < nb; b++) {
+        d[b] = quantize_block(x + 256 * b, 256, q + 256 * b);
+        for (int g = 0; g < 16; g++) {
+            int sum = 0;
+            for (int i = 0; i < 16; i++)
+                sum += q[256 * b + 16 * g + i];
+            bsum[16 * b + g] = (int16_t)sum;
+        }
+    }
+}
+
+/* Views of super-block b of a PI_VEC_Q8_K vector of nb super-blocks. */
+static const int8_t *q8_k_q(const void *x, int64_t b) {
+    return (const int8_t *)x + 256 * b;
+}
+static const int16_t *q8_k_bsum(const void *x, int64_t nb, int64_t b) {
+    return (const int16_t *)((const int8_t *)x + 256 * nb) + 16 * b;
+}
+static float q8_k_d(const void *x, int64_t nb, int64_t b) {
+    return ((const float *)((const int8_t *)x + 288 * nb))[b];
+}
+
+/* ---- float weights -------------------------------------------------------------------- */
+
+static float dot_f32_ref(const void *w, const void *x, int64_t n) {
+    const uint8_t *p = w;
+    const float *xf = x;
+    float sum = 0.0f;
+    for (int64_t i = 0; i < n; i++)
+        sum += rdf32(p + 4 * i) * xf[i];
+    return sum;
+}
+
+static float dot_f16_ref(const void *w, const void *x, int64_t n) {
+    const uint8_t *p = w;
+    const float *xf = x;
+    float sum = 0.0f;
+    for (int64_t i = 0; i < n; i++)
+        sum += rdf16(p + 2 * i) * xf[i];
+    return sum;
+}
+
+static float dot_bf16_ref(const void *w, const void *x, int64_t n) {
+    const uint8_t *p = w;
+    const float *xf = x;
+    float sum = 0.0f;
+    for (int64_t i = 0; i < n; i++)
+        sum += pi_bf16_to_fp32(rd16(p + 2 * i)) * xf[i];
+    return sum;
+}
+
+/* ---- 32-blocks ------------------------------------------------------------------------ */
+
+/* Q4_0, 18 B: d | qs[16]; quant v: nibble of qs[v%16] (low for v < 16), minus 8. */
+static float dot_q4_0_ref(const void *w, const void *x, int64_t n) {
+    const uint8_t *blk = w;
+    float sum = 0.0f;
+    for (int64_t b = 0; b < n / 32; b++, blk += 18) {
+        int q[32], isum = 0;
+        float dx, sx;
+        q8_0_block(x, b, q, &dx, &sx);
+        for (int v = 0; v < 16; v++)
+            isum += ((blk[2 + v] & 15) - 8) * q[v] + ((blk[2 + v] >> 4) - 8) * q[v + 16];
+        sum += rdf16(blk) * dx * (float)isum;
+    }
+    return sum;
+}
+
+/* Q4_1, 20 B: d | m | qs[16]; w = d*q + m, so dot = d*dx*sum(q*x) + m*s. */
+static float dot_q4_1_ref(const void *w, const void *x, int64_t n) {
+    const uint8_t *blk = w;
+    float sum = 0.0f;
+    for (int64_t b = 0; b < n / 32; b++, blk += 20) {
+        int q[32], isum = 0;
+        float dx, sx;
+        q8_0_block(x, b, q, &dx, &sx);
+        for (int v = 0; v < 16; v++)
+            isum += (blk[4 + v] & 15) * q[v] + (blk[4 + v] >> 4) * q[v + 16];
+        sum += rdf16(blk) * dx * (float)isum + rdf16(blk + 2) * sx;
+    }
+    return sum;
+}
+
+/* 5-bit quant v of a Q5 block: nibble as Q4, bit 4 from bit v of qh. */
+static int q5_quant(const uint8_t *qs, uint32_t qh, int v) {
+    int lo = v < 16 ? (qs[v] & 15) : (qs[v - 16] >> 4);
+    return lo | (int)(((qh >> v) & 1u) << 4);
+}
+
+/* Q5_0, 22 B: d | qh u32 | qs[16]; w = d*(q - 16). */
+static float dot_q5_0_ref(const void *w, const void *x, int64_t n) {
+    const uint8_t *blk = w;
+    float sum = 0.0f;
+    for (int64_t b = 0; b < n / 32; b++, blk += 22) {
+        int q[32], isum = 0;
+        float dx, sx;
+        uint32_t qh = rd32(blk + 2);
+        q8_0_block(x, b, q, &dx, &sx);
+        for (int v = 0; v < 32; v++)
+            isum += (q5_quant(blk + 6, qh, v) - 16) * q[v];
+        sum += rdf16(blk) * dx * (float)isum;
+    }
+    return sum;
+}
+
+/* Q5_1, 24 B: d | m | qh u32 | qs[16]; w = d*q + m. */
+static float dot_q5_1_ref(const void *w, const void *x, int64_t n) {
+    const uint8_t *blk = w;
+    float sum = 0.0f;
+    for (int64_t b = 0; b < n / 32; b++, blk += 24) {
+        int q[32], isum = 0;
+        float dx, sx;
+        uint32_t qh = rd32(blk + 4);
+        q8_0_block(x, b, q, &dx, &sx);
+        for (int v = 0; v < 32; v++)
+            isum += q5_quant(blk + 8, qh, v) * q[v];
+        sum += rdf16(blk) * dx * (float)isum + rdf16(blk + 2) * sx;
+    }
+    return sum;
+}
+
+/* Q8_0, 34 B: d | int8 qs[32]. */
+static float dot_q8_0_ref(const void *w, const void *x, int64_t n) {
+    const uint8_t *blk = w;
+    float sum = 0.0f;
+    for (int64_t b = 0; b < n / 32; b++, blk += 34) {
+        int q[32], isum = 0;
+        float dx, sx;
+        q8_0_block(x, b, q, &dx, &sx);
+        for (int v = 0; v < 32; v++)
+            isum += s8(blk[2 + v]) * q[v];
+        sum += rdf16(blk) * dx * (float)isum;
+    }
+    return sum;
+}
+
+/* ---- K-quants ------------------------------------------------------------------------- */
+
+/* The eight 6-bit scales and mins of Q4_K/Q5_K (12 bytes), as in dequant.c. */
+static void k4_scales(const uint8_t *s, int sc[8], int mn[8]) {
+    for (int j = 0; j < 4; j++) {
+        sc[j] = s[j] & 63;
+        mn[j] = s[j + 4] & 63;
+        sc[j + 4] = (s[j + 8] & 15) | ((s[j] >> 6) << 4);
+        mn[j + 4] = (s[j + 8] >> 4) | ((s[j + 4] >> 6) << 4);
+    }
+}
+
+/* Q4_K / Q5_K share everything but the quants: w = d*sc[s]*q - dmin*mn[s] per 32-value
+ * sub-block s, so dot = d*dx*sum_s sc[s]*sum(q*x) - dmin*dx*sum_s mn[s]*sum(x). qh is
+ * NULL for Q4_K. */
+static float dot_k4_k5(const uint8_t *blk, const uint8_t *qh, const uint8_t *qs,
+                       const void *x, int64_t nb, int64_t b) {
+    const int8_t *q = q8_k_q(x, b);
+    const int16_t *bsum = q8_k_bsum(x, nb, b);
+    int sc[8], mn[8], isum = 0, msum = 0;
+    float dx = q8_k_d(x, nb, b);
+    k4_scales(blk + 4, sc, mn);
+    for (int s = 0; s < 8; s++) {
+        int ssum = 0;
+        for (int l = 0; l < 32; l++) {
+            int v = (qs[32 * (s / 2) + l] >> (4 * (s & 1))) & 15;
+            if (qh)
+                v |= ((qh[l] >> s) & 1) << 4;
+            ssum += v * q[32 * s + l];
+        }
+        isum += sc[s] * ssum;
+        msum += mn[s] * (bsum[2 * s] + bsum[2 * s + 1]);
+    }
+    return rdf16(blk) * dx * (float)isum - rdf16(blk + 2) * dx * (float)msum;
+}
+
+/* Q4_K, 144 B: d | dmin | scales[12] | qs[128]. */
+static float dot_q4_k_ref(const void *w, const void *x, int64_t n) {
+    const uint8_t *blk = w;
+    float sum = 0.0f;
+    for (int64_t b = 0; b < n / 256; b++, blk += 144)
+        sum += dot_k4_k5(blk, NULL, blk + 16, x, n / 256, b);
+    return sum;
+}
+
+/* Q5_K, 176 B: d | dmin | scales[12] | qh[32] | qs[128]. */
+static float dot_q5_k_ref(const void *w, const void *x, int64_t n) {
+    const uint8_t *blk = w;
+    float sum = 0.0f;
+    for (int64_t b = 0; b < n / 256; b++, blk += 176)
+        sum += dot_k4_k5(blk, blk + 16, blk + 48, x, n / 256, b);
+    return sum;
+}
+
+/* Q6_K, 210 B: ql[128] | qh[64] | int8 scales[16] | d. w = d*scales[e/16]*(v - 32) with
+ * v the 6-bit quant of dequant.c; dot = d*dx*sum_g scales[g]*sum(v*x - 32*x). */
+static float dot_q6_k_ref(const void *w, const void *x, int64_t n) {
+    const uint8_t *blk = w;
+    int64_t nb = n / 256;
+    float sum = 0.0f;
+    for (int64_t b = 0; b < nb; b++, blk += 210) {
+        const int8_t *q = q8_k_q(x, b);
+        const int16_t *bsum = q8_k_bsum(x, nb, b);
+        int isum = 0;
+        for (int g = 0; g < 16; g++) {
+            int gsum = 0;
+            for (int i = 0; i < 16; i++) {
+                int e = 16 * g + i, h = e / 128, r = e % 128;
+                int lo = (blk[64 * h + r % 64] >> (4 * (r / 64))) & 15;
+                int hi = (blk[128 + 32 * h + r % 32] >> (2 * (r / 32))) & 3;
+                gsum += (lo | (hi << 4)) * q[e];
+            }
+            isum += s8(blk[192 + g]) * (gsum - 32 * bsum[g]);
+        }
+        sum += rdf16(blk + 208) * q8_k_d(x, nb, b) * (float)isum;
+    }
+    return sum;
+}
+
+/* ---- gemm by dots --------------------------------------------------------------------- */
+
+static void gemm_by_dot(pi_dot_fn dot, const void *W, size_t row_bytes, int64_t nr,
+                        const void *X, size_t vec_bytes, int64_t nt, float *Y, int64_t ldy,
+                        int64_t n) {
+    for (int64_t t = 0; t < nt; t++)
+        for (int64_t r = 0; r < nr; r++)
+            Y[t * ldy + r] = dot((const uint8_t *)W + (size_t)r * row_bytes,
+                                 (const uint8_t *)X + (size_t)t * vec_bytes, n);
+}
+
+/* One wrapper per type: a function pointer cannot carry its dot. */
+#define GEMM_REF(name)                                                                        \
+    static void gemm_##name##_ref(const void *W, size_t rb, int64_t nr, const void *X,     \
+                                  size_t vb, int64_t nt, float *Y, int64_t ldy, int64_t n) { \
+        gemm_by_dot(dot_##name##_ref, W, rb, nr, X, vb, nt, Y, ldy, n);                       \
+    }
+GEMM_REF(f32)
+GEMM_REF(f16)
+GEMM_REF(bf16)
+GEMM_REF(q4_0)
+GEMM_REF(q4_1)
+GEMM_REF(q5_0)
+GEMM_REF(q5_1)
+GEMM_REF(q8_0)
+GEMM_REF(q4_k)
+GEMM_REF(q5_k)
+GEMM_REF(q6_k)
+#undef GEMM_REF
+
+/* ---- table ---------------------------------------------------------------------------- */
+
+static void set(struct pi_cpu_kernels *k, int type, enum pi_vec_fmt fmt, pi_dot_fn dot,
+                pi_gemm_fn gemm, pi_to_float_fn to_float) {
+    k->dot[type].fmt = fmt;
+    k->dot[type].dot = dot;
+    k->dot[type].gemm = gemm;
+    k->to_float[type] = to_float;
+}
+
+void pi_cpu_kernels_ref(struct pi_cpu_kernels *k) {
+    memset(k, 0, sizeof *k);
+    set(k, PI_TYPE_F32, PI_VEC_F32, dot_f32_ref, gemm_f32_ref, pi_dequant_f32);
+    set(k, PI_TYPE_F16, PI_VEC_F32, dot_f16_ref, gemm_f16_ref, pi_dequant_f16);
+    set(k, PI_TYPE_BF16, PI_VEC_F32, dot_bf16_ref, gemm_bf16_ref, pi_dequant_bf16);
+    set(k, PI_TYPE_Q4_0, PI_VEC_Q8_0, dot_q4_0_ref, gemm_q4_0_ref, pi_dequant_q4_0);
+    set(k, PI_TYPE_Q4_1, PI_VEC_Q8_0, dot_q4_1_ref, gemm_q4_1_ref, pi_dequant_q4_1);
+    set(k, PI_TYPE_Q5_0, PI_VEC_Q8_0, dot_q5_0_ref, gemm_q5_0_ref, pi_dequant_q5_0);
+    set(k, PI_TYPE_Q5_1, PI_VEC_Q8_0, dot_q5_1_ref, gemm_q5_1_ref, pi_dequant_q5_1);
+    set(k, PI_TYPE_Q8_0, PI_VEC_Q8_0, dot_q8_0_ref, gemm_q8_0_ref, pi_dequant_q8_0);
+    set(k, PI_TYPE_Q4_K, PI_VEC_Q8_K, dot_q4_k_ref, gemm_q4_k_ref, pi_dequant_q4_k);
+    set(k, PI_TYPE_Q5_K, PI_VEC_Q8_K, dot_q5_k_ref, gemm_q5_k_ref, pi_dequant_q5_k);
+    set(k, PI_TYPE_Q6_K, PI_VEC_Q8_K, dot_q6_k_ref, gemm_q6_k_ref, pi_dequant_q6_k);
+    k->quantize_q8_0 = quantize_q8_0_ref;
+    k->quantize_q8_k = quantize_q8_k_ref;
+}

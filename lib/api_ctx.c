@@ -1,0 +1,237 @@
+/* api_ctx.c -- public context functions: argument checks, weight views, scratch and
+ * KV cache set-up, then delegation to infer/forward.c. */
+#include <stdio.h>
+#include <string.h>
+
+#include "infer/ctx.h"
+#include "runtime/types.h"
+#include "util/os.h"
+
+#define CTX_PARAMS_MIN_SIZE sizeof(pi_ctx_params)
+#define MAX_CTX (1 << 20)
+#define DEFAULT_BATCH 256
+#define MAX_THREADS 512
+
+int pi_ctx_default_params(pi_ctx_params *p) {
+    if (!p)
+        return PI_ERR_INVALID_ARG;
+    memset(p, 0, sizeof *p);
+    p->struct_size = (uint32_t)sizeof *p;
+    return PI_OK;
+}
+
+static int take_params(const pi_ctx_params *in, pi_ctx_params *out, struct pi_error *err) {
+    pi_ctx_default_params(out);
+    if (!in)
+        return PI_OK;
+    if (in->struct_size < CTX_PARAMS_MIN_SIZE)
+        PI_FAIL(err, PI_ERR_INVALID_ARG, "pi_ctx_params.struct_size %u is smaller than %u",
+                in->struct_size, (unsigned)CTX_PARAMS_MIN_SIZE);
+    const unsigned char *extra = (const unsigned char *)in + sizeof *out;
+    for (size_t i = 0; i < in->struct_size - sizeof *out; i++)
+        if (extra[i])
+            PI_FAIL(err, PI_ERR_UNSUPPORTED, "pi_ctx_params has set fields this library "
+                    "version does not know");
+    memcpy(out, in, sizeof *out);
+    return PI_OK;
+}
+
+static struct pi_weight weight_of(const struct gguf_tensor *t) {
+    struct pi_weight w = {0};
+    if (t) {
+        w.data = t->data;
+        w.type = t->type;
+        w.n_in = t->ne[0];
+        w.n_out = t->ne[1];
+        w.row_bytes = (size_t)pi_type_row_bytes(t->type, t->ne[0]);
+    }
+    return w;
+}
+
+static struct pi_vector vector_of(const struct gguf_tensor *t) {
+    struct pi_vector v = {t->data, t->type, t->ne[0]};
+    return v;
+}
+
+static int64_t max64(int64_t a, int64_t b) {
+    return a > b ? a : b;
+}
+
+void pi_ctx_destroy(pi_ctx *c) {
+    if (!c)
+        return;
+    struct pi_allocator a = c->alloc;
+    if (c->b) {
+        c->be->kv_destroy(c->b, c->kv);
+        c->be->destroy(c->b);
+    }
+    float *bufs[] = {c->x, c->xn, c->q, c->k, c->v, c->att, c->g, c->u, c->logits};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
+        pi_free(&a, bufs[i]);
+    pi_free(&a, c->layers);
+    pi_free(&a, c);
+}
+
+static int setup(struct pi_ctx *c, const pi_ctx_params *p) {
+    const struct pi_model *m = c->model;
+    const struct pi_hparams *hp = c->hp;
+    const struct pi_model_desc *d = &m->desc;
+    const struct pi_allocator *a = &c->alloc;
+
+    c->n_ctx = p->n_ctx ? p->n_ctx : (hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096);
+    c->n_batch = p->n_batch ? p->n_batch : DEFAULT_BATCH;
+    if (c->n_batch > c->n_ctx)
+        c->n_batch = c->n_ctx;
+    int n_threads = p->n_threads ? (int)p->n_threads : pi_os_n_cpus();
+
+    c->tok_embd = weight_of(d->token_embd);
+    c->output = weight_of(d->output);
+    c->output_norm = vector_of(d->output_norm);
+    c->layers = pi_calloc(a, (size_t)hp->n_layer, sizeof *c->layers);
+    if (!c->layers)
+        PI_FAIL(&c->err, PI_ERR_NOMEM, "out of memory");
+    for (int64_t l = 0; l < hp->n_layer; l++) {
+        const struct pi_layer_desc *L = &d->layers[l];
+        struct pi_layer_w *w = &c->layers[l];
+        w->attn_norm = vector_of(L->attn_norm);
+        w->ffn_norm = vector_of(L->ffn_norm);
+        w->wq = weight_of(L->wq);
+        w->wk = weight_of(L->wk);
+        w->wv = weight_of(L->wv);
+        w->wo = weight_of(L->wo);
+        w->gate = weight_of(L->ffn_gate);
+        w->up = weight_of(L->ffn_up);
+        w->has_down = L->ffn_down != NULL;
+        w->down = weight_of(L->ffn_down);
+        w->down_t = weight_of(L->ffn_down_t);
+    }
+
+    const int64_t E = hp->n_embd, F = hp->n_ff, B = c->n_batch;
+    const int64_t qd = hp->n_head * hp->head_dim_k, kd = hp->n_head_kv * hp->head_dim_k;
+    const int64_t vd = hp->n_head_kv * hp->head_dim_v, ad = hp->n_head * hp->head_dim_v;
+    struct {
+        float **p;
+        int64_t w;
+    } bufs[] = {{&c->x, E}, {&c->xn, E}, {&c->q, qd}, {&c->k, kd}, {&c->v, vd},
+                {&c->att, ad}, {&c->g, F}, {&c->u, F}};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) {
+        *bufs[i].p = pi_calloc(a, (size_t)(B * bufs[i].w), sizeof(float));
+        if (!*bufs[i].p)
+            PI_FAIL(&c->err, PI_ERR_NOMEM, "out of memory for %lld-token scratch",
+                    (long long)B);
+    }
+    c->logits = pi_calloc(a, (size_t)hp->n_vocab, sizeof(float));
+    if (!c->logits)
+        PI_FAIL(&c->err, PI_ERR_NOMEM, "out of memory");
+
+    struct pi_backend_config cfg = {a, n_threads, B,
+                                    max64(max64(E, F), max64(max64(qd, ad), c->n_ctx)),
+                                    p->f32_activations != 0};
+    c->be = pi_backend_cpu();
+    int st = c->be->create(&c->b, &cfg);
+    if (st < 0)
+        PI_FAIL(&c->err, st, "cannot start the CPU backend with %d threads", n_threads);
+    struct pi_kv_desc kvd = {hp->n_layer, c->n_ctx, hp->n_head, hp->n_head_kv, hp->head_dim_k,
+                             hp->head_dim_v};
+    st = c->be->kv_create(c->b, &kvd, &c->kv);
+    if (st < 0)
+        PI_FAIL(&c->err, st, "out of memory for a KV cache of %lld positions",
+                (long long)c->n_ctx);
+    return PI_OK;
+}
+
+int pi_ctx_create(const pi_model *model, const pi_ctx_params *params, pi_ctx **out) {
+    if (out)
+        *out = NULL;
+    if (!model || !out)
+        return PI_ERR_INVALID_ARG;
+    if (!model->has_desc)
+        return PI_ERR_INVALID_ARG; /* metadata_only */
+    struct pi_error err;
+    pi_ctx_params p;
+    PI_TRY(take_params(params, &p, &err));
+    if (p.n_ctx > MAX_CTX || p.n_threads > MAX_THREADS || p.n_batch > MAX_CTX)
+        return PI_ERR_INVALID_ARG;
+    struct pi_ctx *c = pi_calloc(&model->alloc, 1, sizeof *c);
+    if (!c)
+        return PI_ERR_NOMEM;
+    c->model = model;
+    c->hp = &model->desc.hp;
+    c->alloc = model->alloc;
+    c->abort_fn = p.abort_fn;
+    c->abort_user = p.abort_user;
+    int st = setup(c, &p);
+    if (st < 0) {
+        pi_log(&model->log, PI_LOG_ERROR, "pi_ctx_create: %s", c->err.msg);
+        pi_ctx_destroy(c);
+        return st;
+    }
+    pi_log(&model->log, PI_LOG_INFO, "context: %lld positions, batch %lld, %d threads",
+           (long long)c->n_ctx, (long long)c->n_batch, c->be->n_threads(c->b));
+    *out = c;
+    return PI_OK;
+}
+
+const char *pi_ctx_errmsg(const pi_ctx *c) {
+    return c ? c->err.msg : "no context (NULL handle)";
+}
+
+const pi_model *pi_ctx_model(const pi_ctx *c) {
+    return c ? c->model : NULL;
+}
+
+int pi_ctx_decode(pi_ctx *c, const int32_t *tokens, size_t n) {
+    if (!c)
+        return PI_ERR_INVALID_ARG;
+    pi_error_clear(&c->err);
+    if (!tokens || n == 0)
+        PI_FAIL(&c->err, PI_ERR_INVALID_ARG, "pi_ctx_decode: no tokens");
+    for (size_t i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= c->hp->n_vocab)
+            PI_FAIL(&c->err, PI_ERR_INVALID_ARG, "token %zu has id %d, outside the vocabulary "
+                    "of %lld", i, (int)tokens[i], (long long)c->hp->n_vocab);
+    if ((int64_t)n > c->n_ctx - c->pos)
+        PI_FAIL(&c->err, PI_ERR_RANGE, "%zu tokens at position %lld exceed the context of %lld",
+                n, (long long)c->pos, (long long)c->n_ctx);
+    return pi_forward(c, tokens, (int64_t)n);
+}
+
+const float *pi_ctx_logits(const pi_ctx *c) {
+    return c && c->has_logits ? c->logits : NULL;
+}
+
+int64_t pi_ctx_pos(const pi_ctx *c) {
+    return c ? c->pos : 0;
+}
+
+int64_t pi_ctx_n_ctx(const pi_ctx *c) {
+    return c ? c->n_ctx : 0;
+}
+
+int pi_ctx_reset(pi_ctx *c) {
+    return pi_ctx_truncate(c, 0);
+}
+
+int pi_ctx_truncate(pi_ctx *c, int64_t n_keep) {
+    if (!c || n_keep < 0)
+        return PI_ERR_INVALID_ARG;
+    if (n_keep > c->pos)
+        PI_FAIL(&c->err, PI_ERR_RANGE, "cannot keep %lld positions of %lld", (long long)n_keep,
+                (long long)c->pos);
+    c->pos = n_keep;
+    c->has_logits = 0;
+    return PI_OK;
+}
+
+int pi_ctx_set_threads(pi_ctx *c, uint32_t n) {
+    if (!c || n > MAX_THREADS)
+        return PI_ERR_INVALID_ARG;
+    int st = c->be->set_threads(c->b, n ? (int)n : pi_os_n_cpus());
+    if (st < 0)
+        PI_FAIL(&c->err, st, "cannot start %u threads", n);
+    return PI_OK;
+}
+
+uint32_t pi_ctx_n_threads(const pi_ctx *c) {
+    return c ? (uint32_t)c->be->n_threads(c->b) : 0;
+}

@@ -1,0 +1,269 @@
+/* api_sampler.c -- the sampler: penalties -> top-k -> top-p -> min-p -> temperature
+ * -> seeded draw (or greedy). All buffers are allocated at creation; sampling a token
+ * allocates nothing. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "infer/ctx.h"
+
+#define SAMPLER_PARAMS_MIN_SIZE sizeof(pi_sampler_params)
+
+struct cand {
+    float logit;
+    int32_t id;
+};
+
+struct pi_sampler {
+    const struct pi_model *model;
+    struct pi_allocator alloc;
+    pi_sampler_params p;
+    int64_t n_vocab;
+    struct cand *cand;  /* [n_vocab] */
+    int32_t *history;   /* ring of the last penalty_last_n tokens */
+    int64_t hist_len, hist_head;
+    uint16_t *counts;   /* [n_vocab], scratch for penalties */
+    uint64_t rng[4];    /* xoshiro256** state */
+};
+
+int pi_sampler_default_params(pi_sampler_params *p) {
+    if (!p)
+        return PI_ERR_INVALID_ARG;
+    memset(p, 0, sizeof *p);
+    p->struct_size = (uint32_t)sizeof *p;
+    p->temperature = 0.8f;
+    p->top_k = 40;
+    p->top_p = 0.95f;
+    p->min_p = 0.05f;
+    p->repeat_penalty = 1.0f;
+    p->penalty_last_n = 64;
+    p->seed = 0x5eed;
+    return PI_OK;
+}
+
+/* splitmix64 expands the seed into the xoshiro256** state. */
+static uint64_t splitmix(uint64_t *s) {
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static uint64_t rotl(uint64_t x, int k) {
+    return (x << k) | (x >> (64 - k));
+}
+
+static uint64_t next_u64(uint64_t s[4]) {
+    uint64_t r = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
+    s[2] ^= s[0];
+    s[3] ^= s[1];
+    s[1] ^= s[2];
+    s[0] ^= s[3];
+    s[2] ^= t;
+    s[3] = rotl(s[3], 45);
+    return r;
+}
+
+static double next_unit(uint64_t s[4]) {
+    return (double)(next_u64(s) >> 11) * (1.0 / 9007199254740992.0); /* [0, 1) */
+}
+
+int pi_sampler_reset(pi_sampler *s) {
+    if (!s)
+        return PI_ERR_INVALID_ARG;
+    s->hist_len = s->hist_head = 0;
+    uint64_t seed = s->p.seed;
+    for (int i = 0; i < 4; i++)
+        s->rng[i] = splitmix(&seed);
+    return PI_OK;
+}
+
+void pi_sampler_destroy(pi_sampler *s) {
+    if (!s)
+        return;
+    struct pi_allocator a = s->alloc;
+    pi_free(&a, s->cand);
+    pi_free(&a, s->history);
+    pi_free(&a, s->counts);
+    pi_free(&a, s);
+}
+
+int pi_sampler_create(const pi_model *m, const pi_sampler_params *params, pi_sampler **out) {
+    if (out)
+        *out = NULL;
+    if (!m || !out || !m->has_desc)
+        return PI_ERR_INVALID_ARG;
+    pi_sampler_params p;
+    pi_sampler_default_params(&p);
+    if (params) {
+        if (params->struct_size < SAMPLER_PARAMS_MIN_SIZE)
+            return PI_ERR_INVALID_ARG;
+        const unsigned char *extra = (const unsigned char *)params + sizeof p;
+        for (size_t i = 0; i < params->struct_size - sizeof p; i++)
+            if (extra[i])
+                return PI_ERR_UNSUPPORTED;
+        memcpy(&p, params, sizeof p);
+    }
+    if (isnan(p.temperature) || !(p.top_p >= 0.0f) || !(p.min_p >= 0.0f) || p.min_p > 1.0f ||
+        !(p.repeat_penalty > 0.0f) || !isfinite(p.frequency_penalty) ||
+        !isfinite(p.presence_penalty) || p.penalty_last_n < 0)
+        return PI_ERR_INVALID_ARG;
+    struct pi_sampler *s = pi_calloc(&m->alloc, 1, sizeof *s);
+    if (!s)
+        return PI_ERR_NOMEM;
+    s->model = m;
+    s->alloc = m->alloc;
+    s->p = p;
+    s->n_vocab = m->desc.hp.n_vocab;
+    s->cand = pi_calloc(&s->alloc, (size_t)s->n_vocab, sizeof *s->cand);
+    s->counts = pi_calloc(&s->alloc, (size_t)s->n_vocab, sizeof *s->counts);
+    if (p.penalty_last_n)
+        s->history = pi_calloc(&s->alloc, (size_t)p.penalty_last_n, sizeof *s->history);
+    if (!s->cand || !s->counts || (p.penalty_last_n && !s->history)) {
+        pi_sampler_destroy(s);
+        return PI_ERR_NOMEM;
+    }
+    pi_sampler_reset(s);
+    *out = s;
+    return PI_OK;
+}
+
+int pi_sampler_accept(pi_sampler *s, int32_t token) {
+    if (!s || token < 0 || token >= s->n_vocab)
+        return PI_ERR_INVALID_ARG;
+    if (s->p.penalty_last_n == 0)
+        return PI_OK;
+    s->history[s->hist_head] = token;
+    s->hist_head = (s->hist_head + 1) % s->p.penalty_last_n;
+    if (s->hist_len < s->p.penalty_last_n)
+        s->hist_len++;
+    return PI_OK;
+}
+
+static int penalties_active(const pi_sampler_params *p) {
+    return p->penalty_last_n > 0 &&
+           (p->repeat_penalty != 1.0f || p->frequency_penalty != 0.0f ||
+            p->presence_penalty != 0.0f);
+}
+
+static void apply_penalties(struct pi_sampler *s) {
+    for (int64_t i = 0; i < s->hist_len; i++)
+        if (s->counts[s->history[i]] < UINT16_MAX)
+            s->counts[s->history[i]]++;
+    for (int64_t i = 0; i < s->hist_len; i++) {
+        int32_t t = s->history[i];
+        if (!s->counts[t])
+            continue; /* already applied for an earlier occurrence */
+        float *l = &s->cand[t].logit;
+        *l = *l > 0.0f ? *l / s->p.repeat_penalty : *l * s->p.repeat_penalty;
+        *l -= (float)s->counts[t] * s->p.frequency_penalty + s->p.presence_penalty;
+        s->counts[t] = 0;
+    }
+}
+
+/* Larger logit first; equal logits by lower id, so results are deterministic. */
+static int cand_before(const struct cand *a, const struct cand *b) {
+    return a->logit > b->logit || (a->logit == b->logit && a->id < b->id);
+}
+
+static int cmp_cand(const void *x, const void *y) {
+    const struct cand *a = x, *b = y;
+    return cand_before(a, b) ? -1 : cand_before(b, a) ? 1 : 0;
+}
+
+/* Keep the worst of the best-k at the root of a heap of size k. */
+static void sift_down(struct cand *h, int64_t k, int64_t i) {
+    for (;;) {
+        int64_t w = i, l = 2 * i + 1, r = l + 1;
+        if (l < k && cand_before(&h[w], &h[l]))
+            w = l;
+        if (r < k && cand_before(&h[w], &h[r]))
+            w = r;
+        if (w == i)
+            return;
+        struct cand t = h[i];
+        h[i] = h[w];
+        h[w] = t;
+        i = w;
+    }
+}
+
+/* Move the k best candidates to the front, sorted best first: a size-k heap over the
+ * n candidates (O(n log k)), then a sort of the k. */
+static void top_k(struct cand *c, int64_t n, int64_t k) {
+    if (k < n) {
+        for (int64_t i = k / 2; i-- > 0;)
+            sift_down(c, k, i);
+        for (int64_t i = k; i < n; i++) {
+            if (cand_before(&c[i], &c[0])) {
+                c[0] = c[i];
+                sift_down(c, k, 0);
+            }
+        }
+    }
+    qsort(c, (size_t)k, sizeof *c, cmp_cand);
+}
+
+int pi_sample(pi_sampler *s, const pi_ctx *ctx, int32_t *token) {
+    if (!s || !ctx || !token || ctx->model != s->model)
+        return PI_ERR_INVALID_ARG;
+    const float *logits = pi_ctx_logits(ctx);
+    if (!logits)
+        return PI_ERR_INVALID_ARG;
+    const int64_t n = s->n_vocab;
+    for (int64_t i = 0; i < n; i++)
+        s->cand[i] = (struct cand){logits[i], (int32_t)i};
+    if (penalties_active(&s->p))
+        apply_penalties(s);
+
+    int32_t chosen;
+    if (s->p.temperature <= 0.0f) {
+        int64_t best = 0;
+        for (int64_t i = 1; i < n; i++)
+            if (cand_before(&s->cand[i], &s->cand[best]))
+                best = i;
+        chosen = s->cand[best].id;
+    } else {
+        int64_t k = s->p.top_k > 0 && s->p.top_k < n ? s->p.top_k : n;
+        top_k(s->cand, n, k);
+        /* probabilities at temperature 1 for top-p and min-p */
+        const float mx = s->cand[0].logit;
+        double sum = 0.0;
+        for (int64_t i = 0; i < k; i++)
+            sum += exp((double)(s->cand[i].logit - mx));
+        if (s->p.top_p < 1.0f) {
+            double cum = 0.0;
+            int64_t keep = k;
+            for (int64_t i = 0; i < k; i++) {
+                cum += exp((double)(s->cand[i].logit - mx)) / sum;
+                if (cum >= s->p.top_p) {
+                    keep = i + 1;
+                    break;
+                }
+            }
+            k = keep;
+        }
+        if (s->p.min_p > 0.0f) {
+            /* p_i >= min_p * p_max  <=>  logit_i - mx >= log(min_p) */
+            const double cut = log((double)s->p.min_p);
+            int64_t keep = 1;
+            while (keep < k && (double)(s->cand[keep].logit - mx) >= cut)
+                keep++;
+            k = keep;
+        }
+        double total = 0.0;
+        for (int64_t i = 0; i < k; i++)
+            total += exp((double)(s->cand[i].logit - mx) / s->p.temperature);
+        double r = next_unit(s->rng) * total, acc = 0.0;
+        chosen = s->cand[k - 1].id;
+        for (int64_t i = 0; i < k; i++) {
+            acc += exp((double)(s->cand[i].logit - mx) / s->p.temperature);
+            if (r < acc) {
+                chosen = s->cand[i].id;
+                break;
+            }
+        }
+    }
+    *token = chosen;
+    return pi_sampler_accept(s, chosen);
+}

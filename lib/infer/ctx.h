@@ -1,0 +1,43 @@
+/* ctx.h -- the pi_ctx object: a model's weights as backend views, the KV cache, the
+ * scratch activations, and the position. */
+#ifndef PI_INFER_CTX_H
+#define PI_INFER_CTX_H
+
+#include "backend.h"
+#include "model/model.h"
+
+struct pi_layer_w {
+    struct pi_vector attn_norm, ffn_norm; /* [n_embd] */
+    struct pi_weight wq, wk, wv, wo;      /* {n_embd, q_dim}, {n_embd, kv_dim} x2, {q_dim_v, n_embd} */
+    struct pi_weight gate, up;            /* {n_embd, n_ff}: row r = neuron r */
+    struct pi_weight down;                /* {n_ff, n_embd} (dense files) */
+    struct pi_weight down_t;              /* {n_embd, n_ff} (PowerInfer files) */
+    int has_down;                         /* 1: down, 0: down_t */
+};
+
+struct pi_ctx {
+    const struct pi_model *model;
+    const struct pi_hparams *hp;
+    struct pi_allocator alloc;
+    const struct pi_backend_vtable *be;
+    struct pi_backend *b;
+    struct pi_kv *kv;
+    pi_abort_fn abort_fn;
+    void *abort_user;
+    int64_t n_ctx, n_batch;
+    int64_t pos;        /* positions decoded */
+    int has_logits;
+    struct pi_weight tok_embd, output; /* {n_embd, n_vocab} */
+    struct pi_vector output_norm;
+    struct pi_layer_w *layers;         /* [n_layer] */
+    /* Scratch activations, [n_batch][width]. */
+    float *x, *xn, *q, *k, *v, *att, *g, *u;
+    float *logits;                     /* [n_vocab] */
+    struct pi_error err;
+};
+
+/* Run the model over tokens[0..n) at positions ctx->pos ...; on success advances the
+ * position and fills the logits of the last token. */
+int pi_forward(struct pi_ctx *ctx, const int32_t *tokens, int64_t n);
+
+#endif

@@ -1,0 +1,289 @@
+/* tok_bpe.c -- byte-level BPE (tokenizer.ggml.model = "gpt2").
+ *
+ * A fragment of raw text is split into pre-tokens by the regexes of the model's
+ * pre-tokenizer (tokenizer.ggml.pre), applied in sequence: each regex splits every
+ * piece the previous one produced, keeping both the matches and the text between them
+ * as pieces (Hugging Face's "Isolated" split behaviour). Each pre-token's bytes are
+ * mapped to the GPT-2 byte-level characters and start as one symbol each; then the
+ * adjacent pair with the lowest merge rank (the leftmost on a tie) is merged until no
+ * pair has a merge. A byte whose character is not a token is dropped (as Hugging
+ * Face's BPE does without an unknown token).
+ *
+ * Pre-tokenizers (the regexes are the published ones of each model family; \s is
+ * spelled out as the Unicode White_Space set so that the result does not depend on
+ * the PCRE2 version's idea of \s):
+ *   gpt2, default, and unknown names (with a warning):  the GPT-2 regex
+ *   smollm, starcoder, refact, codeshell, command-r, exaone:  \p{N} (each digit
+ *                                alone), then the GPT-2 regex
+ *   llama3, llama-bpe:           the Llama 3 regex; a pre-token that is a whole token
+ *                                is emitted without merging (ignore_merges)
+ *   qwen2, deepseek-r1-qwen:     the Llama 3 regex with single digits (no NFC
+ *                                normalisation is applied)
+ * Invalid UTF-8 never matches a pattern character (PCRE2_MATCH_INVALID_UTF), so it
+ * ends up in the pieces between matches and is tokenized byte by byte. */
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+#include <string.h>
+
+#include "model/vocab.h"
+
+/* Unicode White_Space, and its complement, inside a character class. */
+#define WS "\\t-\\r \\x{85}\\x{a0}\\x{1680}\\x{2000}-\\x{200a}\\x{2028}\\x{2029}\\x{202f}" \
+           "\\x{205f}\\x{3000}"
+#define CONTRACTIONS "'s|'t|'re|'ve|'m|'ll|'d"
+
+static const char PAT_GPT2[] =
+    CONTRACTIONS "| ?\\p{L}+| ?\\p{N}+| ?[^" WS "\\p{L}\\p{N}]+|[" WS "]+(?![^" WS "])|[" WS "]+";
+static const char PAT_DIGIT[] = "\\p{N}";
+static const char PAT_LLAMA3[] =
+    "(?i:" CONTRACTIONS ")|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^" WS "\\p{L}\\p{N}]+"
+    "[\\r\\n]*|[" WS "]*[\\r\\n]+|[" WS "]+(?![^" WS "])|[" WS "]+";
+static const char PAT_QWEN2[] =
+    "(?i:" CONTRACTIONS ")|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^" WS "\\p{L}\\p{N}]+"
+    "[\\r\\n]*|[" WS "]*[\\r\\n]+|[" WS "]+(?![^" WS "])|[" WS "]+";
+
+struct pre_def {
+    const char *names; /* space-separated */
+    const char *canonical;
+    const char *patterns[PI_VOCAB_MAX_PATTERNS];
+    int ignore_merges;
+};
+
+static const struct pre_def pre_defs[] = {
+    {"default gpt2 gpt-2", "gpt2", {PAT_GPT2}, 0},
+    {"smollm starcoder refact codeshell command-r exaone", "smollm", {PAT_DIGIT, PAT_GPT2}, 0},
+    {"llama3 llama-bpe", "llama3", {PAT_LLAMA3}, 1},
+    {"qwen2 deepseek-r1-qwen", "qwen2", {PAT_QWEN2}, 0},
+};
+
+static int name_in(const char *names, const char *s, size_t len) {
+    for (const char *p = names; *p;) {
+        size_t n = strcspn(p, " ");
+        if (n == len && memcmp(p, s, len) == 0)
+            return 1;
+        p += n;
+        while (*p == ' ')
+            p++;
+    }
+    return 0;
+}
+
+static void *pcre_alloc(PCRE2_SIZE size, void *user) {
+    return pi_malloc(user, size);
+}
+
+static void pcre_free(void *ptr, void *user) {
+    pi_free(user, ptr);
+}
+
+int tok_bpe_init(struct pi_vocab *v, const char *pre, size_t pre_len,
+                 const struct pi_logger *lg, struct pi_error *err) {
+    const struct pre_def *def = NULL;
+    for (size_t i = 0; i < sizeof pre_defs / sizeof pre_defs[0] && !def; i++)
+        if (!pre || name_in(pre_defs[i].names, pre, pre_len))
+            def = &pre_defs[i];
+    if (!def) {
+        def = &pre_defs[0];
+        pi_log(lg, PI_LOG_WARN, "tokenizer.ggml.pre '%.*s' is not known: using the GPT-2 "
+               "pre-tokenizer, so tokens may differ from the model's own tokenizer",
+               (int)(pre_len > 40 ? 40 : pre_len), pre);
+    }
+    v->pre_name = def->canonical;
+    v->ignore_merges = def->ignore_merges;
+    pcre2_general_context *g = pcre2_general_context_create(pcre_alloc, pcre_free, &v->alloc);
+    if (!g)
+        PI_FAIL(err, PI_ERR_NOMEM, "out of memory for the pre-tokenizer");
+    v->pcre_gctx = g;
+    pcre2_compile_context *cc = pcre2_compile_context_create(g);
+    if (!cc)
+        PI_FAIL(err, PI_ERR_NOMEM, "out of memory for the pre-tokenizer");
+    int status = PI_OK;
+    for (int i = 0; i < PI_VOCAB_MAX_PATTERNS && def->patterns[i] && status == PI_OK; i++) {
+        int code;
+        PCRE2_SIZE where;
+        pcre2_code *re = pcre2_compile((PCRE2_SPTR)def->patterns[i], PCRE2_ZERO_TERMINATED,
+                                       PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF, &code,
+                                       &where, cc);
+        if (!re) {
+            status = code == PCRE2_ERROR_HEAP_FAILED || code == PCRE2_ERROR_NOMEMORY
+                ? pi_error_set(err, PI_ERR_NOMEM, "out of memory for the pre-tokenizer")
+                : pi_error_set(err, PI_ERR_INTERNAL, "pre-tokenizer %s: regex %d does not "
+                               "compile (PCRE2 error %d at %zu)", def->canonical, i, code,
+                               (size_t)where);
+            break;
+        }
+        v->patterns[v->n_patterns++] = re;
+    }
+    pcre2_compile_context_free(cc);
+    return status;
+}
+
+void tok_bpe_free(struct pi_vocab *v) {
+    for (int i = 0; i < v->n_patterns; i++)
+        pcre2_code_free(v->patterns[i]);
+    v->n_patterns = 0;
+    pcre2_general_context_free(v->pcre_gctx);
+    v->pcre_gctx = NULL;
+}
+
+void tok_scratch_free(struct tok_scratch *s) {
+    for (int i = 0; i < 3; i++) {
+        pi_free(s->alloc, s->buf[i]);
+        s->buf[i] = NULL;
+        s->cap[i] = 0;
+    }
+    pcre2_match_data_free(s->match_data);
+    s->match_data = NULL;
+}
+
+/* ---- merging one pre-token ----------------------------------------------------------- */
+
+struct cand {
+    int32_t rank, pos; /* the pair (pos, next[pos]) */
+    int32_t left, right;
+};
+
+static int cand_before(const struct cand *a, const struct cand *b) {
+    return a->rank < b->rank || (a->rank == b->rank && a->pos < b->pos);
+}
+
+static void heap_push(struct cand *h, int32_t *n, struct cand c) {
+    int32_t i = (*n)++;
+    while (i > 0) {
+        int32_t parent = (i - 1) / 2;
+        if (!cand_before(&c, &h[parent]))
+            break;
+        h[i] = h[parent];
+        i = parent;
+    }
+    h[i] = c;
+}
+
+static struct cand heap_pop(struct cand *h, int32_t *n) {
+    struct cand top = h[0], last = h[--*n];
+    int32_t i = 0;
+    for (;;) {
+        int32_t c = 2 * i + 1;
+        if (c >= *n)
+            break;
+        if (c + 1 < *n && cand_before(&h[c + 1], &h[c]))
+            c++;
+        if (!cand_before(&h[c], &last))
+            break;
+        h[i] = h[c];
+        i = c;
+    }
+    if (*n > 0)
+        h[i] = last;
+    return top;
+}
+
+static void try_pair(const struct pi_vocab *v, const int32_t *ids, int32_t pos, int32_t next,
+                     struct cand *heap, int32_t *nheap) {
+    if (pos < 0 || next < 0)
+        return;
+    const struct pi_merge *m = vocab_find_merge(v, ids[pos], ids[next]);
+    if (m)
+        heap_push(heap, nheap, (struct cand){m->rank, pos, ids[pos], ids[next]});
+}
+
+static int bpe_word(const struct pi_vocab *v, const unsigned char *p, size_t n,
+                    struct tok_scratch *s, struct tok_out *o) {
+    if (v->ignore_merges) {
+        PI_TRY(tok_scratch_reserve(s, 2, 2 * n));
+        char *u = s->buf[2];
+        size_t k = 0;
+        for (size_t i = 0; i < n; i++) {
+            uint16_t cp = v->byte_cp[p[i]];
+            if (cp < 0x80) {
+                u[k++] = (char)cp;
+            } else {
+                u[k++] = (char)(0xc0 | (cp >> 6));
+                u[k++] = (char)(0x80 | (cp & 0x3f));
+            }
+        }
+        int32_t id = vocab_find(v, u, k);
+        if (id >= 0) {
+            tok_out_push(o, id);
+            return PI_OK;
+        }
+    }
+    PI_TRY(tok_scratch_reserve(s, 0, 3 * n * sizeof(int32_t)));
+    PI_TRY(tok_scratch_reserve(s, 1, 3 * n * sizeof(struct cand)));
+    int32_t *ids = s->buf[0], *prev = ids + n, *next = prev + n;
+    struct cand *heap = s->buf[1];
+    int32_t k = 0, nheap = 0;
+    for (size_t i = 0; i < n; i++) {
+        int32_t id = v->byte_char_token[p[i]];
+        if (id >= 0)
+            ids[k++] = id;
+    }
+    for (int32_t i = 0; i < k; i++) {
+        prev[i] = i - 1;
+        next[i] = i + 1 < k ? i + 1 : -1;
+    }
+    for (int32_t i = 0; i + 1 < k; i++)
+        try_pair(v, ids, i, i + 1, heap, &nheap);
+    while (nheap > 0) {
+        struct cand c = heap_pop(heap, &nheap);
+        int32_t r = next[c.pos];
+        if (ids[c.pos] != c.left || r < 0 || ids[r] != c.right)
+            continue; /* stale: one side has been merged since */
+        const struct pi_merge *m = vocab_find_merge(v, c.left, c.right);
+        ids[c.pos] = m->result;
+        ids[r] = -1;
+        next[c.pos] = next[r];
+        if (next[r] >= 0)
+            prev[next[r]] = c.pos;
+        try_pair(v, ids, prev[c.pos], c.pos, heap, &nheap);
+        try_pair(v, ids, c.pos, next[c.pos], heap, &nheap);
+    }
+    for (int32_t i = k > 0 ? 0 : -1; i >= 0; i = next[i])
+        tok_out_push(o, ids[i]);
+    return PI_OK;
+}
+
+/* ---- pre-tokenizing ------------------------------------------------------------------- */
+
+static int split(const struct pi_vocab *v, int level, const char *p, size_t n,
+                 struct tok_scratch *s, struct tok_out *o) {
+    if (n == 0)
+        return PI_OK;
+    if (level == v->n_patterns)
+        return bpe_word(v, (const unsigned char *)p, n, s, o);
+    const pcre2_code *re = v->patterns[level];
+    size_t off = 0;
+    while (off < n) {
+        int rc = pcre2_match(re, (PCRE2_SPTR)p, n, off, 0, s->match_data, NULL);
+        if (rc == PCRE2_ERROR_NOMATCH)
+            break;
+        if (rc < 0)
+            return rc == PCRE2_ERROR_NOMEMORY || rc == PCRE2_ERROR_HEAPLIMIT ? PI_ERR_NOMEM
+                                                                           : PI_ERR_INTERNAL;
+        const PCRE2_SIZE *ov = pcre2_get_ovector_pointer(s->match_data);
+        size_t ms = ov[0], me = ov[1];
+        if (ms < off || me < ms || me > n)
+            return PI_ERR_INTERNAL;
+        PI_TRY(split(v, level + 1, p + off, ms - off, s, o));
+        if (me == ms) { /* no pattern matches empty; step over one character anyway */
+            me = ms + 1;
+            while (me < n && ((unsigned char)p[me] & 0xc0) == 0x80)
+                me++;
+        }
+        PI_TRY(split(v, level + 1, p + ms, me - ms, s, o));
+        off = me;
+    }
+    return split(v, level + 1, p + off, n - off, s, o);
+}
+
+int tok_bpe_fragment(const struct pi_vocab *v, const char *text, size_t len,
+                     struct tok_scratch *s, struct tok_out *o) {
+    if (len == 0)
+        return PI_OK;
+    if (!s->match_data) {
+        s->match_data = pcre2_match_data_create(1, v->pcre_gctx);
+        if (!s->match_data)
+            return PI_ERR_NOMEM;
+    }
+    return split(v, 0, text, len, s, o);
+}

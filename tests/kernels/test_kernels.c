@@ -1,0 +1,596 @@
+/* test_kernels.c -- CPU kernel conformance (dav1d checkasm style) and benchmark.
+ *
+ *   test_kernels          cmocka tests, TAP output
+ *   test_kernels --bench  GB/s of weight streamed by dot() over a 4096 x 4096 matrix per
+ *                         type, reference vs every SIMD table this CPU can run, plus the
+ *                         gemm throughput (64 tokens) of the SIMD tables
+ *
+ * Every SIMD table this CPU supports is compared with the scalar reference on random
+ * weights (valid scales, random quants) and random activations, with odd shapes: n of
+ * 1, 2, 3, 7, 8, 9, 18, 33, 128 blocks, nr and nt of 1, 3, 7, 17, 33.
+ *  - quantize_q8_0, quantize_q8_k and to_float: bit-exact.
+ *  - dot and gemm: |simd - ref| <= TOL * sum|w_i * x_i| (w, x the dequantized values),
+ *    TOL = 2e-5 for every type (float accumulation order and FMA differ; integer parts
+ *    are exact). Observed maxima are around 1e-6.
+ *  - the reference itself against double-precision float math on the unquantized
+ *    activations: |ref - exact| <= sum_i |w_i| * d_x(i) / 2 * 1.001 + 1e-5 * sum|w_i x_i|,
+ *    where d_x(i) is the scale of the activation block of value i (a rounding error of
+ *    at most half a step per activation value). */
+#define _POSIX_C_SOURCE 200809L
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "kernels.h"
+#include "runtime/fp16.h"
+#include "runtime/types.h"
+
+#define TOL_DOT 2e-5
+#define TOL_REF_FLOAT 1e-5
+
+/* 64-byte aligned memory (aligned_alloc wants a size that is a multiple of it). */
+static void *amalloc(size_t size) {
+    return aligned_alloc(64, (size + 63) / 64 * 64);
+}
+
+/* ---- random data ---------------------------------------------------------------------- */
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15u;
+
+static uint64_t rnd(void) { /* xorshift64* */
+    rng_state ^= rng_state >> 12;
+    rng_state ^= rng_state << 25;
+    rng_state ^= rng_state >> 27;
+    return rng_state * 0x2545f4914f6cdd1du;
+}
+
+static float frand(float lo, float hi) {
+    return lo + (hi - lo) * (float)(rnd() >> 40) / (float)(1u << 24);
+}
+
+static void put16(uint8_t *p, uint16_t v) {
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+}
+
+static void put_f16(uint8_t *p, float f) {
+    put16(p, pi_fp32_to_fp16(f));
+}
+
+/* A random fp16 scale: magnitude 1e-3..3e-2, either sign (offsets and Q6_K-style
+ * signed scales are realistic either way). */
+static void put_scale(uint8_t *p) {
+    float m = frand(1e-3f, 3e-2f);
+    put_f16(p, (rnd() & 1) ? -m : m);
+}
+
+/* The weight types under test with their traits. */
+static const int test_types[] = {PI_TYPE_F32,  PI_TYPE_F16,  PI_TYPE_BF16, PI_TYPE_Q4_0,
+                                 PI_TYPE_Q4_1, PI_TYPE_Q5_0, PI_TYPE_Q5_1, PI_TYPE_Q8_0,
+                                 PI_TYPE_Q4_K, PI_TYPE_Q5_K, PI_TYPE_Q6_K};
+#define N_TYPES (sizeof test_types / sizeof test_types[0])
+
+/* Fill `bytes` bytes of rows of `type` with random quants and valid random scales. */
+static void random_weights(int type, uint8_t *p, size_t bytes) {
+    const struct pi_type_traits *tt = pi_type_traits((uint32_t)type);
+    for (size_t i = 0; i < bytes; i++)
+        p[i] = (uint8_t)rnd();
+    for (size_t off = 0; off < bytes; off += tt->block_bytes) {
+        uint8_t *b = p + off;
+        switch (type) {
+        case PI_TYPE_F32: {
+            uint32_t u = pi_fp32_to_bits(frand(-1.0f, 1.0f));
+            memcpy(b, &u, 4);
+            break;
+        }
+        case PI_TYPE_F16:
+            put_f16(b, frand(-1.0f, 1.0f));
+            break;
+        case PI_TYPE_BF16:
+            put16(b, pi_fp32_to_bf16(frand(-1.0f, 1.0f)));
+            break;
+        case PI_TYPE_Q4_0:
+        case PI_TYPE_Q5_0:
+        case PI_TYPE_Q8_0:
+            put_scale(b);
+            break;
+        case PI_TYPE_Q4_1:
+        case PI_TYPE_Q5_1:
+        case PI_TYPE_Q4_K:
+        case PI_TYPE_Q5_K:
+            put_scale(b);
+            put_scale(b + 2);
+            break;
+        case PI_TYPE_Q6_K:
+            put_scale(b + 208);
+            break;
+        }
+    }
+}
+
+/* Random activations: mostly uniform, a few outliers, now and then a zero block and a
+ * tiny block (below the d >= FLT_MIN threshold). */
+static void random_acts(float *x, int64_t n) {
+    for (int64_t i = 0; i < n; i++)
+        x[i] = frand(-1.0f, 1.0f) * ((rnd() % 17) == 0 ? 8.0f : 1.0f);
+    if (n >= 64 && (rnd() & 1))
+        memset(x + 32, 0, 32 * sizeof *x);
+    if (n >= 96 && (rnd() & 1))
+        for (int i = 64; i < 96; i++)
+            x[i] = 1e-38f * frand(-1.0f, 1.0f);
+}
+
+/* ---- implementations ------------------------------------------------------------------ */
+
+struct impl {
+    const char *name;
+    unsigned flags;
+};
+
+static const struct impl impls[] = {
+    {"avx2", PI_CPU_AVX2},
+    {"avx512", PI_CPU_AVX2 | PI_CPU_AVX512 | PI_CPU_AVX512_VNNI},
+};
+#define N_IMPLS (sizeof impls / sizeof impls[0])
+
+/* Fill k for impl i; 0 when this CPU (or this build) cannot run it. */
+static int impl_table(size_t i, struct pi_cpu_kernels *k) {
+    unsigned have = pi_cpu_detect();
+    if ((impls[i].flags & have) != impls[i].flags)
+        return 0;
+    pi_cpu_kernels_init(k, impls[i].flags);
+    return k->flags == impls[i].flags;
+}
+
+static int block_of(int type) {
+    return (int)pi_type_traits((uint32_t)type)->block_size;
+}
+
+static enum pi_vec_fmt fmt_of(const struct pi_cpu_kernels *k, int type) {
+    return k->dot[type].fmt;
+}
+
+static void quantize(const struct pi_cpu_kernels *k, enum pi_vec_fmt f, const float *x, void *y,
+                     int64_t n) {
+    if (f == PI_VEC_F32)
+        memcpy(y, x, (size_t)n * sizeof *x);
+    else if (f == PI_VEC_Q8_0)
+        k->quantize_q8_0(x, y, n);
+    else
+        k->quantize_q8_k(x, y, n);
+}
+
+/* Dequantized activation value i of a vector in format f (what the dot computes with). */
+static float act_value(enum pi_vec_fmt f, const void *v, int64_t n, int64_t i) {
+    const uint8_t *p = v;
+    float d;
+    if (f == PI_VEC_F32)
+        return ((const float *)v)[i];
+    if (f == PI_VEC_Q8_0) {
+        memcpy(&d, p + pi_q8_0_d_offset(i / 32), 4);
+        return d * (float)(int8_t)p[pi_q8_0_q_offset(i / 32, (int)(i % 32))];
+    }
+    memcpy(&d, p + 288 * (n / 256) + 4 * (i / 256), 4);
+    return d * (float)(int8_t)p[i];
+}
+
+/* ---- tests: quantize, to_float -------------------------------------------------------- */
+
+static void check_quantize(const struct pi_cpu_kernels *ref, const struct pi_cpu_kernels *k,
+                           const char *name, enum pi_vec_fmt f, int64_t n) {
+    size_t bytes = pi_vec_bytes(f, n);
+    float *x = malloc((size_t)n * sizeof *x);
+    uint8_t *a = malloc(bytes), *b = malloc(bytes);
+    assert_non_null(x);
+    assert_non_null(a);
+    assert_non_null(b);
+    random_acts(x, n);
+    /* exact ties: with max 127 the scale is 1, so x*id = x */
+    x[0] = 127.0f;
+    x[1] = 2.5f;
+    x[2] = -3.5f;
+    x[3] = 0.5f;
+    x[4] = -0.5f;
+    x[5] = 126.49999f;
+    memset(a, 0xa5, bytes);
+    memset(b, 0x5a, bytes);
+    quantize(ref, f, x, a, n);
+    quantize(k, f, x, b, n);
+    if (memcmp(a, b, bytes) != 0) {
+        print_error("%s: quantize fmt %d n=%lld differs from the reference\n", name, (int)f,
+                    (long long)n);
+        fail();
+    }
+    assert_int_equal((int8_t)a[0], 127);
+    assert_int_equal((int8_t)a[f == PI_VEC_Q8_0 ? pi_q8_0_q_offset(0, 1) : 1], 3);
+    assert_int_equal((int8_t)a[f == PI_VEC_Q8_0 ? pi_q8_0_q_offset(0, 2) : 2], -4);
+    free(x);
+    free(a);
+    free(b);
+}
+
+static void test_quantize(void **state) {
+    struct pi_cpu_kernels ref, k;
+    static const int64_t n32[] = {32, 64, 96, 224, 256, 288, 576, 1056, 4096};
+    static const int64_t n256[] = {256, 512, 768, 1792, 4096};
+    (void)state;
+    pi_cpu_kernels_ref(&ref);
+    for (size_t i = 0; i < N_IMPLS; i++) {
+        if (!impl_table(i, &k))
+            continue;
+        for (size_t j = 0; j < sizeof n32 / sizeof n32[0]; j++)
+            check_quantize(&ref, &k, impls[i].name, PI_VEC_Q8_0, n32[j]);
+        for (size_t j = 0; j < sizeof n256 / sizeof n256[0]; j++)
+            check_quantize(&ref, &k, impls[i].name, PI_VEC_Q8_K, n256[j]);
+    }
+}
+
+static void test_to_float(void **state) {
+    struct pi_cpu_kernels ref, k;
+    (void)state;
+    pi_cpu_kernels_ref(&ref);
+    for (size_t i = 0; i < N_IMPLS; i++) {
+        if (!impl_table(i, &k))
+            continue;
+        for (size_t t = 0; t < N_TYPES; t++) {
+            const int type = test_types[t], bs = block_of(type);
+            static const int nblk[] = {1, 3, 7, 8, 33};
+            for (size_t j = 0; j < sizeof nblk / sizeof nblk[0]; j++) {
+                int64_t n = (int64_t)nblk[j] * (bs == 1 ? 37 : bs);
+                size_t bytes = pi_type_row_bytes((uint32_t)type, n);
+                uint8_t *w = malloc(bytes);
+                float *a = malloc((size_t)n * sizeof *a), *b = malloc((size_t)n * sizeof *b);
+                assert_non_null(w);
+                assert_non_null(a);
+                assert_non_null(b);
+                random_weights(type, w, bytes);
+                ref.to_float[type](w, a, n);
+                k.to_float[type](w, b, n);
+                if (memcmp(a, b, (size_t)n * sizeof *a) != 0) {
+                    print_error("%s: to_float %s n=%lld differs from the reference\n",
+                                impls[i].name, pi_type_traits((uint32_t)type)->name,
+                                (long long)n);
+                    fail();
+                }
+                free(w);
+                free(a);
+                free(b);
+            }
+        }
+    }
+}
+
+/* ---- tests: dot and gemm -------------------------------------------------------------- */
+
+struct problem {
+    int type;
+    enum pi_vec_fmt fmt;
+    int64_t n, nr, nt, ldy;
+    size_t rb, vb;
+    uint8_t *w;   /* [nr] rows of rb bytes */
+    uint8_t *x;   /* [nt] vectors of vb bytes */
+    double *mag;  /* [nt][nr] sum |w_i x_i| */
+};
+
+static void problem_make(struct problem *p, const struct pi_cpu_kernels *ref, int type, int64_t n,
+                         int64_t nr, int64_t nt) {
+    float *xf = malloc((size_t)n * sizeof *xf), *wf = malloc((size_t)n * sizeof *wf);
+    assert_non_null(xf);
+    assert_non_null(wf);
+    p->type = type;
+    p->fmt = fmt_of(ref, type);
+    p->n = n;
+    p->nr = nr;
+    p->nt = nt;
+    p->ldy = nr + 3;
+    p->rb = (size_t)pi_type_row_bytes((uint32_t)type, n);
+    p->vb = pi_vec_bytes(p->fmt, n) + 64; /* vectors need not be packed */
+    p->w = malloc(p->rb * (size_t)nr);
+    p->x = amalloc(p->vb * (size_t)nt);
+    p->mag = calloc((size_t)(nr * nt), sizeof *p->mag);
+    assert_non_null(p->w);
+    assert_non_null(p->x);
+    assert_non_null(p->mag);
+    random_weights(type, p->w, p->rb * (size_t)nr);
+    for (int64_t t = 0; t < nt; t++) {
+        random_acts(xf, n);
+        quantize(ref, p->fmt, xf, p->x + (size_t)t * p->vb, n);
+    }
+    for (int64_t r = 0; r < nr; r++) {
+        ref->to_float[type](p->w + (size_t)r * p->rb, wf, n);
+        for (int64_t t = 0; t < nt; t++) {
+            double m = 0.0;
+            for (int64_t i = 0; i < n; i++)
+                m += fabs((double)wf[i] * act_value(p->fmt, p->x + (size_t)t * p->vb, n, i));
+            p->mag[t * nr + r] = m;
+        }
+    }
+    free(xf);
+    free(wf);
+}
+
+static void problem_free(struct problem *p) {
+    free(p->w);
+    free(p->x);
+    free(p->mag);
+}
+
+static double max_ratio_seen;
+
+static void check_value(const struct problem *p, const char *name, const char *what, int64_t r,
+                        int64_t t, float got, float want) {
+    double err = fabs((double)got - (double)want), lim = TOL_DOT * p->mag[t * p->nr + r];
+    if (p->mag[t * p->nr + r] > 0 && err / p->mag[t * p->nr + r] > max_ratio_seen)
+        max_ratio_seen = err / p->mag[t * p->nr + r];
+    if (!(err <= lim)) {
+        print_error("%s: %s %s n=%lld nr=%lld nt=%lld row %lld token %lld: %.9g vs ref %.9g "
+                    "(err %.3g, limit %.3g)\n",
+                    name, pi_type_traits((uint32_t)p->type)->name, what, (long long)p->n,
+                    (long long)p->nr, (long long)p->nt, (long long)r, (long long)t, got, want,
+                    err, lim);
+        fail();
+    }
+}
+
+static void check_problem(const struct problem *p, const struct pi_cpu_kernels *ref,
+                          const struct pi_cpu_kernels *k, const char *name) {
+    const struct pi_dot_kernel *rk = &ref->dot[p->type], *sk = &k->dot[p->type];
+    size_t ny = (size_t)(p->nt * p->ldy);
+    float *yr = malloc(ny * sizeof *yr), *ys = malloc(ny * sizeof *ys);
+    assert_non_null(yr);
+    assert_non_null(ys);
+    assert_int_equal(sk->fmt, rk->fmt);
+    for (size_t i = 0; i < ny; i++)
+        yr[i] = ys[i] = -12345.0f;
+    rk->gemm(p->w, p->rb, p->nr, p->x, p->vb, p->nt, yr, p->ldy, p->n);
+    sk->gemm(p->w, p->rb, p->nr, p->x, p->vb, p->nt, ys, p->ldy, p->n);
+    for (int64_t t = 0; t < p->nt; t++) {
+        for (int64_t r = 0; r < p->ldy; r++) {
+            float want = yr[t * p->ldy + r], got = ys[t * p->ldy + r];
+            if (r >= p->nr) { /* the gap between rows of Y is not touched */
+                assert_true(got == -12345.0f);
+                continue;
+            }
+            check_value(p, name, "gemm", r, t, got, want);
+            /* dot of the same pair, against the reference dot */
+            if (t % 3 == 0 || r % 5 == 0) {
+                const uint8_t *w = p->w + (size_t)r * p->rb, *x = p->x + (size_t)t * p->vb;
+                check_value(p, name, "dot", r, t, sk->dot(w, x, p->n), rk->dot(w, x, p->n));
+            }
+        }
+    }
+    free(yr);
+    free(ys);
+}
+
+static void test_dot_gemm(void **state) {
+    static const int nblk[] = {1, 2, 3, 7, 8, 9, 18, 33, 128};
+    static const int64_t shapes[][2] = {{1, 1}, {3, 7}, {7, 3}, {17, 1}, {33, 17}, {1, 33}};
+    struct pi_cpu_kernels ref, k;
+    (void)state;
+    pi_cpu_kernels_ref(&ref);
+    for (size_t t = 0; t < N_TYPES; t++) {
+        const int type = test_types[t], bs = block_of(type);
+        for (size_t j = 0; j < sizeof nblk / sizeof nblk[0]; j++) {
+            /* float types: odd lengths too (block 1), e.g. 37, 259, 4736 */
+            const int64_t n = bs == 1 ? (int64_t)nblk[j] * 37 : (int64_t)nblk[j] * bs;
+            if (bs == 256 && nblk[j] > 18)
+                continue; /* long enough */
+            for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+                struct problem p;
+                if (n > 2000 && shapes[s][0] * shapes[s][1] > 40)
+                    continue;
+                problem_make(&p, &ref, type, n, shapes[s][0], shapes[s][1]);
+                for (size_t i = 0; i < N_IMPLS; i++)
+                    if (impl_table(i, &k))
+                        check_problem(&p, &ref, &k, impls[i].name);
+                problem_free(&p);
+            }
+        }
+    }
+    print_message("# largest |simd - ref| / sum|w*x| seen: %.3g (limit %.3g)\n", max_ratio_seen,
+                  TOL_DOT);
+}
+
+/* The reference against float math on the unquantized activations. */
+static void test_ref_vs_float(void **state) {
+    struct pi_cpu_kernels ref;
+    (void)state;
+    pi_cpu_kernels_ref(&ref);
+    for (size_t t = 0; t < N_TYPES; t++) {
+        const int type = test_types[t], bs = block_of(type);
+        const enum pi_vec_fmt f = fmt_of(&ref, type);
+        const int xb = f == PI_VEC_Q8_0 ? 32 : 256; /* activation block */
+        static const int nblk[] = {1, 3, 9, 16};
+        for (size_t j = 0; j < sizeof nblk / sizeof nblk[0]; j++) {
+            const int64_t n = (int64_t)nblk[j] * (bs == 1 ? 37 : bs);
+            size_t rb = (size_t)pi_type_row_bytes((uint32_t)type, n);
+            uint8_t *w = malloc(rb), *xq = amalloc(pi_vec_bytes(f, n) + 64);
+            float *x = malloc((size_t)n * sizeof *x), *wf = malloc((size_t)n * sizeof *wf);
+            double exact = 0.0, mag = 0.0, qerr = 0.0;
+            float got;
+            assert_true(w && xq && x && wf);
+            for (int rep = 0; rep < 4; rep++) {
+                random_weights(type, w, rb);
+                random_acts(x, n);
+                quantize(&ref, f, x, xq, n);
+                ref.to_float[type](w, wf, n);
+                exact = mag = qerr = 0.0;
+                for (int64_t i = 0; i < n; i++) {
+                    exact += (double)wf[i] * x[i];
+                    mag += fabs((double)wf[i] * x[i]);
+                    if (f != PI_VEC_F32) {
+                        double amax = 0.0;
+                        int64_t b0 = i / xb * xb;
+                        for (int64_t e = b0; e < b0 + xb; e++)
+                            amax = fmax(amax, fabs(x[e]));
+                        qerr += fabs(wf[i]) * (amax / 127.0) / 2.0;
+                    }
+                }
+                got = ref.dot[type].dot(w, xq, n);
+                if (!(fabs(got - exact) <= qerr * 1.001 + TOL_REF_FLOAT * mag)) {
+                    print_error("ref %s n=%lld: %.9g vs exact %.9g (bound %.3g)\n",
+                                pi_type_traits((uint32_t)type)->name, (long long)n, got, exact,
+                                qerr * 1.001 + TOL_REF_FLOAT * mag);
+                    fail();
+                }
+            }
+            free(w);
+            free(xq);
+            free(x);
+            free(wf);
+        }
+    }
+}
+
+static void test_vec_bytes(void **state) {
+    (void)state;
+    assert_int_equal(pi_vec_bytes(PI_VEC_F32, 10), 40);
+    assert_int_equal(pi_vec_bytes(PI_VEC_Q8_0, 32), 320);
+    assert_int_equal(pi_vec_bytes(PI_VEC_Q8_0, 256), 320);
+    assert_int_equal(pi_vec_bytes(PI_VEC_Q8_0, 288), 640);
+    assert_int_equal(pi_vec_bytes(PI_VEC_Q8_0, 33), 0);
+    assert_int_equal(pi_vec_bytes(PI_VEC_Q8_K, 512), 584);
+    assert_int_equal(pi_vec_bytes(PI_VEC_Q8_K, 300), 0);
+    assert_int_equal(pi_vec_bytes(PI_VEC_F32, 0), 0);
+    /* no format needs more than F32's 4 bytes per value */
+    for (int64_t n = 256; n <= 8192; n += 256) {
+        assert_true(pi_vec_bytes(PI_VEC_Q8_0, n) <= pi_vec_bytes(PI_VEC_F32, n));
+        assert_true(pi_vec_bytes(PI_VEC_Q8_K, n) <= pi_vec_bytes(PI_VEC_F32, n));
+    }
+}
+
+static void test_tables(void **state) {
+    struct pi_cpu_kernels k;
+    (void)state;
+    pi_cpu_kernels_init(&k, pi_cpu_detect());
+    print_message("# cpu flags %#x, table flags %#x\n", pi_cpu_detect(), k.flags);
+    for (size_t t = 0; t < N_TYPES; t++) {
+        assert_non_null(k.dot[test_types[t]].dot);
+        assert_non_null(k.dot[test_types[t]].gemm);
+        assert_non_null(k.to_float[test_types[t]]);
+    }
+    assert_non_null(k.quantize_q8_0);
+    assert_non_null(k.quantize_q8_k);
+    pi_cpu_kernels_init(&k, 0);
+    assert_int_equal(k.flags, 0);
+}
+
+/* ---- benchmark ------------------------------------------------------------------------ */
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static volatile float bench_sink;
+
+/* GB/s of weight bytes for dot over all rows, best of a few timed passes. */
+static double bench_dot(const struct pi_dot_kernel *dk, const uint8_t *w, size_t rb, int64_t nr,
+                        const void *x, int64_t n) {
+    double best = 0.0;
+    for (int rep = 0; rep < 5; rep++) {
+        double t0 = now(), dt;
+        int passes = 0;
+        float s = 0.0f;
+        do {
+            for (int64_t r = 0; r < nr; r++)
+                s += dk->dot(w + (size_t)r * rb, x, n);
+            passes++;
+            dt = now() - t0;
+        } while (dt < 0.1);
+        bench_sink = s;
+        if ((double)rb * (double)nr * passes / dt / 1e9 > best)
+            best = (double)rb * (double)nr * passes / dt / 1e9;
+    }
+    return best;
+}
+
+/* Multiply-accumulates per second (G) of gemm with nt tokens. */
+static double bench_gemm(const struct pi_dot_kernel *dk, const uint8_t *w, size_t rb,
+                         int64_t nr, const void *x, size_t vb, int64_t nt, float *y, int64_t n) {
+    double best = 0.0;
+    for (int rep = 0; rep < 3; rep++) {
+        double t0 = now(), dt;
+        int passes = 0;
+        do {
+            dk->gemm(w, rb, nr, x, vb, nt, y, nr, n);
+            passes++;
+            dt = now() - t0;
+        } while (dt < 0.2);
+        if ((double)n * (double)nr * (double)nt * passes / dt / 1e9 > best)
+            best = (double)n * (double)nr * (double)nt * passes / dt / 1e9;
+    }
+    return best;
+}
+
+static int run_bench(void) {
+    const int64_t n = 4096, nr = 4096, nt = 64;
+    struct pi_cpu_kernels ref, k;
+    float *xf = malloc((size_t)(n * nt) * sizeof *xf), *y = malloc((size_t)(nr * nt) * sizeof *y);
+    uint8_t *x = amalloc((size_t)nt * pi_vec_bytes(PI_VEC_F32, n));
+    if (!xf || !y || !x)
+        return 1;
+    pi_cpu_kernels_ref(&ref);
+    random_acts(xf, n * nt);
+    printf("dot over a %lldx%lld matrix, GB/s of weights (single thread); gemm with %lld "
+           "tokens, GMAC/s\n",
+           (long long)nr, (long long)n, (long long)nt);
+    printf("%-6s %8s", "type", "ref");
+    for (size_t i = 0; i < N_IMPLS; i++)
+        printf(" %8s", impls[i].name);
+    for (size_t i = 0; i < N_IMPLS; i++)
+        printf("  gemm-%-6s", impls[i].name);
+    printf("\n");
+    for (size_t t = 0; t < N_TYPES; t++) {
+        const int type = test_types[t];
+        const enum pi_vec_fmt f = fmt_of(&ref, type);
+        size_t rb = (size_t)pi_type_row_bytes((uint32_t)type, n), vb = pi_vec_bytes(f, n);
+        uint8_t *w = amalloc(rb * (size_t)nr);
+        double gemm_rate[N_IMPLS] = {0};
+        if (!w)
+            return 1;
+        random_weights(type, w, rb * (size_t)nr);
+        for (int64_t i = 0; i < nt; i++)
+            quantize(&ref, f, xf + i * n, x + (size_t)i * vb, n);
+        printf("%-6s %8.2f", pi_type_traits((uint32_t)type)->name,
+               bench_dot(&ref.dot[type], w, rb, nr, x, n));
+        for (size_t i = 0; i < N_IMPLS; i++) {
+            if (!impl_table(i, &k)) {
+                printf(" %8s", "-");
+                continue;
+            }
+            printf(" %8.2f", bench_dot(&k.dot[type], w, rb, nr, x, n));
+            gemm_rate[i] = bench_gemm(&k.dot[type], w, rb, nr, x, vb, nt, y, n);
+        }
+        for (size_t i = 0; i < N_IMPLS; i++)
+            printf("  %11.2f", gemm_rate[i]);
+        printf("\n");
+        fflush(stdout);
+        free(w);
+    }
+    free(xf);
+    free(y);
+    free(x);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_vec_bytes),   cmocka_unit_test(test_tables),
+        cmocka_unit_test(test_quantize),    cmocka_unit_test(test_to_float),
+        cmocka_unit_test(test_ref_vs_float), cmocka_unit_test(test_dot_gemm),
+    };
+    if (argc > 1 && strcmp(argv[1], "--bench") == 0)
+        return run_bench();
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

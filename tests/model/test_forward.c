@@ -1,0 +1,295 @@
+/* Forward pass against Hugging Face transformers: logits of small random Llama models
+ * (tests/fixtures/models, made by tests/fixtures/make_ref_models.py) for prefill, for
+ * token-by-token decode, and for a mix; the same answers for any thread count and
+ * batch size; decode failures leave the context unchanged.
+ *
+ * Usage: test_forward MODEL.gguf REF.bin TOLERANCE [MODEL REF TOL ...]
+ * REF.bin: u32 n_tokens, u32 n_vocab, i32 tokens[n_tokens],
+ *          f32 logits[n_tokens][n_vocab] (logits after each prefix).
+ * TOLERANCE: the largest |ours - reference| allowed, relative to max |reference|. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "powerinfer.h"
+
+struct ref {
+    const char *model_path;
+    double tol;
+    uint32_t n_tok, n_vocab;
+    int32_t *tokens;
+    float *logits;
+};
+
+static struct ref g_refs[32];
+static int g_n_refs;
+
+static int load_ref(struct ref *r, const char *path) {
+    FILE *fp = fopen(path, "rb");
+    if (!fp)
+        return -1;
+    uint32_t hdr[2];
+    int ok = fread(hdr, 4, 2, fp) == 2 && hdr[0] > 0 && hdr[0] < 4096 && hdr[1] > 0 &&
+             hdr[1] < (1u << 20);
+    if (ok) {
+        r->n_tok = hdr[0];
+        r->n_vocab = hdr[1];
+        r->tokens = malloc(4 * (size_t)r->n_tok);
+        r->logits = malloc(4 * (size_t)r->n_tok * r->n_vocab);
+        ok = r->tokens && r->logits && fread(r->tokens, 4, r->n_tok, fp) == r->n_tok &&
+             fread(r->logits, 4, (size_t)r->n_tok * r->n_vocab, fp) ==
+                 (size_t)r->n_tok * r->n_vocab;
+    }
+    fclose(fp);
+    return ok ? 0 : -1;
+}
+
+/* max |a - b| / max |b| */
+static double rel_err(const float *a, const float *b, uint32_t n) {
+    double md = 0.0, mb = 0.0;
+    for (uint32_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - (double)b[i]);
+        md = d > md ? d : md;
+        mb = fabs((double)b[i]) > mb ? fabs((double)b[i]) : mb;
+    }
+    return md / (mb > 0 ? mb : 1.0);
+}
+
+static pi_model *open_model(const struct ref *r) {
+    pi_model *m = NULL;
+    char err[256] = "";
+    pi_model_params p;
+    pi_model_default_params(&p);
+    p.errbuf = err;
+    p.errbuf_cap = sizeof err;
+    int st = pi_model_open(r->model_path, &p, &m);
+    if (st != PI_OK)
+        fail_msg("%s: %s", r->model_path, err);
+    assert_int_equal(pi_model_n_vocab(m), r->n_vocab);
+    return m;
+}
+
+static pi_ctx *new_ctx(pi_model *m, uint32_t threads, uint32_t batch) {
+    pi_ctx_params cp;
+    pi_ctx_default_params(&cp);
+    cp.n_threads = threads;
+    cp.n_batch = batch;
+    cp.n_ctx = 64;
+    pi_ctx *c = NULL;
+    assert_int_equal(pi_ctx_create(m, &cp, &c), PI_OK);
+    return c;
+}
+
+static void check(const struct ref *r, const float *got, uint32_t pos, const char *how,
+                  double *worst) {
+    double e = rel_err(got, r->logits + (size_t)pos * r->n_vocab, r->n_vocab);
+    *worst = e > *worst ? e : *worst;
+    if (e > r->tol)
+        fail_msg("%s %s position %u: relative error %.3g > %.3g", r->model_path, how, pos, e,
+                 r->tol);
+}
+
+/* Prefill of every prefix length is too slow to matter; check the whole prompt, then
+ * decode one token at a time, then a split prefill. */
+static void test_against_reference(void **state) {
+    (void)state;
+    for (int i = 0; i < g_n_refs; i++) {
+        const struct ref *r = &g_refs[i];
+        pi_model *m = open_model(r);
+        double worst = 0.0;
+
+        pi_ctx *c = new_ctx(m, 2, 0);
+        assert_null(pi_ctx_logits(c));
+        assert_int_equal(pi_ctx_decode(c, r->tokens, r->n_tok), PI_OK);
+        assert_int_equal(pi_ctx_pos(c), r->n_tok);
+        check(r, pi_ctx_logits(c), r->n_tok - 1, "prefill", &worst);
+
+        assert_int_equal(pi_ctx_reset(c), PI_OK);
+        for (uint32_t t = 0; t < r->n_tok; t++) {
+            assert_int_equal(pi_ctx_decode(c, &r->tokens[t], 1), PI_OK);
+            check(r, pi_ctx_logits(c), t, "decode", &worst);
+        }
+
+        assert_int_equal(pi_ctx_truncate(c, 5), PI_OK);
+        assert_null(pi_ctx_logits(c));
+        assert_int_equal(pi_ctx_decode(c, r->tokens + 5, 6), PI_OK);
+        check(r, pi_ctx_logits(c), 10, "truncate+prefill", &worst);
+        assert_int_equal(pi_ctx_decode(c, r->tokens + 11, r->n_tok - 11), PI_OK);
+        check(r, pi_ctx_logits(c), r->n_tok - 1, "mixed", &worst);
+        pi_ctx_destroy(c);
+        printf("# %s: worst relative error %.3g (tolerance %.3g)\n", r->model_path, worst,
+               r->tol);
+        pi_model_close(m);
+    }
+}
+
+/* Results do not depend on the thread count (bit for bit) nor on how the prompt is
+ * split into steps (to the rounding of the dot-product tiles). */
+static void test_threads_and_batches(void **state) {
+    (void)state;
+    for (int i = 0; i < g_n_refs; i++) {
+        const struct ref *r = &g_refs[i];
+        pi_model *m = open_model(r);
+        float *base = malloc(4 * (size_t)r->n_vocab);
+        for (uint32_t threads = 1; threads <= 3; threads++) {
+            pi_ctx *c = new_ctx(m, threads, 0);
+            assert_int_equal(pi_ctx_decode(c, r->tokens, r->n_tok), PI_OK);
+            if (threads == 1)
+                memcpy(base, pi_ctx_logits(c), 4 * (size_t)r->n_vocab);
+            else
+                assert_memory_equal(base, pi_ctx_logits(c), 4 * (size_t)r->n_vocab);
+            pi_ctx_destroy(c);
+        }
+        pi_ctx *c = new_ctx(m, 2, 3); /* steps of 3 tokens */
+        assert_int_equal(pi_ctx_decode(c, r->tokens, r->n_tok), PI_OK);
+        double e = rel_err(pi_ctx_logits(c), base, r->n_vocab);
+        if (e > 1e-3)
+            fail_msg("%s: batch 3 vs whole prompt differ by %.3g", r->model_path, e);
+        assert_int_equal(pi_ctx_n_threads(c), 2);
+        assert_int_equal(pi_ctx_set_threads(c, 1), PI_OK);
+        assert_int_equal(pi_ctx_n_threads(c), 1);
+        pi_ctx_destroy(c);
+        free(base);
+        pi_model_close(m);
+    }
+}
+
+static int abort_after(void *user) {
+    int *n = user;
+    return --*n < 0;
+}
+
+static void test_failures_leave_context_unchanged(void **state) {
+    (void)state;
+    const struct ref *r = &g_refs[0];
+    pi_model *m = open_model(r);
+    int budget = 0;
+    pi_ctx_params cp;
+    pi_ctx_default_params(&cp);
+    cp.n_ctx = r->n_tok + 2;
+    cp.abort_fn = abort_after;
+    cp.abort_user = &budget;
+    pi_ctx *c;
+    assert_int_equal(pi_ctx_create(m, &cp, &c), PI_OK);
+    budget = 1000;
+    assert_int_equal(pi_ctx_decode(c, r->tokens, 8), PI_OK);
+    float *saved = malloc(4 * (size_t)r->n_vocab);
+    memcpy(saved, pi_ctx_logits(c), 4 * (size_t)r->n_vocab);
+    budget = 1; /* abort in the second layer */
+    assert_int_equal(pi_ctx_decode(c, r->tokens + 8, 4), PI_ERR_ABORTED);
+    assert_int_equal(pi_ctx_pos(c), 8);
+    assert_memory_equal(saved, pi_ctx_logits(c), 4 * (size_t)r->n_vocab);
+    assert_true(strstr(pi_ctx_errmsg(c), "aborted") != NULL);
+    /* bad arguments */
+    int32_t bad = (int32_t)r->n_vocab;
+    assert_int_equal(pi_ctx_decode(c, &bad, 1), PI_ERR_INVALID_ARG);
+    assert_true(strstr(pi_ctx_errmsg(c), "vocabulary") != NULL);
+    assert_int_equal(pi_ctx_decode(c, NULL, 1), PI_ERR_INVALID_ARG);
+    assert_int_equal(pi_ctx_decode(c, r->tokens, 0), PI_ERR_INVALID_ARG);
+    assert_int_equal(pi_ctx_decode(c, r->tokens, r->n_tok), PI_ERR_RANGE);
+    assert_int_equal(pi_ctx_pos(c), 8);
+    assert_int_equal(pi_ctx_truncate(c, 9), PI_ERR_RANGE);
+    /* continuing gives the reference answer: the aborted step left no trace */
+    budget = 1000;
+    assert_int_equal(pi_ctx_decode(c, r->tokens + 8, 4), PI_OK);
+    double worst = 0;
+    check(r, pi_ctx_logits(c), 11, "after abort", &worst);
+    free(saved);
+    pi_ctx_destroy(c);
+
+    assert_int_equal(pi_ctx_create(NULL, NULL, &c), PI_ERR_INVALID_ARG);
+    assert_null(c);
+    assert_int_equal(pi_ctx_create(m, NULL, NULL), PI_ERR_INVALID_ARG);
+    pi_ctx_params small;
+    pi_ctx_default_params(&small);
+    small.struct_size = 8;
+    assert_int_equal(pi_ctx_create(m, &small, &c), PI_ERR_INVALID_ARG);
+    pi_ctx_destroy(NULL);
+    pi_model_close(m);
+
+    pi_model_params mp;
+    pi_model_default_params(&mp);
+    mp.metadata_only = 1;
+    assert_int_equal(pi_model_open(r->model_path, &mp, &m), PI_OK);
+    assert_int_equal(pi_ctx_create(m, NULL, &c), PI_ERR_INVALID_ARG);
+    pi_model_close(m);
+}
+
+/* Greedy sampling picks the arg max; the same seed gives the same tokens. */
+static void test_sampler(void **state) {
+    (void)state;
+    const struct ref *r = &g_refs[0];
+    pi_model *m = open_model(r);
+    pi_ctx *c = new_ctx(m, 2, 0);
+    assert_int_equal(pi_ctx_decode(c, r->tokens, 4), PI_OK);
+    pi_sampler_params sp;
+    pi_sampler_default_params(&sp);
+    sp.temperature = 0.0f;
+    pi_sampler *s;
+    assert_int_equal(pi_sampler_create(m, &sp, &s), PI_OK);
+    int32_t tok;
+    assert_int_equal(pi_sample(s, c, &tok), PI_OK);
+    const float *l = pi_ctx_logits(c);
+    for (uint32_t i = 0; i < r->n_vocab; i++)
+        assert_true(l[i] <= l[tok]);
+    pi_sampler_destroy(s);
+
+    int32_t seq[2][16];
+    for (int run = 0; run < 2; run++) {
+        pi_sampler_default_params(&sp);
+        sp.temperature = 1.5f;
+        sp.top_k = 0;
+        sp.top_p = 1.0f;
+        sp.min_p = 0.0f;
+        sp.seed = 42;
+        assert_int_equal(pi_sampler_create(m, &sp, &s), PI_OK);
+        assert_int_equal(pi_ctx_truncate(c, 4), PI_OK);
+        assert_int_equal(pi_ctx_decode(c, r->tokens + 4, 1), PI_OK);
+        for (int k = 0; k < 16; k++) {
+            assert_int_equal(pi_sample(s, c, &seq[run][k]), PI_OK);
+            assert_int_equal(pi_ctx_decode(c, &seq[run][k], 1), PI_OK);
+        }
+        pi_sampler_destroy(s);
+    }
+    assert_memory_equal(seq[0], seq[1], sizeof seq[0]);
+    int distinct = 0;
+    for (int k = 1; k < 16; k++)
+        distinct += seq[0][k] != seq[0][0];
+    assert_true(distinct > 0); /* temperature 1.5 over random logits does vary */
+
+    sp.top_p = NAN;
+    assert_int_equal(pi_sampler_create(m, &sp, &s), PI_ERR_INVALID_ARG);
+    assert_int_equal(pi_sample(NULL, c, &tok), PI_ERR_INVALID_ARG);
+    pi_ctx_destroy(c);
+    pi_model_close(m);
+}
+
+int main(int argc, char **argv) {
+    for (int i = 1; i + 2 < argc + 0 && g_n_refs < 32; i += 3) {
+        struct ref *r = &g_refs[g_n_refs];
+        r->model_path = argv[i];
+        r->tol = atof(argv[i + 2]);
+        if (load_ref(r, argv[i + 1]) != 0) {
+            fprintf(stderr, "cannot read %s\n", argv[i + 1]);
+            return 99;
+        }
+        g_n_refs++;
+    }
+    if (g_n_refs == 0) {
+        fprintf(stderr, "usage: %s MODEL REF TOL [...]\n", argv[0]);
+        return 99;
+    }
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_against_reference),
+        cmocka_unit_test(test_threads_and_batches),
+        cmocka_unit_test(test_failures_leave_context_unchanged),
+        cmocka_unit_test(test_sampler),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
