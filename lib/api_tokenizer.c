@@ -15,8 +15,8 @@ struct pi_detok {
     struct pi_detok_state st;
 };
 
-int64_t pi_tokenize(const pi_model *m, const char *text, size_t len, int32_t *tokens,
-                    size_t cap, uint32_t flags) {
+int64_t pi_tokenize(const pi_model *m, const char *text, size_t len, int32_t *tokens, size_t cap,
+                    uint32_t flags) {
     if (!m || (!text && len) || (!tokens && cap) ||
         (flags & ~(uint32_t)(PI_TOKENIZE_ADD_SPECIAL | PI_TOKENIZE_PARSE_SPECIAL)) ||
         len > TOKENIZE_MAX_LEN)
@@ -24,8 +24,7 @@ int64_t pi_tokenize(const pi_model *m, const char *text, size_t len, int32_t *to
     if (!m->vocab)
         return PI_ERR_UNSUPPORTED;
     struct tok_out o = {tokens, cap, 0};
-    PI_TRY(vocab_tokenize(m->vocab, text ? text : "", len,
-                          (flags & PI_TOKENIZE_PARSE_SPECIAL) != 0,
+    PI_TRY(vocab_tokenize(m->vocab, text ? text : "", len, (flags & PI_TOKENIZE_PARSE_SPECIAL) != 0,
                           (flags & PI_TOKENIZE_ADD_SPECIAL) != 0, &o));
     return o.n;
 }
@@ -45,8 +44,7 @@ static void piece_to_buf(void *ctx, const char *bytes, size_t n) {
     p->len += n;
 }
 
-int64_t pi_token_to_piece(const pi_model *m, int32_t token, char *buf, size_t cap,
-                          uint32_t flags) {
+int64_t pi_token_to_piece(const pi_model *m, int32_t token, char *buf, size_t cap, uint32_t flags) {
     if (!m || (!buf && cap) || (flags & ~(uint32_t)PI_PIECE_SPECIAL))
         return PI_ERR_INVALID_ARG;
     if (!m->vocab)

@@ -160,12 +160,11 @@ struct matmul_job {
     size_t vb; /* bytes of one quantized activation vector */
 };
 
-static void quantize_rows(void *arg, int ith, int nth) {
+static void quantize_rows(void *arg, int64_t lo, int64_t hi, int ith) {
     struct matmul_job *j = arg;
-    long long lo, hi;
-    pi_pool_split(j->n_tok, ith, nth, 1, &lo, &hi);
+    (void)ith;
     const int64_t n = j->w->n_in;
-    for (long long t = lo; t < hi; t++) {
+    for (int64_t t = lo; t < hi; t++) {
         const float *x = j->x + t * n;
         uint8_t *q = j->b->xq + (size_t)t * j->vb;
         switch (j->dk->fmt) {
@@ -183,28 +182,29 @@ static void quantize_rows(void *arg, int ith, int nth) {
     }
 }
 
-static void gemm_rows(void *arg, int ith, int nth) {
+static void gemm_rows(void *arg, int64_t lo, int64_t hi, int ith) {
     struct matmul_job *j = arg;
     const struct pi_weight *w = j->w;
-    long long lo, hi;
-    /* Chunks of 16 rows keep each thread's output rows contiguous. */
-    pi_pool_split(w->n_out, ith, nth, 16, &lo, &hi);
-    if (lo >= hi)
-        return;
+    (void)ith;
     j->dk->gemm((const uint8_t *)w->data + (size_t)lo * w->row_bytes, w->row_bytes, hi - lo,
                 j->b->xq, j->vb, j->n_tok, j->y + lo, w->n_out, w->n_in);
 }
 
+/* Rows per chunk: about 64 chunks per matrix, in multiples of 16 rows, whatever the
+ * thread count (so results do not depend on it). */
+static int64_t row_grain(int64_t n_out) {
+    int64_t g = (n_out / 64 + 15) / 16 * 16;
+    return g < 16 ? 16 : g;
+}
+
 /* Float-activation path for quantized weights: dequantize each row once into the
  * thread's scratch, then float dot products with every token. */
-static void float_rows(void *arg, int ith, int nth) {
+static void float_rows(void *arg, int64_t lo, int64_t hi, int ith) {
     struct matmul_job *j = arg;
     const struct pi_weight *w = j->w;
     const struct pi_dot_kernel *f32 = &j->b->k.dot[PI_TYPE_F32];
     float *row = j->b->scratch + (size_t)ith * (size_t)j->b->max_width;
-    long long lo, hi;
-    pi_pool_split(w->n_out, ith, nth, 16, &lo, &hi);
-    for (long long r = lo; r < hi; r++) {
+    for (int64_t r = lo; r < hi; r++) {
         j->b->k.to_float[w->type]((const uint8_t *)w->data + (size_t)r * w->row_bytes, row,
                                   w->n_in);
         for (int64_t t = 0; t < j->n_tok; t++)
@@ -215,30 +215,27 @@ static void float_rows(void *arg, int ith, int nth) {
 static void cpu_matmul(struct pi_backend *b, const struct pi_weight *w, const float *x,
                        int64_t n_tok, float *y) {
     struct matmul_job j = {b, w, &b->k.dot[w->type], x, y, n_tok, 0};
+    const int64_t grain = row_grain(w->n_out);
     if (b->f32_activations && j.dk->fmt != PI_VEC_F32) {
-        pi_pool_run(b->pool, float_rows, &j);
+        pi_pool_for(b->pool, w->n_out, grain, float_rows, &j);
         return;
     }
     j.vb = pi_vec_bytes(j.dk->fmt, w->n_in);
-    pi_pool_run(b->pool, quantize_rows, &j);
-    pi_pool_run(b->pool, gemm_rows, &j);
+    pi_pool_for(b->pool, n_tok, 1, quantize_rows, &j);
+    pi_pool_for(b->pool, w->n_out, grain, gemm_rows, &j);
 }
 
 /* y = x W (W neuron-major): each thread owns a range of output columns, aligned to the
  * weight type's block, and walks every row dequantizing just its slice. */
-static void matmul_t_cols(void *arg, int ith, int nth) {
+static void matmul_t_cols(void *arg, int64_t lo, int64_t hi, int ith) {
     struct matmul_job *j = arg;
     const struct pi_weight *w = j->w;
     const struct pi_type_traits *tt = pi_type_traits(w->type);
-    long long lo, hi;
-    pi_pool_split(w->n_in, ith, nth, tt->block_size, &lo, &hi);
-    if (lo >= hi)
-        return;
     float *tmp = j->b->scratch + (size_t)ith * (size_t)j->b->max_width;
     const size_t off = (size_t)(lo / tt->block_size) * tt->block_bytes;
     for (int64_t t = 0; t < j->n_tok; t++) {
         float *y = j->y + t * w->n_in;
-        for (long long i = lo; i < hi; i++)
+        for (int64_t i = lo; i < hi; i++)
             y[i] = 0.0f;
     }
     for (int64_t r = 0; r < w->n_out; r++) {
@@ -249,7 +246,7 @@ static void matmul_t_cols(void *arg, int ith, int nth) {
             if (a == 0.0f)
                 continue;
             float *y = j->y + t * w->n_in + lo;
-            for (long long i = 0; i < hi - lo; i++)
+            for (int64_t i = 0; i < hi - lo; i++)
                 y[i] += a * tmp[i];
         }
     }
@@ -258,7 +255,9 @@ static void matmul_t_cols(void *arg, int ith, int nth) {
 static void cpu_matmul_t(struct pi_backend *b, const struct pi_weight *w, const float *x,
                          int64_t n_tok, float *y) {
     struct matmul_job j = {b, w, NULL, x, y, n_tok, 0};
-    pi_pool_run(b->pool, matmul_t_cols, &j);
+    const int64_t bs = pi_type_traits(w->type)->block_size;
+    int64_t grain = (w->n_in / 8 + bs - 1) / bs * bs; /* column slices, whole blocks */
+    pi_pool_for(b->pool, w->n_in, grain < bs ? bs : grain, matmul_t_cols, &j);
 }
 
 static void cpu_get_rows(struct pi_backend *b, const struct pi_weight *w, const int32_t *ids,
@@ -345,7 +344,7 @@ struct attn_job {
 
 /* One (token, head) pair: scores against every visible position with the F16 dot
  * kernel, then softmax and the weighted sum of V, in the thread's scratch row. */
-static void attn_pairs(void *arg, int ith, int nth) {
+static void attn_pairs(void *arg, int64_t lo, int64_t hi, int ith) {
     struct attn_job *j = arg;
     const struct pi_kv *kv = j->kv;
     const struct pi_kv_desc *d = &kv->d;
@@ -355,9 +354,7 @@ static void attn_pairs(void *arg, int ith, int nth) {
     float *scores = j->b->scratch + (size_t)ith * (size_t)j->b->max_width;
     const uint16_t *kl = kv->k + (size_t)j->layer * (size_t)d->n_ctx * (size_t)kv->nk;
     const uint16_t *vl = kv->v + (size_t)j->layer * (size_t)d->n_ctx * (size_t)kv->nv;
-    long long lo, hi;
-    pi_pool_split(j->n_tok * d->n_head, ith, nth, 1, &lo, &hi);
-    for (long long pair = lo; pair < hi; pair++) {
+    for (int64_t pair = lo; pair < hi; pair++) {
         const int64_t t = pair / d->n_head, h = pair % d->n_head, hk = h / group;
         const int64_t n_pos = j->pos0 + t + 1;
         const float *q = j->q + (t * d->n_head + h) * d->head_dim_k;
@@ -389,7 +386,7 @@ static void attn_pairs(void *arg, int ith, int nth) {
 static void cpu_attention(struct pi_backend *b, struct pi_kv *kv, int64_t layer, const float *q,
                           int64_t n_tok, int64_t pos0, float *out) {
     struct attn_job j = {b, kv, layer, n_tok, pos0, q, out};
-    pi_pool_run(b->pool, attn_pairs, &j);
+    pi_pool_for(b->pool, n_tok * kv->d.n_head, 1, attn_pairs, &j);
 }
 
 struct act_job {
@@ -399,11 +396,10 @@ struct act_job {
     int64_t n;
 };
 
-static void act_range(void *arg, int ith, int nth) {
+static void act_range(void *arg, int64_t lo, int64_t hi, int ith) {
     struct act_job *j = arg;
-    long long lo, hi;
-    pi_pool_split(j->n, ith, nth, 64, &lo, &hi);
-    for (long long i = lo; i < hi; i++) {
+    (void)ith;
+    for (int64_t i = lo; i < hi; i++) {
         float g = j->g[i], u = j->u[i];
         switch (j->act) {
         case PI_ACT_SILU_MUL:
@@ -424,9 +420,9 @@ static void cpu_ffn_act(struct pi_backend *b, enum pi_act act, float *g, const f
                         int64_t n) {
     struct act_job j = {act, g, u, n};
     if (n < 4096)
-        act_range(&j, 0, 1);
+        act_range(&j, 0, n, 0);
     else
-        pi_pool_run(b->pool, act_range, &j);
+        pi_pool_for(b->pool, n, 4096, act_range, &j);
 }
 
 static void cpu_add(struct pi_backend *b, float *y, const float *x, int64_t n) {

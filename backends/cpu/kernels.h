@@ -92,7 +92,8 @@ struct pi_dot_kernel {
     pi_dot_fn dot;
     /* Y[t * ldy + r] = dot(W row r, X vector t), r < nr, t < nt. W: [nr][n] rows
      * row_bytes apart; X: [nt] vectors vec_bytes apart (vec_bytes >= pi_vec_bytes(fmt, n));
-     * Y: [nt][ldy]. Reuses each loaded weight block for several tokens (prefill). */
+     * Y: [nt][ldy]. Reuses each loaded weight block for several tokens (prefill).
+     * For the quantized types every implementation's gemm gives exactly its dot. */
     pi_gemm_fn gemm;
 };
 

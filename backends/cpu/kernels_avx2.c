@@ -4,22 +4,30 @@
  * VL + VNNI enabled: the integer dot products then use vpdpbusd / vpdpwssd on 256-bit
  * vectors (see there why 256 bits).
  *
- * 32-blocks (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) work on groups of 8 blocks against the
- * block-transposed PI_VEC_Q8_0 layout (kernels.h): the weight quants of 8 blocks are
- * transposed once into 8 "steps" of 32 bytes, where dword j of step u holds quants
- * 4u..4u+3 of block j, exactly like the activation group. Then
- *   maddubs(weights, x) -> int16 pairs, madd(., 1) -> int32 lane j = block j's sum,
- * with no horizontal sums; the 8 block scales are applied with one FMA on 8 lanes.
- * A row is decoded once per group and reused for up to GEMM_TILE tokens (prefill).
+ * Quantized weights are decoded once per "unit" of 256 values and the decoded registers
+ * are dotted with up to GEMM_TILE activation vectors (prefill reuses each weight load;
+ * decode is the same code with one vector):
  *
- * K-quants work per 256-value super-block in value order: maddubs of 32 quants with 32
- * activations, madd with the sub-block scale, int32 accumulation, one FMA per
- * super-block; the mins (Q4_K, Q5_K) and the -32 offset (Q6_K) use the activation's
- * 16-value sums.
+ * 32-blocks (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0): a unit is a group of 8 blocks, matching the
+ *   block-transposed PI_VEC_Q8_0 layout (kernels.h). The weight quants of the 8 blocks
+ *   are transposed into 8 "steps" of 32 bytes, dword j of step u = quants 4u..4u+3 of
+ *   block j, exactly like the activation group. Then maddubs(weights, x) -> int16 pairs,
+ *   madd(., 1) -> int32 lane j = block j's sum: no horizontal sums, and the 8 block
+ *   scales are applied with one FMA on 8 lanes. Quants are used unsigned (Q4_0 without
+ *   its -8, Q5_0 without -16); the offset goes through the activation block sums.
+ *
+ * K-quants (Q4_K, Q5_K, Q6_K): a unit is a super-block, in value order: maddubs of 32
+ *   quants with 32 activations, madd with the sub-block scale, int32 accumulation, one
+ *   FMA per super-block; the mins (Q4_K, Q5_K) and the -32 offset (Q6_K) use the
+ *   activation's 16-value sums.
  *
  * maddubs saturates at +-32767: unsigned 4-bit quants times |x| <= 127 give pairs of at
- * most 3810, so 8 steps add up in int16 (30480); 5- and 6-bit quants are widened after
- * 4 steps (31496) or at once; Q8_0 uses the sign trick and widens every step. */
+ * most 3810, so 8 steps add up in int16 (30480); 5-bit ones are widened after 4 steps
+ * (31496), 6-bit ones at once (16002); Q8_0 uses the sign trick (|w| times x with the
+ * sign of w) and widens every step (32512).
+ *
+ * Rows are summed in K-blocks of 2048 values, each reduced to a float and added in
+ * order, by dot and gemm alike: for quantized types they agree bit for bit. */
 #include "kernels.h"
 
 #include <float.h>
@@ -36,7 +44,7 @@
 #define UNROLL _Pragma("GCC unroll 8")
 
 #define GEMM_TILE 8     /* tokens per gemm tile: one decoded weight group serves them all */
-#define KB_GROUPS 8     /* 32-block groups per K-block (2048 values) */
+#define KB_UNITS 8      /* units of 256 values per K-block (2048 values) */
 #define GEMM_L2_BYTES (256 * 1024) /* weight rows that gemm keeps in L2 across tiles */
 #define GEMM_L1_ACT_BYTES (16 * 1024) /* activations that stay in L1 across rows */
 
@@ -173,7 +181,9 @@ static void quantize_q8_k_avx2(const float *x, void *y, int64_t n) {
 /* ---- 32-blocks: groups of 8 ------------------------------------------------------------ */
 
 /* One decoded group of 8 weight blocks: q[u] = step u of the quants (unsigned, or |w| for
- * Q8_0 with the signed values in s[u]), d = the 8 block scales, m = the 8 offsets. */
+ * Q8_0 with the signed values in s[u]), d = the 8 block scales, m = what multiplies the
+ * activation block sums s: the offset m (Q4_1, Q5_1), or -8d (Q4_0) and -16d (Q5_0), as
+ * the quants are used unsigned, without their -8 or -16. */
 struct wgroup {
     __m256i q[8];
     __m256i s[8];
@@ -273,6 +283,7 @@ INLINE void load_group(int type, const uint8_t *p, struct wgroup *w) {
         transpose16(p + 2, 18, t);
         nibbles(t, w->q);
         w->d = halves8(p, 18);
+        w->m = _mm256_mul_ps(w->d, _mm256_set1_ps(-8.0f));
         break;
     case PI_TYPE_Q4_1: {
         __m256i dm = dwords8(p, 20);
@@ -287,6 +298,7 @@ INLINE void load_group(int type, const uint8_t *p, struct wgroup *w) {
         nibbles(t, w->q);
         q5_high_bits(dwords8(p + 2, 22), w->q);
         w->d = halves8(p, 22);
+        w->m = _mm256_mul_ps(w->d, _mm256_set1_ps(-16.0f));
         break;
     case PI_TYPE_Q5_1: {
         __m256i dm = dwords8(p, 24);
@@ -379,10 +391,9 @@ INLINE __m256i dot8_s8(const struct wgroup *w, const uint8_t *xg) {
 #endif
 
 /* acc + the group's contribution to dot(row, x) for one activation group xg:
- * d*dx*isum, minus off*d*s for the offset types (Q4_0: 8, Q5_0: 16), plus m*s. */
+ * d*dx*isum + m*s (but Q8_0 has no m). */
 INLINE __m256 group_dot(int type, const struct wgroup *w, const uint8_t *xg, __m256 acc) {
     __m256 dx = _mm256_loadu_ps((const float *)(const void *)(xg + 256));
-    __m256 sx = _mm256_loadu_ps((const float *)(const void *)(xg + 288));
     __m256i isum;
     switch (type) {
     case PI_TYPE_Q4_0:
@@ -398,18 +409,8 @@ INLINE __m256 group_dot(int type, const struct wgroup *w, const uint8_t *xg, __m
         break;
     }
     acc = _mm256_fmadd_ps(_mm256_mul_ps(w->d, dx), _mm256_cvtepi32_ps(isum), acc);
-    switch (type) {
-    case PI_TYPE_Q4_0:
-        acc = _mm256_fnmadd_ps(_mm256_mul_ps(w->d, _mm256_set1_ps(8.0f)), sx, acc);
-        break;
-    case PI_TYPE_Q5_0:
-        acc = _mm256_fnmadd_ps(_mm256_mul_ps(w->d, _mm256_set1_ps(16.0f)), sx, acc);
-        break;
-    case PI_TYPE_Q4_1:
-    case PI_TYPE_Q5_1:
-        acc = _mm256_fmadd_ps(w->m, sx, acc);
-        break;
-    }
+    if (type != PI_TYPE_Q8_0)
+        acc = _mm256_fmadd_ps(w->m, _mm256_loadu_ps((const float *)(const void *)(xg + 288)), acc);
     return acc;
 }
 
@@ -439,9 +440,8 @@ INLINE const uint8_t *group_at(const uint8_t *row, int64_t g, int64_t nb, size_t
     return tmp;
 }
 
-/* Sums over the groups [g0, g1) of one row for tt activation vectors vb bytes apart:
- * out[t] = hsum of an 8-lane accumulator. Rows are summed in K-blocks of KB_GROUPS
- * groups (2048 values) in this order by both dot and gemm, so they agree bit for bit. */
+/* Sums over the groups [g0, g1) of one row (nb blocks) for tt activation vectors vb
+ * bytes apart: out[t] = hsum of an 8-lane accumulator. */
 INLINE void row_kblock(int type, const uint8_t *row, int64_t nb, int64_t g0, int64_t g1,
                        const uint8_t *x, size_t vb, int tt, float *out) {
     const size_t bb = block_bytes(type);
@@ -460,70 +460,6 @@ INLINE void row_kblock(int type, const uint8_t *row, int64_t nb, int64_t g0, int
         out[t] = hsum_ps(acc[t]);
 }
 
-INLINE float dot_blocks(int type, const void *w, const void *x, int64_t n) {
-    const int64_t nb = n / 32, ng = (nb + 7) / 8;
-    float sum = 0.0f;
-    for (int64_t g0 = 0; g0 < ng; g0 += KB_GROUPS) {
-        float part;
-        row_kblock(type, w, nb, g0, g0 + KB_GROUPS < ng ? g0 + KB_GROUPS : ng, x, 0, 1, &part);
-        sum += part;
-    }
-    return sum;
-}
-
-/* Y[t][r] for the tile's tokens, after K-block k of row r (added in dot's order). */
-INLINE void kblock_to_y(int type, const uint8_t *row, int64_t nb, int64_t k, const uint8_t *x,
-                        size_t vb, int tt, float *y, int64_t ldy) {
-    const int64_t ng = (nb + 7) / 8, g0 = k * KB_GROUPS;
-    float part[GEMM_TILE];
-    row_kblock(type, row, nb, g0, g0 + KB_GROUPS < ng ? g0 + KB_GROUPS : ng, x, vb, tt, part);
-    for (int t = 0; t < tt; t++)
-        y[t * ldy] = k == 0 ? 0.0f + part[t] : y[t * ldy] + part[t];
-}
-
-/* The loop nest of gemm: blocks of rows that fit in L2 (GEMM_L2_BYTES); inside them
- * tiles of GEMM_TILE tokens, each decoded weight group serving the whole tile. When the
- * tile's activations fit in L1 (decode: one token) each row is done in one pass, so the
- * weights stream in order; otherwise K-blocks are the outer loop, so the tile's
- * activations for one K-block (GEMM_TILE * 2.5 KB) stay in L1 while the rows pass. */
-INLINE void gemm_blocks(int type, const void *W, size_t rb, int64_t nr, const void *X, size_t vb,
-                        int64_t nt, float *Y, int64_t ldy, int64_t n) {
-    const int64_t nb = n / 32, nk = ((nb + 7) / 8 + KB_GROUPS - 1) / KB_GROUPS;
-    const int64_t rows = rb < GEMM_L2_BYTES ? (int64_t)(GEMM_L2_BYTES / rb) : 1;
-    for (int64_t r0 = 0; r0 < nr; r0 += rows) {
-        const int64_t r1 = r0 + rows < nr ? r0 + rows : nr;
-        for (int64_t t0 = 0; t0 < nt; t0 += GEMM_TILE) {
-            const int tt = nt - t0 < GEMM_TILE ? (int)(nt - t0) : GEMM_TILE;
-            const uint8_t *x = (const uint8_t *)X + (size_t)t0 * vb;
-            const uint8_t *w = (const uint8_t *)W;
-            float *y = Y + t0 * ldy;
-            if ((size_t)tt * vb <= GEMM_L1_ACT_BYTES) {
-                for (int64_t r = r0; r < r1; r++)
-                    for (int64_t k = 0; k < nk; k++)
-                        kblock_to_y(type, w + (size_t)r * rb, nb, k, x, vb, tt, y + r, ldy);
-            } else {
-                for (int64_t k = 0; k < nk; k++)
-                    for (int64_t r = r0; r < r1; r++)
-                        kblock_to_y(type, w + (size_t)r * rb, nb, k, x, vb, tt, y + r, ldy);
-            }
-        }
-    }
-}
-
-#define BLOCK_KERNELS(name, TYPE)                                                             \
-    static float dot_##name##_avx2(const void *w, const void *x, int64_t n) {                 \
-        return dot_blocks(TYPE, w, x, n);                                                      \
-    }                                                                                          \
-    static void gemm_##name##_avx2(const void *W, size_t rb, int64_t nr, const void *X,       \
-                                   size_t vb, int64_t nt, float *Y, int64_t ldy, int64_t n) { \
-        gemm_blocks(TYPE, W, rb, nr, X, vb, nt, Y, ldy, n);                                    \
-    }
-BLOCK_KERNELS(q4_0, PI_TYPE_Q4_0)
-BLOCK_KERNELS(q4_1, PI_TYPE_Q4_1)
-BLOCK_KERNELS(q5_0, PI_TYPE_Q5_0)
-BLOCK_KERNELS(q5_1, PI_TYPE_Q5_1)
-BLOCK_KERNELS(q8_0, PI_TYPE_Q8_0)
-#undef BLOCK_KERNELS
 
 /* ---- K-quants ------------------------------------------------------------------------- */
 
@@ -569,129 +505,218 @@ INLINE __m256i bcast_word(__m256i v, int s) {
     return _mm256_shuffle_epi8(v, _mm256_set1_epi16((short)(0x0100 + 0x0202 * s)));
 }
 
-/* sum_s mn[s] * (x sum of sub-block s): madd of the 16 bsums with each min twice. */
-INLINE __m256i k4_mins(__m128i scm, const int16_t *bsum) {
-    __m128i mn2 = _mm_shuffle_epi8(scm, _mm_setr_epi8(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13,
-                                                      14, 14, 15, 15));
-    return _mm256_madd_epi16(loadu256(bsum), _mm256_cvtepu8_epi16(mn2));
-}
+/* One decoded K-quant super-block: q[c] = the 32 unsigned quants of chunk c (values
+ * 32c..32c+31), sc[c] = the int16 scale vector madd applies to maddubs(q[c], x) (Q4_K,
+ * Q5_K: the sub-block scale everywhere; Q6_K: scale 2c in the low lane, 2c+1 in the
+ * high lane, as the low lane holds values 0-15), aux = the int16 vector madd-ed with
+ * the activation's 16 bsums (Q4_K, Q5_K: each min twice; Q6_K: the 16 scales), d and
+ * dmin the f16 scales (dmin 0 for Q6_K). */
+struct kblock {
+    __m256i q[8], sc[8], aux;
+    float d, dmin;
+};
 
-/* One Q4_K or Q5_K super-block (qh NULL for Q4_K): acc + d*dx*isum - dmin*dx*msum. */
-INLINE __m256 k45_block(const uint8_t *blk, const uint8_t *qh, const uint8_t *qs,
-                        const int8_t *xq, const int16_t *bsum, float dx, __m256 acc) {
-    const __m256i m4 = _mm256_set1_epi8(0x0f);
+/* Q4_K / Q5_K (qh NULL for Q4_K): low nibbles of qs[32g..] are sub-block 2g, high
+ * nibbles 2g+1; bit s of qh[l] is bit 4 of value l of sub-block s. */
+INLINE void k45_decode(const uint8_t *blk, const uint8_t *qh, const uint8_t *qs,
+                       struct kblock *kb) {
+    const __m256i m4 = _mm256_set1_epi8(0x0f), b16 = _mm256_set1_epi8(0x10);
     __m128i scm = k4_scales(blk + 4);
     __m256i sc = _mm256_cvtepu8_epi16(scm); /* words 0-7 scales, 8-15 mins */
-    __m256i isum = _mm256_setzero_si256();
     __m256i h = qh ? loadu256(qh) : _mm256_setzero_si256();
+    __m128i mn2 = _mm_shuffle_epi8(scm, _mm_setr_epi8(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13,
+                                                      14, 14, 15, 15));
     sc = _mm256_permute2x128_si256(sc, sc, 0x00);
     UNROLL
     for (int g = 0; g < 4; g++) {
         __m256i q = loadu256(qs + 32 * g);
-        __m256i lo = _mm256_and_si256(q, m4);
-        __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
-        if (qh) { /* bit 2g (2g+1) of qh[l] is bit 4 of value l of sub-block 2g (2g+1) */
-            const __m256i b16 = _mm256_set1_epi8(0x10);
-            lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_slli_epi16(h, 4), b16));
-            hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_slli_epi16(h, 3), b16));
+        kb->q[2 * g] = _mm256_and_si256(q, m4);
+        kb->q[2 * g + 1] = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+        if (qh) {
+            kb->q[2 * g] = _mm256_or_si256(kb->q[2 * g],
+                                           _mm256_and_si256(_mm256_slli_epi16(h, 4), b16));
+            kb->q[2 * g + 1] = _mm256_or_si256(kb->q[2 * g + 1],
+                                               _mm256_and_si256(_mm256_slli_epi16(h, 3), b16));
             h = _mm256_srli_epi16(h, 2);
         }
-        __m256i plo = _mm256_maddubs_epi16(lo, loadu256(xq + 64 * g));
-        __m256i phi = _mm256_maddubs_epi16(hi, loadu256(xq + 64 * g + 32));
-        isum = madd_acc(isum, plo, bcast_word(sc, 2 * g));
-        isum = madd_acc(isum, phi, bcast_word(sc, 2 * g + 1));
+        kb->sc[2 * g] = bcast_word(sc, 2 * g);
+        kb->sc[2 * g + 1] = bcast_word(sc, 2 * g + 1);
     }
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(f16_at(blk) * dx), _mm256_cvtepi32_ps(isum), acc);
-    return _mm256_fnmadd_ps(_mm256_set1_ps(f16_at(blk + 2) * dx),
-                            _mm256_cvtepi32_ps(k4_mins(scm, bsum)), acc);
+    kb->aux = _mm256_cvtepu8_epi16(mn2);
+    kb->d = f16_at(blk);
+    kb->dmin = f16_at(blk + 2);
 }
 
-static float dot_q4_k_avx2(const void *w, const void *x, int64_t n) {
-    const uint8_t *blk = w;
-    const int64_t nb = n / 256;
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t b = 0; b < nb; b++, blk += 144)
-        acc = k45_block(blk, NULL, blk + 16, xk_q(x, b), xk_bsum(x, nb, b), xk_d(x, nb, b), acc);
-    return hsum_ps(acc);
-}
-
-static float dot_q5_k_avx2(const void *w, const void *x, int64_t n) {
-    const uint8_t *blk = w;
-    const int64_t nb = n / 256;
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t b = 0; b < nb; b++, blk += 176)
-        acc = k45_block(blk, blk + 16, blk + 48, xk_q(x, b), xk_bsum(x, nb, b), xk_d(x, nb, b),
-                        acc);
-    return hsum_ps(acc);
-}
-
-/* Q6_K: per half h (128 values) ql[64h..64h+63] and qh[32h..32h+31] give 4 chunks of 32
- * values: low nibbles of ql 0-31, 32-63, then high nibbles, each with 2 bits of qh
- * (bits 0-1, 2-3, 4-5, 6-7) as bits 4-5. Scales per 16 values: madd with
- * [scale(2c) x8 | scale(2c+1) x8] for chunk c. The -32 offset is 32 * sum(sc * bsum). */
-static float dot_q6_k_avx2(const void *w, const void *x, int64_t n) {
-    const uint8_t *blk = w;
-    const int64_t nb = n / 256;
+/* Q6_K: per half hh (128 values) ql[64hh..] and qh[32hh..] give chunks 4hh..4hh+3: low
+ * nibbles of ql 0-31, 32-63, then high nibbles, each with 2 bits of qh (bits 0-1, 2-3,
+ * 4-5, 6-7) as bits 4-5. The -32 offset is taken off with the bsums. */
+INLINE void q6_k_decode(const uint8_t *blk, struct kblock *kb) {
     const __m256i m4 = _mm256_set1_epi8(0x0f), m30 = _mm256_set1_epi8(0x30);
-    /* within each lane: words 0 (low lane) or 1 (high lane) of the dword broadcast */
+    /* within each lane: word 0 (low lane) or 1 (high lane) of the broadcast dword */
     const __m256i pick = _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2,
                                           3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3);
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t b = 0; b < nb; b++, blk += 210) {
-        const int8_t *xq = xk_q(x, b);
-        __m256i sc = _mm256_cvtepi8_epi16(loadu128(blk + 192)); /* 16 scales as words */
-        __m256i isum = _mm256_setzero_si256();
-        __m256i off = _mm256_madd_epi16(sc, loadu256(xk_bsum(x, nb, b)));
-        UNROLL
-        for (int hh = 0; hh < 2; hh++) {
-            __m256i l0 = loadu256(blk + 64 * hh), l1 = loadu256(blk + 64 * hh + 32);
-            __m256i qh = loadu256(blk + 128 + 32 * hh);
-            __m256i c[4];
-            c[0] = _mm256_or_si256(_mm256_and_si256(l0, m4),
-                                   _mm256_and_si256(_mm256_slli_epi16(qh, 4), m30));
-            c[1] = _mm256_or_si256(_mm256_and_si256(l1, m4),
-                                   _mm256_and_si256(_mm256_slli_epi16(qh, 2), m30));
-            c[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
-                                   _mm256_and_si256(qh, m30));
-            c[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
-                                   _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30));
-            UNROLL
-            for (int k = 0; k < 4; k++) {
-                const int ch = 4 * hh + k; /* chunk of 32 values, scales 2ch, 2ch+1 */
-                __m256i s2 = _mm256_permutevar8x32_epi32(sc, _mm256_set1_epi32(ch));
-                __m256i p = _mm256_maddubs_epi16(c[k], loadu256(xq + 32 * ch));
-                isum = madd_acc(isum, p, _mm256_shuffle_epi8(s2, pick));
+    __m256i sc = _mm256_cvtepi8_epi16(loadu128(blk + 192)); /* 16 scales as words */
+    UNROLL
+    for (int hh = 0; hh < 2; hh++) {
+        __m256i l0 = loadu256(blk + 64 * hh), l1 = loadu256(blk + 64 * hh + 32);
+        __m256i qh = loadu256(blk + 128 + 32 * hh);
+        __m256i *c = kb->q + 4 * hh;
+        c[0] = _mm256_or_si256(_mm256_and_si256(l0, m4),
+                               _mm256_and_si256(_mm256_slli_epi16(qh, 4), m30));
+        c[1] = _mm256_or_si256(_mm256_and_si256(l1, m4),
+                               _mm256_and_si256(_mm256_slli_epi16(qh, 2), m30));
+        c[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
+                               _mm256_and_si256(qh, m30));
+        c[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                               _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30));
+    }
+    UNROLL
+    for (int c = 0; c < 8; c++)
+        kb->sc[c] = _mm256_shuffle_epi8(_mm256_permutevar8x32_epi32(sc, _mm256_set1_epi32(c)), pick);
+    kb->aux = sc;
+    kb->d = f16_at(blk + 208);
+    kb->dmin = 0.0f;
+}
+
+INLINE void k_decode(int type, const uint8_t *blk, struct kblock *kb) {
+    switch (type) {
+    case PI_TYPE_Q4_K:
+        k45_decode(blk, NULL, blk + 16, kb);
+        break;
+    case PI_TYPE_Q5_K:
+        k45_decode(blk, blk + 16, blk + 48, kb);
+        break;
+    default:
+        q6_k_decode(blk, kb);
+        break;
+    }
+}
+
+/* acc + one decoded super-block dotted with activations xq [256], bsum [16], scale dx:
+ * isum = sum_c madd(maddubs(q[c], x[c]), sc[c]); Q4_K/Q5_K: d*dx*isum - dmin*dx*(mins .
+ * bsums); Q6_K: d*dx*(isum - 32 * (scales . bsums)). */
+INLINE __m256 k_token(int type, const struct kblock *kb, const int8_t *xq, const int16_t *bsum,
+                      float dx, __m256 acc) {
+    __m256i isum = _mm256_setzero_si256();
+    __m256i aux = _mm256_madd_epi16(kb->aux, loadu256(bsum));
+    UNROLL
+    for (int c = 0; c < 8; c++)
+        isum = madd_acc(isum, _mm256_maddubs_epi16(kb->q[c], loadu256(xq + 32 * c)), kb->sc[c]);
+    if (type == PI_TYPE_Q6_K)
+        isum = _mm256_sub_epi32(isum, _mm256_slli_epi32(aux, 5));
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(kb->d * dx), _mm256_cvtepi32_ps(isum), acc);
+    if (type != PI_TYPE_Q6_K)
+        acc = _mm256_fnmadd_ps(_mm256_set1_ps(kb->dmin * dx), _mm256_cvtepi32_ps(aux), acc);
+    return acc;
+}
+
+INLINE size_t k_block_bytes(int type) {
+    return type == PI_TYPE_Q4_K ? 144 : type == PI_TYPE_Q5_K ? 176 : 210;
+}
+
+/* As row_kblock, for super-blocks [b0, b1) of a row of nb. */
+INLINE void row_kblock_k(int type, const uint8_t *row, int64_t nb, int64_t b0, int64_t b1,
+                         const uint8_t *x, size_t vb, int tt, float *out) {
+    __m256 acc[GEMM_TILE];
+    for (int t = 0; t < tt; t++)
+        acc[t] = _mm256_setzero_ps();
+    for (int64_t b = b0; b < b1; b++) {
+        struct kblock kb;
+        k_decode(type, row + (size_t)b * k_block_bytes(type), &kb);
+        for (int t = 0; t < tt; t++) {
+            const uint8_t *xt = x + (size_t)t * vb;
+            acc[t] = k_token(type, &kb, xk_q(xt, b), xk_bsum(xt, nb, b), xk_d(xt, nb, b), acc[t]);
+        }
+    }
+    for (int t = 0; t < tt; t++)
+        out[t] = hsum_ps(acc[t]);
+}
+
+/* ---- dot and gemm drivers, both block families ------------------------------------ */
+
+INLINE int is_k_quant(int type) {
+    return type == PI_TYPE_Q4_K || type == PI_TYPE_Q5_K || type == PI_TYPE_Q6_K;
+}
+
+/* out[t] for tt tokens: units [u0, u1) of one row, a unit being 256 values (a group of
+ * 8 32-blocks or a K super-block). */
+INLINE void row_units(int type, const uint8_t *row, int64_t n, int64_t u0, int64_t u1,
+                      const uint8_t *x, size_t vb, int tt, float *out) {
+    if (is_k_quant(type))
+        row_kblock_k(type, row, n / 256, u0, u1, x, vb, tt, out);
+    else
+        row_kblock(type, row, n / 32, u0, u1, x, vb, tt, out);
+}
+
+/* Rows are summed in K-blocks of KB_UNITS units (2048 values), each reduced to a float
+ * and added in order, by dot and gemm alike, so that they agree bit for bit. */
+INLINE float dot_units(int type, const void *w, const void *x, int64_t n) {
+    const int64_t nu = (n + 255) / 256;
+    float sum = 0.0f;
+    for (int64_t u0 = 0; u0 < nu; u0 += KB_UNITS) {
+        float part;
+        row_units(type, w, n, u0, u0 + KB_UNITS < nu ? u0 + KB_UNITS : nu, x, 0, 1, &part);
+        sum += part;
+    }
+    return sum;
+}
+
+/* Y[t][r] for the tile's tokens after K-block k of row r. */
+INLINE void kblock_to_y(int type, const uint8_t *row, int64_t n, int64_t k, const uint8_t *x,
+                        size_t vb, int tt, float *y, int64_t ldy) {
+    const int64_t nu = (n + 255) / 256, u0 = k * KB_UNITS;
+    float part[GEMM_TILE];
+    row_units(type, row, n, u0, u0 + KB_UNITS < nu ? u0 + KB_UNITS : nu, x, vb, tt, part);
+    for (int t = 0; t < tt; t++)
+        y[t * ldy] = k == 0 ? 0.0f + part[t] : y[t * ldy] + part[t];
+}
+
+/* The loop nest of gemm: blocks of rows that fit in L2 (GEMM_L2_BYTES); inside them
+ * tiles of GEMM_TILE tokens, each decoded weight unit serving the whole tile. When the
+ * tile's activations fit in L1 (decode: one token) each row is done in one pass, so the
+ * weights stream in order; otherwise K-blocks are the outer loop, so the tile's
+ * activations for one K-block (GEMM_TILE * 2.5 KB) stay in L1 while the rows pass. */
+INLINE void gemm_units(int type, const void *W, size_t rb, int64_t nr, const void *X, size_t vb,
+                       int64_t nt, float *Y, int64_t ldy, int64_t n) {
+    const int64_t nk = ((n + 255) / 256 + KB_UNITS - 1) / KB_UNITS;
+    const int64_t rows = rb < GEMM_L2_BYTES ? (int64_t)(GEMM_L2_BYTES / rb) : 1;
+    const uint8_t *w = W;
+    for (int64_t r0 = 0; r0 < nr; r0 += rows) {
+        const int64_t r1 = r0 + rows < nr ? r0 + rows : nr;
+        for (int64_t t0 = 0; t0 < nt; t0 += GEMM_TILE) {
+            const int tt = nt - t0 < GEMM_TILE ? (int)(nt - t0) : GEMM_TILE;
+            const uint8_t *x = (const uint8_t *)X + (size_t)t0 * vb;
+            float *y = Y + t0 * ldy;
+            if ((size_t)tt * vb <= GEMM_L1_ACT_BYTES) {
+                for (int64_t r = r0; r < r1; r++)
+                    for (int64_t k = 0; k < nk; k++)
+                        kblock_to_y(type, w + (size_t)r * rb, n, k, x, vb, tt, y + r, ldy);
+            } else {
+                for (int64_t k = 0; k < nk; k++)
+                    for (int64_t r = r0; r < r1; r++)
+                        kblock_to_y(type, w + (size_t)r * rb, n, k, x, vb, tt, y + r, ldy);
             }
         }
-        isum = _mm256_sub_epi32(isum, _mm256_slli_epi32(off, 5));
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(f16_at(blk + 208) * xk_d(x, nb, b)),
-                              _mm256_cvtepi32_ps(isum), acc);
     }
-    return hsum_ps(acc);
 }
 
-/* K-quant rows are short in bytes (a 4096 row of Q4_K is 2.3 KB), so a row stays in L1
- * while it is dotted with every token: gemm is dots, row-major. */
-static void gemm_dots(pi_dot_fn dot, const void *W, size_t rb, int64_t nr, const void *X,
-                      size_t vb, int64_t nt, float *Y, int64_t ldy, int64_t n) {
-    for (int64_t r = 0; r < nr; r++)
-        for (int64_t t = 0; t < nt; t++)
-            Y[t * ldy + r] =
-                dot((const uint8_t *)W + (size_t)r * rb, (const uint8_t *)X + (size_t)t * vb, n);
-}
-
-static void gemm_q4_k_avx2(const void *W, size_t rb, int64_t nr, const void *X, size_t vb,
-                           int64_t nt, float *Y, int64_t ldy, int64_t n) {
-    gemm_dots(dot_q4_k_avx2, W, rb, nr, X, vb, nt, Y, ldy, n);
-}
-static void gemm_q5_k_avx2(const void *W, size_t rb, int64_t nr, const void *X, size_t vb,
-                           int64_t nt, float *Y, int64_t ldy, int64_t n) {
-    gemm_dots(dot_q5_k_avx2, W, rb, nr, X, vb, nt, Y, ldy, n);
-}
-static void gemm_q6_k_avx2(const void *W, size_t rb, int64_t nr, const void *X, size_t vb,
-                           int64_t nt, float *Y, int64_t ldy, int64_t n) {
-    gemm_dots(dot_q6_k_avx2, W, rb, nr, X, vb, nt, Y, ldy, n);
-}
+#define UNIT_KERNELS(name, TYPE)                                                              \
+    static float dot_##name##_avx2(const void *w, const void *x, int64_t n) {                 \
+        return dot_units(TYPE, w, x, n);                                                       \
+    }                                                                                          \
+    static void gemm_##name##_avx2(const void *W, size_t rb, int64_t nr, const void *X,       \
+                                   size_t vb, int64_t nt, float *Y, int64_t ldy, int64_t n) { \
+        gemm_units(TYPE, W, rb, nr, X, vb, nt, Y, ldy, n);                                     \
+    }
+UNIT_KERNELS(q4_0, PI_TYPE_Q4_0)
+UNIT_KERNELS(q4_1, PI_TYPE_Q4_1)
+UNIT_KERNELS(q5_0, PI_TYPE_Q5_0)
+UNIT_KERNELS(q5_1, PI_TYPE_Q5_1)
+UNIT_KERNELS(q8_0, PI_TYPE_Q8_0)
+UNIT_KERNELS(q4_k, PI_TYPE_Q4_K)
+UNIT_KERNELS(q5_k, PI_TYPE_Q5_K)
+UNIT_KERNELS(q6_k, PI_TYPE_Q6_K)
+#undef UNIT_KERNELS
 
 /* ---- float weights -------------------------------------------------------------------- */
 
@@ -747,43 +772,76 @@ INLINE float dot_float(int type, const void *wv, const void *xv, int64_t n) {
     return hsum_ps(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3))) + tail;
 }
 
-/* Tiles of 2 rows x 4 tokens: each converted weight vector feeds 4 FMAs and each
- * activation load 2; 8 accumulators keep both FMA pipes busy. Leftovers use dots. */
-INLINE void gemm_float(int type, const void *W, size_t rb, int64_t nr, const void *X, size_t vb,
-                       int64_t nt, float *Y, int64_t ldy, int64_t n, pi_dot_fn dot) {
-    const int64_t n8 = n / 8 * 8, nr2 = nr / 2 * 2, nt4 = nt / 4 * 4;
-    for (int64_t r = 0; r < nr2; r += 2) {
-        const uint8_t *w0 = (const uint8_t *)W + (size_t)r * rb, *w1 = w0 + rb;
-        for (int64_t t = 0; t < nt4; t += 4) {
-            const float *x[4];
-            __m256 acc[2][4];
-            for (int k = 0; k < 4; k++) {
-                x[k] = (const float *)(const void *)((const uint8_t *)X + (size_t)(t + k) * vb);
-                acc[0][k] = acc[1][k] = _mm256_setzero_ps();
-            }
-            for (int64_t i = 0; i < n8; i += 8) {
-                __m256 v0 = load8(type, w0, i), v1 = load8(type, w1, i);
-                for (int k = 0; k < 4; k++) {
-                    __m256 xv = _mm256_loadu_ps(x[k] + i);
-                    acc[0][k] = _mm256_fmadd_ps(v0, xv, acc[0][k]);
-                    acc[1][k] = _mm256_fmadd_ps(v1, xv, acc[1][k]);
-                }
-            }
-            for (int k = 0; k < 4; k++) {
-                float s0 = hsum_ps(acc[0][k]), s1 = hsum_ps(acc[1][k]);
-                for (int64_t i = n8; i < n; i++) {
-                    s0 += load1(type, w0, i) * x[k][i];
-                    s1 += load1(type, w1, i) * x[k][i];
-                }
-                Y[(t + k) * ldy + r] = s0;
-                Y[(t + k) * ldy + r + 1] = s1;
-            }
+/* Register tile of float gemm: FT_ROWS rows x FT_TOKS tokens of 8-lane accumulators;
+ * each converted weight vector feeds FT_TOKS FMAs and each activation load FT_ROWS.
+ * With 32 vector registers (the AVX-512 build) the tile is twice as tall. */
+#if defined(PI_VNNI)
+#  define FT_ROWS 4
+#else
+#  define FT_ROWS 2
+#endif
+#define FT_TOKS 4
+#define FT_KBLOCK 1024 /* values per K-block: FT_TOKS activations of it (16 KB) stay in L1 */
+
+/* Y[t][r] (+)= the tile's dot products over values [k0, k1) (k1 - k0 a multiple of 8, or
+ * the row's end with a scalar tail). */
+INLINE void float_tile(int type, const uint8_t *w, size_t rb, const float *const x[FT_TOKS],
+                       int64_t k0, int64_t k1, float *y, int64_t ldy) {
+    __m256 acc[FT_ROWS][FT_TOKS];
+    const int64_t k8 = k0 + (k1 - k0) / 8 * 8;
+    UNROLL
+    for (int i = 0; i < FT_ROWS; i++)
+        UNROLL
+        for (int t = 0; t < FT_TOKS; t++)
+            acc[i][t] = _mm256_setzero_ps();
+    for (int64_t k = k0; k < k8; k += 8) {
+        __m256 v[FT_ROWS];
+        UNROLL
+        for (int i = 0; i < FT_ROWS; i++)
+            v[i] = load8(type, w + (size_t)i * rb, k);
+        UNROLL
+        for (int t = 0; t < FT_TOKS; t++) {
+            __m256 xv = _mm256_loadu_ps(x[t] + k);
+            UNROLL
+            for (int i = 0; i < FT_ROWS; i++)
+                acc[i][t] = _mm256_fmadd_ps(v[i], xv, acc[i][t]);
         }
     }
-    for (int64_t r = 0; r < nr; r++)
-        for (int64_t t = r < nr2 ? nt4 : 0; t < nt; t++)
-            Y[t * ldy + r] =
-                dot((const uint8_t *)W + (size_t)r * rb, (const uint8_t *)X + (size_t)t * vb, n);
+    for (int i = 0; i < FT_ROWS; i++) {
+        for (int t = 0; t < FT_TOKS; t++) {
+            float sum = hsum_ps(acc[i][t]);
+            for (int64_t k = k8; k < k1; k++)
+                sum += load1(type, w + (size_t)i * rb, k) * x[t][k];
+            y[t * ldy + i] = k0 == 0 ? sum : y[t * ldy + i] + sum;
+        }
+    }
+}
+
+/* Blocks of rows that fit in L2, inside them tiles of FT_TOKS tokens, inside them
+ * K-blocks, inside them tiles of FT_ROWS rows. Rows and tokens left over by the tiles
+ * use dot. */
+INLINE void gemm_float(int type, const void *W, size_t rb, int64_t nr, const void *X, size_t vb,
+                       int64_t nt, float *Y, int64_t ldy, int64_t n, pi_dot_fn dot) {
+    const int64_t ntt = nt / FT_TOKS * FT_TOKS;
+    int64_t rows = rb < GEMM_L2_BYTES ? (int64_t)(GEMM_L2_BYTES / rb) : 1;
+    rows = rows < FT_ROWS ? FT_ROWS : rows / FT_ROWS * FT_ROWS;
+    for (int64_t r0 = 0; r0 < nr; r0 += rows) {
+        const int64_t r1 = r0 + rows < nr ? r0 + rows : nr;
+        const int64_t rt = r0 + (r1 - r0) / FT_ROWS * FT_ROWS; /* end of whole row tiles */
+        for (int64_t t0 = 0; t0 < ntt; t0 += FT_TOKS) {
+            const float *x[FT_TOKS];
+            for (int t = 0; t < FT_TOKS; t++)
+                x[t] = (const float *)(const void *)((const uint8_t *)X + (size_t)(t0 + t) * vb);
+            for (int64_t k0 = 0; k0 < n; k0 += FT_KBLOCK)
+                for (int64_t r = r0; r < rt; r += FT_ROWS)
+                    float_tile(type, (const uint8_t *)W + (size_t)r * rb, rb, x, k0,
+                               k0 + FT_KBLOCK < n ? k0 + FT_KBLOCK : n, Y + t0 * ldy + r, ldy);
+        }
+        for (int64_t r = r0; r < r1; r++)
+            for (int64_t t = r < rt ? ntt : 0; t < nt; t++)
+                Y[t * ldy + r] = dot((const uint8_t *)W + (size_t)r * rb,
+                                     (const uint8_t *)X + (size_t)t * vb, n);
+    }
 }
 
 #define FLOAT_KERNELS(name, TYPE)                                                             \

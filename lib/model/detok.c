@@ -180,8 +180,10 @@ static void feed(struct stream *s, unsigned char b) {
         put_char(s, &b, 1);
         return;
     }
-    int need = b >= 0xc2 && b <= 0xdf ? 2 : b >= 0xe0 && b <= 0xef ? 3
-             : b >= 0xf0 && b <= 0xf4 ? 4 : 0;
+    int need = b >= 0xc2 && b <= 0xdf   ? 2
+               : b >= 0xe0 && b <= 0xef ? 3
+               : b >= 0xf0 && b <= 0xf4 ? 4
+                                        : 0;
     if (!need) {
         put_bad(s);
         return;
@@ -197,8 +199,8 @@ static void stream_sink(void *ctx, const char *bytes, size_t n) {
         feed(s, (unsigned char)bytes[i]);
 }
 
-int detok_push(const struct pi_vocab *v, struct pi_detok_state *st, uint32_t flags,
-               int32_t id, pi_text_fn fn, void *user) {
+int detok_push(const struct pi_vocab *v, struct pi_detok_state *st, uint32_t flags, int32_t id,
+               pi_text_fn fn, void *user) {
     struct stream s;
     s.st = st;
     s.fn = fn;

@@ -19,8 +19,8 @@
  *                                is emitted without merging (ignore_merges)
  *   qwen2, deepseek-r1-qwen:     the Llama 3 regex with single digits (no NFC
  *                                normalisation is applied)
- * Invalid UTF-8 never matches a pattern character (PCRE2_MATCH_INVALID_UTF), so it
- * ends up in the pieces between matches and is tokenized byte by byte. */
+ * The regexes run over the well-formed UTF-8 runs of the text only; each run of bytes
+ * that are not well-formed UTF-8 is a pre-token of its own. */
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 #include <string.h>
@@ -28,8 +28,9 @@
 #include "model/vocab.h"
 
 /* Unicode White_Space, and its complement, inside a character class. */
-#define WS "\\t-\\r \\x{85}\\x{a0}\\x{1680}\\x{2000}-\\x{200a}\\x{2028}\\x{2029}\\x{202f}" \
-           "\\x{205f}\\x{3000}"
+#define WS                                                                                         \
+  "\\t-\\r \\x{85}\\x{a0}\\x{1680}\\x{2000}-\\x{200a}\\x{2028}\\x{2029}\\x{202f}"                  \
+  "\\x{205f}\\x{3000}"
 #define CONTRACTIONS "'s|'t|'re|'ve|'m|'ll|'d"
 
 static const char PAT_GPT2[] =
@@ -76,15 +77,16 @@ static void pcre_free(void *ptr, void *user) {
     pi_free(user, ptr);
 }
 
-int tok_bpe_init(struct pi_vocab *v, const char *pre, size_t pre_len,
-                 const struct pi_logger *lg, struct pi_error *err) {
+int tok_bpe_init(struct pi_vocab *v, const char *pre, size_t pre_len, const struct pi_logger *lg,
+                 struct pi_error *err) {
     const struct pre_def *def = NULL;
     for (size_t i = 0; i < sizeof pre_defs / sizeof pre_defs[0] && !def; i++)
         if (!pre || name_in(pre_defs[i].names, pre, pre_len))
             def = &pre_defs[i];
     if (!def) {
         def = &pre_defs[0];
-        pi_log(lg, PI_LOG_WARN, "tokenizer.ggml.pre '%.*s' is not known: using the GPT-2 "
+        pi_log(lg, PI_LOG_WARN,
+               "tokenizer.ggml.pre '%.*s' is not known: using the GPT-2 "
                "pre-tokenizer, so tokens may differ from the model's own tokenizer",
                (int)(pre_len > 40 ? 40 : pre_len), pre);
     }
@@ -102,14 +104,14 @@ int tok_bpe_init(struct pi_vocab *v, const char *pre, size_t pre_len,
         int code;
         PCRE2_SIZE where;
         pcre2_code *re = pcre2_compile((PCRE2_SPTR)def->patterns[i], PCRE2_ZERO_TERMINATED,
-                                       PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF, &code,
-                                       &where, cc);
+                                       PCRE2_UTF | PCRE2_UCP, &code, &where, cc);
         if (!re) {
             status = code == PCRE2_ERROR_HEAP_FAILED || code == PCRE2_ERROR_NOMEMORY
-                ? pi_error_set(err, PI_ERR_NOMEM, "out of memory for the pre-tokenizer")
-                : pi_error_set(err, PI_ERR_INTERNAL, "pre-tokenizer %s: regex %d does not "
-                               "compile (PCRE2 error %d at %zu)", def->canonical, i, code,
-                               (size_t)where);
+                         ? pi_error_set(err, PI_ERR_NOMEM, "out of memory for the pre-tokenizer")
+                         : pi_error_set(err, PI_ERR_INTERNAL,
+                                        "pre-tokenizer %s: regex %d does not "
+                                        "compile (PCRE2 error %d at %zu)",
+                                        def->canonical, i, code, (size_t)where);
             break;
         }
         v->patterns[v->n_patterns++] = re;
@@ -189,6 +191,8 @@ static void try_pair(const struct pi_vocab *v, const int32_t *ids, int32_t pos, 
 
 static int bpe_word(const struct pi_vocab *v, const unsigned char *p, size_t n,
                     struct tok_scratch *s, struct tok_out *o) {
+    if (n == 0)
+        return PI_OK;
     if (v->ignore_merges) {
         PI_TRY(tok_scratch_reserve(s, 2, 2 * n));
         char *u = s->buf[2];
@@ -254,12 +258,12 @@ static int split(const struct pi_vocab *v, int level, const char *p, size_t n,
     const pcre2_code *re = v->patterns[level];
     size_t off = 0;
     while (off < n) {
-        int rc = pcre2_match(re, (PCRE2_SPTR)p, n, off, 0, s->match_data, NULL);
+        int rc = pcre2_match(re, (PCRE2_SPTR)p, n, off, PCRE2_NO_UTF_CHECK, s->match_data, NULL);
         if (rc == PCRE2_ERROR_NOMATCH)
             break;
         if (rc < 0)
             return rc == PCRE2_ERROR_NOMEMORY || rc == PCRE2_ERROR_HEAPLIMIT ? PI_ERR_NOMEM
-                                                                           : PI_ERR_INTERNAL;
+                                                                             : PI_ERR_INTERNAL;
         const PCRE2_SIZE *ov = pcre2_get_ovector_pointer(s->match_data);
         size_t ms = ov[0], me = ov[1];
         if (ms < off || me < ms || me > n)
@@ -276,8 +280,8 @@ static int split(const struct pi_vocab *v, int level, const char *p, size_t n,
     return split(v, level + 1, p + off, n - off, s, o);
 }
 
-int tok_bpe_fragment(const struct pi_vocab *v, const char *text, size_t len,
-                     struct tok_scratch *s, struct tok_out *o) {
+int tok_bpe_fragment(const struct pi_vocab *v, const char *text, size_t len, struct tok_scratch *s,
+                     struct tok_out *o) {
     if (len == 0)
         return PI_OK;
     if (!s->match_data) {
@@ -285,5 +289,20 @@ int tok_bpe_fragment(const struct pi_vocab *v, const char *text, size_t len,
         if (!s->match_data)
             return PI_ERR_NOMEM;
     }
-    return split(v, 0, text, len, s, o);
+    /* The regexes see only well-formed UTF-8 (checked here once, so that PCRE2 need not
+     * check the rest of the subject at every match); a run of invalid bytes is a
+     * pre-token of its own. */
+    const unsigned char *u = (const unsigned char *)text;
+    size_t i = 0;
+    while (i < len) {
+        size_t start = i;
+        while (i < len && (u[i] < 0x80 || utf8_char_len(u + i, len - i) > 1))
+            i += (size_t)utf8_char_len(u + i, len - i);
+        PI_TRY(split(v, 0, text + start, i - start, s, o));
+        start = i;
+        while (i < len && u[i] >= 0x80 && utf8_char_len(u + i, len - i) == 1)
+            i++;
+        PI_TRY(bpe_word(v, u + start, i - start, s, o));
+    }
+    return PI_OK;
 }

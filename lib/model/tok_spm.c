@@ -61,43 +61,8 @@ static struct pair heap_pop(struct pair *h, int32_t *n) {
     return top;
 }
 
-/* Length of the well-formed UTF-8 character at p (n bytes left), or 1 for a byte
- * that does not start one. */
-static int32_t char_len(const unsigned char *p, size_t n) {
-    unsigned char c = p[0];
-    int32_t need;
-    unsigned char lo = 0x80, hi = 0xbf;
-    if (c < 0x80)
-        return 1;
-    if (c >= 0xc2 && c <= 0xdf)
-        need = 2;
-    else if (c >= 0xe0 && c <= 0xef)
-        need = 3;
-    else if (c >= 0xf0 && c <= 0xf4)
-        need = 4;
-    else
-        return 1;
-    if (c == 0xe0)
-        lo = 0xa0;
-    else if (c == 0xed)
-        hi = 0x9f;
-    else if (c == 0xf0)
-        lo = 0x90;
-    else if (c == 0xf4)
-        hi = 0x8f;
-    if ((size_t)need > n)
-        return 1;
-    for (int32_t i = 1; i < need; i++) {
-        if (p[i] < lo || p[i] > hi)
-            return 1;
-        lo = 0x80;
-        hi = 0xbf;
-    }
-    return need;
-}
-
-static void try_pair(const struct pi_vocab *v, const char *text, const struct sym *sy,
-                     int32_t left, int32_t right, struct pair *heap, int32_t *nheap) {
+static void try_pair(const struct pi_vocab *v, const char *text, const struct sym *sy, int32_t left,
+                     int32_t right, struct pair *heap, int32_t *nheap) {
     if (left < 0 || right < 0)
         return;
     int32_t size = sy[left].len + sy[right].len;
@@ -110,8 +75,7 @@ static void try_pair(const struct pi_vocab *v, const char *text, const struct sy
     heap_push(heap, nheap, (struct pair){v->tokens[id].score, left, right, size});
 }
 
-static void emit_symbol(const struct pi_vocab *v, const char *p, int32_t len,
-                        struct tok_out *o) {
+static void emit_symbol(const struct pi_vocab *v, const char *p, int32_t len, struct tok_out *o) {
     int32_t id = vocab_find(v, p, (size_t)len);
     if (id >= 0 && v->tokens[id].type != PI_TOK_BYTE && v->tokens[id].type != PI_TOK_UNKNOWN) {
         tok_out_push(o, id);
@@ -154,7 +118,7 @@ int tok_spm_fragment(const struct pi_vocab *v, const char *text, size_t len, int
     struct pair *heap = s->buf[1];
     int32_t ns = 0, nheap = 0;
     for (size_t i = 0; i < k;) {
-        int32_t cl = char_len((const unsigned char *)t + i, k - i);
+        int32_t cl = utf8_char_len((const unsigned char *)t + i, k - i);
         sy[ns] = (struct sym){(int32_t)i, cl, ns - 1, -1};
         if (ns > 0)
             sy[ns - 1].next = ns;

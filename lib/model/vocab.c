@@ -155,16 +155,18 @@ struct loader {
 };
 
 /* The array `name` with n_tokens elements of elem_type, or NULL when absent. */
-static int token_array(struct loader *L, const char *name, uint32_t elem_type,
-                       const char *what, const struct gguf_kv **out) {
+static int token_array(struct loader *L, const char *name, uint32_t elem_type, const char *what,
+                       const struct gguf_kv **out) {
     *out = gguf_find_kv(L->f, name);
     if (!*out)
         return PI_OK;
     if ((*out)->type != PI_META_ARRAY || (*out)->elem_type != elem_type)
         PI_FAIL(L->err, PI_ERR_FORMAT, "metadata '%s' must be an array of %s", name, what);
     if ((*out)->n != (uint64_t)L->v->n_tokens)
-        PI_FAIL(L->err, PI_ERR_FORMAT, "metadata '%s' has %llu entries but there are %ld "
-                "tokens", name, (unsigned long long)(*out)->n, (long)L->v->n_tokens);
+        PI_FAIL(L->err, PI_ERR_FORMAT,
+                "metadata '%s' has %llu entries but there are %ld "
+                "tokens",
+                name, (unsigned long long)(*out)->n, (long)L->v->n_tokens);
     return PI_OK;
 }
 
@@ -182,7 +184,8 @@ static int read_tokens(struct loader *L) {
     struct pi_vocab *v = L->v;
     const struct gguf_kv *kv = gguf_find_kv(L->f, KEY "tokens");
     if (!kv)
-        PI_FAIL(L->err, PI_ERR_FORMAT, "metadata '" KEY "tokens' is missing (the file names "
+        PI_FAIL(L->err, PI_ERR_FORMAT,
+                "metadata '" KEY "tokens' is missing (the file names "
                 "a tokenizer model)");
     if (kv->type != PI_META_ARRAY || kv->elem_type != PI_META_STRING)
         PI_FAIL(L->err, PI_ERR_FORMAT, "metadata '" KEY "tokens' must be an array of strings");
@@ -200,8 +203,7 @@ static int read_tokens(struct loader *L) {
         uint64_t len;
         PI_TRY(gguf_kv_str(L->f, kv, (uint64_t)i, &s, &len));
         if (len > UINT32_MAX)
-            PI_FAIL(L->err, PI_ERR_FORMAT, "metadata '" KEY "tokens'[%ld] is too long",
-                    (long)i);
+            PI_FAIL(L->err, PI_ERR_FORMAT, "metadata '" KEY "tokens'[%ld] is too long", (long)i);
         v->tokens[i].text = s;
         v->tokens[i].len = (uint32_t)len;
         v->tokens[i].type = PI_TOK_NORMAL;
@@ -223,8 +225,10 @@ static int read_tokens(struct loader *L) {
         int64_t t;
         PI_TRY(gguf_kv_int(L->f, tt, (uint64_t)i, &t));
         if (t < 0 || t > PI_TOK_BYTE)
-            PI_FAIL(L->err, PI_ERR_FORMAT, "metadata '" KEY "token_type'[%ld] is %lld (0..6 "
-                    "are token types)", (long)i, (long long)t);
+            PI_FAIL(L->err, PI_ERR_FORMAT,
+                    "metadata '" KEY "token_type'[%ld] is %lld (0..6 "
+                    "are token types)",
+                    (long)i, (long long)t);
         v->tokens[i].type = (uint8_t)(t == 0 ? PI_TOK_NORMAL : t);
     }
 
@@ -236,11 +240,11 @@ static int read_tokens(struct loader *L) {
             continue;
         int hi = t->len == 6 ? hexval(t->text[3]) : -1;
         int lo = t->len == 6 ? hexval(t->text[4]) : -1;
-        if (t->len != 6 || memcmp(t->text, "<0x", 3) != 0 || t->text[5] != '>' || hi < 0 ||
-            lo < 0)
-            PI_FAIL(L->err, PI_ERR_FORMAT, "metadata '" KEY "tokens'[%ld] is a byte token "
-                    "(" KEY "token_type 6) but reads '%.*s', not <0xHH>", (long)i,
-                    (int)(t->len > 24 ? 24 : t->len), t->text);
+        if (t->len != 6 || memcmp(t->text, "<0x", 3) != 0 || t->text[5] != '>' || hi < 0 || lo < 0)
+            PI_FAIL(L->err, PI_ERR_FORMAT,
+                    "metadata '" KEY "tokens'[%ld] is a byte token "
+                    "(" KEY "token_type 6) but reads '%.*s', not <0xHH>",
+                    (long)i, (int)(t->len > 24 ? 24 : t->len), t->text);
         t->byte = (uint8_t)(hi * 16 + lo);
         if (v->byte_token[t->byte] < 0)
             v->byte_token[t->byte] = i;
@@ -262,15 +266,23 @@ static int read_id(struct loader *L, const char *name, int32_t *out) {
         return PI_OK;
     int64_t id = 0;
     switch (kv->type) {
-    case PI_META_U8: case PI_META_I8: case PI_META_U16: case PI_META_I16:
-    case PI_META_U32: case PI_META_I32: case PI_META_U64: case PI_META_I64:
+    case PI_META_U8:
+    case PI_META_I8:
+    case PI_META_U16:
+    case PI_META_I16:
+    case PI_META_U32:
+    case PI_META_I32:
+    case PI_META_U64:
+    case PI_META_I64:
         break;
     default:
         PI_FAIL(L->err, PI_ERR_FORMAT, "metadata '%s' must be an integer", name);
     }
     if (gguf_kv_int(L->f, kv, 0, &id) < 0 || id < -1 || id >= L->v->n_tokens)
-        PI_FAIL(L->err, PI_ERR_FORMAT, "metadata '%s' is out of range: the vocabulary has "
-                "%ld tokens", name, (long)L->v->n_tokens);
+        PI_FAIL(L->err, PI_ERR_FORMAT,
+                "metadata '%s' is out of range: the vocabulary has "
+                "%ld tokens",
+                name, (long)L->v->n_tokens);
     *out = (int32_t)id;
     return PI_OK;
 }
@@ -292,7 +304,8 @@ static int read_merges(struct loader *L) {
     struct pi_vocab *v = L->v;
     const struct gguf_kv *kv = gguf_find_kv(L->f, KEY "merges");
     if (!kv)
-        PI_FAIL(L->err, PI_ERR_FORMAT, "metadata '" KEY "merges' is missing (a gpt2 "
+        PI_FAIL(L->err, PI_ERR_FORMAT,
+                "metadata '" KEY "merges' is missing (a gpt2 "
                 "tokenizer needs it)");
     if (kv->type != PI_META_ARRAY || kv->elem_type != PI_META_STRING)
         PI_FAIL(L->err, PI_ERR_FORMAT, "metadata '" KEY "merges' must be an array of strings");
@@ -320,9 +333,10 @@ static int read_merges(struct loader *L) {
          * space in principle, never an empty string. */
         const char *sp = len > 1 ? memchr(s + 1, ' ', (size_t)len - 1) : NULL;
         if (!sp || sp + 1 == s + len) {
-            status = pi_error_set(L->err, PI_ERR_FORMAT, "metadata '" KEY "merges'[%ld] "
-                                  "does not read 'a b': '%.*s'", (long)i,
-                                  (int)(len > 40 ? 40 : len), s);
+            status = pi_error_set(L->err, PI_ERR_FORMAT,
+                                  "metadata '" KEY "merges'[%ld] "
+                                  "does not read 'a b': '%.*s'",
+                                  (long)i, (int)(len > 40 ? 40 : len), s);
             break;
         }
         size_t la = (size_t)(sp - s), lb = (size_t)len - la - 1;
@@ -337,11 +351,13 @@ static int read_merges(struct loader *L) {
         }
         m->rank = i;
         if (m->left < 0 || m->right < 0 || m->result < 0)
-            status = pi_error_set(L->err, PI_ERR_FORMAT, "metadata '" KEY "merges'[%ld] "
-                                  "'%.*s': %s is not a token", (long)i,
-                                  (int)(len > 40 ? 40 : len), s,
-                                  m->left < 0 ? "the left part"
-                                  : m->right < 0 ? "the right part" : "the merged text");
+            status = pi_error_set(L->err, PI_ERR_FORMAT,
+                                  "metadata '" KEY "merges'[%ld] "
+                                  "'%.*s': %s is not a token",
+                                  (long)i, (int)(len > 40 ? 40 : len), s,
+                                  m->left < 0    ? "the left part"
+                                  : m->right < 0 ? "the right part"
+                                                 : "the merged text");
     }
     pi_free(&v->alloc, cat);
     PI_TRY(status);
@@ -378,8 +394,8 @@ static void build_byte_map(struct pi_vocab *v) {
 }
 
 static int is_end_marker(const struct pi_token *t) {
-    static const char *const markers[] = {"<|im_end|>", "<|eot_id|>", "<|endoftext|>", "</s>",
-                                          "<end_of_turn>", "<|end|>", NULL};
+    static const char *const markers[] = {
+        "<|im_end|>", "<|eot_id|>", "<|endoftext|>", "</s>", "<end_of_turn>", "<|end|>", NULL};
     for (const char *const *m = markers; *m; m++)
         if (strlen(*m) == t->len && memcmp(*m, t->text, t->len) == 0)
             return 1;
@@ -475,8 +491,10 @@ int vocab_load(struct pi_vocab **out, const struct gguf_file *f, const struct pi
     } else if (str_is(name, len, "none") || str_is(name, len, "no_vocab")) {
         return PI_OK;
     } else {
-        PI_FAIL(err, PI_ERR_UNSUPPORTED, "metadata '" KEY "model' is '%.*s': this tokenizer "
-                "is not supported (llama, gpt2 are)", (int)(len > 40 ? 40 : len), name);
+        PI_FAIL(err, PI_ERR_UNSUPPORTED,
+                "metadata '" KEY "model' is '%.*s': this tokenizer "
+                "is not supported (llama, gpt2 are)",
+                (int)(len > 40 ? 40 : len), name);
     }
     struct pi_vocab *v = pi_calloc(a, 1, sizeof *v);
     if (!v)

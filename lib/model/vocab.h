@@ -40,15 +40,15 @@ enum pi_token_type {
 struct pi_token {
     const char *text; /* into the file; not NUL-terminated */
     uint32_t len;
-    uint8_t type;     /* enum pi_token_type */
-    uint8_t byte;     /* the byte of a PI_TOK_BYTE token */
-    float score;      /* tokenizer.ggml.scores, 0 when absent */
+    uint8_t type; /* enum pi_token_type */
+    uint8_t byte; /* the byte of a PI_TOK_BYTE token */
+    float score;  /* tokenizer.ggml.scores, 0 when absent */
 };
 
 /* A merge "a b" of byte-level BPE: ids of a, b and of the token a+b. */
 struct pi_merge {
     int32_t left, right, result;
-    int32_t rank;     /* its index in tokenizer.ggml.merges: lower merges first */
+    int32_t rank; /* its index in tokenizer.ggml.merges: lower merges first */
 };
 
 #define PI_VOCAB_MAX_PATTERNS 4
@@ -89,11 +89,11 @@ struct pi_vocab {
     uint16_t byte_cp[256];
     int16_t cp_byte[324];
     int32_t byte_char_token[256];
-    int ignore_merges;       /* a pre-token that is a whole token skips the merges */
-    const char *pre_name;    /* the pre-tokenizer in use (static string) */
-    int n_patterns;          /* applied in order, each splitting the last one's pieces */
+    int ignore_merges;    /* a pre-token that is a whole token skips the merges */
+    const char *pre_name; /* the pre-tokenizer in use (static string) */
+    int n_patterns;       /* applied in order, each splitting the last one's pieces */
     void *patterns[PI_VOCAB_MAX_PATTERNS]; /* pcre2_code_8 * */
-    void *pcre_gctx;         /* pcre2_general_context_8 *: allocations via `alloc` */
+    void *pcre_gctx;                       /* pcre2_general_context_8 *: allocations via `alloc` */
 };
 
 /* Read the tokenizer metadata of `f`. With no tokenizer.ggml.model key (or "none" /
@@ -110,7 +110,42 @@ int32_t vocab_find(const struct pi_vocab *v, const char *s, size_t len);
 const struct pi_merge *vocab_find_merge(const struct pi_vocab *v, int32_t left, int32_t right);
 int vocab_is_eog(const struct pi_vocab *v, int32_t id);
 
-/* ---- tokenizing (tok_common.c, tok_spm.c, tok_bpe.c) ------------------------------ */
+/* ---- tokenizing (vocab.c, tok_spm.c, tok_bpe.c) ----------------------------------- */
+
+/* Length of the well-formed UTF-8 character at p (n bytes left), or 1 for a byte
+ * that does not start one. */
+static inline int32_t utf8_char_len(const unsigned char *p, size_t n) {
+    unsigned char c = p[0];
+    int32_t need;
+    unsigned char lo = 0x80, hi = 0xbf;
+    if (c < 0x80)
+        return 1;
+    if (c >= 0xc2 && c <= 0xdf)
+        need = 2;
+    else if (c >= 0xe0 && c <= 0xef)
+        need = 3;
+    else if (c >= 0xf0 && c <= 0xf4)
+        need = 4;
+    else
+        return 1;
+    if (c == 0xe0)
+        lo = 0xa0;
+    else if (c == 0xed)
+        hi = 0x9f;
+    else if (c == 0xf0)
+        lo = 0x90;
+    else if (c == 0xf4)
+        hi = 0x8f;
+    if ((size_t)need > n)
+        return 1;
+    for (int32_t i = 1; i < need; i++) {
+        if (p[i] < lo || p[i] > hi)
+            return 1;
+        lo = 0x80;
+        hi = 0xbf;
+    }
+    return need;
+}
 
 /* Output of a tokenizer: writes the first `cap` ids, counts all. */
 struct tok_out {
@@ -147,12 +182,12 @@ int vocab_tokenize(const struct pi_vocab *v, const char *text, size_t len, int p
  * tokenizer that the fragment starts the text or follows a special token. */
 int tok_spm_fragment(const struct pi_vocab *v, const char *text, size_t len, int first,
                      struct tok_scratch *s, struct tok_out *o);
-int tok_bpe_fragment(const struct pi_vocab *v, const char *text, size_t len,
-                     struct tok_scratch *s, struct tok_out *o);
+int tok_bpe_fragment(const struct pi_vocab *v, const char *text, size_t len, struct tok_scratch *s,
+                     struct tok_out *o);
 /* Compile the pre-tokenizer of `pre` (the value of tokenizer.ggml.pre, may be NULL)
  * into v->patterns. An unknown name falls back to the GPT-2 pattern with a warning. */
-int tok_bpe_init(struct pi_vocab *v, const char *pre, size_t pre_len,
-                 const struct pi_logger *lg, struct pi_error *err);
+int tok_bpe_init(struct pi_vocab *v, const char *pre, size_t pre_len, const struct pi_logger *lg,
+                 struct pi_error *err);
 void tok_bpe_free(struct pi_vocab *v);
 
 /* ---- pieces and the detokenizer (detok.c) ------------------------------------------ */
@@ -173,8 +208,8 @@ struct pi_detok_state {
 
 /* Feed the piece of `id` to the state; complete text goes to fn. Returns PI_OK or
  * PI_ERR_ABORTED. */
-int detok_push(const struct pi_vocab *v, struct pi_detok_state *st, uint32_t flags,
-               int32_t id, pi_text_fn fn, void *user);
+int detok_push(const struct pi_vocab *v, struct pi_detok_state *st, uint32_t flags, int32_t id,
+               pi_text_fn fn, void *user);
 int detok_flush(struct pi_detok_state *st, pi_text_fn fn, void *user);
 
 #endif

@@ -11,6 +11,16 @@
 #define SPIN_ROUNDS 2000
 #define YIELD_ROUNDS 2000
 
+/* The job ticket packs everything a thread needs to claim a chunk safely in one
+ * atomic word: job generation (24 bits), chunk count (20 bits), next chunk (20 bits).
+ * A thread that saw an older generation can never claim a chunk of a newer job. */
+#define T_IDX_BITS 20
+#define T_N_BITS 20
+#define T_MASK ((UINT64_C(1) << T_IDX_BITS) - 1)
+#define T_GEN(t) ((t) >> (T_IDX_BITS + T_N_BITS))
+#define T_N(t) (((t) >> T_IDX_BITS) & T_MASK)
+#define T_IDX(t) ((t)&T_MASK)
+
 struct worker {
     struct pi_pool *pool;
     int ith;
@@ -22,42 +32,63 @@ struct pi_pool {
     int n;
     struct worker *workers; /* [n - 1] */
     struct pi_waiter *waiter;
-    atomic_uint generation; /* bumped for every job */
-    atomic_int pending;     /* workers still running the current job */
+    atomic_uint_fast64_t ticket;
+    atomic_uint_fast64_t generation; /* 24-bit job id of the current job */
+    atomic_int done;                 /* chunks finished in the current job */
     atomic_int stop;
-    int sleeping;           /* workers blocked on the waiter; under its lock */
+    int sleeping; /* workers blocked on the waiter; under its lock */
+    /* The current job; written before its ticket is published. */
     pi_pool_fn fn;
     void *arg;
+    int64_t n_items, grain;
 };
 
-static void worker_main(void *p) {
-    struct worker *w = p;
-    struct pi_pool *pool = w->pool;
-    unsigned seen = 0;
+/* Claim and run chunks of job `gen` until none are left. */
+static void work(struct pi_pool *p, uint64_t gen, int ith) {
     for (;;) {
-        unsigned gen;
+        uint64_t t = atomic_load_explicit(&p->ticket, memory_order_acquire);
+        if (T_GEN(t) != gen || T_IDX(t) >= T_N(t))
+            return;
+        pi_pool_fn fn = p->fn;
+        void *arg = p->arg;
+        int64_t n = p->n_items, grain = p->grain;
+        if (!atomic_compare_exchange_weak_explicit(&p->ticket, &t, t + 1, memory_order_acq_rel,
+                                                   memory_order_acquire))
+            continue;
+        int64_t lo = (int64_t)T_IDX(t) * grain;
+        int64_t hi = lo + grain < n ? lo + grain : n;
+        fn(arg, lo, hi, ith);
+        atomic_fetch_add_explicit(&p->done, 1, memory_order_release);
+    }
+}
+
+static void worker_main(void *arg) {
+    struct worker *w = arg;
+    struct pi_pool *p = w->pool;
+    uint64_t seen = 0;
+    for (;;) {
+        uint64_t gen;
         int spins = 0;
-        while ((gen = atomic_load_explicit(&pool->generation, memory_order_acquire)) == seen &&
-               !atomic_load_explicit(&pool->stop, memory_order_acquire) &&
+        while ((gen = atomic_load_explicit(&p->generation, memory_order_acquire)) == seen &&
+               !atomic_load_explicit(&p->stop, memory_order_acquire) &&
                spins < SPIN_ROUNDS + YIELD_ROUNDS) {
             if (spins++ < SPIN_ROUNDS)
                 pi_os_cpu_relax();
             else
                 pi_os_yield();
         }
-        if (gen == seen && !atomic_load(&pool->stop)) {
-            pi_os_waiter_lock(pool->waiter);
-            pool->sleeping++;
-            while ((gen = atomic_load(&pool->generation)) == seen && !atomic_load(&pool->stop))
-                pi_os_waiter_wait(pool->waiter);
-            pool->sleeping--;
-            pi_os_waiter_unlock(pool->waiter);
+        if (gen == seen && !atomic_load(&p->stop)) {
+            pi_os_waiter_lock(p->waiter);
+            p->sleeping++;
+            while ((gen = atomic_load(&p->generation)) == seen && !atomic_load(&p->stop))
+                pi_os_waiter_wait(p->waiter);
+            p->sleeping--;
+            pi_os_waiter_unlock(p->waiter);
         }
-        if (atomic_load(&pool->stop))
+        if (atomic_load(&p->stop))
             return;
         seen = gen;
-        pool->fn(pool->arg, w->ith, pool->n);
-        atomic_fetch_sub_explicit(&pool->pending, 1, memory_order_acq_rel);
+        work(p, gen, w->ith);
     }
 }
 
@@ -90,8 +121,9 @@ int pi_pool_create(struct pi_pool **out, int n_threads, const struct pi_allocato
         return PI_ERR_NOMEM;
     p->alloc = a;
     p->n = 1; /* threads started so far, for destroy */
+    atomic_init(&p->ticket, 0);
     atomic_init(&p->generation, 0);
-    atomic_init(&p->pending, 0);
+    atomic_init(&p->done, 0);
     atomic_init(&p->stop, 0);
     int st = pi_os_waiter_create(&p->waiter, a);
     if (st == PI_OK && n_threads > 1) {
@@ -113,18 +145,35 @@ int pi_pool_create(struct pi_pool **out, int n_threads, const struct pi_allocato
     return PI_OK;
 }
 
-void pi_pool_run(struct pi_pool *p, pi_pool_fn fn, void *arg) {
-    if (p->n == 1) {
-        fn(arg, 0, 1);
+void pi_pool_for(struct pi_pool *p, int64_t n, int64_t grain, pi_pool_fn fn, void *arg) {
+    if (n <= 0)
+        return;
+    if (grain < 1)
+        grain = 1;
+    int64_t chunks = (n + grain - 1) / grain;
+    if (chunks > (int64_t)T_MASK) { /* keep the count within the ticket's field */
+        grain = (n + (int64_t)T_MASK - 1) / (int64_t)T_MASK;
+        chunks = (n + grain - 1) / grain;
+    }
+    if (p->n == 1 || chunks == 1) {
+        for (int64_t lo = 0; lo < n; lo += grain)
+            fn(arg, lo, lo + grain < n ? lo + grain : n, 0);
         return;
     }
+    uint64_t gen = (atomic_load_explicit(&p->generation, memory_order_relaxed) + 1) &
+                   ((UINT64_C(1) << 24) - 1);
     p->fn = fn;
     p->arg = arg;
-    atomic_store_explicit(&p->pending, p->n - 1, memory_order_relaxed);
-    atomic_fetch_add_explicit(&p->generation, 1, memory_order_acq_rel);
+    p->n_items = n;
+    p->grain = grain;
+    atomic_store_explicit(&p->done, 0, memory_order_relaxed);
+    atomic_store_explicit(&p->ticket,
+                          gen << (T_IDX_BITS + T_N_BITS) | (uint64_t)chunks << T_IDX_BITS,
+                          memory_order_release);
+    atomic_store_explicit(&p->generation, gen, memory_order_release);
     wake_all(p);
-    fn(arg, 0, p->n);
-    for (int spins = 0; atomic_load_explicit(&p->pending, memory_order_acquire) != 0; spins++) {
+    work(p, gen, 0);
+    for (int spins = 0; atomic_load_explicit(&p->done, memory_order_acquire) < chunks; spins++) {
         if (spins < SPIN_ROUNDS)
             pi_os_cpu_relax();
         else

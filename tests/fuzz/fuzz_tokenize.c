@@ -43,8 +43,11 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
 static int utf8_ok(const unsigned char *p, size_t n) {
     for (size_t i = 0; i < n;) {
         unsigned c = p[i];
-        size_t need = c < 0x80 ? 1 : c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3
-                    : c >= 0xf0 && c <= 0xf4 ? 4 : 0;
+        size_t need = c < 0x80                 ? 1
+                      : c >= 0xc2 && c <= 0xdf ? 2
+                      : c >= 0xe0 && c <= 0xef ? 3
+                      : c >= 0xf0 && c <= 0xf4 ? 4
+                                               : 0;
         if (!need || i + need > n)
             return 0;
         unsigned lo = c == 0xe0 ? 0xa0 : c == 0xf0 ? 0x90 : 0x80;

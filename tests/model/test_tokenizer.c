@@ -108,11 +108,21 @@ static void jstring(struct jp *j, char **out, size_t *outlen) {
             j->p++;
             char e = *j->p++;
             switch (e) {
-            case 'n': cp = '\n'; break;
-            case 't': cp = '\t'; break;
-            case 'r': cp = '\r'; break;
-            case 'b': cp = '\b'; break;
-            case 'f': cp = '\f'; break;
+            case 'n':
+                cp = '\n';
+                break;
+            case 't':
+                cp = '\t';
+                break;
+            case 'r':
+                cp = '\r';
+                break;
+            case 'b':
+                cp = '\b';
+                break;
+            case 'f':
+                cp = '\f';
+                break;
             case 'u':
                 cp = hex4(j);
                 if (cp >= 0xd800 && cp < 0xdc00 && j->p[0] == '\\' && j->p[1] == 'u') {
@@ -121,7 +131,9 @@ static void jstring(struct jp *j, char **out, size_t *outlen) {
                     cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
                 }
                 break;
-            default: cp = (uint32_t)(unsigned char)e; break;
+            default:
+                cp = (uint32_t)(unsigned char)e;
+                break;
             }
             put_utf8(&buf, &len, &cap, cp);
         } else {
@@ -251,8 +263,7 @@ static void log_fn(void *user, int level, const char *msg) {
     }
 }
 
-static int open_model(const char *path, pi_model **m, char *msg, size_t cap,
-                      struct logcap *lc) {
+static int open_model(const char *path, pi_model **m, char *msg, size_t cap, struct logcap *lc) {
     pi_model_params p;
     pi_model_default_params(&p);
     p.errbuf = msg;
@@ -289,8 +300,7 @@ static char *spm_path(void) {
 }
 
 /* Tokenize into a new array (sized by a first call with cap 0). */
-static int32_t *tokenize(const pi_model *m, const char *s, size_t len, uint32_t flags,
-                         int64_t *n) {
+static int32_t *tokenize(const pi_model *m, const char *s, size_t len, uint32_t flags, int64_t *n) {
     *n = pi_tokenize(m, s, len, NULL, 0, flags);
     assert_true(*n >= 0);
     int32_t *ids = xrealloc(NULL, (size_t)(*n + 1) * sizeof *ids);
@@ -376,8 +386,8 @@ struct sink {
     char *buf;
     size_t len, cap;
     int calls;
-    int bad_chunks;  /* chunks that were not well-formed, complete UTF-8 */
-    int stop_after;  /* return non-zero on this call (1-based); 0 never */
+    int bad_chunks; /* chunks that were not well-formed, complete UTF-8 */
+    int stop_after; /* return non-zero on this call (1-based); 0 never */
 };
 
 static int sink_fn(void *user, const char *text, size_t len) {
@@ -451,8 +461,10 @@ static void check_corpus_bpe(const pi_model *m, const struct jv *cases, const st
                          !memcmp(s.buf, text->s, s.len) && s.bad_chunks == 0;
                 if (!rt) {
                     bad_rt++;
-                    fprintf(stderr, "# %s: detokenizing case %zu \"%.60s\" does not give it "
-                            "back\n", label, i, text->s);
+                    fprintf(stderr,
+                            "# %s: detokenizing case %zu \"%.60s\" does not give it "
+                            "back\n",
+                            label, i, text->s);
                 }
                 free(t1);
                 free(t2);
@@ -462,8 +474,10 @@ static void check_corpus_bpe(const pi_model *m, const struct jv *cases, const st
         free(ids);
         free(ids_sp);
     }
-    fprintf(stderr, "# %s: %zu strings, %zu matching Hugging Face (%.1f%%); %d of %d "
-            "round trips ok\n", label, cases->n, cases->n - (size_t)bad,
+    fprintf(stderr,
+            "# %s: %zu strings, %zu matching Hugging Face (%.1f%%); %d of %d "
+            "round trips ok\n",
+            label, cases->n, cases->n - (size_t)bad,
             100.0 * (double)(cases->n - (size_t)bad) / (double)cases->n, checked_rt - bad_rt,
             checked_rt);
     assert_int_equal(bad, 0);
@@ -500,8 +514,7 @@ static int add_tiny_llama(struct gguf_writer *w, int64_t n_vocab) {
     U32("llama.attention.head_count_kv", 2);
 #undef U32
     if (st == PI_OK)
-        st = gguf_writer_add_scalar(w, "llama.attention.layer_norm_rms_epsilon", PI_META_F32,
-                                    &eps);
+        st = gguf_writer_add_scalar(w, "llama.attention.layer_norm_rms_epsilon", PI_META_F32, &eps);
     uint16_t *buf = calloc((size_t)(E * (n_vocab > F ? n_vocab : F)), 2);
     float *norm = calloc((size_t)E, sizeof *norm);
     assert_non_null(buf);
@@ -513,16 +526,15 @@ static int add_tiny_llama(struct gguf_writer *w, int64_t n_vocab) {
     struct {
         const char *name;
         int64_t ne0, ne1;
-    } t[] = {{"token_embd.weight", E, n_vocab}, {"blk.0.attn_q.weight", E, E},
-             {"blk.0.attn_k.weight", E, E},     {"blk.0.attn_v.weight", E, E},
+    } t[] = {{"token_embd.weight", E, n_vocab},  {"blk.0.attn_q.weight", E, E},
+             {"blk.0.attn_k.weight", E, E},      {"blk.0.attn_v.weight", E, E},
              {"blk.0.attn_output.weight", E, E}, {"blk.0.ffn_gate.weight", E, F},
-             {"blk.0.ffn_up.weight", E, F},     {"blk.0.ffn_down.weight", F, E}};
+             {"blk.0.ffn_up.weight", E, F},      {"blk.0.ffn_down.weight", F, E}};
     for (size_t i = 0; i < sizeof t / sizeof t[0] && st == PI_OK; i++) {
         int64_t ne[2] = {t[i].ne0, t[i].ne1};
         st = gguf_writer_add_tensor(w, t[i].name, PI_TYPE_F16, 2, ne, buf);
     }
-    const char *norms[] = {"output_norm.weight", "blk.0.attn_norm.weight",
-                           "blk.0.ffn_norm.weight"};
+    const char *norms[] = {"output_norm.weight", "blk.0.attn_norm.weight", "blk.0.ffn_norm.weight"};
     for (size_t i = 0; i < 3 && st == PI_OK; i++) {
         int64_t ne[1] = {E};
         st = gguf_writer_add_tensor(w, norms[i], PI_TYPE_F32, 1, ne, norm);
@@ -577,8 +589,8 @@ static void write_smollm2_variant(const pi_model *src, const char *pre, const ch
         assert_int_equal(pi_model_meta_arr_int(src, "tokenizer.ggml.token_type", i, &t), PI_OK);
         types[i] = (int32_t)t;
     }
-    assert_int_equal(gguf_writer_add_array(w, "tokenizer.ggml.token_type", PI_META_I32, types,
-                                           n), PI_OK);
+    assert_int_equal(gguf_writer_add_array(w, "tokenizer.ggml.token_type", PI_META_I32, types, n),
+                     PI_OK);
     free(types);
     uint32_t eos = 2;
     assert_int_equal(gguf_writer_add_scalar(w, "tokenizer.ggml.eos_token_id", PI_META_U32, &eos),
@@ -593,8 +605,8 @@ static void test_pre_tokenizer_variants(void **state) {
     struct jv *fx = load_json("smollm2.json");
     pi_model *src = must_open(g_smollm2);
     const struct jv *cases = jget(fx, "cases"), *variants = jget(fx, "variants");
-    const char *names[][2] = {{"gpt2", "gpt2"}, {"llama-bpe", "llama3"}, {"qwen2", "qwen2"},
-                              {"no-such-pre", "gpt2"}};
+    const char *names[][2] = {
+        {"gpt2", "gpt2"}, {"llama-bpe", "llama3"}, {"qwen2", "qwen2"}, {"no-such-pre", "gpt2"}};
     for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
         const char *path = tmp_path("variant");
         write_smollm2_variant(src, names[k][0], path);
@@ -640,8 +652,7 @@ static void test_spm_corpus(void **state) {
         /* No control token text in the corpus reads as one of this vocabulary's
          * ("<s>" does: the case list checks it below), so PARSE_SPECIAL agrees. */
         int32_t *ids_sp = tokenize(m, text->s, text->len, PI_TOKENIZE_PARSE_SPECIAL, &ns);
-        int has_ctl = strstr(text->s, "<s>") || strstr(text->s, "</s>") ||
-                      strstr(text->s, "<unk>");
+        int has_ctl = strstr(text->s, "<s>") || strstr(text->s, "</s>") || strstr(text->s, "<unk>");
         if (!ids_equal(ids, n, ref)) {
             bad++;
             fprintf(stderr, "# spm: mismatch on case %zu \"%.60s\"\n", i, text->s);
@@ -665,8 +676,8 @@ static void test_spm_corpus(void **state) {
         if (l - skip != dec->len || memcmp(t + skip, dec->s, dec->len) || s.len != l ||
             memcmp(s.buf, t, l) || s.bad_chunks) {
             bad_rt++;
-            fprintf(stderr, "# spm: detokenizing case %zu \"%.60s\" gives \"%.60s\"\n", i,
-                    text->s, t);
+            fprintf(stderr, "# spm: detokenizing case %zu \"%.60s\" gives \"%.60s\"\n", i, text->s,
+                    t);
         }
         free(s.buf);
         free(t);
@@ -722,8 +733,8 @@ static void test_spm_special_and_bytes(void **state) {
     /* Control pieces are empty unless asked for. */
     assert_int_equal(pi_token_to_piece(m, pi_model_token_bos(m), piece, sizeof piece, 0), 0);
     assert_string_equal(piece, "");
-    assert_int_equal(pi_token_to_piece(m, pi_model_token_bos(m), piece, sizeof piece,
-                                       PI_PIECE_SPECIAL), 3);
+    assert_int_equal(
+        pi_token_to_piece(m, pi_model_token_bos(m), piece, sizeof piece, PI_PIECE_SPECIAL), 3);
     assert_string_equal(piece, "<s>");
     assert_true(pi_model_token_is_eog(m, pi_model_token_eos(m)));
     assert_false(pi_model_token_is_eog(m, pi_model_token_bos(m)));
@@ -955,92 +966,92 @@ static void test_null_and_no_tokenizer(void **state) {
 /* A small valid "llama" (SPM) or "gpt2" (BPE) vocabulary; each case then spoils one
  * thing. */
 enum { N_TOK = 10 };
-static const char *const spm_tokens[N_TOK] = {"<unk>", "<s>", "</s>", "<0x41>", "\xe2\x96\x81",
-                                              "a", "b", "ab", "\342\226\201ab", "c"};
+static const char *const spm_tokens[N_TOK] = {
+    "<unk>", "<s>", "</s>", "<0x41>", "\xe2\x96\x81", "a", "b", "ab", "\342\226\201ab", "c"};
 static const int32_t spm_types[N_TOK] = {2, 3, 3, 6, 1, 1, 1, 1, 1, 1};
-static const char *const bpe_tokens[N_TOK] = {"<|endoftext|>", "a", "b", "ab", "\xc4\xa0",
-                                              "\304\240a", "c", "abc", "d", "e"};
+static const char *const bpe_tokens[N_TOK] = {"<|endoftext|>", "a", "b",   "ab", "\xc4\xa0",
+                                              "\304\240a",     "c", "abc", "d",  "e"};
 static const int32_t bpe_types[N_TOK] = {3, 1, 1, 1, 1, 1, 1, 1, 1, 1};
 
 struct hostile {
     const char *name;
     int bpe;
-    int status;          /* expected from pi_model_open */
-    const char *in_msg;  /* expected in the message */
+    int status;         /* expected from pi_model_open */
+    const char *in_msg; /* expected in the message */
     void (*spoil)(struct gguf_writer *w, const char **toks, float *scores, int32_t *types,
                   const char **merges, uint64_t *n_merges, int *skip);
 };
 
-enum { SKIP_SCORES = 1, SKIP_TYPES = 2, SKIP_TOKENS = 4, SKIP_MERGES = 8, SKIP_MODEL = 16,
-       SKIP_IDS = 32 };
+enum {
+    SKIP_SCORES = 1,
+    SKIP_TYPES = 2,
+    SKIP_TOKENS = 4,
+    SKIP_MERGES = 8,
+    SKIP_MODEL = 16,
+    SKIP_IDS = 32
+};
 
-#define SPOIL(fn) static void fn(struct gguf_writer *w, const char **toks, float *scores, \
-                                 int32_t *types, const char **merges, uint64_t *n_merges, \
-                                 int *skip)
-SPOIL(sp_none) { (void)w; (void)toks; (void)scores; (void)types; (void)merges; (void)n_merges;
-                 (void)skip; }
+#define SPOIL(fn)                                                                                  \
+  static void fn(struct gguf_writer *w, const char **toks, float *scores, int32_t *types,          \
+                 const char **merges, uint64_t *n_merges, int *skip)
+SPOIL(sp_none) {
+}
 SPOIL(sp_model_u32) {
-    (void)toks; (void)scores; (void)types; (void)merges; (void)n_merges;
     uint32_t v = 1;
     *skip |= SKIP_MODEL;
     assert_int_equal(gguf_writer_add_scalar(w, "tokenizer.ggml.model", PI_META_U32, &v), PI_OK);
 }
 SPOIL(sp_model_bert) {
-    (void)toks; (void)scores; (void)types; (void)merges; (void)n_merges;
     *skip |= SKIP_MODEL;
     assert_int_equal(gguf_writer_add_string(w, "tokenizer.ggml.model", "bert"), PI_OK);
 }
-SPOIL(sp_no_tokens) { (void)w; (void)toks; (void)scores; (void)types; (void)merges;
-                      (void)n_merges; *skip |= SKIP_TOKENS; }
+SPOIL(sp_no_tokens) {
+    *skip |= SKIP_TOKENS;
+}
 SPOIL(sp_tokens_u32) {
-    (void)toks; (void)scores; (void)types; (void)merges; (void)n_merges;
     uint32_t v[N_TOK] = {0};
     *skip |= SKIP_TOKENS;
     assert_int_equal(gguf_writer_add_array(w, "tokenizer.ggml.tokens", PI_META_U32, v, N_TOK),
                      PI_OK);
 }
 SPOIL(sp_tokens_empty) {
-    (void)toks; (void)scores; (void)types; (void)merges; (void)n_merges;
     *skip |= SKIP_TOKENS | SKIP_SCORES | SKIP_TYPES;
     assert_int_equal(gguf_writer_add_string_array(w, "tokenizer.ggml.tokens", toks, 0), PI_OK);
 }
 SPOIL(sp_scores_short) {
-    (void)toks; (void)types; (void)merges; (void)n_merges;
     *skip |= SKIP_SCORES;
-    assert_int_equal(gguf_writer_add_array(w, "tokenizer.ggml.scores", PI_META_F32, scores,
-                                           N_TOK - 1), PI_OK);
+    assert_int_equal(
+        gguf_writer_add_array(w, "tokenizer.ggml.scores", PI_META_F32, scores, N_TOK - 1), PI_OK);
 }
 SPOIL(sp_scores_i32) {
-    (void)toks; (void)scores; (void)merges; (void)n_merges;
     *skip |= SKIP_SCORES;
-    assert_int_equal(gguf_writer_add_array(w, "tokenizer.ggml.scores", PI_META_I32, types,
-                                           N_TOK), PI_OK);
+    assert_int_equal(gguf_writer_add_array(w, "tokenizer.ggml.scores", PI_META_I32, types, N_TOK),
+                     PI_OK);
 }
-SPOIL(sp_scores_nan) { (void)w; (void)toks; (void)types; (void)merges; (void)n_merges;
-                       (void)skip; scores[5] = (float)NAN; }
+SPOIL(sp_scores_nan) {
+    scores[5] = (float)NAN;
+}
 SPOIL(sp_types_f32) {
-    (void)toks; (void)types; (void)merges; (void)n_merges;
     *skip |= SKIP_TYPES;
-    assert_int_equal(gguf_writer_add_array(w, "tokenizer.ggml.token_type", PI_META_F32, scores,
-                                           N_TOK), PI_OK);
+    assert_int_equal(
+        gguf_writer_add_array(w, "tokenizer.ggml.token_type", PI_META_F32, scores, N_TOK), PI_OK);
 }
 SPOIL(sp_types_long) {
-    (void)toks; (void)scores; (void)merges; (void)n_merges;
     int32_t t[N_TOK + 1] = {0};
     memcpy(t, types, sizeof(int32_t) * N_TOK);
     *skip |= SKIP_TYPES;
-    assert_int_equal(gguf_writer_add_array(w, "tokenizer.ggml.token_type", PI_META_I32, t,
-                                           N_TOK + 1), PI_OK);
+    assert_int_equal(
+        gguf_writer_add_array(w, "tokenizer.ggml.token_type", PI_META_I32, t, N_TOK + 1), PI_OK);
 }
-SPOIL(sp_types_value) { (void)w; (void)toks; (void)scores; (void)merges; (void)n_merges;
-                        (void)skip; types[6] = 9; }
-#define U32KV(fn, key, val)                                                                 \
-    SPOIL(fn) {                                                                             \
-        (void)toks; (void)scores; (void)types; (void)merges; (void)n_merges;                \
-        *skip |= SKIP_IDS;                                                                  \
-        uint32_t v = (val);                                                                 \
-        assert_int_equal(gguf_writer_add_scalar(w, key, PI_META_U32, &v), PI_OK);           \
-    }
+SPOIL(sp_types_value) {
+    types[6] = 9;
+}
+#define U32KV(fn, key, val)                                                                        \
+  SPOIL(fn) {                                                                                      \
+    *skip |= SKIP_IDS;                                                                             \
+    uint32_t v = (val);                                                                            \
+    assert_int_equal(gguf_writer_add_scalar(w, key, PI_META_U32, &v), PI_OK);                      \
+  }
 U32KV(sp_bos_range, "tokenizer.ggml.bos_token_id", N_TOK)
 U32KV(sp_eos_range, "tokenizer.ggml.eos_token_id", 1000000)
 U32KV(sp_unk_range, "tokenizer.ggml.unknown_token_id", N_TOK + 5)
@@ -1049,39 +1060,47 @@ U32KV(sp_eot_range, "tokenizer.ggml.eot_token_id", N_TOK)
 U32KV(sp_add_bos_u32, "tokenizer.ggml.add_bos_token", 1)
 U32KV(sp_pre_u32, "tokenizer.ggml.pre", 1)
 SPOIL(sp_bos_string) {
-    (void)toks; (void)scores; (void)types; (void)merges; (void)n_merges;
     *skip |= SKIP_IDS;
     assert_int_equal(gguf_writer_add_string(w, "tokenizer.ggml.bos_token_id", "1"), PI_OK);
 }
-SPOIL(sp_byte_neg) { (void)w; (void)scores; (void)types; (void)merges; (void)n_merges;
-                     (void)skip; toks[3] = "<0x-1>"; }
-SPOIL(sp_byte_zz) { (void)w; (void)scores; (void)types; (void)merges; (void)n_merges;
-                    (void)skip; toks[3] = "<0xZZ>"; }
-SPOIL(sp_byte_100) { (void)w; (void)scores; (void)types; (void)merges; (void)n_merges;
-                     (void)skip; toks[3] = "<0x100>"; }
-SPOIL(sp_byte_short) { (void)w; (void)scores; (void)types; (void)merges; (void)n_merges;
-                       (void)skip; toks[3] = "<0x4>"; }
-SPOIL(sp_byte_word) { (void)w; (void)scores; (void)merges; (void)n_merges; (void)skip;
-                      types[5] = 6; }
-SPOIL(sp_no_merges) { (void)w; (void)toks; (void)scores; (void)types; (void)merges;
-                      (void)n_merges; *skip |= SKIP_MERGES; }
-SPOIL(sp_merge_nospace) { (void)w; (void)toks; (void)scores; (void)types; (void)n_merges;
-                          (void)skip; merges[1] = "abc"; }
-SPOIL(sp_merge_trailing) { (void)w; (void)toks; (void)scores; (void)types; (void)n_merges;
-                           (void)skip; merges[1] = "ab "; }
-SPOIL(sp_merge_unknown) { (void)w; (void)toks; (void)scores; (void)types; (void)n_merges;
-                          (void)skip; merges[1] = "a zz"; }
-SPOIL(sp_merge_noresult) { (void)w; (void)toks; (void)scores; (void)types; (void)n_merges;
-                           (void)skip; merges[1] = "b a"; }
+SPOIL(sp_byte_neg) {
+    toks[3] = "<0x-1>";
+}
+SPOIL(sp_byte_zz) {
+    toks[3] = "<0xZZ>";
+}
+SPOIL(sp_byte_100) {
+    toks[3] = "<0x100>";
+}
+SPOIL(sp_byte_short) {
+    toks[3] = "<0x4>";
+}
+SPOIL(sp_byte_word) {
+    types[5] = 6;
+}
+SPOIL(sp_no_merges) {
+    *skip |= SKIP_MERGES;
+}
+SPOIL(sp_merge_nospace) {
+    merges[1] = "abc";
+}
+SPOIL(sp_merge_trailing) {
+    merges[1] = "ab ";
+}
+SPOIL(sp_merge_unknown) {
+    merges[1] = "a zz";
+}
+SPOIL(sp_merge_noresult) {
+    merges[1] = "b a";
+}
 SPOIL(sp_merges_u32) {
-    (void)toks; (void)scores; (void)types; (void)merges; (void)n_merges;
     uint32_t v[2] = {0, 0};
     *skip |= SKIP_MERGES;
-    assert_int_equal(gguf_writer_add_array(w, "tokenizer.ggml.merges", PI_META_U32, v, 2),
-                     PI_OK);
+    assert_int_equal(gguf_writer_add_array(w, "tokenizer.ggml.merges", PI_META_U32, v, 2), PI_OK);
 }
-SPOIL(sp_no_model) { (void)w; (void)toks; (void)scores; (void)types; (void)merges;
-                     (void)n_merges; *skip |= SKIP_MODEL; }
+SPOIL(sp_no_model) {
+    *skip |= SKIP_MODEL;
+}
 
 static const struct hostile hostile_cases[] = {
     {"valid spm", 0, PI_OK, NULL, sp_none},
@@ -1135,17 +1154,18 @@ static int write_hostile(const struct hostile *h, const char *path) {
     assert_int_equal(gguf_writer_create(&pi_default_allocator, &w), PI_OK);
     h->spoil(w, toks, scores, types, merges, &n_merges, &skip);
     if (!(skip & SKIP_MODEL))
-        assert_int_equal(gguf_writer_add_string(w, "tokenizer.ggml.model",
-                                                h->bpe ? "gpt2" : "llama"), PI_OK);
+        assert_int_equal(
+            gguf_writer_add_string(w, "tokenizer.ggml.model", h->bpe ? "gpt2" : "llama"), PI_OK);
     if (!(skip & SKIP_TOKENS))
         assert_int_equal(gguf_writer_add_string_array(w, "tokenizer.ggml.tokens", toks, N_TOK),
                          PI_OK);
     if (!(skip & SKIP_SCORES))
-        assert_int_equal(gguf_writer_add_array(w, "tokenizer.ggml.scores", PI_META_F32, scores,
-                                               N_TOK), PI_OK);
+        assert_int_equal(
+            gguf_writer_add_array(w, "tokenizer.ggml.scores", PI_META_F32, scores, N_TOK), PI_OK);
     if (!(skip & SKIP_TYPES))
-        assert_int_equal(gguf_writer_add_array(w, "tokenizer.ggml.token_type", PI_META_I32,
-                                               types, N_TOK), PI_OK);
+        assert_int_equal(
+            gguf_writer_add_array(w, "tokenizer.ggml.token_type", PI_META_I32, types, N_TOK),
+            PI_OK);
     if (!h->bpe && !(skip & SKIP_IDS)) {
         const char *keys[3] = {"tokenizer.ggml.unknown_token_id", "tokenizer.ggml.bos_token_id",
                                "tokenizer.ggml.eos_token_id"};
@@ -1153,8 +1173,8 @@ static int write_hostile(const struct hostile *h, const char *path) {
             assert_int_equal(gguf_writer_add_scalar(w, keys[k], PI_META_U32, &k), PI_OK);
     }
     if (h->bpe && !(skip & SKIP_MERGES))
-        assert_int_equal(gguf_writer_add_string_array(w, "tokenizer.ggml.merges", merges,
-                                                      n_merges), PI_OK);
+        assert_int_equal(gguf_writer_add_string_array(w, "tokenizer.ggml.merges", merges, n_merges),
+                         PI_OK);
     assert_int_equal(add_tiny_llama(w, N_TOK), PI_OK);
     int st = gguf_writer_write_file(w, path, GGUF_MAGIC_GGUF, NULL);
     gguf_writer_destroy(w);
@@ -1171,8 +1191,8 @@ static void test_hostile_metadata(void **state) {
         char msg[512];
         int st = open_model(path, &m, msg, sizeof msg, NULL);
         if (st != h->status || (h->in_msg && !strstr(msg, h->in_msg)))
-            fail_msg("case '%s': status %d (want %d), message '%s' (want '%s' in it)", h->name,
-                     st, h->status, msg, h->in_msg ? h->in_msg : "");
+            fail_msg("case '%s': status %d (want %d), message '%s' (want '%s' in it)", h->name, st,
+                     h->status, msg, h->in_msg ? h->in_msg : "");
         if (st == PI_OK) {
             /* The valid vocabularies tokenize; "ab" merges in both. */
             int32_t ids[8];
@@ -1190,8 +1210,8 @@ static void test_hostile_metadata(void **state) {
                 assert_int_equal(ids[0], 4);
                 assert_int_equal(ids[1], 7);
                 assert_int_equal(ids[2], 5);
-                assert_int_equal(pi_tokenize(m, "<|endoftext|>", 13, ids, 8,
-                                             PI_TOKENIZE_PARSE_SPECIAL), 1);
+                assert_int_equal(
+                    pi_tokenize(m, "<|endoftext|>", 13, ids, 8, PI_TOKENIZE_PARSE_SPECIAL), 1);
                 assert_int_equal(ids[0], 0);
                 assert_true(pi_model_token_is_eog(m, 0));
             } else {
@@ -1286,8 +1306,7 @@ static void *thread_main(void *arg) {
         for (size_t i = 0; i < j->cases->n; i++) {
             const struct jv *c = &j->cases->items[i], *text = jget(c, "text");
             int32_t ids[4096];
-            int64_t n = pi_tokenize(j->m, text->s, text->len, ids, 4096,
-                                    PI_TOKENIZE_PARSE_SPECIAL);
+            int64_t n = pi_tokenize(j->m, text->s, text->len, ids, 4096, PI_TOKENIZE_PARSE_SPECIAL);
             if (n < 0 || n > 4096 || !ids_equal(ids, n, jget(c, "ids_special")))
                 j->mismatches++;
         }
@@ -1322,18 +1341,12 @@ int main(int argc, char **argv) {
     g_fixtures = argv[1];
     g_smollm2 = argc > 2 && argv[2][0] && access(argv[2], R_OK) == 0 ? argv[2] : NULL;
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_smollm2_corpus),
-        cmocka_unit_test(test_pre_tokenizer_variants),
-        cmocka_unit_test(test_spm_corpus),
-        cmocka_unit_test(test_spm_special_and_bytes),
-        cmocka_unit_test(test_stream_utf8),
-        cmocka_unit_test(test_stream_bpe_emoji),
-        cmocka_unit_test(test_smollm2_api),
-        cmocka_unit_test(test_null_and_no_tokenizer),
-        cmocka_unit_test(test_hostile_metadata),
-        cmocka_unit_test(test_alloc_failure_spm),
-        cmocka_unit_test(test_alloc_failure_bpe),
-        cmocka_unit_test(test_threads),
+        cmocka_unit_test(test_smollm2_corpus),    cmocka_unit_test(test_pre_tokenizer_variants),
+        cmocka_unit_test(test_spm_corpus),        cmocka_unit_test(test_spm_special_and_bytes),
+        cmocka_unit_test(test_stream_utf8),       cmocka_unit_test(test_stream_bpe_emoji),
+        cmocka_unit_test(test_smollm2_api),       cmocka_unit_test(test_null_and_no_tokenizer),
+        cmocka_unit_test(test_hostile_metadata),  cmocka_unit_test(test_alloc_failure_spm),
+        cmocka_unit_test(test_alloc_failure_bpe), cmocka_unit_test(test_threads),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
