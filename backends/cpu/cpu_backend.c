@@ -127,9 +127,15 @@ static int cpu_kv_create(struct pi_backend *b, const struct pi_kv_desc *d, struc
     kv->d = *d;
     kv->nk = d->n_head_kv * d->head_dim_k;
     kv->nv = d->n_head_kv * d->head_dim_v;
-    size_t per_layer = (size_t)d->n_ctx;
-    kv->k = pi_calloc(b->alloc, per_layer * (size_t)d->n_layer, (size_t)kv->nk * 2);
-    kv->v = pi_calloc(b->alloc, per_layer * (size_t)d->n_layer, (size_t)kv->nv * 2);
+    /* Not zeroed: a position is always written before it is read, and untouched pages
+     * of a large allocation cost no resident memory. */
+    size_t cells = (size_t)d->n_ctx * (size_t)d->n_layer;
+    if ((size_t)kv->nk > SIZE_MAX / 2 / cells || (size_t)kv->nv > SIZE_MAX / 2 / cells) {
+        pi_free(b->alloc, kv);
+        return PI_ERR_NOMEM;
+    }
+    kv->k = pi_malloc(b->alloc, cells * (size_t)kv->nk * 2);
+    kv->v = pi_malloc(b->alloc, cells * (size_t)kv->nv * 2);
     if (!kv->k || !kv->v) {
         pi_free(b->alloc, kv->k);
         pi_free(b->alloc, kv->v);

@@ -32,6 +32,8 @@ enum {
     PI_CPU_AVX512 = 1u << 1,      /* AVX512 F + BW + VL + DQ, OS saves ZMM state */
     PI_CPU_AVX512_VNNI = 1u << 2, /* AVX512_VNNI (vpdpbusd, vpdpwssd) */
 };
+/* The AVX-512 table needs all three flags; it is the AVX2 code with 256-bit VNNI dot
+ * products and 32 registers (kernels_avx512.c says why not 512-bit vectors). */
 unsigned pi_cpu_detect(void);
 
 /* ---- Vector formats -------------------------------------------------------------------
@@ -48,8 +50,8 @@ unsigned pi_cpu_detect(void);
  *   products then accumulate per block with no horizontal sums. The last group is
  *   padded with zero blocks (q = 0, d = 0, s = 0).
  *
- * PI_VEC_Q8_K (n a multiple of 256): super-blocks of 256 values, each quantized as one
- *   32-block above with d = max|x| / 127 over the 256. Planar, nb = n/256:
+ * PI_VEC_Q8_K (n a multiple of 256): super-blocks of 256 values, quantized by the same
+ *   rule with one d = max|x| / 127 per 256 values. Planar, nb = n/256:
  *     int8  q[nb][256]   in order
  *     int16 bsum[nb][16] sum of the q of each 16 values (Q4_K/Q5_K mins, Q6_K offset)
  *     float d[nb]
@@ -106,7 +108,7 @@ struct pi_cpu_kernels {
     pi_quantize_fn quantize_q8_0;
     pi_quantize_fn quantize_q8_k;
     /* Dequantize one row of a weight type (embeddings lookup): bit-exact with the
-     * type traits' to_float, possibly vectorised. */
+     * type traits' to_float for finite values, possibly vectorised. */
     pi_to_float_fn to_float[PI_TYPE_ID_LIMIT];
     /* y[i] += a * x[i], and y[i] += a * row_i for a weight row of type F16/F32 are added
      * with the sparse issue. */

@@ -39,14 +39,19 @@
 #endif
 
 #define INLINE static inline __attribute__((always_inline))
+#if defined(PI_VNNI) /* names that tell the two builds apart in a profile */
+#  define NAME(f) f##_avx512
+#else
+#  define NAME(f) f##_avx2
+#endif
 /* Short fixed loops over registers must be unrolled for the arrays to live in
  * registers; -O3 does it anyway, this keeps -O2 builds as fast. */
 #define UNROLL _Pragma("GCC unroll 8")
 
-#define GEMM_TILE 8     /* tokens per gemm tile: one decoded weight group serves them all */
-#define KB_UNITS 8      /* units of 256 values per K-block (2048 values) */
-#define GEMM_L2_BYTES (256 * 1024) /* weight rows that gemm keeps in L2 across tiles */
-#define GEMM_L1_ACT_BYTES (16 * 1024) /* activations that stay in L1 across rows */
+#define GEMM_TILE         8 /* tokens per gemm tile: one decoded weight group serves them all */
+#define KB_UNITS          8 /* units of 256 values per K-block (2048 values) */
+#define GEMM_L2_BYTES     (256 * 1024) /* weight rows that gemm keeps in L2 across tiles */
+#define GEMM_L1_ACT_BYTES (16 * 1024)  /* activations that stay in L1 across rows */
 
 /* ---- helpers -------------------------------------------------------------------------- */
 
@@ -133,7 +138,7 @@ INLINE float block_scale(const float *x, int m, float *id) {
     return d;
 }
 
-static void quantize_q8_0_avx2(const float *x, void *y, int64_t n) {
+static void NAME(quantize_q8_0)(const float *x, void *y, int64_t n) {
     uint8_t *out = y;
     int64_t nb = n / 32;
     size_t bytes = pi_vec_bytes(PI_VEC_Q8_0, n);
@@ -155,7 +160,7 @@ static void quantize_q8_0_avx2(const float *x, void *y, int64_t n) {
     }
 }
 
-static void quantize_q8_k_avx2(const float *x, void *y, int64_t n) {
+static void NAME(quantize_q8_k)(const float *x, void *y, int64_t n) {
     int64_t nb = n / 256;
     int8_t *q = y;
     int16_t *bsum = (int16_t *)(q + 256 * nb);
@@ -210,6 +215,21 @@ INLINE void transpose16(const uint8_t *p, size_t bb, __m256i t[4]) {
     transpose4(a, t);
 }
 
+#if defined(PI_VNNI)
+/* Q4 quants for the VNNI dot8_u4: the high nibbles stay in place, as 16 times their
+ * value (vpdpbusd does not saturate), which saves four shifts per group. */
+INLINE void nibbles_x16(const __m256i t[4], __m256i q[8]) {
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    UNROLL
+    for (int u = 0; u < 4; u++) {
+        q[u] = _mm256_and_si256(t[u], m4);
+        q[u + 4] = _mm256_andnot_si256(m4, t[u]);
+    }
+}
+#else
+#  define nibbles_x16 nibbles
+#endif
+
 /* The nibbles of transposed Q4 quants: low nibbles are values 4u.., high 16 + 4u... */
 INLINE void nibbles(const __m256i t[4], __m256i q[8]) {
     const __m256i m4 = _mm256_set1_epi8(0x0f);
@@ -220,38 +240,38 @@ INLINE void nibbles(const __m256i t[4], __m256i q[8]) {
     }
 }
 
-/* The dwords at p + bb*j (j < 8) as one vector, assembled in general registers (a
- * vpgatherdd costs more on the CPUs we measured). */
+/* The dwords at p + bb*j (j < 8) as one vector, assembled in general registers as in
+ * halves8 (a vpgatherdd costs more on the CPUs we measured). */
 INLINE __m256i dwords8(const uint8_t *p, size_t bb) {
     uint64_t w[4];
     UNROLL
     for (int k = 0; k < 4; k++) {
         uint32_t lo, hi;
+        uint64_t v;
         memcpy(&lo, p + bb * (size_t)(2 * k), 4);
         memcpy(&hi, p + bb * (size_t)(2 * k + 1), 4);
-        w[k] = lo | (uint64_t)hi << 32;
+        v = (uint64_t)hi << 32;
+        __asm__("" : "+r"(v));
+        w[k] = lo | v;
     }
     return _mm256_setr_epi64x((long long)w[0], (long long)w[1], (long long)w[2], (long long)w[3]);
 }
 
-/* The f16 at p + bb*j (j < 8) -> 8 floats; assembled in general registers, which
- * are idle here, as two 64-bit words. */
+/* The f16 at p + bb*j (j < 8) -> 8 floats, assembled as two 64-bit words in general
+ * registers, which are idle here (the empty asm keeps the compiler from turning this
+ * into vector shuffles, which are the busy units). */
 INLINE __m256 halves8(const uint8_t *p, size_t bb) {
     uint64_t w[2] = {0, 0};
     UNROLL
     for (int j = 0; j < 8; j++) {
         uint16_t h;
+        uint64_t v;
         memcpy(&h, p + bb * (size_t)j, 2);
-        w[j / 4] |= (uint64_t)h << (16 * (j % 4));
+        v = h;
+        __asm__("" : "+r"(v));
+        w[j / 4] |= v << (16 * (j % 4));
     }
     return _mm256_cvtph_ps(_mm_set_epi64x((long long)w[1], (long long)w[0]));
-}
-
-/* The low (hi = 0) or high halves of 8 dwords as f16 -> 8 floats. */
-INLINE __m256 halves_to_ps(__m256i v, int hi) {
-    __m256i h = hi ? _mm256_srli_epi32(v, 16) : _mm256_and_si256(v, _mm256_set1_epi32(0xffff));
-    h = _mm256_permute4x64_epi64(_mm256_packus_epi32(h, h), 0x08);
-    return _mm256_cvtph_ps(_mm256_castsi256_si128(h));
 }
 
 /* Bit 4 of Q5 quants: qh (dword j = qh of block j) bit 4u+t -> 0x10 in byte 4j+t of
@@ -261,10 +281,10 @@ INLINE void q5_high_bits(__m256i qh, __m256i q[8]) {
     const __m256i b16 = _mm256_set1_epi8(0x10);
     UNROLL
     for (int k = 0; k < 4; k++) {
-        const __m256i spread = _mm256_add_epi8(_mm256_set1_epi32(0x01010101 * k),
-                                               _mm256_setr_epi8(0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8,
-                                                                12, 12, 12, 12, 0, 0, 0, 0, 4, 4,
-                                                                4, 4, 8, 8, 8, 8, 12, 12, 12, 12));
+        const __m256i spread =
+            _mm256_add_epi8(_mm256_set1_epi32(0x01010101 * k),
+                            _mm256_setr_epi8(0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12, 0,
+                                             0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12));
         __m256i bk = _mm256_shuffle_epi8(qh, spread);
         UNROLL
         for (int half = 0; half < 2; half++) {
@@ -281,18 +301,16 @@ INLINE void load_group(int type, const uint8_t *p, struct wgroup *w) {
     switch (type) {
     case PI_TYPE_Q4_0:
         transpose16(p + 2, 18, t);
-        nibbles(t, w->q);
+        nibbles_x16(t, w->q);
         w->d = halves8(p, 18);
         w->m = _mm256_mul_ps(w->d, _mm256_set1_ps(-8.0f));
         break;
-    case PI_TYPE_Q4_1: {
-        __m256i dm = dwords8(p, 20);
+    case PI_TYPE_Q4_1:
         transpose16(p + 4, 20, t);
-        nibbles(t, w->q);
-        w->d = halves_to_ps(dm, 0);
-        w->m = halves_to_ps(dm, 1);
+        nibbles_x16(t, w->q);
+        w->d = halves8(p, 20);
+        w->m = halves8(p + 2, 20);
         break;
-    }
     case PI_TYPE_Q5_0:
         transpose16(p + 6, 22, t);
         nibbles(t, w->q);
@@ -300,15 +318,13 @@ INLINE void load_group(int type, const uint8_t *p, struct wgroup *w) {
         w->d = halves8(p, 22);
         w->m = _mm256_mul_ps(w->d, _mm256_set1_ps(-16.0f));
         break;
-    case PI_TYPE_Q5_1: {
-        __m256i dm = dwords8(p, 24);
+    case PI_TYPE_Q5_1:
         transpose16(p + 8, 24, t);
         nibbles(t, w->q);
         q5_high_bits(dwords8(p + 4, 24), w->q);
-        w->d = halves_to_ps(dm, 0);
-        w->m = halves_to_ps(dm, 1);
+        w->d = halves8(p, 24);
+        w->m = halves8(p + 2, 24);
         break;
-    }
     case PI_TYPE_Q8_0:
         UNROLL
         for (int j = 0; j < 4; j++)
@@ -339,8 +355,19 @@ INLINE __m256i dot8_u8(const __m256i q[8], const uint8_t *xg) {
     }
     return _mm256_add_epi32(a, b);
 }
-#  define dot8_u4 dot8_u8
 #  define dot8_u5 dot8_u8
+
+/* As dot8_u8 for the quants of nibbles_x16: steps 4-7 hold 16 times the high nibbles,
+ * so their sum (a multiple of 16) is shifted back. */
+INLINE __m256i dot8_u4(const __m256i q[8], const uint8_t *xg) {
+    __m256i a = _mm256_setzero_si256(), b = _mm256_setzero_si256();
+    UNROLL
+    for (int u = 0; u < 4; u++) {
+        a = _mm256_dpbusd_epi32(a, q[u], loadu256(xg + 32 * u));
+        b = _mm256_dpbusd_epi32(b, q[u + 4], loadu256(xg + 32 * (u + 4)));
+    }
+    return _mm256_add_epi32(a, _mm256_srai_epi32(b, 4));
+}
 
 /* Per block j (lane j): sum w*x for signed w: |w| * (x with w's sign). */
 INLINE __m256i dot8_s8(const struct wgroup *w, const uint8_t *xg) {
@@ -442,17 +469,19 @@ INLINE const uint8_t *group_at(const uint8_t *row, int64_t g, int64_t nb, size_t
 
 /* Sums over the groups [g0, g1) of one row (nb blocks) for tt activation vectors vb
  * bytes apart: out[t] = hsum of an 8-lane accumulator. */
-INLINE void row_kblock(int type, const uint8_t *row, int64_t nb, int64_t g0, int64_t g1,
-                       const uint8_t *x, size_t vb, int tt, float *out) {
+INLINE void row_kblock_n(int type, const uint8_t *row, int64_t nb, int64_t g0, int64_t g1,
+                         const uint8_t *x, size_t vb, int tt, float *out) {
     const size_t bb = block_bytes(type);
     uint8_t tmp[8 * 34];
     __m256 acc[GEMM_TILE];
+    UNROLL
     for (int t = 0; t < tt; t++)
         acc[t] = _mm256_setzero_ps();
     for (int64_t g = g0; g < g1; g++) {
         struct wgroup wg;
         const uint8_t *xg = x + (size_t)g * PI_Q8_0_GROUP_BYTES;
         load_group(type, group_at(row, g, nb, bb, tmp), &wg);
+        UNROLL
         for (int t = 0; t < tt; t++)
             acc[t] = group_dot(type, &wg, xg + (size_t)t * vb, acc[t]);
     }
@@ -460,6 +489,18 @@ INLINE void row_kblock(int type, const uint8_t *row, int64_t nb, int64_t g0, int
         out[t] = hsum_ps(acc[t]);
 }
 
+/* With 32 registers, full tiles get a constant token count, so that their accumulators
+ * live in registers (with 16 that spills more than it saves). */
+INLINE void row_kblock(int type, const uint8_t *row, int64_t nb, int64_t g0, int64_t g1,
+                       const uint8_t *x, size_t vb, int tt, float *out) {
+#if defined(PI_VNNI)
+    if (tt == GEMM_TILE) {
+        row_kblock_n(type, row, nb, g0, g1, x, vb, GEMM_TILE, out);
+        return;
+    }
+#endif
+    row_kblock_n(type, row, nb, g0, g1, x, vb, tt, out);
+}
 
 /* ---- K-quants ------------------------------------------------------------------------- */
 
@@ -524,8 +565,8 @@ INLINE void k45_decode(const uint8_t *blk, const uint8_t *qh, const uint8_t *qs,
     __m128i scm = k4_scales(blk + 4);
     __m256i sc = _mm256_cvtepu8_epi16(scm); /* words 0-7 scales, 8-15 mins */
     __m256i h = qh ? loadu256(qh) : _mm256_setzero_si256();
-    __m128i mn2 = _mm_shuffle_epi8(scm, _mm_setr_epi8(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13,
-                                                      14, 14, 15, 15));
+    __m128i mn2 = _mm_shuffle_epi8(
+        scm, _mm_setr_epi8(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15));
     sc = _mm256_permute2x128_si256(sc, sc, 0x00);
     UNROLL
     for (int g = 0; g < 4; g++) {
@@ -533,10 +574,10 @@ INLINE void k45_decode(const uint8_t *blk, const uint8_t *qh, const uint8_t *qs,
         kb->q[2 * g] = _mm256_and_si256(q, m4);
         kb->q[2 * g + 1] = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
         if (qh) {
-            kb->q[2 * g] = _mm256_or_si256(kb->q[2 * g],
-                                           _mm256_and_si256(_mm256_slli_epi16(h, 4), b16));
-            kb->q[2 * g + 1] = _mm256_or_si256(kb->q[2 * g + 1],
-                                               _mm256_and_si256(_mm256_slli_epi16(h, 3), b16));
+            kb->q[2 * g] =
+                _mm256_or_si256(kb->q[2 * g], _mm256_and_si256(_mm256_slli_epi16(h, 4), b16));
+            kb->q[2 * g + 1] =
+                _mm256_or_si256(kb->q[2 * g + 1], _mm256_and_si256(_mm256_slli_epi16(h, 3), b16));
             h = _mm256_srli_epi16(h, 2);
         }
         kb->sc[2 * g] = bcast_word(sc, 2 * g);
@@ -572,7 +613,8 @@ INLINE void q6_k_decode(const uint8_t *blk, struct kblock *kb) {
     }
     UNROLL
     for (int c = 0; c < 8; c++)
-        kb->sc[c] = _mm256_shuffle_epi8(_mm256_permutevar8x32_epi32(sc, _mm256_set1_epi32(c)), pick);
+        kb->sc[c] =
+            _mm256_shuffle_epi8(_mm256_permutevar8x32_epi32(sc, _mm256_set1_epi32(c)), pick);
     kb->aux = sc;
     kb->d = f16_at(blk + 208);
     kb->dmin = 0.0f;
@@ -614,15 +656,17 @@ INLINE size_t k_block_bytes(int type) {
     return type == PI_TYPE_Q4_K ? 144 : type == PI_TYPE_Q5_K ? 176 : 210;
 }
 
-/* As row_kblock, for super-blocks [b0, b1) of a row of nb. */
-INLINE void row_kblock_k(int type, const uint8_t *row, int64_t nb, int64_t b0, int64_t b1,
-                         const uint8_t *x, size_t vb, int tt, float *out) {
+/* As row_kblock_n, for super-blocks [b0, b1) of a row of nb. */
+INLINE void row_kblock_kn(int type, const uint8_t *row, int64_t nb, int64_t b0, int64_t b1,
+                          const uint8_t *x, size_t vb, int tt, float *out) {
     __m256 acc[GEMM_TILE];
+    UNROLL
     for (int t = 0; t < tt; t++)
         acc[t] = _mm256_setzero_ps();
     for (int64_t b = b0; b < b1; b++) {
         struct kblock kb;
         k_decode(type, row + (size_t)b * k_block_bytes(type), &kb);
+        UNROLL
         for (int t = 0; t < tt; t++) {
             const uint8_t *xt = x + (size_t)t * vb;
             acc[t] = k_token(type, &kb, xk_q(xt, b), xk_bsum(xt, nb, b), xk_d(xt, nb, b), acc[t]);
@@ -630,6 +674,17 @@ INLINE void row_kblock_k(int type, const uint8_t *row, int64_t nb, int64_t b0, i
     }
     for (int t = 0; t < tt; t++)
         out[t] = hsum_ps(acc[t]);
+}
+
+INLINE void row_kblock_k(int type, const uint8_t *row, int64_t nb, int64_t b0, int64_t b1,
+                         const uint8_t *x, size_t vb, int tt, float *out) {
+#if defined(PI_VNNI)
+    if (tt == GEMM_TILE) {
+        row_kblock_kn(type, row, nb, b0, b1, x, vb, GEMM_TILE, out);
+        return;
+    }
+#endif
+    row_kblock_kn(type, row, nb, b0, b1, x, vb, tt, out);
 }
 
 /* ---- dot and gemm drivers, both block families ------------------------------------ */
@@ -700,13 +755,14 @@ INLINE void gemm_units(int type, const void *W, size_t rb, int64_t nr, const voi
     }
 }
 
-#define UNIT_KERNELS(name, TYPE)                                                              \
-    static float dot_##name##_avx2(const void *w, const void *x, int64_t n) {                 \
-        return dot_units(TYPE, w, x, n);                                                       \
-    }                                                                                          \
-    static void gemm_##name##_avx2(const void *W, size_t rb, int64_t nr, const void *X,       \
-                                   size_t vb, int64_t nt, float *Y, int64_t ldy, int64_t n) { \
-        gemm_units(TYPE, W, rb, nr, X, vb, nt, Y, ldy, n);                                     \
+/* clang-format off */
+#define UNIT_KERNELS(name, TYPE)                                                                   \
+    static float NAME(dot_##name)(const void *w, const void *x, int64_t n) {                       \
+        return dot_units(TYPE, w, x, n);                                                           \
+    }                                                                                              \
+    static void NAME(gemm_##name)(const void *W, size_t rb, int64_t nr, const void *X,             \
+                                  size_t vb, int64_t nt, float *Y, int64_t ldy, int64_t n) {       \
+        gemm_units(TYPE, W, rb, nr, X, vb, nt, Y, ldy, n);                                         \
     }
 UNIT_KERNELS(q4_0, PI_TYPE_Q4_0)
 UNIT_KERNELS(q4_1, PI_TYPE_Q4_1)
@@ -716,6 +772,7 @@ UNIT_KERNELS(q8_0, PI_TYPE_Q8_0)
 UNIT_KERNELS(q4_k, PI_TYPE_Q4_K)
 UNIT_KERNELS(q5_k, PI_TYPE_Q5_K)
 UNIT_KERNELS(q6_k, PI_TYPE_Q6_K)
+/* clang-format on */
 #undef UNIT_KERNELS
 
 /* ---- float weights -------------------------------------------------------------------- */
@@ -728,7 +785,8 @@ INLINE __m256 load8(int type, const uint8_t *w, int64_t i) {
     case PI_TYPE_F16:
         return _mm256_cvtph_ps(loadu128(w + 2 * i));
     default: /* BF16: the top half of a float */
-        return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(loadu128(w + 2 * i)), 16));
+        return _mm256_castsi256_ps(
+            _mm256_slli_epi32(_mm256_cvtepu16_epi32(loadu128(w + 2 * i)), 16));
     }
 }
 
@@ -780,7 +838,7 @@ INLINE float dot_float(int type, const void *wv, const void *xv, int64_t n) {
 #else
 #  define FT_ROWS 2
 #endif
-#define FT_TOKS 4
+#define FT_TOKS   4
 #define FT_KBLOCK 1024 /* values per K-block: FT_TOKS activations of it (16 KB) stay in L1 */
 
 /* Y[t][r] (+)= the tile's dot products over values [k0, k1) (k1 - k0 a multiple of 8, or
@@ -790,10 +848,11 @@ INLINE void float_tile(int type, const uint8_t *w, size_t rb, const float *const
     __m256 acc[FT_ROWS][FT_TOKS];
     const int64_t k8 = k0 + (k1 - k0) / 8 * 8;
     UNROLL
-    for (int i = 0; i < FT_ROWS; i++)
+    for (int i = 0; i < FT_ROWS; i++) {
         UNROLL
         for (int t = 0; t < FT_TOKS; t++)
             acc[i][t] = _mm256_setzero_ps();
+    }
     for (int64_t k = k0; k < k8; k += 8) {
         __m256 v[FT_ROWS];
         UNROLL
@@ -844,22 +903,24 @@ INLINE void gemm_float(int type, const void *W, size_t rb, int64_t nr, const voi
     }
 }
 
-#define FLOAT_KERNELS(name, TYPE)                                                             \
-    static float dot_##name##_avx2(const void *w, const void *x, int64_t n) {                 \
-        return dot_float(TYPE, w, x, n);                                                       \
-    }                                                                                          \
-    static void gemm_##name##_avx2(const void *W, size_t rb, int64_t nr, const void *X,       \
-                                   size_t vb, int64_t nt, float *Y, int64_t ldy, int64_t n) { \
-        gemm_float(TYPE, W, rb, nr, X, vb, nt, Y, ldy, n, dot_##name##_avx2);                  \
+/* clang-format off */
+#define FLOAT_KERNELS(name, TYPE)                                                                  \
+    static float NAME(dot_##name)(const void *w, const void *x, int64_t n) {                       \
+        return dot_float(TYPE, w, x, n);                                                           \
+    }                                                                                              \
+    static void NAME(gemm_##name)(const void *W, size_t rb, int64_t nr, const void *X,             \
+                                  size_t vb, int64_t nt, float *Y, int64_t ldy, int64_t n) {       \
+        gemm_float(TYPE, W, rb, nr, X, vb, nt, Y, ldy, n, NAME(dot_##name));                       \
     }
 FLOAT_KERNELS(f32, PI_TYPE_F32)
 FLOAT_KERNELS(f16, PI_TYPE_F16)
 FLOAT_KERNELS(bf16, PI_TYPE_BF16)
+/* clang-format on */
 #undef FLOAT_KERNELS
 
 /* ---- dequantization (bit-exact with runtime/dequant.c: same products, no FMA) ---------- */
 
-static void to_float_f16_avx2(const void *src, float *dst, int64_t n) {
+static void NAME(to_float_f16)(const void *src, float *dst, int64_t n) {
     const uint8_t *p = src;
     int64_t i = 0;
     for (; i + 8 <= n; i += 8)
@@ -868,7 +929,7 @@ static void to_float_f16_avx2(const void *src, float *dst, int64_t n) {
         dst[i] = load1(PI_TYPE_F16, p, i);
 }
 
-static void to_float_bf16_avx2(const void *src, float *dst, int64_t n) {
+static void NAME(to_float_bf16)(const void *src, float *dst, int64_t n) {
     const uint8_t *p = src;
     int64_t i = 0;
     for (; i + 8 <= n; i += 8)
@@ -881,11 +942,11 @@ static void to_float_bf16_avx2(const void *src, float *dst, int64_t n) {
 INLINE void store_scaled32(__m256i q, __m256 d, float *dst) {
     __m128i lo = _mm256_castsi256_si128(q), hi = _mm256_extracti128_si256(q, 1);
     _mm256_storeu_ps(dst, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(lo))));
-    _mm256_storeu_ps(dst + 8, _mm256_mul_ps(
-                                  d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(lo, 8)))));
+    _mm256_storeu_ps(
+        dst + 8, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(lo, 8)))));
     _mm256_storeu_ps(dst + 16, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(hi))));
-    _mm256_storeu_ps(dst + 24, _mm256_mul_ps(
-                                   d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(hi, 8)))));
+    _mm256_storeu_ps(dst + 24, _mm256_mul_ps(d, _mm256_cvtepi32_ps(
+                                                    _mm256_cvtepi8_epi32(_mm_srli_si128(hi, 8)))));
 }
 
 /* 16 bytes of nibbles -> 32 quants in value order (low nibbles first). */
@@ -895,20 +956,20 @@ INLINE __m256i unpack_nibbles(const uint8_t *qs) {
     return _mm256_and_si256(v, _mm256_set1_epi8(0x0f));
 }
 
-static void to_float_q4_0_avx2(const void *src, float *dst, int64_t n) {
+static void NAME(to_float_q4_0)(const void *src, float *dst, int64_t n) {
     const uint8_t *b = src;
     for (int64_t i = 0; i < n / 32; i++, b += 18, dst += 32)
         store_scaled32(_mm256_sub_epi8(unpack_nibbles(b + 2), _mm256_set1_epi8(8)),
                        _mm256_set1_ps(f16_at(b)), dst);
 }
 
-static void to_float_q8_0_avx2(const void *src, float *dst, int64_t n) {
+static void NAME(to_float_q8_0)(const void *src, float *dst, int64_t n) {
     const uint8_t *b = src;
     for (int64_t i = 0; i < n / 32; i++, b += 34, dst += 32)
         store_scaled32(loadu256(b + 2), _mm256_set1_ps(f16_at(b)), dst);
 }
 
-static void to_float_q4_1_avx2(const void *src, float *dst, int64_t n) {
+static void NAME(to_float_q4_1)(const void *src, float *dst, int64_t n) {
     const uint8_t *b = src;
     for (int64_t i = 0; i < n / 32; i++, b += 20, dst += 32) {
         __m256 m = _mm256_set1_ps(f16_at(b + 2));
@@ -919,7 +980,7 @@ static void to_float_q4_1_avx2(const void *src, float *dst, int64_t n) {
 }
 
 /* Q4_K: x = (d*sc)*q - (dmin*mn) per sub-block of 32. */
-static void to_float_q4_k_avx2(const void *src, float *dst, int64_t n) {
+static void NAME(to_float_q4_k)(const void *src, float *dst, int64_t n) {
     const uint8_t *b = src;
     for (int64_t i = 0; i < n / 256; i++, b += 144, dst += 256) {
         uint8_t scm[16];
@@ -940,7 +1001,7 @@ static void to_float_q4_k_avx2(const void *src, float *dst, int64_t n) {
 }
 
 /* Q6_K: x = (d*scale[e/16]) * (q - 32), quants as in dot_q6_k_avx2. */
-static void to_float_q6_k_avx2(const void *src, float *dst, int64_t n) {
+static void NAME(to_float_q6_k)(const void *src, float *dst, int64_t n) {
     const uint8_t *b = src;
     const __m256i m4 = _mm256_set1_epi8(0x0f), m30 = _mm256_set1_epi8(0x30);
     for (int64_t i = 0; i < n / 256; i++, b += 210, dst += 256) {
@@ -986,24 +1047,24 @@ void pi_cpu_kernels_avx512(struct pi_cpu_kernels *k) {
 #else
 void pi_cpu_kernels_avx2(struct pi_cpu_kernels *k) {
 #endif
-    set(k, PI_TYPE_F32, dot_f32_avx2, gemm_f32_avx2);
-    set(k, PI_TYPE_F16, dot_f16_avx2, gemm_f16_avx2);
-    set(k, PI_TYPE_BF16, dot_bf16_avx2, gemm_bf16_avx2);
-    set(k, PI_TYPE_Q4_0, dot_q4_0_avx2, gemm_q4_0_avx2);
-    set(k, PI_TYPE_Q4_1, dot_q4_1_avx2, gemm_q4_1_avx2);
-    set(k, PI_TYPE_Q5_0, dot_q5_0_avx2, gemm_q5_0_avx2);
-    set(k, PI_TYPE_Q5_1, dot_q5_1_avx2, gemm_q5_1_avx2);
-    set(k, PI_TYPE_Q8_0, dot_q8_0_avx2, gemm_q8_0_avx2);
-    set(k, PI_TYPE_Q4_K, dot_q4_k_avx2, gemm_q4_k_avx2);
-    set(k, PI_TYPE_Q5_K, dot_q5_k_avx2, gemm_q5_k_avx2);
-    set(k, PI_TYPE_Q6_K, dot_q6_k_avx2, gemm_q6_k_avx2);
-    k->quantize_q8_0 = quantize_q8_0_avx2;
-    k->quantize_q8_k = quantize_q8_k_avx2;
-    k->to_float[PI_TYPE_F16] = to_float_f16_avx2;
-    k->to_float[PI_TYPE_BF16] = to_float_bf16_avx2;
-    k->to_float[PI_TYPE_Q4_0] = to_float_q4_0_avx2;
-    k->to_float[PI_TYPE_Q4_1] = to_float_q4_1_avx2;
-    k->to_float[PI_TYPE_Q8_0] = to_float_q8_0_avx2;
-    k->to_float[PI_TYPE_Q4_K] = to_float_q4_k_avx2;
-    k->to_float[PI_TYPE_Q6_K] = to_float_q6_k_avx2;
+    set(k, PI_TYPE_F32, NAME(dot_f32), NAME(gemm_f32));
+    set(k, PI_TYPE_F16, NAME(dot_f16), NAME(gemm_f16));
+    set(k, PI_TYPE_BF16, NAME(dot_bf16), NAME(gemm_bf16));
+    set(k, PI_TYPE_Q4_0, NAME(dot_q4_0), NAME(gemm_q4_0));
+    set(k, PI_TYPE_Q4_1, NAME(dot_q4_1), NAME(gemm_q4_1));
+    set(k, PI_TYPE_Q5_0, NAME(dot_q5_0), NAME(gemm_q5_0));
+    set(k, PI_TYPE_Q5_1, NAME(dot_q5_1), NAME(gemm_q5_1));
+    set(k, PI_TYPE_Q8_0, NAME(dot_q8_0), NAME(gemm_q8_0));
+    set(k, PI_TYPE_Q4_K, NAME(dot_q4_k), NAME(gemm_q4_k));
+    set(k, PI_TYPE_Q5_K, NAME(dot_q5_k), NAME(gemm_q5_k));
+    set(k, PI_TYPE_Q6_K, NAME(dot_q6_k), NAME(gemm_q6_k));
+    k->quantize_q8_0 = NAME(quantize_q8_0);
+    k->quantize_q8_k = NAME(quantize_q8_k);
+    k->to_float[PI_TYPE_F16] = NAME(to_float_f16);
+    k->to_float[PI_TYPE_BF16] = NAME(to_float_bf16);
+    k->to_float[PI_TYPE_Q4_0] = NAME(to_float_q4_0);
+    k->to_float[PI_TYPE_Q4_1] = NAME(to_float_q4_1);
+    k->to_float[PI_TYPE_Q8_0] = NAME(to_float_q8_0);
+    k->to_float[PI_TYPE_Q4_K] = NAME(to_float_q4_k);
+    k->to_float[PI_TYPE_Q6_K] = NAME(to_float_q6_k);
 }

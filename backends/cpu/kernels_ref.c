@@ -14,7 +14,7 @@
 #include <string.h>
 
 #if defined(__clang__)
-#pragma STDC FP_CONTRACT OFF
+#  pragma STDC FP_CONTRACT OFF
 #endif
 
 /* ---- byte access ---------------------------------------------------------------------- */
@@ -24,8 +24,7 @@ static uint16_t rd16(const uint8_t *p) {
 }
 
 static uint32_t rd32(const uint8_t *p) {
-    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) |
-           ((uint32_t)p[3] << 24);
+    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
 }
 
 static float rdf16(const uint8_t *p) {
@@ -242,8 +241,8 @@ static void k4_scales(const uint8_t *s, int sc[8], int mn[8]) {
 /* Q4_K / Q5_K share everything but the quants: w = d*sc[s]*q - dmin*mn[s] per 32-value
  * sub-block s, so dot = d*dx*sum_s sc[s]*sum(q*x) - dmin*dx*sum_s mn[s]*sum(x). qh is
  * NULL for Q4_K. */
-static float dot_k4_k5(const uint8_t *blk, const uint8_t *qh, const uint8_t *qs,
-                       const void *x, int64_t nb, int64_t b) {
+static float dot_k4_k5(const uint8_t *blk, const uint8_t *qh, const uint8_t *qs, const void *x,
+                       int64_t nb, int64_t b) {
     const int8_t *q = q8_k_q(x, b);
     const int16_t *bsum = q8_k_bsum(x, nb, b);
     int sc[8], mn[8], isum = 0, msum = 0;
@@ -308,9 +307,8 @@ static float dot_q6_k_ref(const void *w, const void *x, int64_t n) {
 
 /* ---- gemm by dots --------------------------------------------------------------------- */
 
-static void gemm_by_dot(pi_dot_fn dot, const void *W, size_t row_bytes, int64_t nr,
-                        const void *X, size_t vec_bytes, int64_t nt, float *Y, int64_t ldy,
-                        int64_t n) {
+static void gemm_by_dot(pi_dot_fn dot, const void *W, size_t row_bytes, int64_t nr, const void *X,
+                        size_t vec_bytes, int64_t nt, float *Y, int64_t ldy, int64_t n) {
     for (int64_t t = 0; t < nt; t++)
         for (int64_t r = 0; r < nr; r++)
             Y[t * ldy + r] = dot((const uint8_t *)W + (size_t)r * row_bytes,
@@ -318,10 +316,11 @@ static void gemm_by_dot(pi_dot_fn dot, const void *W, size_t row_bytes, int64_t 
 }
 
 /* One wrapper per type: a function pointer cannot carry its dot. */
-#define GEMM_REF(name)                                                                        \
-    static void gemm_##name##_ref(const void *W, size_t rb, int64_t nr, const void *X,     \
-                                  size_t vb, int64_t nt, float *Y, int64_t ldy, int64_t n) { \
-        gemm_by_dot(dot_##name##_ref, W, rb, nr, X, vb, nt, Y, ldy, n);                       \
+/* clang-format off */
+#define GEMM_REF(name)                                                                             \
+    static void gemm_##name##_ref(const void *W, size_t rb, int64_t nr, const void *X,             \
+                                  size_t vb, int64_t nt, float *Y, int64_t ldy, int64_t n) {       \
+        gemm_by_dot(dot_##name##_ref, W, rb, nr, X, vb, nt, Y, ldy, n);                            \
     }
 GEMM_REF(f32)
 GEMM_REF(f16)
@@ -334,6 +333,7 @@ GEMM_REF(q8_0)
 GEMM_REF(q4_k)
 GEMM_REF(q5_k)
 GEMM_REF(q6_k)
+/* clang-format on */
 #undef GEMM_REF
 
 /* ---- table ---------------------------------------------------------------------------- */

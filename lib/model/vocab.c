@@ -73,11 +73,27 @@ static int cmp_text(const char *a, size_t alen, const char *b, size_t blen) {
     return alen < blen ? -1 : alen > blen;
 }
 
-static int cmp_ids_by_text(const void *ctx, const void *a, const void *b) {
+static uint64_t text_prefix(const char *s, size_t len) {
+    uint64_t k = 0;
+    for (size_t i = 0; i < 8; i++)
+        k = k << 8 | (i < len ? (unsigned char)s[i] : 0u);
+    return k;
+}
+
+/* Orders as cmp_text does: a prefix that differs decides, as bytes would. */
+static int cmp_keyed(const struct pi_token *tokens, const struct pi_text_key *k,
+                     uint64_t prefix, const char *s, size_t len) {
+    if (k->prefix != prefix)
+        return k->prefix < prefix ? -1 : 1;
+    const struct pi_token *t = &tokens[k->id];
+    return cmp_text(t->text, t->len, s, len);
+}
+
+static int cmp_text_keys(const void *ctx, const void *a, const void *b) {
     const struct pi_token *t = ctx;
-    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
-    int c = cmp_text(t[x].text, t[x].len, t[y].text, t[y].len);
-    return c ? c : (x > y) - (x < y);
+    const struct pi_text_key *x = a, *y = b;
+    int c = cmp_keyed(t, x, y->prefix, t[y->id].text, t[y->id].len);
+    return c ? c : (x->id > y->id) - (x->id < y->id);
 }
 
 static int cmp_merges(const void *ctx, const void *a, const void *b) {
@@ -106,19 +122,19 @@ static int cmp_i32(const void *ctx, const void *a, const void *b) {
 }
 
 int32_t vocab_find(const struct pi_vocab *v, const char *s, size_t len) {
+    uint64_t prefix = text_prefix(s, len);
     size_t lo = 0, hi = (size_t)v->n_tokens;
     while (lo < hi) { /* lower bound: the first (lowest id) of equal texts */
         size_t mid = lo + (hi - lo) / 2;
-        const struct pi_token *t = &v->tokens[v->by_text[mid]];
-        if (cmp_text(t->text, t->len, s, len) < 0)
+        if (cmp_keyed(v->tokens, &v->by_text[mid], prefix, s, len) < 0)
             lo = mid + 1;
         else
             hi = mid;
     }
-    if (lo < (size_t)v->n_tokens) {
-        const struct pi_token *t = &v->tokens[v->by_text[lo]];
+    if (lo < (size_t)v->n_tokens && v->by_text[lo].prefix == prefix) {
+        const struct pi_token *t = &v->tokens[v->by_text[lo].id];
         if (t->len == len && (len == 0 || memcmp(t->text, s, len) == 0))
-            return v->by_text[lo];
+            return v->by_text[lo].id;
     }
     return -1;
 }
@@ -253,9 +269,11 @@ static int read_tokens(struct loader *L) {
     v->by_text = pi_calloc(&v->alloc, (size_t)v->n_tokens, sizeof *v->by_text);
     if (!v->by_text)
         PI_FAIL(L->err, PI_ERR_NOMEM, "out of memory for the token index");
-    for (int32_t i = 0; i < v->n_tokens; i++)
-        v->by_text[i] = i;
-    heap_sort(v->by_text, (size_t)v->n_tokens, sizeof *v->by_text, cmp_ids_by_text, v->tokens);
+    for (int32_t i = 0; i < v->n_tokens; i++) {
+        v->by_text[i].prefix = text_prefix(v->tokens[i].text, v->tokens[i].len);
+        v->by_text[i].id = i;
+    }
+    heap_sort(v->by_text, (size_t)v->n_tokens, sizeof *v->by_text, cmp_text_keys, v->tokens);
     return PI_OK;
 }
 

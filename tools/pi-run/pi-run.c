@@ -387,6 +387,7 @@ static int generate(const struct opts *o) {
     double gen_ms = ms_since(&tg);
     pi_detok_flush(dt, emit, NULL);
     printf("\n");
+    fflush(stdout);
     fprintf(stderr,
             "pi-run: load %.0f ms | prompt %lld tokens, %.1f ms, %.2f tok/s | generated %ld "
             "tokens, %.1f ms, %.2f tok/s | %u threads\n",
