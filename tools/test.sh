@@ -42,4 +42,23 @@ for f in gguf model; do
     }
     grep -E "stat::number_of_executed_runs|Done" "$work/fuzz_$f.log" | tail -n 2
 done
-echo "fuzzers: 2 passed, 0 failed"
+# The tokenizers over arbitrary bytes, with the real byte-level BPE vocabulary (SmolLM2)
+# and the SentencePiece test vocabulary loaded.
+mkdir -p "$work/tokenize"
+python3 -c "import json,sys,os
+d=json.load(open('tests/fixtures/tokenizer/smollm2.json'))
+items=d.get('cases') or d.get('strings') or d.get('corpus') or []
+for i,c in enumerate(items):
+    t=c['text'] if isinstance(c,dict) else c
+    open(os.path.join(sys.argv[1],'s%03d'%i),'w',encoding='utf-8',errors='surrogatepass').write(t)
+" "$work/tokenize" || true
+echo "fuzz_tokenize: ${secs}s"
+PI_FUZZ_MODEL="$(python3 tools/smollm2_path.py)" PI_FUZZ_SPM_MODEL=tests/fixtures/tokenizer/spm_tiny.gguf \
+    build-asan/tests/fuzz_tokenize -max_total_time="$secs" -max_len=4096 -timeout=10 \
+    -print_final_stats=1 "$work/tokenize" > "$work/fuzz_tokenize.log" 2>&1 || {
+    tail -n 40 "$work/fuzz_tokenize.log"
+    echo "fuzz_tokenize found a failure (reproducer in $work)"
+    exit 1
+}
+grep -E "stat::number_of_executed_runs|Done" "$work/fuzz_tokenize.log" | tail -n 2
+echo "fuzzers: 3 passed, 0 failed"

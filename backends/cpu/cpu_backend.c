@@ -227,7 +227,11 @@ static void cpu_matmul(struct pi_backend *b, const struct pi_weight *w, const fl
         return;
     }
     j.vb = pi_vec_bytes(j.dk->fmt, w->n_in);
-    pi_pool_for(b->pool, n_tok, 1, quantize_rows, &j);
+    /* Quantizing a few rows costs less than waking the workers for it. */
+    if (n_tok <= 4)
+        quantize_rows(&j, 0, n_tok, 0);
+    else
+        pi_pool_for(b->pool, n_tok, 1, quantize_rows, &j);
     pi_pool_for(b->pool, w->n_out, grain, gemm_rows, &j);
 }
 
@@ -381,10 +385,8 @@ static void attn_pairs(void *arg, int64_t lo, int64_t hi, int ith) {
         for (int64_t i = 0; i < d->head_dim_v; i++)
             o[i] = 0.0f;
         for (int64_t p = 0; p < n_pos; p++) {
-            const float w = scores[p] * norm;
             const uint16_t *vr = vl + (size_t)p * (size_t)kv->nv + (size_t)(hk * d->head_dim_v);
-            for (int64_t i = 0; i < d->head_dim_v; i++)
-                o[i] += w * pi_fp16_to_fp32(vr[i]);
+            j->b->k.axpy_f16(o, scores[p] * norm, vr, d->head_dim_v);
         }
     }
 }

@@ -110,8 +110,10 @@ struct pi_cpu_kernels {
     /* Dequantize one row of a weight type (embeddings lookup): bit-exact with the
      * type traits' to_float for finite values, possibly vectorised. */
     pi_to_float_fn to_float[PI_TYPE_ID_LIMIT];
-    /* y[i] += a * x[i], and y[i] += a * row_i for a weight row of type F16/F32 are added
-     * with the sparse issue. */
+    /* y[i] = y[i] + a * x[i] over n values of an F16 row x (attention's weighted sum of
+     * V): the product rounded to float, then the sum, no FMA; every implementation
+     * gives the reference's bytes. */
+    void (*axpy_f16)(float *y, float a, const void *x, int64_t n);
 };
 
 /* Fill k with the scalar reference kernels, then override with the versions that the

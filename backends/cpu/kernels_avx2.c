@@ -48,6 +48,9 @@
  * registers; -O3 does it anyway, this keeps -O2 builds as fast. */
 #define UNROLL _Pragma("GCC unroll 8")
 
+#ifndef PF_DIST
+#  define PF_DIST 2048
+#endif
 #define GEMM_TILE         8 /* tokens per gemm tile: one decoded weight group serves them all */
 #define KB_UNITS          8 /* units of 256 values per K-block (2048 values) */
 #define GEMM_L2_BYTES     (256 * 1024) /* weight rows that gemm keeps in L2 across tiles */
@@ -86,6 +89,13 @@ INLINE __m128i loadu128(const void *p) {
 /* Two 16-byte loads as the low and high lane of one register. */
 INLINE __m256i load2x128(const uint8_t *lo, const uint8_t *hi) {
     return _mm256_inserti128_si256(_mm256_castsi128_si256(loadu128(lo)), loadu128(hi), 1);
+}
+
+/* 16 bytes of nibbles -> 32 quants in value order (low nibbles first). */
+INLINE __m256i unpack_nibbles(const uint8_t *qs) {
+    __m128i q = loadu128(qs);
+    __m256i v = _mm256_inserti128_si256(_mm256_castsi128_si256(q), _mm_srli_epi16(q, 4), 1);
+    return _mm256_and_si256(v, _mm256_set1_epi8(0x0f));
 }
 
 /* ---- activation quantization ---------------------------------------------------------- */
@@ -456,50 +466,152 @@ INLINE size_t block_bytes(int type) {
     }
 }
 
-/* Group g of a row of nb blocks: in place when all 8 blocks exist, else copied into
- * tmp after zero blocks (d = 0, quants 0: they add nothing). */
-INLINE const uint8_t *group_at(const uint8_t *row, int64_t g, int64_t nb, size_t bb,
-                               uint8_t tmp[8 * 34]) {
-    if (8 * g + 8 <= nb)
-        return row + (size_t)(8 * g) * bb;
-    memset(tmp, 0, 8 * bb);
-    memcpy(tmp, row + (size_t)(8 * g) * bb, (size_t)(nb - 8 * g) * bb);
-    return tmp;
+/* ---- 32-blocks: the tail of a row ----------------------------------------------------
+ *
+ * A row whose block count nb is not a multiple of 8 ends with r = nb % 8 blocks that do
+ * not fill a group. They are done one block at a time in value order: the tail of each
+ * activation vector is first rearranged (tail_gather, once per gemm tile) so that each
+ * block's 32 quants are contiguous, then a block is one decoded register of 32 weight
+ * quants, one maddubs + madd (or vpdpbusd) and one FMA with the scale d*dx; the offset
+ * m*s is added in a scalar. No zero blocks are computed and no weights are copied. */
+
+/* The r tail blocks of the activation group xg, untransposed: block j's quants in value
+ * order at 32j, its d and s at 256 + 4j and 288 + 4j (as in the group). */
+#define TAIL_BYTES PI_Q8_0_GROUP_BYTES
+
+INLINE void tail_gather(const uint8_t *xg, int r, uint8_t *out) {
+    for (int j = 0; j < r; j++) {
+        UNROLL
+        for (int u = 0; u < 8; u++)
+            memcpy(out + 32 * j + 4 * u, xg + 32 * u + 4 * j, 4);
+    }
+    memcpy(out + 256, xg + 256, 64);
+}
+
+/* Bit 4 of the 32 Q5 quants in value order: bit v of qh -> 0x10 in byte v. Byte v/8
+ * of qh is spread over bytes 8(v/8).., then byte v tests bit v%8. */
+INLINE __m256i q5_bits32(const uint8_t *qhp) {
+    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ull);
+    uint32_t qh;
+    memcpy(&qh, qhp, 4);
+    __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32((int)qh),
+                                    _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
+                                                     2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3));
+    v = _mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit);
+    return _mm256_and_si256(v, _mm256_set1_epi8(0x10));
+}
+
+/* One tail block decoded in value order: q unsigned (|w| for Q8_0, signs in s), d and m
+ * as in struct wgroup (m = 0 for Q8_0). */
+struct wblock {
+    __m256i q, s;
+    float d, m;
+};
+
+INLINE void load_block(int type, const uint8_t *p, struct wblock *w) {
+    w->d = f16_at(p);
+    switch (type) {
+    case PI_TYPE_Q4_0:
+        w->q = unpack_nibbles(p + 2);
+        w->m = w->d * -8.0f;
+        break;
+    case PI_TYPE_Q4_1:
+        w->q = unpack_nibbles(p + 4);
+        w->m = f16_at(p + 2);
+        break;
+    case PI_TYPE_Q5_0:
+        w->q = _mm256_or_si256(unpack_nibbles(p + 6), q5_bits32(p + 2));
+        w->m = w->d * -16.0f;
+        break;
+    case PI_TYPE_Q5_1:
+        w->q = _mm256_or_si256(unpack_nibbles(p + 8), q5_bits32(p + 4));
+        w->m = f16_at(p + 2);
+        break;
+    default:
+        w->s = loadu256(p + 2);
+        w->q = _mm256_abs_epi8(w->s);
+        w->m = 0.0f;
+        break;
+    }
+}
+
+/* 8 int32 partial sums of q*x over one block in value order (xb: 32 int8). */
+INLINE __m256i block_isum(int type, const struct wblock *w, const uint8_t *xb) {
+    __m256i x = loadu256(xb);
+    if (type == PI_TYPE_Q8_0)
+        x = _mm256_sign_epi8(x, w->s);
+#if defined(PI_VNNI)
+    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), w->q, x);
+#else
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(w->q, x), _mm256_set1_epi16(1));
+#endif
+}
+
+/* acc[t] and off[t] + the r tail blocks at p (row's blocks 8g..) for tt tokens whose
+ * gathered tails are TAIL_BYTES apart at xt. */
+INLINE void tail_dot(int type, const uint8_t *p, int r, const uint8_t *xt, int tt,
+                     __m256 acc[GEMM_TILE], float off[GEMM_TILE]) {
+    const size_t bb = block_bytes(type);
+    for (int j = 0; j < r; j++) {
+        struct wblock wb;
+        load_block(type, p + bb * (size_t)j, &wb);
+        UNROLL
+        for (int t = 0; t < tt; t++) {
+            const uint8_t *xb = xt + (size_t)t * TAIL_BYTES;
+            float dx, sx;
+            memcpy(&dx, xb + 256 + 4 * j, 4);
+            memcpy(&sx, xb + 288 + 4 * j, 4);
+            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(block_isum(type, &wb, xb + 32 * j)),
+                                     _mm256_set1_ps(wb.d * dx), acc[t]);
+            if (type != PI_TYPE_Q8_0)
+                off[t] += wb.m * sx;
+        }
+    }
 }
 
 /* Sums over the groups [g0, g1) of one row (nb blocks) for tt activation vectors vb
- * bytes apart: out[t] = hsum of an 8-lane accumulator. */
+ * bytes apart: out[t] = hsum of an 8-lane accumulator (plus the tail's offsets). The
+ * partial last group, when in range, is done by tail_dot with the gathered tails xt. */
 INLINE void row_kblock_n(int type, const uint8_t *row, int64_t nb, int64_t g0, int64_t g1,
-                         const uint8_t *x, size_t vb, int tt, float *out) {
+                         const uint8_t *x, size_t vb, const uint8_t *xt, int tt, float *out) {
     const size_t bb = block_bytes(type);
-    uint8_t tmp[8 * 34];
+    const int64_t gf = g1 < nb / 8 ? g1 : nb / 8; /* end of the full groups */
     __m256 acc[GEMM_TILE];
+    float off[GEMM_TILE];
     UNROLL
-    for (int t = 0; t < tt; t++)
+    for (int t = 0; t < tt; t++) {
         acc[t] = _mm256_setzero_ps();
-    for (int64_t g = g0; g < g1; g++) {
+        off[t] = 0.0f;
+    }
+    for (int64_t g = g0; g < gf; g++) {
         struct wgroup wg;
         const uint8_t *xg = x + (size_t)g * PI_Q8_0_GROUP_BYTES;
-        load_group(type, group_at(row, g, nb, bb, tmp), &wg);
+#if PF_DIST
+        for (size_t o = 0; o < 8 * bb; o += 64)
+            _mm_prefetch((const char *)row + (size_t)(8 * g) * bb + PF_DIST + o, _MM_HINT_T0);
+#endif
+        load_group(type, row + (size_t)(8 * g) * bb, &wg);
         UNROLL
         for (int t = 0; t < tt; t++)
             acc[t] = group_dot(type, &wg, xg + (size_t)t * vb, acc[t]);
     }
+    if (8 * g1 > nb)
+        tail_dot(type, row + (size_t)(8 * gf) * bb, (int)(nb - 8 * gf), xt, tt, acc, off);
     for (int t = 0; t < tt; t++)
-        out[t] = hsum_ps(acc[t]);
+        out[t] = hsum_ps(acc[t]) + off[t];
 }
 
 /* With 32 registers, full tiles get a constant token count, so that their accumulators
  * live in registers (with 16 that spills more than it saves). */
 INLINE void row_kblock(int type, const uint8_t *row, int64_t nb, int64_t g0, int64_t g1,
-                       const uint8_t *x, size_t vb, int tt, float *out) {
+                       const uint8_t *x, size_t vb, const uint8_t *xt, int tt, float *out) {
 #if defined(PI_VNNI)
     if (tt == GEMM_TILE) {
-        row_kblock_n(type, row, nb, g0, g1, x, vb, GEMM_TILE, out);
+        row_kblock_n(type, row, nb, g0, g1, x, vb, xt, GEMM_TILE, out);
         return;
     }
 #endif
-    row_kblock_n(type, row, nb, g0, g1, x, vb, tt, out);
+    row_kblock_n(type, row, nb, g0, g1, x, vb, xt, tt, out);
 }
 
 /* ---- K-quants ------------------------------------------------------------------------- */
@@ -696,11 +808,11 @@ INLINE int is_k_quant(int type) {
 /* out[t] for tt tokens: units [u0, u1) of one row, a unit being 256 values (a group of
  * 8 32-blocks or a K super-block). */
 INLINE void row_units(int type, const uint8_t *row, int64_t n, int64_t u0, int64_t u1,
-                      const uint8_t *x, size_t vb, int tt, float *out) {
+                      const uint8_t *x, size_t vb, const uint8_t *xt, int tt, float *out) {
     if (is_k_quant(type))
         row_kblock_k(type, row, n / 256, u0, u1, x, vb, tt, out);
     else
-        row_kblock(type, row, n / 32, u0, u1, x, vb, tt, out);
+        row_kblock(type, row, n / 32, u0, u1, x, vb, xt, tt, out);
 }
 
 /* Rows are summed in K-blocks of KB_UNITS units (2048 values), each reduced to a float
@@ -708,9 +820,13 @@ INLINE void row_units(int type, const uint8_t *row, int64_t n, int64_t u0, int64
 INLINE float dot_units(int type, const void *w, const void *x, int64_t n) {
     const int64_t nu = (n + 255) / 256;
     float sum = 0.0f;
+    uint8_t xt[TAIL_BYTES];
+    if (!is_k_quant(type) && n % 256)
+        tail_gather((const uint8_t *)x + (size_t)(n / 256) * PI_Q8_0_GROUP_BYTES,
+                    (int)(n % 256 / 32), xt);
     for (int64_t u0 = 0; u0 < nu; u0 += KB_UNITS) {
         float part;
-        row_units(type, w, n, u0, u0 + KB_UNITS < nu ? u0 + KB_UNITS : nu, x, 0, 1, &part);
+        row_units(type, w, n, u0, u0 + KB_UNITS < nu ? u0 + KB_UNITS : nu, x, 0, xt, 1, &part);
         sum += part;
     }
     return sum;
@@ -718,10 +834,10 @@ INLINE float dot_units(int type, const void *w, const void *x, int64_t n) {
 
 /* Y[t][r] for the tile's tokens after K-block k of row r. */
 INLINE void kblock_to_y(int type, const uint8_t *row, int64_t n, int64_t k, const uint8_t *x,
-                        size_t vb, int tt, float *y, int64_t ldy) {
+                        size_t vb, const uint8_t *xt, int tt, float *y, int64_t ldy) {
     const int64_t nu = (n + 255) / 256, u0 = k * KB_UNITS;
     float part[GEMM_TILE];
-    row_units(type, row, n, u0, u0 + KB_UNITS < nu ? u0 + KB_UNITS : nu, x, vb, tt, part);
+    row_units(type, row, n, u0, u0 + KB_UNITS < nu ? u0 + KB_UNITS : nu, x, vb, xt, tt, part);
     for (int t = 0; t < tt; t++)
         y[t * ldy] = k == 0 ? 0.0f + part[t] : y[t * ldy] + part[t];
 }
@@ -736,20 +852,25 @@ INLINE void gemm_units(int type, const void *W, size_t rb, int64_t nr, const voi
     const int64_t nk = ((n + 255) / 256 + KB_UNITS - 1) / KB_UNITS;
     const int64_t rows = rb < GEMM_L2_BYTES ? (int64_t)(GEMM_L2_BYTES / rb) : 1;
     const uint8_t *w = W;
+    uint8_t xt[GEMM_TILE * TAIL_BYTES]; /* gathered tails of the tile's activations */
     for (int64_t r0 = 0; r0 < nr; r0 += rows) {
         const int64_t r1 = r0 + rows < nr ? r0 + rows : nr;
         for (int64_t t0 = 0; t0 < nt; t0 += GEMM_TILE) {
             const int tt = nt - t0 < GEMM_TILE ? (int)(nt - t0) : GEMM_TILE;
             const uint8_t *x = (const uint8_t *)X + (size_t)t0 * vb;
             float *y = Y + t0 * ldy;
+            if (!is_k_quant(type) && n % 256)
+                for (int t = 0; t < tt; t++)
+                    tail_gather(x + (size_t)t * vb + (size_t)(n / 256) * PI_Q8_0_GROUP_BYTES,
+                                (int)(n % 256 / 32), xt + (size_t)t * TAIL_BYTES);
             if ((size_t)tt * vb <= GEMM_L1_ACT_BYTES) {
                 for (int64_t r = r0; r < r1; r++)
                     for (int64_t k = 0; k < nk; k++)
-                        kblock_to_y(type, w + (size_t)r * rb, n, k, x, vb, tt, y + r, ldy);
+                        kblock_to_y(type, w + (size_t)r * rb, n, k, x, vb, xt, tt, y + r, ldy);
             } else {
                 for (int64_t k = 0; k < nk; k++)
                     for (int64_t r = r0; r < r1; r++)
-                        kblock_to_y(type, w + (size_t)r * rb, n, k, x, vb, tt, y + r, ldy);
+                        kblock_to_y(type, w + (size_t)r * rb, n, k, x, vb, xt, tt, y + r, ldy);
             }
         }
     }
@@ -903,6 +1024,24 @@ INLINE void gemm_float(int type, const void *W, size_t rb, int64_t nr, const voi
     }
 }
 
+/* y += a * x (F16), product and sum rounded apart as in the reference. */
+static void NAME(axpy_f16)(float *y, float a, const void *xv, int64_t n) {
+    const uint8_t *x = xv;
+    const __m256 va = _mm256_set1_ps(a);
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m256 p0 = _mm256_mul_ps(va, load8(PI_TYPE_F16, x, i));
+        __m256 p1 = _mm256_mul_ps(va, load8(PI_TYPE_F16, x, i + 8));
+        _mm256_storeu_ps(y + i, _mm256_add_ps(_mm256_loadu_ps(y + i), p0));
+        _mm256_storeu_ps(y + i + 8, _mm256_add_ps(_mm256_loadu_ps(y + i + 8), p1));
+    }
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i, _mm256_add_ps(_mm256_loadu_ps(y + i),
+                                              _mm256_mul_ps(va, load8(PI_TYPE_F16, x, i))));
+    for (; i < n; i++)
+        y[i] = y[i] + a * load1(PI_TYPE_F16, x, i);
+}
+
 /* clang-format off */
 #define FLOAT_KERNELS(name, TYPE)                                                                  \
     static float NAME(dot_##name)(const void *w, const void *x, int64_t n) {                       \
@@ -947,13 +1086,6 @@ INLINE void store_scaled32(__m256i q, __m256 d, float *dst) {
     _mm256_storeu_ps(dst + 16, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(hi))));
     _mm256_storeu_ps(dst + 24, _mm256_mul_ps(d, _mm256_cvtepi32_ps(
                                                     _mm256_cvtepi8_epi32(_mm_srli_si128(hi, 8)))));
-}
-
-/* 16 bytes of nibbles -> 32 quants in value order (low nibbles first). */
-INLINE __m256i unpack_nibbles(const uint8_t *qs) {
-    __m128i q = loadu128(qs);
-    __m256i v = _mm256_inserti128_si256(_mm256_castsi128_si256(q), _mm_srli_epi16(q, 4), 1);
-    return _mm256_and_si256(v, _mm256_set1_epi8(0x0f));
 }
 
 static void NAME(to_float_q4_0)(const void *src, float *dst, int64_t n) {
@@ -1060,6 +1192,7 @@ void pi_cpu_kernels_avx2(struct pi_cpu_kernels *k) {
     set(k, PI_TYPE_Q6_K, NAME(dot_q6_k), NAME(gemm_q6_k));
     k->quantize_q8_0 = NAME(quantize_q8_0);
     k->quantize_q8_k = NAME(quantize_q8_k);
+    k->axpy_f16 = NAME(axpy_f16);
     k->to_float[PI_TYPE_F16] = NAME(to_float_f16);
     k->to_float[PI_TYPE_BF16] = NAME(to_float_bf16);
     k->to_float[PI_TYPE_Q4_0] = NAME(to_float_q4_0);

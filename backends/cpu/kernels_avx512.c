@@ -4,8 +4,10 @@
  *
  * What changes is the integer dot product: vpdpbusd (u8 x s8, four products summed
  * into each int32 lane) replaces maddubs + madd + add, and vpdpwssd replaces madd + add
- * for the K-quant scales; there is no int16 saturation to plan around, and the compiler
- * has 32 vector registers, so a decoded Q8_0 group (16 registers) no longer spills.
+ * for the K-quant scales. With no int16 saturation, Q4 high nibbles are used in place
+ * (16 times their value, shifted back once per group), and with 32 vector registers a
+ * decoded Q8_0 group (16 registers) no longer spills and a full gemm tile keeps its
+ * 8 accumulators in registers.
  *
  * The vectors stay 256 bits wide on purpose: Zen 4 executes a 512-bit instruction as
  * two 256-bit halves (measured: vpdpbusd ymm 2 per cycle, zmm 1 per cycle), and with

@@ -141,6 +141,12 @@ static float dot_bf16_ref(const void *w, const void *x, int64_t n) {
     return sum;
 }
 
+static void axpy_f16_ref(float *y, float a, const void *x, int64_t n) {
+    const uint8_t *p = x;
+    for (int64_t i = 0; i < n; i++)
+        y[i] = y[i] + a * rdf16(p + 2 * i);
+}
+
 /* ---- 32-blocks ------------------------------------------------------------------------ */
 
 /* Q4_0, 18 B: d | qs[16]; quant v: nibble of qs[v%16] (low for v < 16), minus 8. */
@@ -361,4 +367,5 @@ void pi_cpu_kernels_ref(struct pi_cpu_kernels *k) {
     set(k, PI_TYPE_Q6_K, PI_VEC_Q8_K, dot_q6_k_ref, gemm_q6_k_ref, pi_dequant_q6_k);
     k->quantize_q8_0 = quantize_q8_0_ref;
     k->quantize_q8_k = quantize_q8_k_ref;
+    k->axpy_f16 = axpy_f16_ref;
 }

@@ -8,8 +8,9 @@
  *
  * Every SIMD table this CPU supports is compared with the scalar reference on random
  * weights (valid scales, random quants) and random activations, with odd shapes: n of
- * 1, 2, 3, 7, 8, 9, 18, 33, 128 blocks, nr and nt of 1, 3, 7, 17, 33.
- *  - quantize_q8_0, quantize_q8_k and to_float: bit-exact.
+ * 1..18, 33, 48, 128 blocks for the 32-block types (every length of a partial last group
+ * of 8), 1..9, 18, 33, 128 for the others, nr and nt of 1, 3, 7, 17, 33.
+ *  - quantize_q8_0, quantize_q8_k, to_float and axpy_f16: bit-exact.
  *  - dot and gemm: |simd - ref| <= tol_dot(type) * sum|w_i * x_i| (w, x the dequantized
  *    values); the SIMD gemm equals the SIMD dot exactly for quantized types.
  *  - the reference itself against double-precision float math on the unquantized
@@ -282,6 +283,39 @@ static void test_to_float(void **state) {
     }
 }
 
+/* axpy_f16: bit-exact with the reference, on odd lengths. */
+static void test_axpy_f16(void **state) {
+    static const int64_t lens[] = {1, 3, 7, 8, 9, 15, 16, 17, 31, 64, 80, 128, 129, 259};
+    struct pi_cpu_kernels ref, k;
+    (void)state;
+    pi_cpu_kernels_ref(&ref);
+    assert_non_null(ref.axpy_f16);
+    for (size_t i = 0; i < N_IMPLS; i++) {
+        if (!impl_table(i, &k))
+            continue;
+        for (size_t j = 0; j < sizeof lens / sizeof lens[0]; j++) {
+            const int64_t n = lens[j];
+            uint8_t *x = malloc((size_t)n * 2);
+            float *a = malloc((size_t)n * sizeof *a), *b = malloc((size_t)n * sizeof *b);
+            const float s = frand(-2.0f, 2.0f);
+            assert_true(x && a && b);
+            random_weights(PI_TYPE_F16, x, (size_t)n * 2);
+            for (int64_t e = 0; e < n; e++)
+                a[e] = b[e] = frand(-1.0f, 1.0f);
+            ref.axpy_f16(a, s, x, n);
+            k.axpy_f16(b, s, x, n);
+            if (memcmp(a, b, (size_t)n * sizeof *a) != 0) {
+                print_error("%s: axpy_f16 n=%lld differs from the reference\n", impls[i].name,
+                            (long long)n);
+                fail();
+            }
+            free(x);
+            free(a);
+            free(b);
+        }
+    }
+}
+
 /* ---- tests: dot and gemm -------------------------------------------------------------- */
 
 struct problem {
@@ -393,7 +427,10 @@ static void check_problem(const struct problem *p, const struct pi_cpu_kernels *
 }
 
 static void test_dot_gemm(void **state) {
-    static const int nblk[] = {1, 2, 3, 7, 8, 9, 18, 33, 128};
+    /* 32-block types: every tail length (rows of nb % 8 != 0 blocks end in a partial
+     * group) alone and after full groups */
+    static const int nblk[] = {1,  2,  3,  4,  5,  6,  7,  8,  9,  10, 11, 12,
+                               13, 14, 15, 16, 17, 18, 33, 48, 128};
     static const int64_t shapes[][2] = {{1, 1}, {3, 7}, {7, 3}, {17, 1}, {33, 17}, {1, 33}};
     struct pi_cpu_kernels ref, k;
     (void)state;
@@ -401,6 +438,8 @@ static void test_dot_gemm(void **state) {
     for (size_t t = 0; t < N_TYPES; t++) {
         const int type = test_types[t], bs = block_of(type);
         for (size_t j = 0; j < sizeof nblk / sizeof nblk[0]; j++) {
+            if (bs != 32 && nblk[j] > 9 && nblk[j] != 18 && nblk[j] != 33 && nblk[j] != 128)
+                continue; /* the other types keep their shorter list */
             /* float types: odd lengths too (block 1), e.g. 37, 259, 4736 */
             const int64_t n = bs == 1 ? (int64_t)nblk[j] * 37 : (int64_t)nblk[j] * bs;
             if (bs == 256 && nblk[j] > 18)
@@ -503,6 +542,7 @@ static void test_tables(void **state) {
     }
     assert_non_null(k.quantize_q8_0);
     assert_non_null(k.quantize_q8_k);
+    assert_non_null(k.axpy_f16);
     pi_cpu_kernels_init(&k, 0);
     assert_int_equal(k.flags, 0);
 }
@@ -614,6 +654,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_vec_bytes),    cmocka_unit_test(test_tables),
         cmocka_unit_test(test_quantize),     cmocka_unit_test(test_to_float),
         cmocka_unit_test(test_ref_vs_float), cmocka_unit_test(test_dot_gemm),
+        cmocka_unit_test(test_axpy_f16),
     };
     if (argc > 1 && strcmp(argv[1], "--bench") == 0)
         return run_bench();
