@@ -1,0 +1,202 @@
+/* The CPU backend's ops against direct double-precision formulas: RMSNorm, RoPE in
+ * both pairings with scaling, causal grouped-query attention over the F16 KV cache,
+ * matmul and matmul_t, FFN activations; on odd sizes and 1 and 3 threads. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "backend.h"
+#include "powerinfer.h"
+#include "runtime/fp16.h"
+
+static uint32_t g_rng = 1;
+
+static float rnd(void) {
+    g_rng = g_rng * 1664525u + 1013904223u;
+    return (float)((g_rng >> 8) & 0xffff) / 32768.0f - 1.0f;
+}
+
+static struct pi_backend *make(int threads, int64_t width) {
+    struct pi_backend_config cfg = {&pi_default_allocator, threads, 8, width, 0};
+    struct pi_backend *b;
+    assert_int_equal(pi_backend_cpu()->create(&b, &cfg), PI_OK);
+    return b;
+}
+
+static void near(double got, double want, double tol, const char *what, int i) {
+    if (fabs(got - want) > tol * (1.0 + fabs(want)))
+        fail_msg("%s[%d]: got %.9g, want %.9g", what, i, got, want);
+}
+
+static void test_rmsnorm(void **state) {
+    (void)state;
+    const struct pi_backend_vtable *be = pi_backend_cpu();
+    struct pi_backend *b = make(1, 64);
+    enum { N = 37, T = 3 };
+    float x[T * N], y[T * N], g[N];
+    for (int i = 0; i < T * N; i++)
+        x[i] = rnd() * 3;
+    for (int i = 0; i < N; i++)
+        g[i] = rnd();
+    struct pi_vector gv = {g, PI_TYPE_F32, N};
+    be->rmsnorm(b, x, &gv, 1e-5f, T, y);
+    for (int t = 0; t < T; t++) {
+        double ss = 0;
+        for (int i = 0; i < N; i++)
+            ss += (double)x[t * N + i] * x[t * N + i];
+        double s = 1.0 / sqrt(ss / N + 1e-5);
+        for (int i = 0; i < N; i++)
+            near(y[t * N + i], x[t * N + i] * s * g[i], 1e-6, "rmsnorm", i);
+    }
+    be->destroy(b);
+}
+
+static void test_rope(void **state) {
+    (void)state;
+    const struct pi_backend_vtable *be = pi_backend_cpu();
+    struct pi_backend *b = make(1, 64);
+    enum { T = 3, H = 2, D = 12, R = 8 }; /* rotate 8 of 12 values per head */
+    for (int neox = 0; neox <= 1; neox++) {
+        float x[T * H * D], y[T * H * D];
+        for (int i = 0; i < T * H * D; i++)
+            x[i] = y[i] = rnd();
+        const float base = 500.0f, scale = 2.0f;
+        const int64_t pos0 = 5;
+        be->rope(b, y, T, H, D, R, pos0, base, scale, neox);
+        for (int t = 0; t < T; t++)
+            for (int h = 0; h < H; h++) {
+                const float *in = x + (t * H + h) * D;
+                const float *out = y + (t * H + h) * D;
+                for (int i = 0; i < R / 2; i++) {
+                    double th = (pos0 + t) / (double)scale * pow(base, -2.0 * i / R);
+                    int a = neox ? i : 2 * i, c = neox ? i + R / 2 : 2 * i + 1;
+                    near(out[a], in[a] * cos(th) - in[c] * sin(th), 1e-5, "rope", a);
+                    near(out[c], in[a] * sin(th) + in[c] * cos(th), 1e-5, "rope", c);
+                }
+                for (int i = R; i < D; i++) /* the rest is untouched */
+                    assert_true(out[i] == in[i]);
+            }
+    }
+    be->destroy(b);
+}
+
+/* Attention for T new tokens at positions P..P+T-1 after P cached ones, 4 query heads
+ * sharing 2 KV heads, head dims 6 (K) and 5 (V). */
+static void test_attention(void **state) {
+    (void)state;
+    const struct pi_backend_vtable *be = pi_backend_cpu();
+    enum { L = 2, CTX = 16, HQ = 4, HKV = 2, DK = 6, DV = 5, P = 4, T = 3 };
+    for (int threads = 1; threads <= 3; threads += 2) {
+        struct pi_backend *b = make(threads, 64);
+        struct pi_kv_desc d = {L, CTX, HQ, HKV, DK, DV};
+        struct pi_kv *kv;
+        assert_int_equal(be->kv_create(b, &d, &kv), PI_OK);
+        static float k[(P + T) * HKV * DK], v[(P + T) * HKV * DV], q[T * HQ * DK];
+        for (int i = 0; i < (P + T) * HKV * DK; i++)
+            k[i] = rnd();
+        for (int i = 0; i < (P + T) * HKV * DV; i++)
+            v[i] = rnd();
+        for (int i = 0; i < T * HQ * DK; i++)
+            q[i] = rnd();
+        be->kv_store(b, kv, 1, 0, P, k, v);
+        be->kv_store(b, kv, 1, P, T, k + P * HKV * DK, v + P * HKV * DV);
+        float out[T * HQ * DV];
+        be->attention(b, kv, 1, q, T, P, out);
+        for (int t = 0; t < T; t++)
+            for (int h = 0; h < HQ; h++) {
+                int hk = h / (HQ / HKV), n = P + t + 1;
+                double s[P + T], mx = -1e300, sum = 0;
+                for (int p = 0; p < n; p++) {
+                    double dot = 0;
+                    for (int i = 0; i < DK; i++) /* the cache holds F16 */
+                        dot += q[(t * HQ + h) * DK + i] *
+                               pi_fp16_to_fp32(pi_fp32_to_fp16(k[(p * HKV + hk) * DK + i]));
+                    s[p] = dot / sqrt((double)DK);
+                    mx = s[p] > mx ? s[p] : mx;
+                }
+                for (int p = 0; p < n; p++)
+                    sum += (s[p] = exp(s[p] - mx));
+                for (int i = 0; i < DV; i++) {
+                    double o = 0;
+                    for (int p = 0; p < n; p++)
+                        o += s[p] / sum *
+                             pi_fp16_to_fp32(pi_fp32_to_fp16(v[(p * HKV + hk) * DV + i]));
+                    near(out[(t * HQ + h) * DV + i], o, 1e-5, "attention", i);
+                }
+            }
+        be->kv_destroy(b, kv);
+        be->destroy(b);
+    }
+}
+
+static void test_matmul_and_transpose(void **state) {
+    (void)state;
+    const struct pi_backend_vtable *be = pi_backend_cpu();
+    enum { IN = 35, OUT = 19, T = 3 };
+    static float w[OUT * IN], x[T * IN], xt[T * OUT], y[T * OUT], yt[T * IN];
+    for (int i = 0; i < OUT * IN; i++)
+        w[i] = rnd();
+    for (int i = 0; i < T * IN; i++)
+        x[i] = rnd();
+    for (int i = 0; i < T * OUT; i++)
+        xt[i] = i % 4 == 0 ? 0.0f : rnd(); /* zeros are skipped: must not matter */
+    struct pi_weight wv = {w, PI_TYPE_F32, IN, OUT, IN * sizeof(float)};
+    for (int threads = 1; threads <= 3; threads += 2) {
+        struct pi_backend *b = make(threads, 64);
+        be->matmul(b, &wv, x, T, y);
+        be->matmul_t(b, &wv, xt, T, yt);
+        for (int t = 0; t < T; t++) {
+            for (int r = 0; r < OUT; r++) {
+                double s = 0;
+                for (int i = 0; i < IN; i++)
+                    s += (double)w[r * IN + i] * x[t * IN + i];
+                near(y[t * OUT + r], s, 1e-5, "matmul", r);
+            }
+            for (int i = 0; i < IN; i++) {
+                double s = 0;
+                for (int r = 0; r < OUT; r++)
+                    s += (double)xt[t * OUT + r] * w[r * IN + i];
+                near(yt[t * IN + i], s, 1e-5, "matmul_t", i);
+            }
+        }
+        be->destroy(b);
+    }
+}
+
+static void test_ffn_act(void **state) {
+    (void)state;
+    const struct pi_backend_vtable *be = pi_backend_cpu();
+    struct pi_backend *b = make(2, 64);
+    enum { N = 5000 }; /* above the threshold where the op goes parallel */
+    static float g0[N], g[N], u[N];
+    for (int i = 0; i < N; i++) {
+        g0[i] = rnd() * 4;
+        u[i] = rnd() * 4;
+    }
+    const enum pi_act acts[3] = {PI_ACT_SILU_MUL, PI_ACT_RELU_MUL, PI_ACT_RELU_RELU_MUL};
+    for (int a = 0; a < 3; a++) {
+        memcpy(g, g0, sizeof g);
+        be->ffn_act(b, acts[a], g, u, N);
+        for (int i = 0; i < N; i++) {
+            double x = g0[i], want = a == 0   ? x / (1 + exp(-x)) * u[i]
+                                    : a == 1 ? (x > 0 ? x * u[i] : 0)
+                                             : (x > 0 && u[i] > 0 ? x * u[i] : 0);
+            near(g[i], want, 1e-6, "ffn_act", i);
+        }
+    }
+    be->destroy(b);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_rmsnorm),   cmocka_unit_test(test_rope),
+        cmocka_unit_test(test_attention), cmocka_unit_test(test_matmul_and_transpose),
+        cmocka_unit_test(test_ffn_act),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
