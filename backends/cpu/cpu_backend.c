@@ -352,15 +352,14 @@ struct attn_job {
     float *out;
 };
 
-/* One (token, head) pair: scores against every visible position with the F16 dot
- * kernel, then softmax and the weighted sum of V, in the thread's scratch row. */
+/* One (token, head) pair: scores against every visible position (dot_f16_rows), then
+ * softmax and the weighted sum of V (axpy_f16), in the thread's scratch row. */
 static void attn_pairs(void *arg, int64_t lo, int64_t hi, int ith) {
     struct attn_job *j = arg;
     const struct pi_kv *kv = j->kv;
     const struct pi_kv_desc *d = &kv->d;
     const int64_t group = d->n_head / d->n_head_kv;
     const float inv = 1.0f / sqrtf((float)d->head_dim_k);
-    const struct pi_dot_kernel *dot16 = &j->b->k.dot[PI_TYPE_F16];
     float *scores = j->b->scratch + (size_t)ith * (size_t)j->b->max_width;
     const uint16_t *kl = kv->k + (size_t)j->layer * (size_t)d->n_ctx * (size_t)kv->nk;
     const uint16_t *vl = kv->v + (size_t)j->layer * (size_t)d->n_ctx * (size_t)kv->nv;
@@ -369,9 +368,10 @@ static void attn_pairs(void *arg, int64_t lo, int64_t hi, int ith) {
         const int64_t n_pos = j->pos0 + t + 1;
         const float *q = j->q + (t * d->n_head + h) * d->head_dim_k;
         float mx = -INFINITY;
+        j->b->k.dot_f16_rows(scores, kl + (size_t)(hk * d->head_dim_k), (size_t)kv->nk * 2, n_pos,
+                             q, d->head_dim_k);
         for (int64_t p = 0; p < n_pos; p++) {
-            const uint16_t *kr = kl + (size_t)p * (size_t)kv->nk + (size_t)(hk * d->head_dim_k);
-            const float s = dot16->dot(kr, q, d->head_dim_k) * inv;
+            const float s = scores[p] * inv;
             scores[p] = s;
             mx = s > mx ? s : mx;
         }
@@ -382,12 +382,12 @@ static void attn_pairs(void *arg, int64_t lo, int64_t hi, int ith) {
         }
         const float norm = (float)(1.0 / sum);
         float *o = j->out + (t * d->n_head + h) * d->head_dim_v;
+        for (int64_t p = 0; p < n_pos; p++)
+            scores[p] *= norm;
         for (int64_t i = 0; i < d->head_dim_v; i++)
             o[i] = 0.0f;
-        for (int64_t p = 0; p < n_pos; p++) {
-            const uint16_t *vr = vl + (size_t)p * (size_t)kv->nv + (size_t)(hk * d->head_dim_v);
-            j->b->k.axpy_f16(o, scores[p] * norm, vr, d->head_dim_v);
-        }
+        j->b->k.axpy_f16(o, scores, vl + (size_t)(hk * d->head_dim_v), (size_t)kv->nv * 2, n_pos,
+                         d->head_dim_v);
     }
 }
 

@@ -110,10 +110,17 @@ struct pi_cpu_kernels {
     /* Dequantize one row of a weight type (embeddings lookup): bit-exact with the
      * type traits' to_float for finite values, possibly vectorised. */
     pi_to_float_fn to_float[PI_TYPE_ID_LIMIT];
-    /* y[i] = y[i] + a * x[i] over n values of an F16 row x (attention's weighted sum of
-     * V): the product rounded to float, then the sum, no FMA; every implementation
-     * gives the reference's bytes. */
-    void (*axpy_f16)(float *y, float a, const void *x, int64_t n);
+    /* For r = 0 .. nrows-1 in order: y[i] = y[i] + a[r] * x_r[i], i < n, x_r the F16 row
+     * at x + r * stride bytes (attention's weighted sum of V; nrows = 1 is a plain
+     * axpy). Each product is rounded to float, then added (no FMA): every
+     * implementation gives the reference's bytes. */
+    void (*axpy_f16)(float *y, const float *a, const void *x, size_t stride, int64_t nrows,
+                     int64_t n);
+    /* s[r] = dot[PI_TYPE_F16].dot(x_r, q, n) for r < nrows, x_r the F16 row at
+     * x + r * stride bytes, q n floats (attention's scores): bit for bit the table's
+     * F16 dot, without a call per row. */
+    void (*dot_f16_rows)(float *s, const void *x, size_t stride, int64_t nrows, const float *q,
+                         int64_t n);
 };
 
 /* Fill k with the scalar reference kernels, then override with the versions that the

@@ -48,9 +48,6 @@
  * registers; -O3 does it anyway, this keeps -O2 builds as fast. */
 #define UNROLL _Pragma("GCC unroll 8")
 
-#ifndef PF_DIST
-#  define PF_DIST 2048
-#endif
 #define GEMM_TILE         8 /* tokens per gemm tile: one decoded weight group serves them all */
 #define KB_UNITS          8 /* units of 256 values per K-block (2048 values) */
 #define GEMM_L2_BYTES     (256 * 1024) /* weight rows that gemm keeps in L2 across tiles */
@@ -549,8 +546,8 @@ INLINE __m256i block_isum(int type, const struct wblock *w, const uint8_t *xb) {
 
 /* acc[t] and off[t] + the r tail blocks at p (row's blocks 8g..) for tt tokens whose
  * gathered tails are TAIL_BYTES apart at xt. */
-INLINE void tail_dot(int type, const uint8_t *p, int r, const uint8_t *xt, int tt,
-                     __m256 acc[GEMM_TILE], float off[GEMM_TILE]) {
+INLINE void tail_dot(int type, const uint8_t *p, int r, const uint8_t *xt, int tt, __m256 *acc,
+                     float *off) {
     const size_t bb = block_bytes(type);
     for (int j = 0; j < r; j++) {
         struct wblock wb;
@@ -586,10 +583,6 @@ INLINE void row_kblock_n(int type, const uint8_t *row, int64_t nb, int64_t g0, i
     for (int64_t g = g0; g < gf; g++) {
         struct wgroup wg;
         const uint8_t *xg = x + (size_t)g * PI_Q8_0_GROUP_BYTES;
-#if PF_DIST
-        for (size_t o = 0; o < 8 * bb; o += 64)
-            _mm_prefetch((const char *)row + (size_t)(8 * g) * bb + PF_DIST + o, _MM_HINT_T0);
-#endif
         load_group(type, row + (size_t)(8 * g) * bb, &wg);
         UNROLL
         for (int t = 0; t < tt; t++)
@@ -842,6 +835,49 @@ INLINE void kblock_to_y(int type, const uint8_t *row, int64_t n, int64_t k, cons
         y[t * ldy] = k == 0 ? 0.0f + part[t] : y[t * ldy] + part[t];
 }
 
+/* Decode (one token, 32-blocks, rows of at most one K-block): DEC_ROWS rows per call,
+ * one after the other so that the weights stream in order, with one reduction for all
+ * of them; the short rows of small models then overlap better. Each row's sum is formed
+ * exactly as by row_kblock_n (same lanes, same reduction tree), so gemm equals dot. */
+#define DEC_ROWS 2
+
+/* hsum_ps of a and of b: ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7)), both at once. */
+INLINE void hsum2_ps(__m256 a, __m256 b, float *sa, float *sb) {
+    __m256 s = _mm256_add_ps(_mm256_permute2f128_ps(a, b, 0x20), _mm256_permute2f128_ps(a, b, 0x31));
+    s = _mm256_add_ps(s, _mm256_permute_ps(s, 0x4e));
+    s = _mm256_add_ps(s, _mm256_permute_ps(s, 0xb1));
+    *sa = _mm256_cvtss_f32(s);
+    *sb = _mm_cvtss_f32(_mm256_extractf128_ps(s, 1));
+}
+
+/* y[i] = dot(row i, x), i < DEC_ROWS, rows rb bytes apart, n <= KB_UNITS * 256. */
+INLINE void rows_to_y(int type, const uint8_t *row, size_t rb, int64_t n, const uint8_t *x,
+                      const uint8_t *xt, float *y) {
+    const int64_t nb = n / 32, gf = nb / 8;
+    const size_t bb = block_bytes(type);
+    __m256 acc[DEC_ROWS];
+    float off[DEC_ROWS], part[DEC_ROWS];
+    UNROLL
+    for (int i = 0; i < DEC_ROWS; i++) {
+        const uint8_t *r = row + (size_t)i * rb;
+        acc[i] = _mm256_setzero_ps();
+        off[i] = 0.0f;
+        for (int64_t g = 0; g < gf; g++) {
+            struct wgroup wg;
+            load_group(type, r + (size_t)(8 * g) * bb, &wg);
+            acc[i] = group_dot(type, &wg, x + (size_t)g * PI_Q8_0_GROUP_BYTES, acc[i]);
+        }
+        if (nb % 8)
+            tail_dot(type, r + (size_t)(8 * gf) * bb, (int)(nb % 8), xt, 1, acc + i, off + i);
+    }
+    UNROLL
+    for (int i = 0; i < DEC_ROWS; i += 2)
+        hsum2_ps(acc[i], acc[i + 1], part + i, part + i + 1);
+    UNROLL
+    for (int i = 0; i < DEC_ROWS; i++)
+        y[i] = 0.0f + (part[i] + off[i]);
+}
+
 /* The loop nest of gemm: blocks of rows that fit in L2 (GEMM_L2_BYTES); inside them
  * tiles of GEMM_TILE tokens, each decoded weight unit serving the whole tile. When the
  * tile's activations fit in L1 (decode: one token) each row is done in one pass, so the
@@ -863,7 +899,13 @@ INLINE void gemm_units(int type, const void *W, size_t rb, int64_t nr, const voi
                 for (int t = 0; t < tt; t++)
                     tail_gather(x + (size_t)t * vb + (size_t)(n / 256) * PI_Q8_0_GROUP_BYTES,
                                 (int)(n % 256 / 32), xt + (size_t)t * TAIL_BYTES);
-            if ((size_t)tt * vb <= GEMM_L1_ACT_BYTES) {
+            if (tt == 1 && nk == 1 && !is_k_quant(type)) {
+                int64_t r = r0;
+                for (; r + DEC_ROWS <= r1; r += DEC_ROWS)
+                    rows_to_y(type, w + (size_t)r * rb, rb, n, x, xt, y + r);
+                for (; r < r1; r++)
+                    kblock_to_y(type, w + (size_t)r * rb, n, 0, x, vb, xt, 1, y + r, ldy);
+            } else if ((size_t)tt * vb <= GEMM_L1_ACT_BYTES) {
                 for (int64_t r = r0; r < r1; r++)
                     for (int64_t k = 0; k < nk; k++)
                         kblock_to_y(type, w + (size_t)r * rb, n, k, x, vb, xt, tt, y + r, ldy);
@@ -1024,22 +1066,47 @@ INLINE void gemm_float(int type, const void *W, size_t rb, int64_t nr, const voi
     }
 }
 
-/* y += a * x (F16), product and sum rounded apart as in the reference. */
-static void NAME(axpy_f16)(float *y, float a, const void *xv, int64_t n) {
-    const uint8_t *x = xv;
-    const __m256 va = _mm256_set1_ps(a);
-    int64_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        __m256 p0 = _mm256_mul_ps(va, load8(PI_TYPE_F16, x, i));
-        __m256 p1 = _mm256_mul_ps(va, load8(PI_TYPE_F16, x, i + 8));
-        _mm256_storeu_ps(y + i, _mm256_add_ps(_mm256_loadu_ps(y + i), p0));
-        _mm256_storeu_ps(y + i + 8, _mm256_add_ps(_mm256_loadu_ps(y + i + 8), p1));
+static void NAME(dot_f16_rows)(float *s, const void *x, size_t stride, int64_t nrows,
+                               const float *q, int64_t n) {
+    for (int64_t r = 0; r < nrows; r++)
+        s[r] = dot_float(PI_TYPE_F16, (const uint8_t *)x + (size_t)r * stride, q, n);
+}
+
+/* y += a[r] * x_r (F16) over the rows, product and sum rounded apart as in the
+ * reference. y is kept in registers across the rows, NV vectors (8 NV values) at a
+ * time. */
+INLINE void axpy_cols(float *y, const float *a, const uint8_t *x, size_t stride, int64_t nrows,
+                      int64_t i, int nv) {
+    __m256 acc[8];
+    UNROLL
+    for (int v = 0; v < nv; v++)
+        acc[v] = _mm256_loadu_ps(y + i + 8 * v);
+    for (int64_t r = 0; r < nrows; r++) {
+        const uint8_t *xr = x + (size_t)r * stride;
+        const __m256 va = _mm256_broadcast_ss(a + r);
+        UNROLL
+        for (int v = 0; v < nv; v++)
+            acc[v] = _mm256_add_ps(acc[v], _mm256_mul_ps(va, load8(PI_TYPE_F16, xr, i + 8 * v)));
     }
+    UNROLL
+    for (int v = 0; v < nv; v++)
+        _mm256_storeu_ps(y + i + 8 * v, acc[v]);
+}
+
+static void NAME(axpy_f16)(float *y, const float *a, const void *xv, size_t stride, int64_t nrows,
+                           int64_t n) {
+    const uint8_t *x = xv;
+    int64_t i = 0;
+    for (; i + 64 <= n; i += 64)
+        axpy_cols(y, a, x, stride, nrows, i, 8);
     for (; i + 8 <= n; i += 8)
-        _mm256_storeu_ps(y + i, _mm256_add_ps(_mm256_loadu_ps(y + i),
-                                              _mm256_mul_ps(va, load8(PI_TYPE_F16, x, i))));
-    for (; i < n; i++)
-        y[i] = y[i] + a * load1(PI_TYPE_F16, x, i);
+        axpy_cols(y, a, x, stride, nrows, i, 1);
+    for (; i < n; i++) {
+        float s = y[i];
+        for (int64_t r = 0; r < nrows; r++)
+            s = s + a[r] * load1(PI_TYPE_F16, x + (size_t)r * stride, i);
+        y[i] = s;
+    }
 }
 
 /* clang-format off */
@@ -1193,6 +1260,7 @@ void pi_cpu_kernels_avx2(struct pi_cpu_kernels *k) {
     k->quantize_q8_0 = NAME(quantize_q8_0);
     k->quantize_q8_k = NAME(quantize_q8_k);
     k->axpy_f16 = NAME(axpy_f16);
+    k->dot_f16_rows = NAME(dot_f16_rows);
     k->to_float[PI_TYPE_F16] = NAME(to_float_f16);
     k->to_float[PI_TYPE_BF16] = NAME(to_float_bf16);
     k->to_float[PI_TYPE_Q4_0] = NAME(to_float_q4_0);

@@ -141,10 +141,19 @@ static float dot_bf16_ref(const void *w, const void *x, int64_t n) {
     return sum;
 }
 
-static void axpy_f16_ref(float *y, float a, const void *x, int64_t n) {
-    const uint8_t *p = x;
-    for (int64_t i = 0; i < n; i++)
-        y[i] = y[i] + a * rdf16(p + 2 * i);
+static void axpy_f16_ref(float *y, const float *a, const void *x, size_t stride, int64_t nrows,
+                         int64_t n) {
+    for (int64_t r = 0; r < nrows; r++) {
+        const uint8_t *p = (const uint8_t *)x + (size_t)r * stride;
+        for (int64_t i = 0; i < n; i++)
+            y[i] = y[i] + a[r] * rdf16(p + 2 * i);
+    }
+}
+
+static void dot_f16_rows_ref(float *s, const void *x, size_t stride, int64_t nrows, const float *q,
+                             int64_t n) {
+    for (int64_t r = 0; r < nrows; r++)
+        s[r] = dot_f16_ref((const uint8_t *)x + (size_t)r * stride, q, n);
 }
 
 /* ---- 32-blocks ------------------------------------------------------------------------ */
@@ -368,4 +377,5 @@ void pi_cpu_kernels_ref(struct pi_cpu_kernels *k) {
     k->quantize_q8_0 = quantize_q8_0_ref;
     k->quantize_q8_k = quantize_q8_k_ref;
     k->axpy_f16 = axpy_f16_ref;
+    k->dot_f16_rows = dot_f16_rows_ref;
 }

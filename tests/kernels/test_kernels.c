@@ -5,6 +5,7 @@
  *                         type, reference vs every SIMD table this CPU can run, plus the
  *                         gemm throughput (64 tokens) of the SIMD tables; single thread,
  *                         timed in thread CPU time (best of several runs)
+ *   test_kernels --bench-decode  one-token gemm on small-model shapes, weights streamed
  *
  * Every SIMD table this CPU supports is compared with the scalar reference on random
  * weights (valid scales, random quants) and random activations, with odd shapes: n of
@@ -283,9 +284,10 @@ static void test_to_float(void **state) {
     }
 }
 
-/* axpy_f16: bit-exact with the reference, on odd lengths. */
+/* axpy_f16: bit-exact with the reference, on odd lengths and row counts. */
 static void test_axpy_f16(void **state) {
-    static const int64_t lens[] = {1, 3, 7, 8, 9, 15, 16, 17, 31, 64, 80, 128, 129, 259};
+    static const int64_t lens[] = {1, 3, 7, 8, 9, 15, 16, 17, 31, 64, 72, 80, 128, 129, 259};
+    static const int64_t rows[] = {1, 2, 5, 33};
     struct pi_cpu_kernels ref, k;
     (void)state;
     pi_cpu_kernels_ref(&ref);
@@ -294,24 +296,64 @@ static void test_axpy_f16(void **state) {
         if (!impl_table(i, &k))
             continue;
         for (size_t j = 0; j < sizeof lens / sizeof lens[0]; j++) {
-            const int64_t n = lens[j];
-            uint8_t *x = malloc((size_t)n * 2);
-            float *a = malloc((size_t)n * sizeof *a), *b = malloc((size_t)n * sizeof *b);
-            const float s = frand(-2.0f, 2.0f);
-            assert_true(x && a && b);
-            random_weights(PI_TYPE_F16, x, (size_t)n * 2);
-            for (int64_t e = 0; e < n; e++)
-                a[e] = b[e] = frand(-1.0f, 1.0f);
-            ref.axpy_f16(a, s, x, n);
-            k.axpy_f16(b, s, x, n);
-            if (memcmp(a, b, (size_t)n * sizeof *a) != 0) {
-                print_error("%s: axpy_f16 n=%lld differs from the reference\n", impls[i].name,
-                            (long long)n);
-                fail();
+            for (size_t m = 0; m < sizeof rows / sizeof rows[0]; m++) {
+                const int64_t n = lens[j], nr = rows[m];
+                const size_t stride = (size_t)n * 2 + 6; /* rows need not be packed */
+                uint8_t *x = malloc(stride * (size_t)nr);
+                float *a = malloc((size_t)n * sizeof *a), *b = malloc((size_t)n * sizeof *b);
+                float *s = malloc((size_t)nr * sizeof *s);
+                assert_true(x && a && b && s);
+                random_weights(PI_TYPE_F16, x, stride * (size_t)nr);
+                for (int64_t e = 0; e < n; e++)
+                    a[e] = b[e] = frand(-1.0f, 1.0f);
+                for (int64_t r = 0; r < nr; r++)
+                    s[r] = frand(-2.0f, 2.0f);
+                ref.axpy_f16(a, s, x, stride, nr, n);
+                k.axpy_f16(b, s, x, stride, nr, n);
+                if (memcmp(a, b, (size_t)n * sizeof *a) != 0) {
+                    print_error("%s: axpy_f16 n=%lld rows=%lld differs from the reference\n",
+                                impls[i].name, (long long)n, (long long)nr);
+                    fail();
+                }
+                free(x);
+                free(a);
+                free(b);
+                free(s);
+            }
+        }
+    }
+}
+
+/* dot_f16_rows: bit for bit the same table's F16 dot, row by row. */
+static void test_dot_f16_rows(void **state) {
+    static const int64_t lens[] = {1, 7, 8, 17, 32, 64, 100, 128, 259};
+    struct pi_cpu_kernels k;
+    (void)state;
+    for (size_t i = 0; i <= N_IMPLS; i++) { /* every SIMD table, then the reference */
+        const char *name = i < N_IMPLS ? impls[i].name : "ref";
+        if (i == N_IMPLS)
+            pi_cpu_kernels_ref(&k);
+        else if (!impl_table(i, &k))
+            continue;
+        for (size_t j = 0; j < sizeof lens / sizeof lens[0]; j++) {
+            const int64_t n = lens[j], nr = 13;
+            const size_t stride = (size_t)n * 2 + 10;
+            uint8_t *x = malloc(stride * (size_t)nr);
+            float *q = malloc((size_t)n * sizeof *q), s[13];
+            assert_true(x && q);
+            random_weights(PI_TYPE_F16, x, stride * (size_t)nr);
+            random_acts(q, n);
+            k.dot_f16_rows(s, x, stride, nr, q, n);
+            for (int64_t r = 0; r < nr; r++) {
+                float want = k.dot[PI_TYPE_F16].dot(x + (size_t)r * stride, q, n);
+                if (memcmp(&want, &s[r], sizeof want) != 0) {
+                    print_error("%s: dot_f16_rows n=%lld row %lld: %.9g != dot %.9g\n", name,
+                                (long long)n, (long long)r, s[r], want);
+                    fail();
+                }
             }
             free(x);
-            free(a);
-            free(b);
+            free(q);
         }
     }
 }
@@ -543,6 +585,7 @@ static void test_tables(void **state) {
     assert_non_null(k.quantize_q8_0);
     assert_non_null(k.quantize_q8_k);
     assert_non_null(k.axpy_f16);
+    assert_non_null(k.dot_f16_rows);
     pi_cpu_kernels_init(&k, 0);
     assert_int_equal(k.flags, 0);
 }
@@ -649,14 +692,64 @@ static int run_bench(void) {
     return 0;
 }
 
+/* Decode-shaped gemm (one token) over matrices of small models, cycling through 64 MB
+ * of weights so that they stream from memory as in a real decode: GB/s of weights. */
+static int run_bench_decode(void) {
+    static const struct {
+        int type;
+        int64_t n, nr;
+    } shapes[] = {
+        {PI_TYPE_Q4_1, 576, 576},   {PI_TYPE_Q4_1, 576, 1536},  {PI_TYPE_Q4_1, 1536, 576},
+        {PI_TYPE_Q8_0, 576, 49152}, {PI_TYPE_Q4_0, 2048, 2048}, {PI_TYPE_Q4_0, 2048, 5632},
+        {PI_TYPE_Q4_0, 5632, 2048}, {PI_TYPE_Q4_0, 896, 896},   {PI_TYPE_Q8_0, 2048, 2048},
+    };
+    const size_t pool = getenv("PI_BENCH_POOL") ? (size_t)atol(getenv("PI_BENCH_POOL")) : (size_t)64 << 20;
+    struct pi_cpu_kernels k;
+    uint8_t *w = amalloc((size_t)64 << 20), *x = amalloc(pi_vec_bytes(PI_VEC_F32, 8192));
+    float *xf = malloc(8192 * sizeof *xf), *y = malloc(65536 * sizeof *y);
+    if (!w || !x || !xf || !y)
+        return 1;
+    pi_cpu_kernels_init(&k, pi_cpu_detect());
+    random_acts(xf, 8192);
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        const int type = shapes[i].type;
+        const int64_t n = shapes[i].n, nr = shapes[i].nr;
+        const size_t rb = (size_t)pi_type_row_bytes((uint32_t)type, n), mb = rb * (size_t)nr;
+        const size_t nm = pool / mb > 0 && pool <= (size_t)64 << 20 ? pool / mb : 1;
+        double best = 0.0;
+        random_weights(type, w, nm * mb);
+        k.quantize_q8_0(xf, x, n);
+        for (int rep = 0; rep < 5; rep++) {
+            double t0 = now(), dt;
+            size_t passes = 0;
+            do {
+                k.dot[type].gemm(w + (passes % nm) * mb, rb, nr, x, 0, 1, y, nr, n);
+                passes++;
+                dt = now() - t0;
+            } while (dt < 0.2);
+            if ((double)mb * (double)passes / dt / 1e9 > best)
+                best = (double)mb * (double)passes / dt / 1e9;
+        }
+        printf("%-5s n=%-5lld rows=%-6lld %7.2f GB/s\n", pi_type_traits((uint32_t)type)->name,
+               (long long)n, (long long)nr, best);
+    }
+    free(w);
+    free(x);
+    free(xf);
+    free(y);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_vec_bytes),    cmocka_unit_test(test_tables),
         cmocka_unit_test(test_quantize),     cmocka_unit_test(test_to_float),
         cmocka_unit_test(test_ref_vs_float), cmocka_unit_test(test_dot_gemm),
-        cmocka_unit_test(test_axpy_f16),
+        cmocka_unit_test(test_axpy_f16),     cmocka_unit_test(test_dot_f16_rows),
     };
     if (argc > 1 && strcmp(argv[1], "--bench") == 0)
         return run_bench();
+    if (argc > 1 && strcmp(argv[1], "--bench-decode") == 0)
+        return run_bench_decode();
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
