@@ -196,10 +196,12 @@ static void gemm_rows(void *arg, int64_t lo, int64_t hi, int ith) {
                 j->b->xq, j->vb, j->n_tok, j->y + lo, w->n_out, w->n_in);
 }
 
-/* Rows per chunk: about 64 chunks per matrix, in multiples of 16 rows, whatever the
- * thread count (so results do not depend on it). */
-static int64_t row_grain(int64_t n_out) {
-    int64_t g = (n_out / 64 + 15) / 16 * 16;
+/* Rows per chunk: about 2 chunks per thread, in multiples of 16 rows, so each thread
+ * streams long contiguous runs of rows (the hardware prefetcher needs them) while a
+ * descheduled thread's second chunk can still be taken over. Every row's result is
+ * computed the same way whatever the chunking, so logits do not depend on it. */
+static int64_t row_grain(int64_t n_out, int n_threads) {
+    int64_t g = (n_out / (2 * n_threads) + 15) / 16 * 16;
     return g < 16 ? 16 : g;
 }
 
@@ -221,7 +223,7 @@ static void float_rows(void *arg, int64_t lo, int64_t hi, int ith) {
 static void cpu_matmul(struct pi_backend *b, const struct pi_weight *w, const float *x,
                        int64_t n_tok, float *y) {
     struct matmul_job j = {b, w, &b->k.dot[w->type], x, y, n_tok, 0};
-    const int64_t grain = row_grain(w->n_out);
+    const int64_t grain = row_grain(w->n_out, pi_pool_n_threads(b->pool));
     if (b->f32_activations && j.dk->fmt != PI_VEC_F32) {
         pi_pool_for(b->pool, w->n_out, grain, float_rows, &j);
         return;
