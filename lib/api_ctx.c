@@ -6,6 +6,7 @@
 #include "infer/ctx.h"
 #include "runtime/types.h"
 #include "util/os.h"
+#include "util/params.h"
 
 #define CTX_PARAMS_MIN_SIZE sizeof(pi_ctx_params)
 #define MAX_CTX (1 << 20)
@@ -22,18 +23,7 @@ int pi_ctx_default_params(pi_ctx_params *p) {
 
 static int take_params(const pi_ctx_params *in, pi_ctx_params *out, struct pi_error *err) {
     pi_ctx_default_params(out);
-    if (!in)
-        return PI_OK;
-    if (in->struct_size < CTX_PARAMS_MIN_SIZE)
-        PI_FAIL(err, PI_ERR_INVALID_ARG, "pi_ctx_params.struct_size %u is smaller than %u",
-                in->struct_size, (unsigned)CTX_PARAMS_MIN_SIZE);
-    const unsigned char *extra = (const unsigned char *)in + sizeof *out;
-    for (size_t i = 0; i < in->struct_size - sizeof *out; i++)
-        if (extra[i])
-            PI_FAIL(err, PI_ERR_UNSUPPORTED, "pi_ctx_params has set fields this library "
-                    "version does not know");
-    memcpy(out, in, sizeof *out);
-    return PI_OK;
+    return pi_params_take(in, out, sizeof *out, CTX_PARAMS_MIN_SIZE, "pi_ctx_params", err);
 }
 
 static struct pi_weight weight_of(const struct gguf_tensor *t) {

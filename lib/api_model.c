@@ -7,6 +7,7 @@
 
 #include "model/model.h"
 #include "runtime/types.h"
+#include "util/params.h"
 
 /* The size of the first published pi_model_params (0.1): every field up to
  * errbuf_cap. Callers compiled against later headers pass larger sizes. */
@@ -26,24 +27,10 @@ static void write_errbuf(const pi_model_params *p, const char *msg) {
         snprintf(p->errbuf, p->errbuf_cap, "%s", msg);
 }
 
-/* Copy the caller's params into *out, honouring struct_size. */
 static int take_params(const pi_model_params *in, pi_model_params *out,
                        struct pi_error *err) {
     pi_model_default_params(out);
-    if (!in)
-        return PI_OK;
-    if (in->struct_size < MODEL_PARAMS_MIN_SIZE)
-        PI_FAIL(err, PI_ERR_INVALID_ARG, "pi_model_params.struct_size %u is smaller than %u; "
-                "fill the params with pi_model_default_params", in->struct_size,
-                (unsigned)MODEL_PARAMS_MIN_SIZE);
-    const unsigned char *extra = (const unsigned char *)in + sizeof *out;
-    for (size_t i = 0; i < in->struct_size - sizeof *out; i++)
-        if (extra[i])
-            PI_FAIL(err, PI_ERR_UNSUPPORTED, "pi_model_params has fields this library version "
-                    "(%s) does not know, and they are set", pi_version_string());
-    memcpy(out, in, sizeof *out);
-    out->struct_size = (uint32_t)sizeof *out;
-    return PI_OK;
+    return pi_params_take(in, out, sizeof *out, MODEL_PARAMS_MIN_SIZE, "pi_model_params", err);
 }
 
 static int progress(const pi_model_params *p, float frac, struct pi_error *err) {

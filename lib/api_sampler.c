@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "infer/ctx.h"
+#include "util/params.h"
 
 #define SAMPLER_PARAMS_MIN_SIZE sizeof(pi_sampler_params)
 
@@ -95,15 +96,8 @@ int pi_sampler_create(const pi_model *m, const pi_sampler_params *params, pi_sam
         return PI_ERR_INVALID_ARG;
     pi_sampler_params p;
     pi_sampler_default_params(&p);
-    if (params) {
-        if (params->struct_size < SAMPLER_PARAMS_MIN_SIZE)
-            return PI_ERR_INVALID_ARG;
-        const unsigned char *extra = (const unsigned char *)params + sizeof p;
-        for (size_t i = 0; i < params->struct_size - sizeof p; i++)
-            if (extra[i])
-                return PI_ERR_UNSUPPORTED;
-        memcpy(&p, params, sizeof p);
-    }
+    PI_TRY(pi_params_take(params, &p, sizeof p, SAMPLER_PARAMS_MIN_SIZE, "pi_sampler_params",
+                          NULL));
     if (isnan(p.temperature) || !(p.top_p >= 0.0f) || !(p.min_p >= 0.0f) || p.min_p > 1.0f ||
         !(p.repeat_penalty > 0.0f) || !isfinite(p.frequency_penalty) ||
         !isfinite(p.presence_penalty) || p.penalty_last_n < 0)
