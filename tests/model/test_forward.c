@@ -270,6 +270,39 @@ static void test_sampler(void **state) {
     pi_model_close(m);
 }
 
+/* Chat rendering with an explicit format (these models carry no template). */
+static void test_chat_formats(void **state) {
+    (void)state;
+    pi_model *m = open_model(&g_refs[0]);
+    const pi_chat_message msgs[3] = {
+        {"system", "Be brief."}, {"user", "Hi"}, {"assistant", "Hello!"}};
+    const pi_chat_message next = {"user", "Bye"};
+    pi_chat_message conv[4] = {msgs[0], msgs[1], msgs[2], next};
+    char buf[512];
+    assert_int_equal(pi_model_chat_format(m), PI_ERR_NOT_FOUND);
+    assert_int_equal(pi_chat_apply(m, PI_CHAT_AUTO, conv, 4, 1, buf, sizeof buf),
+                     PI_ERR_NOT_FOUND);
+    int64_t n = pi_chat_apply(m, PI_CHAT_CHATML, conv, 4, 1, buf, sizeof buf);
+    assert_string_equal(buf, "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi"
+                             "<|im_end|>\n<|im_start|>assistant\nHello!<|im_end|>\n"
+                             "<|im_start|>user\nBye<|im_end|>\n<|im_start|>assistant\n");
+    assert_int_equal(n, (int64_t)strlen(buf));
+    pi_chat_apply(m, PI_CHAT_LLAMA2, conv, 4, 1, buf, sizeof buf);
+    assert_string_equal(buf, "[INST] <<SYS>>\nBe brief.\n<</SYS>>\n\nHi [/INST] Hello! </s>"
+                             "<s>[INST] Bye [/INST]");
+    pi_chat_apply(m, PI_CHAT_LLAMA3, conv + 1, 1, 1, buf, sizeof buf);
+    assert_string_equal(buf, "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
+                             "<|start_header_id|>assistant<|end_header_id|>\n\n");
+    /* the length is reported even when the buffer is too small */
+    assert_int_equal(pi_chat_apply(m, PI_CHAT_CHATML, conv, 4, 1, buf, 8), n);
+    assert_int_equal(strlen(buf), 7);
+    pi_chat_message bad = {"robot", "x"};
+    assert_int_equal(pi_chat_apply(m, PI_CHAT_CHATML, &bad, 1, 1, buf, sizeof buf),
+                     PI_ERR_INVALID_ARG);
+    assert_int_equal(pi_chat_apply(m, 99, conv, 1, 1, buf, sizeof buf), PI_ERR_INVALID_ARG);
+    pi_model_close(m);
+}
+
 int main(int argc, char **argv) {
     for (int i = 1; i + 2 < argc + 0 && g_n_refs < 32; i += 3) {
         struct ref *r = &g_refs[g_n_refs];
@@ -290,6 +323,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_threads_and_batches),
         cmocka_unit_test(test_failures_leave_context_unchanged),
         cmocka_unit_test(test_sampler),
+        cmocka_unit_test(test_chat_formats),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
