@@ -20,7 +20,8 @@
 /* Tolerances, as max |ours - reference| over the 49152 logits (reference max |logit|
  * is 20..32). Float activations: only float rounding and the F16 KV cache differ.
  * 8-bit activations (the fast default, as llama.cpp does): quantization error
- * (measured 1.11 on prompt 0; llama.cpp from llama-cpp-python 0.3.36: 0.62). */
+ * (measured 0.81 on prompt 0, rms 0.20; llama.cpp from llama-cpp-python 0.3.36: 0.62,
+ * rms 0.13). */
 #define TOL_F32_ACT 0.05
 #define TOL_Q8_ACT 1.5
 
