@@ -59,43 +59,7 @@ try:
 except ImportError as e:  # pragma: no cover
     skip_or_fail(f"cannot import gguf/numpy: {e}")
 
-RESULTS = {"passed": 0, "failed": 0}
-
-
-def run_check(name, fn, *args):
-    t0 = time.monotonic()
-    try:
-        fn(*args)
-    except Exception as e:  # an assertion or anything unexpected
-        RESULTS["failed"] += 1
-        msg = str(e) if isinstance(e, AssertionError) else traceback.format_exc()
-        print(f"FAIL {name}: {msg}")
-    else:
-        RESULTS["passed"] += 1
-        print(f"ok   {name} ({time.monotonic() - t0:.2f} s)")
-
-
-class Mismatches:
-    """Collects every discrepancy of one check, so that one run reports them all."""
-
-    def __init__(self):
-        self.items = []
-
-    def add(self, msg):
-        self.items.append(msg)
-
-    def eq(self, what, got, want):
-        if got != want or type(got) is not type(want):
-            self.add(f"{what}: got {got!r}, want {want!r}")
-
-    def done(self):
-        assert not self.items, f"{len(self.items)} mismatch(es):\n    " + "\n    ".join(
-            self.items[:60])
-
-
-INT_TYPES = {VT.UINT8, VT.INT8, VT.UINT16, VT.INT16, VT.UINT32, VT.INT32, VT.UINT64,
-             VT.INT64}
-FLOAT_TYPES = {VT.FLOAT32, VT.FLOAT64}
+from checks import FLOAT_TYPES, INT_TYPES, Mismatches, finish, run_check  # noqa: E402
 
 
 def find_model():
@@ -533,8 +497,7 @@ def main():
             pass
 
     print(f"time: {time.monotonic() - t0:.2f} s")
-    print(f"{RESULTS['passed']} passed, {RESULTS['failed']} failed")
-    return 1 if RESULTS["failed"] else 0
+    return finish()
 
 
 if __name__ == "__main__":

@@ -24,7 +24,6 @@ import math
 import os
 import subprocess
 import sys
-import traceback
 
 try:
     import numpy as np
@@ -36,46 +35,7 @@ except ImportError as e:  # pragma: no cover
     print("0 passed, 0 failed")
     sys.exit(77)
 
-RESULTS = {"passed": 0, "failed": 0}
-
-
-def run_check(name, fn, *args):
-    try:
-        fn(*args)
-    except Exception as e:  # an assertion or anything unexpected
-        RESULTS["failed"] += 1
-        msg = str(e) if isinstance(e, AssertionError) else traceback.format_exc()
-        print(f"FAIL {name}: {msg}")
-    else:
-        RESULTS["passed"] += 1
-        print(f"ok   {name}")
-
-
-class Mismatches:
-    """Collects every discrepancy of one check, so that one run reports them all."""
-
-    def __init__(self):
-        self.items = []
-
-    def add(self, msg):
-        self.items.append(msg)
-
-    def eq(self, what, got, want):
-        if got != want or type(got) is not type(want):
-            self.add(f"{what}: got {got!r}, want {want!r}")
-
-    def done(self):
-        assert not self.items, f"{len(self.items)} mismatch(es):\n    " + "\n    ".join(
-            self.items[:60])
-
-
-# ---------------------------------------------------------------------------------
-# helpers
-# ---------------------------------------------------------------------------------
-
-INT_TYPES = {VT.UINT8, VT.INT8, VT.UINT16, VT.INT16, VT.UINT32, VT.INT32, VT.UINT64,
-             VT.INT64}
-FLOAT_TYPES = {VT.FLOAT32, VT.FLOAT64}
+from checks import FLOAT_TYPES, INT_TYPES, Mismatches, finish, run_check  # noqa: E402
 
 
 def f32(x):
@@ -584,8 +544,7 @@ def main():
     else:
         print("skip (e): gguf.GGUFWriter has no add_custom_alignment")
 
-    print(f"{RESULTS['passed']} passed, {RESULTS['failed']} failed")
-    return 1 if RESULTS["failed"] else 0
+    return finish()
 
 
 if __name__ == "__main__":
