@@ -83,9 +83,21 @@ struct pi_backend_vtable {
                    int64_t n_tok, float *y);
     /* y[t][i] = sum_r x[t][r] * W[r][i]: the product with the transpose, for weights
      * stored neuron-major (PowerInfer's ffn_down_t {n_embd, n_ff}); x [n_tok][n_out],
-     * y [n_tok][n_in]. */
+     * y [n_tok][n_in]; rows whose x is zero for every token are not read. n_out is at
+     * most the backend's max_width (also for matmul_t_rows). */
     void (*matmul_t)(struct pi_backend *b, const struct pi_weight *w, const float *x,
                      int64_t n_tok, float *y);
+    /* Sparse row products: y[t][idx[i]] = sum_j W[idx[i]][j] * x[t][j] for i < n_idx
+     * (idx ascending, distinct), the dense matmul restricted to those rows, computed
+     * the same way row by row; other entries of y [n_tok][n_out] are not written. */
+    void (*matmul_rows)(struct pi_backend *b, const struct pi_weight *w, const float *x,
+                        int64_t n_tok, const int32_t *idx, int64_t n_idx, float *y);
+    /* Sparse accumulation over neuron-major rows (ffn_down_t): y[t][j] =
+     * sum over i < n_idx, in order, with x[t][idx[i]] != 0 of x[t][idx[i]] * W[idx[i]][j];
+     * x [n_tok][n_out], y [n_tok][n_in] overwritten. Returns the number of rows read
+     * (rows with a non-zero value for some token). */
+    int64_t (*matmul_t_rows)(struct pi_backend *b, const struct pi_weight *w, const float *x,
+                             int64_t n_tok, const int32_t *idx, int64_t n_idx, float *y);
     /* Rows ids[t] of W, dequantized: y [n_tok][n_in]. */
     void (*get_rows)(struct pi_backend *b, const struct pi_weight *w, const int32_t *ids,
                      int64_t n_tok, float *y);

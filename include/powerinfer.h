@@ -534,7 +534,56 @@ typedef struct pi_ctx_params {
      * products. Slower (prefill several times), but closer to a float reference: use
      * it to check a model against another implementation. Default 0. */
     uint32_t f32_activations;
+    /* How the FFN of a PowerInfer (PWRI) model is computed, PI_SPARSE_*. Default
+     * PI_SPARSE_AUTO: predictor-driven sparse for PowerInfer files, dense otherwise.
+     * Other modes need a PowerInfer file (PI_ERR_UNSUPPORTED otherwise), except
+     * PI_SPARSE_DENSE, which every model accepts. Since: 0.1 */
+    uint32_t sparse_mode;
+    /* Non-zero: use sparse_threshold instead of the file's powerinfer.sparse_threshold
+     * (neuron r is computed iff its predictor score >= the threshold). Since: 0.1 */
+    uint32_t sparse_threshold_set;
+    float sparse_threshold;
+    /* Activation statistics and telemetry, PI_STATS_* (see pi_ctx_stats). Default
+     * PI_STATS_OFF. Since: 0.1 */
+    uint32_t stats;
+    /* Optional caller buffer that receives the error message when pi_ctx_create
+     * fails (there is no context yet to ask). Borrowed for the call. Since: 0.1 */
+    char *errbuf;
+    size_t errbuf_cap;
 } pi_ctx_params;
+
+/* pi_ctx_params.sparse_mode. Every mode gives the same result for a neuron it
+ * computes; they differ in which neurons are computed:
+ * - PREDICTOR: per layer the predictor score = fc2 . relu(fc1 . h), h the residual
+ *   stream after attention (before ffn_norm); only neurons with score >= threshold
+ *   are computed (gate/up as row dot products, down as a sum over the active rows of
+ *   ffn_down_t skipping zero activations). What PowerInfer computes.
+ * - DENSE: every neuron (predictors ignored). Same result as PREDICTOR with a
+ *   predictor that marks every neuron.
+ * - ORACLE: the gate is computed for every neuron and exactly the neurons whose
+ *   activation is non-zero are used: the same logits as DENSE up to rounding, at the
+ *   cost of a full gate projection; the upper bound of any predictor's quality.
+ * A prompt (many tokens in one step) is computed on the union of its tokens' active
+ * sets, each token still using only its own neurons (docs/design.md). */
+enum {
+    PI_SPARSE_AUTO = 0,
+    PI_SPARSE_DENSE = 1,
+    PI_SPARSE_PREDICTOR = 2,
+    PI_SPARSE_ORACLE = 3
+};
+
+/* pi_ctx_params.stats. */
+enum {
+    PI_STATS_OFF = 0,
+    /* Count what the mode computes anyway: predicted neurons (PREDICTOR), truly
+     * active neurons (DENSE, ORACLE), rows and bytes of weights read, and time per
+     * layer part. Costs a clock read per layer part and a counter per neuron. */
+    PI_STATS_ON = 1,
+    /* Also compute what the mode skips, to measure the predictor: the predictor in
+     * DENSE/ORACLE mode, the full gate and up projections in PREDICTOR mode (whose
+     * output still uses only the predicted neurons). Slower. */
+    PI_STATS_DIAGNOSTIC = 2
+};
 
 /* Fill `params` with the defaults. PI_OK or PI_ERR_INVALID_ARG. Since: 0.1 */
 PI_API int pi_ctx_default_params(pi_ctx_params *params);
@@ -592,6 +641,87 @@ PI_API int pi_ctx_truncate(pi_ctx *ctx, int64_t n_keep);
 PI_API int pi_ctx_set_threads(pi_ctx *ctx, uint32_t n_threads);
 PI_API uint32_t pi_ctx_n_threads(const pi_ctx *ctx);
 
+/* The FFN mode the context runs, PI_SPARSE_DENSE, _PREDICTOR or _ORACLE (AUTO
+ * resolved), or PI_ERR_INVALID_ARG. Since: 0.1 */
+PI_API int pi_ctx_sparse_mode(const pi_ctx *ctx);
+
+/* The predictor threshold the context uses (the file's, or the override). */
+PI_API float pi_ctx_sparse_threshold(const pi_ctx *ctx);
+
+/* =================================================================================
+ * Activation statistics
+ *
+ * Per layer and FFN neuron: how many tokens the predictor marked the neuron active
+ * ("predicted"), how many tokens its activation was truly non-zero ("active"), and
+ * both. A context collects them when created with stats != PI_STATS_OFF; they can be
+ * saved as a small GGUF side file (docs/formats.md) and loaded again, e.g. to plan
+ * which neurons to keep on a GPU. PowerInfer's activation/activation_N.pt files
+ * convert to the same file with tools/convert_activation_stats.py.
+ * ================================================================================= */
+typedef struct pi_stats pi_stats;
+
+/* Which per-neuron count pi_stats_neurons returns. */
+enum {
+    PI_NEURON_PREDICTED = 0,
+    PI_NEURON_ACTIVE = 1,
+    PI_NEURON_BOTH = 2
+};
+
+/* Per-layer totals and telemetry. Counts add over tokens; rows and bytes count
+ * weight rows and bytes read by the FFN and predictor kernels (a prompt step reads
+ * each row once for all its tokens); times are wall-clock nanoseconds of the
+ * attention block, the predictor, and the FFN block (0 for loaded statistics). */
+typedef struct pi_layer_stats {
+    uint32_t struct_size; /* set by the caller to sizeof(pi_layer_stats) */
+    uint32_t reserved;
+    uint64_t tokens_predicted; /* tokens the predictor ran for */
+    uint64_t tokens_observed;  /* tokens whose true activations were seen */
+    double predicted;          /* sum over tokens of neurons marked active */
+    double active;             /* sum over observed tokens of truly active neurons */
+    double both;               /* sum over tokens of neurons both marked and active */
+    uint64_t rows_gate_up;     /* rows of ffn_gate (and as many of ffn_up) computed */
+    uint64_t rows_down;        /* rows of the down projection accumulated */
+    uint64_t bytes_ffn;        /* FFN weight bytes read */
+    uint64_t bytes_predictor;  /* predictor weight bytes read */
+    uint64_t ns_attention, ns_predictor, ns_ffn;
+} pi_layer_stats;
+
+/* The statistics a context collects, or NULL when created with PI_STATS_OFF.
+ * Borrowed until the context is destroyed; updated by each decode. Since: 0.1 */
+PI_API const pi_stats *pi_ctx_stats(const pi_ctx *ctx);
+
+/* Zero the context's statistics. PI_OK, PI_ERR_INVALID_ARG (NULL, or no statistics
+ * collected). Since: 0.1 */
+PI_API int pi_ctx_stats_reset(pi_ctx *ctx);
+
+/* Shape: layers and neurons per layer; 0 for NULL. Since: 0.1 */
+PI_API int64_t pi_stats_n_layer(const pi_stats *stats);
+PI_API int64_t pi_stats_n_ff(const pi_stats *stats);
+
+/* Totals of one layer into *out (out->struct_size must be set; fields beyond it are
+ * not written). PI_OK, PI_ERR_INVALID_ARG, PI_ERR_RANGE (layer). Since: 0.1 */
+PI_API int pi_stats_layer(const pi_stats *stats, int64_t layer, pi_layer_stats *out);
+
+/* Copy the n_ff counts of `kind` (PI_NEURON_*) for `layer` into out[0..n) (n must be
+ * at least n_ff). PI_OK, PI_ERR_INVALID_ARG, PI_ERR_RANGE. Since: 0.1 */
+PI_API int pi_stats_neurons(const pi_stats *stats, int64_t layer, int kind, double *out,
+                            size_t n);
+
+/* Write the per-neuron counts as a GGUF side file (replacing `path` only once it is
+ * complete). errbuf (may be NULL) receives the message on failure. PI_OK,
+ * PI_ERR_INVALID_ARG, PI_ERR_IO, PI_ERR_NOMEM. Since: 0.1 */
+PI_API int pi_stats_save(const pi_stats *stats, const char *path, char *errbuf,
+                         size_t errbuf_cap);
+
+/* Read a side file. out receives the statistics (ownership transfers to the caller:
+ * pi_stats_free) or NULL. PI_OK, PI_ERR_INVALID_ARG, PI_ERR_IO, PI_ERR_FORMAT,
+ * PI_ERR_NOMEM. Since: 0.1 */
+PI_API int pi_stats_load(const char *path, pi_stats **out, char *errbuf, size_t errbuf_cap);
+
+/* Release loaded statistics; NULL is a no-op. Never call it on pi_ctx_stats's
+ * result. Since: 0.1 */
+PI_API void pi_stats_free(pi_stats *stats);
+
 /* =================================================================================
  * Sampling
  *
@@ -637,6 +767,72 @@ PI_API int pi_sampler_accept(pi_sampler *sampler, int32_t token);
 
 /* Clear the history and re-seed. PI_OK, PI_ERR_INVALID_ARG. Since: 0.1 */
 PI_API int pi_sampler_reset(pi_sampler *sampler);
+
+/* =================================================================================
+ * Quantization
+ *
+ * pi_model_quantize rewrites a GGUF or PowerInfer ("PWRI") file with its large
+ * weights in a smaller type. Everything else is kept: the magic, every metadata key
+ * in its order (except general.file_type, set to the target's llama.cpp file type,
+ * and general.quantization_version, set to 2; both U32, appended when absent), the
+ * tensor names and order, and the bytes of every tensor that is not quantized.
+ * A tensor is quantized iff it has at least 2 dimensions, its name ends in
+ * ".weight", it is F32, F16 or BF16, and ne[0] is a multiple of the target's block
+ * size (32); tensors already quantized are copied, not requantized. The blocks are
+ * bit-identical to those of the gguf Python package (gguf.quants.quantize) for the
+ * same float values. docs/formats.md has the details.
+ * ================================================================================= */
+typedef struct pi_quantize_params {
+    uint32_t struct_size; /* set by pi_quantize_default_params */
+    /* Target type of the weights: PI_TYPE_Q4_0 (default), PI_TYPE_Q4_1,
+     * PI_TYPE_Q5_0, PI_TYPE_Q5_1 or PI_TYPE_Q8_0. */
+    uint32_t type;
+    /* Type of the FFN predictors of a PowerInfer file (blk.N.fc1.weight,
+     * blk.N.fc2.weight). 0 (default): the same as `type`. Otherwise one of the
+     * targets above or PI_TYPE_F16 / PI_TYPE_BF16 (PI_TYPE_F32 cannot be named, 0
+     * meaning "same"). Dense files have no predictors and ignore it. */
+    uint32_t predictor_type;
+    /* Non-zero: leave output.weight as it is. Default 0. */
+    uint32_t keep_output;
+    /* Threads that quantize the rows of a tensor, including the caller. 0 (default):
+     * the processors available. The output does not depend on it. */
+    uint32_t n_threads;
+    /* Progress of the call; may abort it. NULL (default): none. Borrowed for the
+     * call. */
+    pi_progress_fn progress_fn;
+    void *progress_user;
+    /* Optional caller buffer that receives the error message on failure. Borrowed
+     * for the call. Default NULL/0. */
+    char *errbuf;
+    size_t errbuf_cap;
+} pi_quantize_params;
+
+/* Fill `params` with the defaults, including struct_size.
+ * Returns PI_OK, or PI_ERR_INVALID_ARG if params is NULL. Since: 0.1 */
+PI_API int pi_quantize_default_params(pi_quantize_params *params);
+
+/* Quantize the model file at `in_path` into a new file at `out_path` (both
+ * NUL-terminated, borrowed for the call). params: NULL for the defaults, or filled by
+ * pi_quantize_default_params; borrowed for the call.
+ *
+ * The input must parse as a GGUF or PWRI file (the architecture is not checked).
+ * It is read through a mapping and the output is written as it is produced, so
+ * memory use stays small whatever the model size. The output is first written to a
+ * temporary file next to out_path ("<out_path>.tmp.<pid>.<n>") and renamed over
+ * out_path only when complete; on any failure the temporary file is removed and
+ * out_path is untouched.
+ *
+ * Returns PI_OK; PI_ERR_INVALID_ARG (NULL path, out_path naming the input file,
+ * a type or predictor_type not listed above, struct_size smaller than the first
+ * published pi_quantize_params); PI_ERR_UNSUPPORTED (struct_size larger than this
+ * library knows and a field it does not know is non-zero); PI_ERR_IO (the input
+ * cannot be opened or mapped, the output cannot be created, written (disk full),
+ * synced or renamed); PI_ERR_FORMAT (the input is malformed); PI_ERR_NOMEM;
+ * PI_ERR_INTERNAL (threads could not start); PI_ERR_ABORTED (progress_fn returned
+ * non-zero). On failure the message is written to params->errbuf when given.
+ * Thread-safe: calls on different files may run at once. Since: 0.1 */
+PI_API int pi_model_quantize(const char *in_path, const char *out_path,
+                             const pi_quantize_params *params);
 
 #ifdef __cplusplus
 }

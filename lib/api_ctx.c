@@ -1,5 +1,7 @@
 /* api_ctx.c -- public context functions: argument checks, weight views, scratch and
  * KV cache set-up, then delegation to infer/forward.c. */
+#include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -8,7 +10,9 @@
 #include "util/os.h"
 #include "util/params.h"
 
-#define CTX_PARAMS_MIN_SIZE sizeof(pi_ctx_params)
+/* The first published pi_ctx_params ended after f32_activations (40 bytes with its
+ * padding on 64-bit targets); later fields are read only when struct_size covers them. */
+#define CTX_PARAMS_MIN_SIZE (offsetof(pi_ctx_params, f32_activations) + sizeof(uint32_t))
 #define MAX_CTX (1 << 20)
 #define DEFAULT_BATCH 256
 #define MAX_THREADS 512
@@ -55,11 +59,61 @@ void pi_ctx_destroy(pi_ctx *c) {
         c->be->kv_destroy(c->b, c->kv);
         c->be->destroy(c->b);
     }
-    float *bufs[] = {c->x, c->xn, c->q, c->k, c->v, c->att, c->g, c->u, c->logits};
+    float *bufs[] = {c->x,     c->xn,  c->q,   c->k,     c->v,    c->att, c->g,
+                     c->u,     c->logits, c->score, c->hid, c->gfull, c->ufull};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
         pi_free(&a, bufs[i]);
+    pi_free(&a, c->idx);
+    pi_free(&a, c->mark);
+    pi_stats_destroy(c->stats);
     pi_free(&a, c->layers);
     pi_free(&a, c);
+}
+
+/* Mode, threshold, statistics and the sparse path's scratch. */
+static int setup_sparse(struct pi_ctx *c, const pi_ctx_params *p) {
+    const struct pi_hparams *hp = c->hp;
+    const struct pi_allocator *a = &c->alloc;
+    const int64_t F = hp->n_ff, B = c->n_batch;
+    c->mode = (int)p->sparse_mode;
+    if (c->mode == PI_SPARSE_AUTO)
+        c->mode = hp->sparse ? PI_SPARSE_PREDICTOR : PI_SPARSE_DENSE;
+    if (c->mode != PI_SPARSE_DENSE && !hp->sparse)
+        PI_FAIL(&c->err, PI_ERR_UNSUPPORTED, "sparse mode %s needs a PowerInfer model (magic "
+                "PWRI, with predictors and ffn_down_t); this file is dense: use "
+                "PI_SPARSE_DENSE", c->mode == PI_SPARSE_ORACLE ? "oracle" : "predictor");
+    c->threshold = p->sparse_threshold_set ? p->sparse_threshold : hp->sparse_threshold;
+    c->stats_level = (int)p->stats;
+    if (hp->sparse) {
+        int64_t rmax = 1;
+        for (int64_t l = 0; l < hp->n_layer; l++)
+            rmax = max64(rmax, c->layers[l].fc1.n_out);
+        c->score = pi_calloc(a, (size_t)(B * F), sizeof(float));
+        c->hid = pi_calloc(a, (size_t)(B * rmax), sizeof(float));
+        c->idx = pi_calloc(a, (size_t)F, sizeof *c->idx);
+        c->mark = pi_calloc(a, (size_t)F, 1);
+        if (!c->score || !c->hid || !c->idx || !c->mark)
+            PI_FAIL(&c->err, PI_ERR_NOMEM, "out of memory for the sparse FFN's scratch");
+        if (c->mode == PI_SPARSE_PREDICTOR && c->stats_level == PI_STATS_DIAGNOSTIC) {
+            c->gfull = pi_calloc(a, (size_t)(B * F), sizeof(float));
+            c->ufull = pi_calloc(a, (size_t)(B * F), sizeof(float));
+            if (!c->gfull || !c->ufull)
+                PI_FAIL(&c->err, PI_ERR_NOMEM, "out of memory for diagnostic statistics");
+        }
+    }
+    if (c->stats_level != PI_STATS_OFF) {
+        int st = pi_stats_create(a, hp->n_layer, F, &c->stats);
+        if (st < 0)
+            PI_FAIL(&c->err, st, "out of memory for activation statistics");
+        if (pi_model_meta_str(c->model, "general.name", c->stats->name,
+                              sizeof c->stats->name) < 0)
+            c->stats->name[0] = '\0';
+        snprintf(c->stats->source, sizeof c->stats->source, "libpowerinfer %s, %s mode",
+                 pi_version_string(), c->mode == PI_SPARSE_DENSE       ? "dense"
+                                   : c->mode == PI_SPARSE_ORACLE ? "oracle"
+                                                                 : "predictor");
+    }
+    return PI_OK;
 }
 
 static int setup(struct pi_ctx *c, const pi_ctx_params *p) {
@@ -94,6 +148,8 @@ static int setup(struct pi_ctx *c, const pi_ctx_params *p) {
         w->has_down = L->ffn_down != NULL;
         w->down = weight_of(L->ffn_down);
         w->down_t = weight_of(L->ffn_down_t);
+        w->fc1 = weight_of(L->fc1);
+        w->fc2 = weight_of(L->fc2);
     }
 
     const int64_t E = hp->n_embd, F = hp->n_ff, B = c->n_batch;
@@ -113,6 +169,7 @@ static int setup(struct pi_ctx *c, const pi_ctx_params *p) {
     c->logits = pi_calloc(a, (size_t)hp->n_vocab, sizeof(float));
     if (!c->logits)
         PI_FAIL(&c->err, PI_ERR_NOMEM, "out of memory");
+    PI_TRY(setup_sparse(c, p));
 
     struct pi_backend_config cfg = {a, n_threads, B,
                                     max64(max64(E, F), max64(max64(qd, ad), c->n_ctx)),
@@ -140,8 +197,19 @@ int pi_ctx_create(const pi_model *model, const pi_ctx_params *params, pi_ctx **o
     struct pi_error err;
     pi_ctx_params p;
     PI_TRY(take_params(params, &p, &err));
-    if (p.n_ctx > MAX_CTX || p.n_threads > MAX_THREADS || p.n_batch > MAX_CTX)
+    const char *bad = p.n_ctx > MAX_CTX           ? "n_ctx is above 1<<20"
+                      : p.n_threads > MAX_THREADS  ? "n_threads is above 512"
+                      : p.n_batch > MAX_CTX        ? "n_batch is above 1<<20"
+                      : p.sparse_mode > PI_SPARSE_ORACLE ? "sparse_mode is not a PI_SPARSE_* value"
+                      : p.stats > PI_STATS_DIAGNOSTIC    ? "stats is not a PI_STATS_* value"
+                      : p.sparse_threshold_set && !isfinite(p.sparse_threshold)
+                          ? "sparse_threshold is not finite"
+                          : NULL;
+    if (bad) {
+        if (p.errbuf && p.errbuf_cap > 0)
+            snprintf(p.errbuf, p.errbuf_cap, "pi_ctx_params: %s", bad);
         return PI_ERR_INVALID_ARG;
+    }
     struct pi_ctx *c = pi_calloc(&model->alloc, 1, sizeof *c);
     if (!c)
         return PI_ERR_NOMEM;
@@ -153,6 +221,8 @@ int pi_ctx_create(const pi_model *model, const pi_ctx_params *params, pi_ctx **o
     int st = setup(c, &p);
     if (st < 0) {
         pi_log(&model->log, PI_LOG_ERROR, "pi_ctx_create: %s", c->err.msg);
+        if (p.errbuf && p.errbuf_cap > 0)
+            snprintf(p.errbuf, p.errbuf_cap, "%s", c->err.msg);
         pi_ctx_destroy(c);
         return st;
     }
@@ -224,4 +294,23 @@ int pi_ctx_set_threads(pi_ctx *c, uint32_t n) {
 
 uint32_t pi_ctx_n_threads(const pi_ctx *c) {
     return c ? (uint32_t)c->be->n_threads(c->b) : 0;
+}
+
+int pi_ctx_sparse_mode(const pi_ctx *c) {
+    return c ? c->mode : PI_ERR_INVALID_ARG;
+}
+
+float pi_ctx_sparse_threshold(const pi_ctx *c) {
+    return c ? c->threshold : 0.0f;
+}
+
+const pi_stats *pi_ctx_stats(const pi_ctx *c) {
+    return c ? c->stats : NULL;
+}
+
+int pi_ctx_stats_reset(pi_ctx *c) {
+    if (!c || !c->stats)
+        return PI_ERR_INVALID_ARG;
+    pi_stats_clear(c->stats);
+    return PI_OK;
 }

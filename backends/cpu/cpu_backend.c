@@ -23,6 +23,7 @@ struct pi_backend {
     size_t xq_cap;
     float *scratch; /* per thread: max_width floats */
     int scratch_threads;
+    int32_t *rows;  /* max_width row ids (matmul_t_rows) */
 };
 
 struct pi_kv {
@@ -39,6 +40,7 @@ static void cpu_destroy(struct pi_backend *b) {
     pi_pool_destroy(b->pool);
     pi_free(b->alloc, b->xq);
     pi_free(b->alloc, b->scratch);
+    pi_free(b->alloc, b->rows);
     pi_free(b->alloc, b);
 }
 
@@ -70,7 +72,8 @@ static int cpu_create(struct pi_backend **out, const struct pi_backend_config *c
     per = per > q8k ? per : q8k;
     b->xq_cap = per * (size_t)cfg->max_tokens;
     b->xq = pi_malloc(b->alloc, b->xq_cap);
-    int st = b->xq ? PI_OK : PI_ERR_NOMEM;
+    b->rows = pi_malloc(b->alloc, (size_t)cfg->max_width * sizeof *b->rows);
+    int st = b->xq && b->rows ? PI_OK : PI_ERR_NOMEM;
     if (st == PI_OK)
         st = pi_pool_create(&b->pool, cfg->n_threads, b->alloc);
     if (st == PI_OK)
@@ -237,39 +240,155 @@ static void cpu_matmul(struct pi_backend *b, const struct pi_weight *w, const fl
     pi_pool_for(b->pool, w->n_out, grain, gemm_rows, &j);
 }
 
-/* y = x W (W neuron-major): each thread owns a range of output columns, aligned to the
- * weight type's block, and walks every row dequantizing just its slice. */
-static void matmul_t_cols(void *arg, int64_t lo, int64_t hi, int ith) {
-    struct matmul_job *j = arg;
+/* ---- sparse ops -------------------------------------------------------------------- */
+
+/* Scattered rows defeat the hardware prefetcher at every row start; the sparse ops ask
+ * for rows a few positions ahead in their list. `all`: the whole row, else its first
+ * cache lines (the rest was requested when the row was `all` ahead earlier). */
+#define PREFETCH_ROWS 4
+static inline void prefetch_bytes(const uint8_t *p, size_t n, int all) {
+    (void)all;
+    for (size_t o = 0; o < n; o += 64)
+        __builtin_prefetch(p + o, 0, 3);
+}
+
+struct rows_job {
+    struct matmul_job m;
+    const int32_t *idx;
+};
+
+/* Rows idx[lo..hi): one gemm per run of consecutive ids, so a dense run streams like
+ * the dense matmul and each row's result is exactly the dense one. */
+static void gemm_idx(void *arg, int64_t lo, int64_t hi, int ith) {
+    struct rows_job *rj = arg;
+    struct matmul_job *j = &rj->m;
+    const struct pi_weight *w = j->w;
+    (void)ith;
+    for (int64_t i = lo; i < hi;) {
+        int64_t e = i + 1;
+        while (e < hi && rj->idx[e] == rj->idx[e - 1] + 1)
+            e++;
+        const int64_t r0 = rj->idx[i];
+        if (e - i < 4) /* a short run: fetch a row further down the list meanwhile */
+            for (int64_t k = e; k < e + PREFETCH_ROWS && k < hi; k++)
+                prefetch_bytes((const uint8_t *)w->data + (size_t)rj->idx[k] * w->row_bytes,
+                               w->row_bytes, k - e == PREFETCH_ROWS - 1 || k + 1 == hi);
+        j->dk->gemm((const uint8_t *)w->data + (size_t)r0 * w->row_bytes, w->row_bytes, e - i,
+                    j->b->xq, j->vb, j->n_tok, j->y + r0, w->n_out, w->n_in);
+        i = e;
+    }
+}
+
+static void float_idx(void *arg, int64_t lo, int64_t hi, int ith) {
+    struct rows_job *rj = arg;
+    struct matmul_job *j = &rj->m;
+    const struct pi_weight *w = j->w;
+    const struct pi_dot_kernel *f32 = &j->b->k.dot[PI_TYPE_F32];
+    float *row = j->b->scratch + (size_t)ith * (size_t)j->b->max_width;
+    for (int64_t i = lo; i < hi; i++) {
+        const int64_t r = rj->idx[i];
+        j->b->k.to_float[w->type]((const uint8_t *)w->data + (size_t)r * w->row_bytes, row,
+                                  w->n_in);
+        for (int64_t t = 0; t < j->n_tok; t++)
+            j->y[t * w->n_out + r] = f32->dot(row, j->x + t * w->n_in, w->n_in);
+    }
+}
+
+static void cpu_matmul_rows(struct pi_backend *b, const struct pi_weight *w, const float *x,
+                            int64_t n_tok, const int32_t *idx, int64_t n_idx, float *y) {
+    struct rows_job rj = {{b, w, &b->k.dot[w->type], x, y, n_tok, 0}, idx};
+    if (n_idx <= 0)
+        return;
+    const int64_t grain = row_grain(n_idx, pi_pool_n_threads(b->pool));
+    if (b->f32_activations && rj.m.dk->fmt != PI_VEC_F32) {
+        pi_pool_for(b->pool, n_idx, grain, float_idx, &rj);
+        return;
+    }
+    rj.m.vb = pi_vec_bytes(rj.m.dk->fmt, w->n_in);
+    if (n_tok <= 4)
+        quantize_rows(&rj.m, 0, n_tok, 0);
+    else
+        pi_pool_for(b->pool, n_tok, 1, quantize_rows, &rj.m);
+    pi_pool_for(b->pool, n_idx, grain, gemm_idx, &rj);
+}
+
+struct trows_job {
+    struct pi_backend *b;
+    const struct pi_weight *w;
+    const float *x;
+    float *y;
+    int64_t n_tok, n_rows;
+};
+
+/* Columns [lo, hi) of every token's output: each thread owns whole blocks of columns
+ * and adds the rows in list order, so every output value has one fixed summation
+ * order whatever the number of threads. */
+static void axpy_cols_job(void *arg, int64_t lo, int64_t hi, int ith) {
+    struct trows_job *j = arg;
     const struct pi_weight *w = j->w;
     const struct pi_type_traits *tt = pi_type_traits(w->type);
-    float *tmp = j->b->scratch + (size_t)ith * (size_t)j->b->max_width;
     const size_t off = (size_t)(lo / tt->block_size) * tt->block_bytes;
-    for (int64_t t = 0; t < j->n_tok; t++) {
-        float *y = j->y + t * w->n_in;
-        for (int64_t i = lo; i < hi; i++)
-            y[i] = 0.0f;
-    }
-    for (int64_t r = 0; r < w->n_out; r++) {
-        j->b->k.to_float[w->type]((const uint8_t *)w->data + (size_t)r * w->row_bytes + off, tmp,
-                                  hi - lo);
+    pi_axpy_fn axpy = j->b->k.axpy[w->type];
+    float *tmp = j->b->scratch + (size_t)ith * (size_t)j->b->max_width;
+    for (int64_t t = 0; t < j->n_tok; t++)
+        memset(j->y + t * w->n_in + lo, 0, (size_t)(hi - lo) * sizeof(float));
+    const size_t slice = (size_t)((hi - lo) / tt->block_size) * tt->block_bytes;
+    for (int64_t i = 0; i < j->n_rows; i++) {
+        const int64_t r = j->b->rows[i];
+        const uint8_t *row = (const uint8_t *)w->data + (size_t)r * w->row_bytes + off;
+        if (i + PREFETCH_ROWS < j->n_rows)
+            prefetch_bytes((const uint8_t *)w->data +
+                               (size_t)j->b->rows[i + PREFETCH_ROWS] * w->row_bytes + off,
+                           slice, 1);
+        if (!axpy) { /* K-quants: dequantize the slice once, then float axpys */
+            j->b->k.to_float[w->type](row, tmp, hi - lo);
+            row = (const uint8_t *)tmp;
+        }
+        pi_axpy_fn f = axpy ? axpy : j->b->k.axpy[PI_TYPE_F32];
         for (int64_t t = 0; t < j->n_tok; t++) {
             const float a = j->x[t * w->n_out + r];
-            if (a == 0.0f)
-                continue;
-            float *y = j->y + t * w->n_in + lo;
-            for (int64_t i = 0; i < hi - lo; i++)
-                y[i] += a * tmp[i];
+            if (a != 0.0f)
+                f(j->y + t * w->n_in + lo, a, row, hi - lo);
         }
     }
 }
 
+static int64_t cpu_matmul_t_rows(struct pi_backend *b, const struct pi_weight *w, const float *x,
+                                 int64_t n_tok, const int32_t *idx, int64_t n_idx, float *y) {
+    /* Keep the rows some token needs (activation non-zero). */
+    int64_t n = 0;
+    for (int64_t i = 0; i < n_idx; i++) {
+        const int64_t r = idx[i];
+        for (int64_t t = 0; t < n_tok; t++)
+            if (x[t * w->n_out + r] != 0.0f) {
+                b->rows[n++] = (int32_t)r;
+                break;
+            }
+    }
+    struct trows_job j = {b, w, x, y, n_tok, n};
+    const int64_t bs = pi_type_traits(w->type)->block_size;
+    const int nt = pi_pool_n_threads(b->pool);
+    /* One slice per thread: each streams its part of every row once. */
+    int64_t grain = (w->n_in / bs + nt - 1) / nt * bs;
+    pi_pool_for(b->pool, w->n_in, grain < bs ? bs : grain, axpy_cols_job, &j);
+    return n;
+}
+
+/* y = x W (W neuron-major): the sparse accumulation over every row. */
 static void cpu_matmul_t(struct pi_backend *b, const struct pi_weight *w, const float *x,
                          int64_t n_tok, float *y) {
-    struct matmul_job j = {b, w, NULL, x, y, n_tok, 0};
+    struct trows_job j = {b, w, x, y, n_tok, 0};
+    for (int64_t r = 0; r < w->n_out; r++) {
+        for (int64_t t = 0; t < n_tok; t++)
+            if (x[t * w->n_out + r] != 0.0f) {
+                b->rows[j.n_rows++] = (int32_t)r;
+                break;
+            }
+    }
     const int64_t bs = pi_type_traits(w->type)->block_size;
-    int64_t grain = (w->n_in / 8 + bs - 1) / bs * bs; /* column slices, whole blocks */
-    pi_pool_for(b->pool, w->n_in, grain < bs ? bs : grain, matmul_t_cols, &j);
+    const int nt = pi_pool_n_threads(b->pool);
+    int64_t grain = (w->n_in / bs + nt - 1) / nt * bs;
+    pi_pool_for(b->pool, w->n_in, grain < bs ? bs : grain, axpy_cols_job, &j);
 }
 
 static void cpu_get_rows(struct pi_backend *b, const struct pi_weight *w, const int32_t *ids,
@@ -456,6 +575,8 @@ static const struct pi_backend_vtable cpu_vtable = {
     .kv_destroy = cpu_kv_destroy,
     .matmul = cpu_matmul,
     .matmul_t = cpu_matmul_t,
+    .matmul_rows = cpu_matmul_rows,
+    .matmul_t_rows = cpu_matmul_t_rows,
     .get_rows = cpu_get_rows,
     .rmsnorm = cpu_rmsnorm,
     .rope = cpu_rope,

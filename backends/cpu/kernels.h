@@ -87,6 +87,7 @@ typedef void (*pi_gemm_fn)(const void *W, size_t row_bytes, int64_t nr, const vo
                            size_t vec_bytes, int64_t nt, float *Y, int64_t ldy, int64_t n);
 typedef void (*pi_quantize_fn)(const float *x, void *y, int64_t n);
 typedef void (*pi_to_float_fn)(const void *src, float *dst, int64_t n);
+typedef void (*pi_axpy_fn)(float *y, float a, const void *w, int64_t n);
 
 struct pi_dot_kernel {
     enum pi_vec_fmt fmt; /* activation format this weight type is dotted with */
@@ -110,6 +111,16 @@ struct pi_cpu_kernels {
     /* Dequantize one row of a weight type (embeddings lookup): bit-exact with the
      * type traits' to_float for finite values, possibly vectorised. */
     pi_to_float_fn to_float[PI_TYPE_ID_LIMIT];
+    /* y[i] = y[i] + a * w[i], i < n: one weight row (or a block-aligned slice of one)
+     * scaled and added: the sparse down projection over the rows of ffn_down_t. n is a
+     * multiple of the type's block. Per block of a quantized type the scale is folded
+     * first: s = a * d (and t = a * m for types with an offset), then
+     * y[i] = y[i] + s * q[i] (Q4_1/Q5_1: y[i] + (s * q[i] + t)), q the block's integer
+     * quant with its offset removed (Q4_0: nibble - 8, Q5_0: value - 16); float types
+     * y[i] = y[i] + a * w[i]. Products are rounded before the add (no FMA), so every
+     * implementation gives the reference's bytes. NULL for the K-quants (callers
+     * dequantize with to_float and use axpy[PI_TYPE_F32]). */
+    pi_axpy_fn axpy[PI_TYPE_ID_LIMIT];
     /* For r = 0 .. nrows-1 in order: y[i] = y[i] + a[r] * x_r[i], i < n, x_r the F16 row
      * at x + r * stride bytes (attention's weighted sum of V; nrows = 1 is a plain
      * axpy). Each product is rounded to float, then added (no FMA): every

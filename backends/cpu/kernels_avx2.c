@@ -1234,6 +1234,65 @@ static void NAME(to_float_q6_k)(const void *src, float *dst, int64_t n) {
     }
 }
 
+/* ---- axpy over one weight row (sparse down projection) ---------------------------------
+ * Same products and adds as the reference (mul, then add; no FMA), so the same bytes. */
+
+/* y[0..32) += s * q (+ t when off): q 32 int8 quants in value order. */
+INLINE void axpy32(float *y, __m256i q, __m256 s, __m256 t, int off) {
+    __m128i lo = _mm256_castsi256_si128(q), hi = _mm256_extracti128_si256(q, 1);
+    __m128i part[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
+    for (int j = 0; j < 4; j++) {
+        __m256 p = _mm256_mul_ps(s, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(part[j])));
+        if (off)
+            p = _mm256_add_ps(p, t);
+        _mm256_storeu_ps(y + 8 * j, _mm256_add_ps(_mm256_loadu_ps(y + 8 * j), p));
+    }
+}
+
+INLINE void axpy_float(int type, float *y, float a, const uint8_t *w, int64_t n) {
+    const __m256 va = _mm256_set1_ps(a);
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32)
+        for (int j = 0; j < 32; j += 8)
+            _mm256_storeu_ps(y + i + j, _mm256_add_ps(_mm256_loadu_ps(y + i + j),
+                                                      _mm256_mul_ps(va, load8(type, w, i + j))));
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i, _mm256_add_ps(_mm256_loadu_ps(y + i),
+                                              _mm256_mul_ps(va, load8(type, w, i))));
+    for (; i < n; i++)
+        y[i] = y[i] + a * load1(type, w, i);
+}
+
+static void NAME(axpy_f32)(float *y, float a, const void *w, int64_t n) {
+    axpy_float(PI_TYPE_F32, y, a, w, n);
+}
+
+static void NAME(axpy_f16_row)(float *y, float a, const void *w, int64_t n) {
+    axpy_float(PI_TYPE_F16, y, a, w, n);
+}
+
+static void NAME(axpy_q4_0)(float *y, float a, const void *w, int64_t n) {
+    const uint8_t *b = w;
+    const __m256 zero = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / 32; i++, b += 18, y += 32)
+        axpy32(y, _mm256_sub_epi8(unpack_nibbles(b + 2), _mm256_set1_epi8(8)),
+               _mm256_set1_ps(a * f16_at(b)), zero, 0);
+}
+
+static void NAME(axpy_q4_1)(float *y, float a, const void *w, int64_t n) {
+    const uint8_t *b = w;
+    for (int64_t i = 0; i < n / 32; i++, b += 20, y += 32)
+        axpy32(y, unpack_nibbles(b + 4), _mm256_set1_ps(a * f16_at(b)),
+               _mm256_set1_ps(a * f16_at(b + 2)), 1);
+}
+
+static void NAME(axpy_q8_0)(float *y, float a, const void *w, int64_t n) {
+    const uint8_t *b = w;
+    const __m256 zero = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / 32; i++, b += 34, y += 32)
+        axpy32(y, loadu256(b + 2), _mm256_set1_ps(a * f16_at(b)), zero, 0);
+}
+
 /* ---- table ---------------------------------------------------------------------------- */
 
 static void set(struct pi_cpu_kernels *k, int type, pi_dot_fn dot, pi_gemm_fn gemm) {
@@ -1262,6 +1321,11 @@ void pi_cpu_kernels_avx2(struct pi_cpu_kernels *k) {
     k->axpy_f16 = NAME(axpy_f16);
     k->dot_f16_rows = NAME(dot_f16_rows);
     k->to_float[PI_TYPE_F16] = NAME(to_float_f16);
+    k->axpy[PI_TYPE_F32] = NAME(axpy_f32);
+    k->axpy[PI_TYPE_F16] = NAME(axpy_f16_row);
+    k->axpy[PI_TYPE_Q4_0] = NAME(axpy_q4_0);
+    k->axpy[PI_TYPE_Q4_1] = NAME(axpy_q4_1);
+    k->axpy[PI_TYPE_Q8_0] = NAME(axpy_q8_0);
     k->to_float[PI_TYPE_BF16] = NAME(to_float_bf16);
     k->to_float[PI_TYPE_Q4_0] = NAME(to_float_q4_0);
     k->to_float[PI_TYPE_Q4_1] = NAME(to_float_q4_1);

@@ -150,6 +150,79 @@ static void axpy_f16_ref(float *y, const float *a, const void *x, size_t stride,
     }
 }
 
+/* ---- axpy over one weight row (sparse down projection) ------------------------------- */
+
+static int q5_quant(const uint8_t *qs, uint32_t qh, int v);
+
+static void axpy_f32_ref(float *y, float a, const void *w, int64_t n) {
+    const uint8_t *p = w;
+    for (int64_t i = 0; i < n; i++)
+        y[i] = y[i] + a * rdf32(p + 4 * i);
+}
+
+static void axpy_f16_row_ref(float *y, float a, const void *w, int64_t n) {
+    const uint8_t *p = w;
+    for (int64_t i = 0; i < n; i++)
+        y[i] = y[i] + a * rdf16(p + 2 * i);
+}
+
+static void axpy_bf16_ref(float *y, float a, const void *w, int64_t n) {
+    const uint8_t *p = w;
+    for (int64_t i = 0; i < n; i++)
+        y[i] = y[i] + a * pi_bf16_to_fp32(rd16(p + 2 * i));
+}
+
+static void axpy_q4_0_ref(float *y, float a, const void *w, int64_t n) {
+    const uint8_t *blk = w;
+    for (int64_t b = 0; b < n / 32; b++, blk += 18, y += 32) {
+        const float s = a * rdf16(blk);
+        for (int v = 0; v < 16; v++) {
+            y[v] = y[v] + s * (float)((blk[2 + v] & 15) - 8);
+            y[v + 16] = y[v + 16] + s * (float)((blk[2 + v] >> 4) - 8);
+        }
+    }
+}
+
+static void axpy_q4_1_ref(float *y, float a, const void *w, int64_t n) {
+    const uint8_t *blk = w;
+    for (int64_t b = 0; b < n / 32; b++, blk += 20, y += 32) {
+        const float s = a * rdf16(blk), t = a * rdf16(blk + 2);
+        for (int v = 0; v < 16; v++) {
+            y[v] = y[v] + (s * (float)(blk[4 + v] & 15) + t);
+            y[v + 16] = y[v + 16] + (s * (float)(blk[4 + v] >> 4) + t);
+        }
+    }
+}
+
+static void axpy_q5_0_ref(float *y, float a, const void *w, int64_t n) {
+    const uint8_t *blk = w;
+    for (int64_t b = 0; b < n / 32; b++, blk += 22, y += 32) {
+        const float s = a * rdf16(blk);
+        const uint32_t qh = rd32(blk + 2);
+        for (int v = 0; v < 32; v++)
+            y[v] = y[v] + s * (float)(q5_quant(blk + 6, qh, v) - 16);
+    }
+}
+
+static void axpy_q5_1_ref(float *y, float a, const void *w, int64_t n) {
+    const uint8_t *blk = w;
+    for (int64_t b = 0; b < n / 32; b++, blk += 24, y += 32) {
+        const float s = a * rdf16(blk), t = a * rdf16(blk + 2);
+        const uint32_t qh = rd32(blk + 4);
+        for (int v = 0; v < 32; v++)
+            y[v] = y[v] + (s * (float)q5_quant(blk + 8, qh, v) + t);
+    }
+}
+
+static void axpy_q8_0_ref(float *y, float a, const void *w, int64_t n) {
+    const uint8_t *blk = w;
+    for (int64_t b = 0; b < n / 32; b++, blk += 34, y += 32) {
+        const float s = a * rdf16(blk);
+        for (int v = 0; v < 32; v++)
+            y[v] = y[v] + s * (float)s8(blk[2 + v]);
+    }
+}
+
 static void dot_f16_rows_ref(float *s, const void *x, size_t stride, int64_t nrows, const float *q,
                              int64_t n) {
     for (int64_t r = 0; r < nrows; r++)
@@ -377,5 +450,13 @@ void pi_cpu_kernels_ref(struct pi_cpu_kernels *k) {
     k->quantize_q8_0 = quantize_q8_0_ref;
     k->quantize_q8_k = quantize_q8_k_ref;
     k->axpy_f16 = axpy_f16_ref;
+    k->axpy[PI_TYPE_F32] = axpy_f32_ref;
+    k->axpy[PI_TYPE_F16] = axpy_f16_row_ref;
+    k->axpy[PI_TYPE_BF16] = axpy_bf16_ref;
+    k->axpy[PI_TYPE_Q4_0] = axpy_q4_0_ref;
+    k->axpy[PI_TYPE_Q4_1] = axpy_q4_1_ref;
+    k->axpy[PI_TYPE_Q5_0] = axpy_q5_0_ref;
+    k->axpy[PI_TYPE_Q5_1] = axpy_q5_1_ref;
+    k->axpy[PI_TYPE_Q8_0] = axpy_q8_0_ref;
     k->dot_f16_rows = dot_f16_rows_ref;
 }

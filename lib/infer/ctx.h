@@ -4,6 +4,7 @@
 #define PI_INFER_CTX_H
 
 #include "backend.h"
+#include "infer/stats.h"
 #include "model/model.h"
 
 struct pi_layer_w {
@@ -13,7 +14,14 @@ struct pi_layer_w {
     struct pi_weight down;                /* {n_ff, n_embd} (dense files) */
     struct pi_weight down_t;              /* {n_embd, n_ff} (PowerInfer files) */
     int has_down;                         /* 1: down, 0: down_t */
+    struct pi_weight fc1, fc2;            /* predictor {n_embd, rank}, {rank, n_ff} */
 };
+
+/* Called after each layer's FFN block with its output [n_tok][n_embd] (before the
+ * residual add) and the predictor scores [n_tok][n_ff] (NULL when the predictor did
+ * not run); tests use it to compare layers with a reference. */
+typedef void (*pi_trace_fn)(void *user, int64_t layer, int64_t n_tok, const float *ffn_out,
+                            const float *scores);
 
 struct pi_ctx {
     const struct pi_model *model;
@@ -33,8 +41,25 @@ struct pi_ctx {
     /* Scratch activations, [n_batch][width]. */
     float *x, *xn, *q, *k, *v, *att, *g, *u;
     float *logits;                     /* [n_vocab] */
+    /* Sparse FFN (PowerInfer files). */
+    int mode;                          /* PI_SPARSE_DENSE, _PREDICTOR or _ORACLE */
+    float threshold;
+    float *score;                      /* [n_batch][n_ff] predictor scores */
+    float *hid;                        /* [n_batch][max rank] predictor hidden layer */
+    float *gfull, *ufull;              /* [n_batch][n_ff] diagnostic full projections */
+    int32_t *idx;                      /* [n_ff] neurons computed in this step */
+    uint8_t *mark;                     /* [n_ff] */
+    int stats_level;                   /* PI_STATS_* */
+    struct pi_stats *stats;            /* NULL when off */
+    pi_trace_fn trace_fn;              /* internal (tests) */
+    void *trace_user;
     struct pi_error err;
 };
+
+/* The fraction of a layer's neurons above which a step computes gate/up densely
+ * (and masks per token) instead of row by row: a large union reads most rows anyway,
+ * and the dense kernels stream them faster. */
+#define PI_SPARSE_DENSE_UNION 0.6
 
 /* Run the model over tokens[0..n) at positions ctx->pos ...; on success advances the
  * position and fills the logits of the last token. */

@@ -11,6 +11,7 @@
 #define PI_MODEL_GGUF_H
 
 #include <stdint.h>
+#include <stdio.h>
 
 #include "util/alloc.h"
 #include "util/error.h"
@@ -108,8 +109,28 @@ int gguf_writer_add_string_array(struct gguf_writer *w, const char *key,
 int gguf_writer_add_tensor(struct gguf_writer *w, const char *name, uint32_t type,
                            uint32_t n_dims, const int64_t *ne, const void *data);
 /* Write everything to `path` with magic GGUF_MAGIC_GGUF or GGUF_MAGIC_PWRI,
- * version 3. */
+ * version 3. PI_ERR_INVALID_ARG if a tensor was declared without data. */
 int gguf_writer_write_file(struct gguf_writer *w, const char *path, uint32_t magic,
                            struct pi_error *err);
+
+/* A key whose value is given serialised, as it follows the value type in a file
+ * (for arrays: after the element type and count); `size` bytes are copied as they
+ * are. Carries metadata from one file to another without interpreting it. The
+ * caller vouches for the bytes (e.g. a value gguf_parse validated). */
+int gguf_writer_add_raw(struct gguf_writer *w, const char *key, uint32_t type,
+                        uint32_t elem_type, uint64_t n, const void *payload, uint64_t size);
+
+/* Streaming, for files too large to hold in memory: declare every tensor with
+ * gguf_writer_add_tensor_info (no data), write the header with
+ * gguf_writer_write_header, then the tensors' bytes in declaration order with any
+ * number of gguf_writer_write_data calls (padding is inserted as each tensor
+ * completes), and gguf_writer_finish. The stream is the caller's: the writer only
+ * appends to it. I/O errors are PI_ERR_IO; writing more bytes than declared, or
+ * finishing early, is PI_ERR_INVALID_ARG. */
+int gguf_writer_add_tensor_info(struct gguf_writer *w, const char *name, uint32_t type,
+                                uint32_t n_dims, const int64_t *ne);
+int gguf_writer_write_header(struct gguf_writer *w, FILE *fp, uint32_t magic);
+int gguf_writer_write_data(struct gguf_writer *w, FILE *fp, const void *data, uint64_t n);
+int gguf_writer_finish(struct gguf_writer *w, FILE *fp);
 
 #endif

@@ -1,5 +1,7 @@
 /* gguf_write.c -- GGUF writer: metadata and tensors are collected in memory (copied),
- * then written in one pass: header, KV pairs, tensor infos, padding, aligned data. */
+ * then written in one pass: header, KV pairs, tensor infos, padding, aligned data.
+ * The streaming variant declares tensors without data and takes their bytes after
+ * the header, so nothing but the metadata is held in memory. */
 #include "model/gguf.h"
 
 #include <stdio.h>
@@ -23,6 +25,7 @@ struct wtensor {
     int64_t ne[GGUF_MAX_DIMS];
     uint64_t nbytes;
     uint8_t *data;
+    int declared; /* added by gguf_writer_add_tensor_info: no data held */
 };
 
 struct gguf_writer {
@@ -32,6 +35,9 @@ struct gguf_writer {
     uint64_t n_kv, cap_kv;
     struct wtensor *t;
     uint64_t n_t, cap_t;
+    /* streaming state: header written; tensor being written, its bytes so far */
+    int header_done;
+    uint64_t cur, cur_bytes;
 };
 
 int gguf_writer_create(const struct pi_allocator *alloc, struct gguf_writer **out) {
@@ -184,9 +190,24 @@ int gguf_writer_add_string_array(struct gguf_writer *w, const char *key,
     return add_kv(w, key, PI_META_ARRAY, PI_META_STRING, n, p, total);
 }
 
-int gguf_writer_add_tensor(struct gguf_writer *w, const char *name, uint32_t type,
-                           uint32_t n_dims, const int64_t *ne, const void *data) {
-    if (!w || !name || !ne || n_dims < 1 || n_dims > GGUF_MAX_DIMS)
+int gguf_writer_add_raw(struct gguf_writer *w, const char *key, uint32_t type,
+                        uint32_t elem_type, uint64_t n, const void *payload, uint64_t size) {
+    if (!w || (size && !payload) || size > SIZE_MAX || type > PI_META_F64 ||
+        (type != PI_META_ARRAY && (elem_type != 0 || n != 1)))
+        return PI_ERR_INVALID_ARG;
+    uint8_t *p = NULL;
+    if (size) {
+        p = pi_malloc(w->alloc, (size_t)size);
+        if (!p)
+            return PI_ERR_NOMEM;
+        memcpy(p, payload, (size_t)size);
+    }
+    return add_kv(w, key, type, elem_type, n, p, size);
+}
+
+static int add_tensor(struct gguf_writer *w, const char *name, uint32_t type,
+                      uint32_t n_dims, const int64_t *ne, const void *data, int declared) {
+    if (!w || !name || !ne || n_dims < 1 || n_dims > GGUF_MAX_DIMS || w->header_done)
         return PI_ERR_INVALID_ARG;
     size_t nlen = strlen(name);
     if (nlen == 0 || nlen >= GGUF_MAX_NAME)
@@ -203,12 +224,12 @@ int gguf_writer_add_tensor(struct gguf_writer *w, const char *name, uint32_t typ
             return PI_ERR_INVALID_ARG;
         nbytes *= (uint64_t)ne[d];
     }
-    if (nbytes > SIZE_MAX || (nbytes && !data))
+    if (nbytes > SIZE_MAX || (nbytes && !data && !declared))
         return PI_ERR_INVALID_ARG;
     if (grow(w->alloc, (void **)&w->t, w->n_t, &w->cap_t, sizeof *w->t) < 0)
         return PI_ERR_NOMEM;
     uint8_t *copy = NULL;
-    if (nbytes) {
+    if (nbytes && !declared) {
         copy = pi_malloc(w->alloc, (size_t)nbytes);
         if (!copy)
             return PI_ERR_NOMEM;
@@ -223,7 +244,18 @@ int gguf_writer_add_tensor(struct gguf_writer *w, const char *name, uint32_t typ
         t->ne[d] = d < n_dims ? ne[d] : 1;
     t->nbytes = nbytes;
     t->data = copy;
+    t->declared = declared;
     return PI_OK;
+}
+
+int gguf_writer_add_tensor(struct gguf_writer *w, const char *name, uint32_t type,
+                           uint32_t n_dims, const int64_t *ne, const void *data) {
+    return add_tensor(w, name, type, n_dims, ne, data, 0);
+}
+
+int gguf_writer_add_tensor_info(struct gguf_writer *w, const char *name, uint32_t type,
+                                uint32_t n_dims, const int64_t *ne) {
+    return add_tensor(w, name, type, n_dims, ne, NULL, 1);
 }
 
 static int put(FILE *fp, const void *p, uint64_t n) {
@@ -252,7 +284,8 @@ static uint64_t align_up(uint64_t v, uint32_t a) {
     return v + (a - v % a) % a;
 }
 
-static int write_all(struct gguf_writer *w, FILE *fp, uint32_t magic) {
+/* Header, KV pairs, tensor infos and the padding up to the data section. */
+static int write_head(struct gguf_writer *w, FILE *fp, uint32_t magic) {
     uint8_t b[8];
     int with_align = w->alignment != GGUF_DEFAULT_ALIGNMENT;
     for (uint64_t i = 0; i < w->n_kv && with_align; i++)
@@ -309,7 +342,11 @@ static int write_all(struct gguf_writer *w, FILE *fp, uint32_t magic) {
         pos += 8 + strlen(t->name) + 4 + 8ull * t->n_dims + 4 + 8;
         off = align_up(off + t->nbytes, w->alignment);
     }
-    PI_TRY(put_zeros(fp, align_up(pos, w->alignment) - pos));
+    return put_zeros(fp, align_up(pos, w->alignment) - pos);
+}
+
+static int write_all(struct gguf_writer *w, FILE *fp, uint32_t magic) {
+    PI_TRY(write_head(w, fp, magic));
     for (uint64_t i = 0; i < w->n_t; i++) {
         const struct wtensor *t = &w->t[i];
         PI_TRY(put(fp, t->data, t->nbytes));
@@ -322,6 +359,10 @@ int gguf_writer_write_file(struct gguf_writer *w, const char *path, uint32_t mag
                            struct pi_error *err) {
     if (!w || !path || (magic != GGUF_MAGIC_GGUF && magic != GGUF_MAGIC_PWRI))
         PI_FAIL(err, PI_ERR_INVALID_ARG, "gguf writer: invalid argument");
+    for (uint64_t i = 0; i < w->n_t; i++)
+        if (w->t[i].declared)
+            PI_FAIL(err, PI_ERR_INVALID_ARG, "gguf writer: tensor '%s' has no data; "
+                    "write declared tensors with gguf_writer_write_data", w->t[i].name);
     FILE *fp = fopen(path, "wb");
     if (!fp)
         PI_FAIL(err, PI_ERR_IO, "cannot create '%s'", path);
@@ -333,4 +374,51 @@ int gguf_writer_write_file(struct gguf_writer *w, const char *path, uint32_t mag
         PI_FAIL(err, status, "cannot write '%s'", path);
     }
     return PI_OK;
+}
+
+/* ---- Streaming ------------------------------------------------------------------ */
+
+/* Skip tensors that are complete (including empty ones), padding each. */
+static int advance(struct gguf_writer *w, FILE *fp) {
+    while (w->cur < w->n_t && w->cur_bytes == w->t[w->cur].nbytes) {
+        uint64_t nb = w->t[w->cur].nbytes;
+        PI_TRY(put_zeros(fp, align_up(nb, w->alignment) - nb));
+        w->cur++;
+        w->cur_bytes = 0;
+    }
+    return PI_OK;
+}
+
+int gguf_writer_write_header(struct gguf_writer *w, FILE *fp, uint32_t magic) {
+    if (!w || !fp || w->header_done || (magic != GGUF_MAGIC_GGUF && magic != GGUF_MAGIC_PWRI))
+        return PI_ERR_INVALID_ARG;
+    w->header_done = 1;
+    w->cur = 0;
+    w->cur_bytes = 0;
+    PI_TRY(write_head(w, fp, magic));
+    return advance(w, fp);
+}
+
+int gguf_writer_write_data(struct gguf_writer *w, FILE *fp, const void *data, uint64_t n) {
+    if (!w || !fp || !w->header_done || (n && !data))
+        return PI_ERR_INVALID_ARG;
+    const uint8_t *p = data;
+    while (n) {
+        if (w->cur >= w->n_t)
+            return PI_ERR_INVALID_ARG; /* more bytes than declared */
+        uint64_t room = w->t[w->cur].nbytes - w->cur_bytes;
+        uint64_t k = n < room ? n : room;
+        PI_TRY(put(fp, p, k));
+        w->cur_bytes += k;
+        p += k;
+        n -= k;
+        PI_TRY(advance(w, fp));
+    }
+    return PI_OK;
+}
+
+int gguf_writer_finish(struct gguf_writer *w, FILE *fp) {
+    if (!w || !fp || !w->header_done)
+        return PI_ERR_INVALID_ARG;
+    return w->cur == w->n_t ? PI_OK : PI_ERR_INVALID_ARG;
 }

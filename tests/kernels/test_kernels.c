@@ -11,7 +11,7 @@
  * weights (valid scales, random quants) and random activations, with odd shapes: n of
  * 1..18, 33, 48, 128 blocks for the 32-block types (every length of a partial last group
  * of 8), 1..9, 18, 33, 128 for the others, nr and nt of 1, 3, 7, 17, 33.
- *  - quantize_q8_0, quantize_q8_k, to_float and axpy_f16: bit-exact.
+ *  - quantize_q8_0, quantize_q8_k, to_float, axpy_f16 and axpy[type]: bit-exact.
  *  - dot and gemm: |simd - ref| <= tol_dot(type) * sum|w_i * x_i| (w, x the dequantized
  *    values); the SIMD gemm equals the SIMD dot exactly for quantized types.
  *  - the reference itself against double-precision float math on the unquantized
@@ -320,6 +320,63 @@ static void test_axpy_f16(void **state) {
                 free(b);
                 free(s);
             }
+        }
+    }
+}
+
+/* axpy[type]: every SIMD entry bit-exact with the reference; the reference within float
+ * rounding of y + a * w computed in double from the dequantized row. */
+static void test_axpy_rows(void **state) {
+    static const int64_t blocks[] = {1, 2, 3, 7, 8, 9, 33, 128};
+    struct pi_cpu_kernels ref, k;
+    (void)state;
+    pi_cpu_kernels_ref(&ref);
+    for (int type = 0; type < PI_TYPE_ID_LIMIT; type++) {
+        if (!ref.axpy[type])
+            continue;
+        const struct pi_type_traits *tt = pi_type_traits((uint32_t)type);
+        assert_non_null(ref.to_float[type]);
+        for (size_t j = 0; j < sizeof blocks / sizeof blocks[0]; j++) {
+            const int64_t n = blocks[j] * tt->block_size + (tt->block_size == 1 ? 5 : 0);
+            const size_t wb = (size_t)(n / tt->block_size) * tt->block_bytes;
+            uint8_t *w = malloc(wb);
+            float *y0 = malloc((size_t)n * sizeof *y0), *y1 = malloc((size_t)n * sizeof *y1);
+            float *wf = malloc((size_t)n * sizeof *wf);
+            assert_true(w && y0 && y1 && wf);
+            random_weights(type, w, wb);
+            ref.to_float[type](w, wf, n);
+            const float a = frand(-2.0f, 2.0f);
+            for (int64_t e = 0; e < n; e++)
+                y0[e] = frand(-1.0f, 1.0f);
+            memcpy(y1, y0, (size_t)n * sizeof *y0);
+            ref.axpy[type](y1, a, w, n);
+            for (int64_t e = 0; e < n; e++) {
+                const double want = (double)y0[e] + (double)a * (double)wf[e];
+                const double tol = 4e-7 * (fabs((double)y0[e]) + fabs((double)a * wf[e])) + 1e-30;
+                if (fabs((double)y1[e] - want) > tol) {
+                    print_error("%s: reference axpy n=%lld value %lld: %.9g, want %.9g\n",
+                                tt->name, (long long)n, (long long)e, y1[e], want);
+                    fail();
+                }
+            }
+            for (size_t i = 0; i < N_IMPLS; i++) {
+                if (!impl_table(i, &k) || !k.axpy[type])
+                    continue;
+                float *y2 = malloc((size_t)n * sizeof *y2);
+                assert_non_null(y2);
+                memcpy(y2, y0, (size_t)n * sizeof *y0);
+                k.axpy[type](y2, a, w, n);
+                if (memcmp(y1, y2, (size_t)n * sizeof *y1) != 0) {
+                    print_error("%s: %s axpy n=%lld differs from the reference\n", impls[i].name,
+                                tt->name, (long long)n);
+                    fail();
+                }
+                free(y2);
+            }
+            free(w);
+            free(y0);
+            free(y1);
+            free(wf);
         }
     }
 }
@@ -746,6 +803,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_quantize),     cmocka_unit_test(test_to_float),
         cmocka_unit_test(test_ref_vs_float), cmocka_unit_test(test_dot_gemm),
         cmocka_unit_test(test_axpy_f16),     cmocka_unit_test(test_dot_f16_rows),
+        cmocka_unit_test(test_axpy_rows),
     };
     if (argc > 1 && strcmp(argv[1], "--bench") == 0)
         return run_bench();

@@ -13,6 +13,7 @@
 #include "backend.h"
 #include "powerinfer.h"
 #include "runtime/fp16.h"
+#include "runtime/types.h"
 
 static uint32_t g_rng = 1;
 
@@ -168,6 +169,92 @@ static void test_matmul_and_transpose(void **state) {
     }
 }
 
+/* Sparse ops: matmul_rows equals matmul on the listed rows (bit for bit: the same
+ * kernels) and writes nothing else; matmul_t_rows equals a double-precision sum over
+ * the listed rows, skips rows with zero activations, reports the rows it read, and
+ * gives the same bytes for 1, 2 and 3 threads. Float and quantized weights. */
+static void test_sparse_ops(void **state) {
+    (void)state;
+    const struct pi_backend_vtable *be = pi_backend_cpu();
+    enum { IN = 96, OUT = 70, T = 3 };
+    static const uint32_t types[] = {PI_TYPE_F32, PI_TYPE_F16, PI_TYPE_Q4_0, PI_TYPE_Q8_0};
+    static uint8_t wq[OUT * IN * 4];
+    static float wf[OUT * IN], x[T * IN], xt[T * OUT], y[T * OUT], ys[T * OUT];
+    static float yt[3][T * IN];
+    int32_t idx[OUT];
+    int64_t n = 0;
+    for (int r = 0; r < OUT; r++)
+        if (r % 3 != 1 && r != 40)
+            idx[n++] = r; /* runs and gaps */
+    for (size_t k = 0; k < sizeof types / sizeof *types; k++) {
+        const uint32_t type = types[k];
+        const struct pi_type_traits *tt = pi_type_traits(type);
+        const size_t rb = (size_t)(IN / tt->block_size) * tt->block_bytes;
+        for (size_t i = 0; i < rb * OUT; i++)
+            wq[i] = (uint8_t)(rnd() * 127 + 128);
+        for (int r = 0; r < OUT; r++) { /* sane scales */
+            for (int b0 = 0; b0 < IN / (int)tt->block_size; b0++) {
+                uint8_t *blk = wq + r * rb + (size_t)b0 * tt->block_bytes;
+                if (type == PI_TYPE_F32)
+                    for (int e = 0; e < 32; e++)
+                        ((float *)(void *)blk)[e] = rnd();
+                else if (type == PI_TYPE_F16)
+                    for (int e = 0; e < 32; e++) {
+                        uint16_t h = pi_fp32_to_fp16(rnd());
+                        memcpy(blk + 2 * e, &h, 2);
+                    }
+                else {
+                    uint16_t d = pi_fp32_to_fp16(0.01f + 0.05f * fabsf(rnd()));
+                    memcpy(blk, &d, 2);
+                }
+            }
+            pi_type_traits(type)->to_float(wq + r * rb, wf + r * IN, IN);
+        }
+        for (int i = 0; i < T * IN; i++)
+            x[i] = rnd();
+        for (int i = 0; i < T * OUT; i++)
+            xt[i] = i % 5 == 0 ? 0.0f : rnd();
+        for (int t = 0; t < T; t++) /* a listed row no token needs */
+            xt[t * OUT + idx[3]] = 0.0f;
+        struct pi_weight wv = {wq, type, IN, OUT, rb};
+        for (int threads = 1; threads <= 3; threads++) {
+            struct pi_backend *b = make(threads, 128);
+            be->matmul(b, &wv, x, T, y);
+            for (int i = 0; i < T * OUT; i++)
+                ys[i] = -7.0f;
+            be->matmul_rows(b, &wv, x, T, idx, n, ys);
+            for (int t = 0; t < T; t++)
+                for (int r = 0, i = 0; r < OUT; r++) {
+                    const int listed = i < n && idx[i] == r;
+                    i += listed;
+                    if (listed && ys[t * OUT + r] != y[t * OUT + r])
+                        fail_msg("%s matmul_rows row %d differs from matmul", tt->name, r);
+                    if (!listed && ys[t * OUT + r] != -7.0f)
+                        fail_msg("%s matmul_rows wrote unlisted row %d", tt->name, r);
+                }
+            const int64_t got = be->matmul_t_rows(b, &wv, xt, T, idx, n, yt[threads - 1]);
+            int64_t want_rows = 0;
+            for (int64_t i = 0; i < n; i++) {
+                int any = 0;
+                for (int t = 0; t < T; t++)
+                    any |= xt[t * OUT + idx[i]] != 0.0f;
+                want_rows += any;
+            }
+            assert_int_equal(got, want_rows);
+            for (int t = 0; t < T; t++)
+                for (int i = 0; i < IN; i++) {
+                    double sum = 0;
+                    for (int64_t j = 0; j < n; j++)
+                        sum += (double)xt[t * OUT + idx[j]] * wf[idx[j] * IN + i];
+                    near(yt[threads - 1][t * IN + i], sum, 2e-5, "matmul_t_rows", i);
+                }
+            if (threads > 1 && memcmp(yt[0], yt[threads - 1], sizeof yt[0]) != 0)
+                fail_msg("%s matmul_t_rows depends on the thread count", tt->name);
+            be->destroy(b);
+        }
+    }
+}
+
 static void test_ffn_act(void **state) {
     (void)state;
     const struct pi_backend_vtable *be = pi_backend_cpu();
@@ -196,7 +283,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_rmsnorm),   cmocka_unit_test(test_rope),
         cmocka_unit_test(test_attention), cmocka_unit_test(test_matmul_and_transpose),
-        cmocka_unit_test(test_ffn_act),
+        cmocka_unit_test(test_ffn_act),   cmocka_unit_test(test_sparse_ops),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

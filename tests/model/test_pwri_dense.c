@@ -114,7 +114,9 @@ static void logits_of(const char *path, const int32_t *toks, size_t n, float *ou
     pi_ctx_default_params(&cp);
     cp.n_ctx = 32;
     cp.n_threads = 2;
+    cp.sparse_mode = PI_SPARSE_DENSE; /* PowerInfer files default to the predictor */
     assert_int_equal(pi_ctx_create(m, &cp, &c), PI_OK);
+    assert_int_equal(pi_ctx_sparse_mode(c), PI_SPARSE_DENSE);
     assert_int_equal(pi_ctx_decode(c, toks, n - 1), PI_OK); /* prefill path */
     assert_int_equal(pi_ctx_decode(c, toks + n - 1, 1), PI_OK); /* decode path */
     memcpy(out, pi_ctx_logits(c), sizeof *out * (size_t)nv);

@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "powerinfer.h"
+#include "telemetry.h"
 
 static double now_s(void) {
     struct timespec ts;
@@ -84,35 +85,126 @@ static double read_bandwidth(int threads, size_t bytes, int reps) {
     return sink == 1 ? 0.0 : best; /* use the sums so they are not optimised away */
 }
 
-/* Weight bytes a decode step reads: every tensor once, except that the embedding
- * table contributes one row (or all of it when it doubles as the output matrix). */
-static uint64_t bytes_per_token(const pi_model *m) {
-    uint64_t total = pi_model_size_bytes(m);
-    int64_t emb, out;
-    if (pi_model_tensor_find(m, "token_embd.weight", &emb) == PI_OK &&
-        pi_model_tensor_find(m, "output.weight", &out) == PI_OK) {
-        uint64_t eb = pi_model_tensor_nbytes(m, emb);
-        total -= eb - eb / (uint64_t)pi_model_n_vocab(m);
-    }
-    return total;
-}
-
 static void usage(void) {
     fprintf(stderr,
             "usage: pi-bench -m MODEL.gguf [-t THREADS] [-p PROMPT_TOKENS] [-n GEN_TOKENS]\n"
-            "                [-r REPETITIONS] [--no-bandwidth]\n"
-            "  Defaults: -p 128 -n 64 -r 5, threads = all processors.\n");
+            "                [-r REPETITIONS] [--sparse-mode LIST] [--no-bandwidth]\n"
+            "                [--telemetry]\n"
+            "  Defaults: -p 128 -n 64 -r 5, threads = all processors, modes: the model's\n"
+            "  default (sparse for PowerInfer files, dense otherwise).\n"
+            "  --sparse-mode LIST  comma-separated modes to run one after another on the\n"
+            "                      same weights: sparse, dense, oracle\n"
+            "  --telemetry         print the per-layer table of each mode's decode run\n");
+}
+
+struct mode_result {
+    const char *name;
+    struct stats pp, tg;
+    struct tele_sum tele; /* from a separate decode run with statistics on */
+    int have_tele;
+};
+
+static int parse_mode(const char *s, size_t n) {
+    if ((n == 6 && !strncmp(s, "sparse", 6)) || (n == 9 && !strncmp(s, "predictor", 9)))
+        return PI_SPARSE_PREDICTOR;
+    if (n == 5 && !strncmp(s, "dense", 5))
+        return PI_SPARSE_DENSE;
+    if (n == 6 && !strncmp(s, "oracle", 6))
+        return PI_SPARSE_ORACLE;
+    if (n == 4 && !strncmp(s, "auto", 4))
+        return PI_SPARSE_AUTO;
+    return -1;
+}
+
+static const char *mode_name(int mode) {
+    return mode == PI_SPARSE_PREDICTOR ? "sparse" : mode == PI_SPARSE_ORACLE ? "oracle" : "dense";
+}
+
+/* Time prompt processing and decoding of one mode; then one more decode run with
+ * statistics on for the telemetry (so the timed runs pay nothing for it). */
+static int bench_mode(pi_model *m, int mode, int threads, int n_prompt, int n_gen, int reps,
+                      const int32_t *toks, int print_tele, struct mode_result *out) {
+    double *pp = malloc(sizeof *pp * (size_t)reps), *tg = malloc(sizeof *tg * (size_t)reps);
+    if (!pp || !tg) {
+        free(pp);
+        free(tg);
+        return 1;
+    }
+    int rc = 1;
+    pi_ctx *c = NULL;
+    for (int pass = 0; pass < 2; pass++) {
+        pi_ctx_params cp;
+        char err[512] = "";
+        pi_ctx_default_params(&cp);
+        cp.n_threads = (uint32_t)threads;
+        cp.n_ctx = (uint32_t)(n_prompt + n_gen + 8);
+        cp.n_batch = (uint32_t)n_prompt;
+        cp.sparse_mode = (uint32_t)mode;
+        cp.stats = pass ? PI_STATS_ON : PI_STATS_OFF;
+        cp.errbuf = err;
+        cp.errbuf_cap = sizeof err;
+        int st = pi_ctx_create(m, &cp, &c);
+        if (st != PI_OK) {
+            fprintf(stderr, "pi-bench: cannot create a context: %s: %s\n", pi_status_str(st), err);
+            goto done;
+        }
+        out->name = mode_name(pi_ctx_sparse_mode(c));
+        if (pass == 0) {
+            pi_ctx_decode(c, toks, (size_t)n_prompt); /* warm-up: touch every weight */
+            for (int r = 0; r < reps && st == PI_OK; r++) {
+                pi_ctx_reset(c);
+                double s = now_s();
+                if ((st = pi_ctx_decode(c, toks, (size_t)n_prompt)) != PI_OK)
+                    break;
+                pp[r] = n_prompt / (now_s() - s);
+                s = now_s();
+                for (int i = 0; i < n_gen && st == PI_OK; i++)
+                    st = pi_ctx_decode(c, &toks[n_prompt + i], 1);
+                tg[r] = n_gen / (now_s() - s);
+            }
+            out->pp = summarize(pp, reps);
+            out->tg = summarize(tg, reps);
+        } else {
+            st = pi_ctx_decode(c, toks, (size_t)n_prompt);
+            if (st == PI_OK)
+                pi_ctx_stats_reset(c); /* telemetry of the decode steps only */
+            for (int i = 0; i < n_gen && st == PI_OK; i++)
+                st = pi_ctx_decode(c, &toks[n_prompt + i], 1);
+            if (st == PI_OK)
+                out->have_tele = tele_sum(pi_ctx_stats(c), &out->tele) == 0;
+            if (st == PI_OK && print_tele) {
+                printf("\ntelemetry, %s mode, %d decoded tokens:\n", out->name, n_gen);
+                tele_print(stdout, pi_ctx_stats(c), tele_dense_bytes(m));
+            }
+        }
+        if (st != PI_OK) {
+            fprintf(stderr, "pi-bench: decode failed: %s\n", pi_ctx_errmsg(c));
+            goto done;
+        }
+        pi_ctx_destroy(c);
+        c = NULL;
+    }
+    rc = 0;
+done:
+    pi_ctx_destroy(c);
+    free(pp);
+    free(tg);
+    return rc;
 }
 
 int main(int argc, char **argv) {
-    const char *path = NULL;
-    int threads = 0, n_prompt = 128, n_gen = 64, reps = 5, probe_bw = 1;
+    const char *path = NULL, *modes = "auto";
+    int threads = 0, n_prompt = 128, n_gen = 64, reps = 5, probe_bw = 1, print_tele = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--no-bandwidth")) {
             probe_bw = 0;
+        } else if (!strcmp(a, "--telemetry")) {
+            print_tele = 1;
         } else if (i + 1 < argc && (!strcmp(a, "-m") || !strcmp(a, "--model"))) {
             path = argv[++i];
+        } else if (i + 1 < argc && !strcmp(a, "--sparse-mode")) {
+            modes = argv[++i];
         } else if (i + 1 < argc && !strcmp(a, "-t")) {
             threads = atoi(argv[++i]);
         } else if (i + 1 < argc && !strcmp(a, "-p")) {
@@ -126,7 +218,19 @@ int main(int argc, char **argv) {
             return 2;
         }
     }
-    if (!path || threads < 0 || n_prompt < 1 || n_gen < 1 || reps < 1 || reps > 1000) {
+    int mode_list[8], n_modes = 0;
+    for (const char *p = modes; *p && n_modes < 8;) {
+        size_t n = strcspn(p, ",");
+        int md = parse_mode(p, n);
+        if (md < 0) {
+            fprintf(stderr, "pi-bench: unknown mode '%.*s'\n", (int)n, p);
+            return 2;
+        }
+        mode_list[n_modes++] = md;
+        p += n + (p[n] == ',');
+    }
+    if (!path || threads < 0 || n_prompt < 1 || n_gen < 1 || reps < 1 || reps > 1000 ||
+        n_modes == 0) {
         usage();
         return 2;
     }
@@ -143,69 +247,83 @@ int main(int argc, char **argv) {
         return 1;
     }
     double load_ms = (now_s() - t0) * 1e3;
-    pi_ctx_params cp;
-    pi_ctx_default_params(&cp);
-    cp.n_threads = (uint32_t)threads;
-    cp.n_ctx = (uint32_t)(n_prompt + n_gen + 8);
-    cp.n_batch = (uint32_t)n_prompt;
-    pi_ctx *c;
-    if ((st = pi_ctx_create(m, &cp, &c)) != PI_OK) {
-        fprintf(stderr, "pi-bench: cannot create a context: %s\n", pi_status_str(st));
-        pi_model_close(m);
-        return 1;
-    }
     const int64_t n_vocab = pi_model_n_vocab(m);
     int32_t *toks = malloc(sizeof *toks * (size_t)(n_prompt + n_gen));
-    double *pp = malloc(sizeof *pp * (size_t)reps), *tg = malloc(sizeof *tg * (size_t)reps);
-    if (!toks || !pp || !tg)
+    struct mode_result res[8];
+    memset(res, 0, sizeof res);
+    if (!toks)
         return 1;
     uint32_t rng = 12345;
     for (int i = 0; i < n_prompt + n_gen; i++) {
         rng = rng * 1664525u + 1013904223u;
         toks[i] = (int32_t)((rng >> 8) % (uint32_t)n_vocab);
     }
-    /* warm-up: touch every weight once */
-    pi_ctx_decode(c, toks, (size_t)n_prompt);
-    for (int r = 0; r < reps; r++) {
-        pi_ctx_reset(c);
-        double s = now_s();
-        if ((st = pi_ctx_decode(c, toks, (size_t)n_prompt)) != PI_OK)
-            break;
-        pp[r] = n_prompt / (now_s() - s);
-        s = now_s();
-        for (int i = 0; i < n_gen && st == PI_OK; i++)
-            st = pi_ctx_decode(c, &toks[n_prompt + i], 1);
-        tg[r] = n_gen / (now_s() - s);
+    for (int k = 0; k < n_modes; k++)
+        if (bench_mode(m, mode_list[k], threads, n_prompt, n_gen, reps, toks, print_tele,
+                       &res[k]) != 0)
+            return 1;
+    unsigned nt = threads ? (unsigned)threads : 0;
+    {
+        pi_ctx *c;
+        pi_ctx_params cp;
+        pi_ctx_default_params(&cp);
+        cp.n_threads = (uint32_t)threads;
+        cp.n_ctx = 8;
+        cp.sparse_mode = PI_SPARSE_DENSE;
+        if (pi_ctx_create(m, &cp, &c) == PI_OK) {
+            nt = pi_ctx_n_threads(c);
+            pi_ctx_destroy(c);
+        }
     }
-    if (st != PI_OK) {
-        fprintf(stderr, "pi-bench: decode failed: %s\n", pi_ctx_errmsg(c));
-        return 1;
-    }
-    struct stats sp = summarize(pp, reps), sg = summarize(tg, reps);
-    uint32_t nt = pi_ctx_n_threads(c);
-    uint64_t bpt = bytes_per_token(m);
     double bw = probe_bw ? read_bandwidth((int)nt, (size_t)1 << 30, 5) : 0.0;
+    const uint64_t dense_b = tele_dense_bytes(m);
+    /* KV bytes a decode step reads, at the mean position of the timed decode steps */
+    const uint64_t kv_b = tele_kv_bytes(m, n_prompt + n_gen / 2);
 
     printf("model:       %s\n", path);
-    printf("arch:        %s, %s, %" PRId64 " layers, n_embd %" PRId64 ", %.1f MiB of weights\n",
-           pi_model_arch(m), pi_model_is_sparse(m) ? "sparse" : "dense", pi_model_n_layer(m),
-           pi_model_n_embd(m), (double)pi_model_size_bytes(m) / 1048576.0);
+    printf("arch:        %s, %s, %" PRId64 " layers, n_embd %" PRId64 ", n_ff %" PRId64
+           ", %.1f MiB of weights\n",
+           pi_model_arch(m), pi_model_is_sparse(m) ? "PowerInfer (sparse)" : "dense",
+           pi_model_n_layer(m), pi_model_n_embd(m), pi_model_n_ff(m),
+           (double)pi_model_size_bytes(m) / 1048576.0);
     printf("threads:     %u, load %.1f ms\n", nt, load_ms);
-    printf("| test   | tokens | t/s median | t/s min | t/s max |\n");
-    printf("|--------|-------:|-----------:|--------:|--------:|\n");
-    printf("| pp%-4d | %6d | %10.2f | %7.2f | %7.2f |\n", n_prompt, n_prompt, sp.median, sp.min,
-           sp.max);
-    printf("| tg%-4d | %6d | %10.2f | %7.2f | %7.2f |\n", n_gen, n_gen, sg.median, sg.min, sg.max);
-    printf("weights read per decoded token: %.1f MiB\n", (double)bpt / 1048576.0);
-    if (bw > 0) {
-        double eta = (double)bpt * sg.median / (bw * 1e9);
-        printf("read bandwidth (%u threads): %.2f GB/s -> decode ceiling %.2f t/s, eta %.3f\n", nt,
-               bw, bw * 1e9 / (double)bpt, eta);
+    if (bw > 0)
+        printf("read bandwidth (%u threads): %.2f GB/s\n", nt, bw);
+    printf("| mode   | test   | t/s median | t/s min | t/s max | MiB/token | active | eta  |\n");
+    printf("|--------|--------|-----------:|--------:|--------:|----------:|-------:|-----:|\n");
+    for (int k = 0; k < n_modes; k++) {
+        const struct mode_result *r = &res[k];
+        printf("| %-6s | pp%-4d | %10.2f | %7.2f | %7.2f |           |        |      |\n", r->name,
+               n_prompt, r->pp.median, r->pp.min, r->pp.max);
+        double bytes = 0, eta = 0, act = -1;
+        if (r->have_tele) {
+            bytes = (double)dense_b + r->tele.ffn_bytes + r->tele.pred_bytes + (double)kv_b;
+            eta = bw > 0 ? bytes * r->tg.median / (bw * 1e9) : 0;
+            act = r->tele.pred_frac >= 0 ? r->tele.pred_frac : r->tele.active_frac;
+        }
+        printf("| %-6s | tg%-4d | %10.2f | %7.2f | %7.2f | %9.1f | %5.1f%% | %.2f |\n", r->name,
+               n_gen, r->tg.median, r->tg.min, r->tg.max, bytes / 1048576.0,
+               act >= 0 ? 100 * act : 100.0, eta);
     }
+    printf("MiB/token: weights and KV cache a decode step needs (attention, norms, output, "
+           "the FFN rows computed, predictors, KV); eta = MiB/token x t/s / bandwidth\n");
+    for (int k = 0; k < n_modes; k++) {
+        const struct mode_result *r = &res[k];
+        if (!r->have_tele)
+            continue;
+        const double ns = r->tele.ns_attn + r->tele.ns_pred + r->tele.ns_ffn;
+        printf("%s decode: %.2f ms/token in layers = attention %.0f%% + predictor %.0f%% + FFN "
+               "%.0f%%; FFN %.1f MiB + predictors %.1f MiB + rest %.1f MiB + KV %.1f MiB\n",
+               r->name, ns / 1e6, ns > 0 ? 100 * r->tele.ns_attn / ns : 0,
+               ns > 0 ? 100 * r->tele.ns_pred / ns : 0, ns > 0 ? 100 * r->tele.ns_ffn / ns : 0,
+               r->tele.ffn_bytes / 1048576.0, r->tele.pred_bytes / 1048576.0,
+               (double)dense_b / 1048576.0, (double)kv_b / 1048576.0);
+    }
+    for (int k = 1; k < n_modes; k++)
+        if (res[0].tg.median > 0)
+            printf("decode speed-up %s / %s: %.2fx\n", res[k].name, res[0].name,
+                   res[k].tg.median / res[0].tg.median);
     free(toks);
-    free(pp);
-    free(tg);
-    pi_ctx_destroy(c);
     pi_model_close(m);
     return 0;
 }

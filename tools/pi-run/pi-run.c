@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "powerinfer.h"
+#include "telemetry.h"
 
 static void usage(FILE *out) {
     fprintf(out,
@@ -35,6 +36,16 @@ static void usage(FILE *out) {
             "                          template (ChatML, Llama 2, Llama 3)\n"
             "  --system TEXT           system message for --chat\n"
             "  --dump-logits FILE      write the float32 logits of the last prompt position\n"
+            "  --sparse-mode M         FFN of PowerInfer models: sparse (default for them:\n"
+            "                          predictor-driven), dense, or oracle (exactly the\n"
+            "                          neurons that fire; needs the full gate)\n"
+            "  --sparse-threshold X    predictor threshold (default: the file's, else 0)\n"
+            "  --stats                 print per-layer telemetry at the end: predicted-active\n"
+            "                          ratio, weight bytes read per token, time split\n"
+            "  --diagnostic            as --stats, also measuring predictor recall and\n"
+            "                          precision against the true activations (slower)\n"
+            "  --profile FILE          count per-neuron activity over the prompt (and the\n"
+            "                          generated text) and write it as a statistics file\n"
             "  --info                  print architecture, hyper-parameters, sparse or dense,\n"
             "                          metadata and the tensor table summary\n"
             "  --tensors               with --info: list every tensor\n"
@@ -195,8 +206,8 @@ static int info(const char *path, int list_tensors, int verbose) {
 }
 
 struct opts {
-    const char *model, *prompt, *prompt_file, *system, *dump_logits;
-    int info, tensors, verbose, chat;
+    const char *model, *prompt, *prompt_file, *system, *dump_logits, *profile;
+    int info, tensors, verbose, chat, stats;
     long n_predict;
     pi_ctx_params cp;
     pi_sampler_params sp;
@@ -327,9 +338,26 @@ static int generate(const struct opts *o) {
         goto done;
     pi_tokenize(m, ptext, plen, toks, (size_t)nt, tflags);
 
-    if ((st = pi_ctx_create(m, &o->cp, &ctx)) != PI_OK) {
-        fail("cannot create a context", st, NULL);
+    pi_ctx_params cp = o->cp;
+    char cerr[512] = "";
+    cp.errbuf = cerr;
+    cp.errbuf_cap = sizeof cerr;
+    if (o->profile && cp.stats == PI_STATS_OFF)
+        cp.stats = pi_model_is_sparse(m) ? PI_STATS_DIAGNOSTIC : PI_STATS_ON;
+    if ((st = pi_ctx_create(m, &cp, &ctx)) != PI_OK) {
+        fail("cannot create a context", st, cerr);
         goto done;
+    }
+    {
+        int mode = pi_ctx_sparse_mode(ctx);
+        if (pi_model_is_sparse(m) || o->verbose)
+            fprintf(stderr, "pi-run: %s model, %s FFN%s", pi_model_is_sparse(m) ? "PowerInfer" : "dense",
+                    mode == PI_SPARSE_PREDICTOR ? "sparse (predictor-driven)"
+                    : mode == PI_SPARSE_ORACLE  ? "sparse (oracle: exactly the neurons that fire)"
+                                                : "dense",
+                    mode == PI_SPARSE_PREDICTOR ? "" : "\n");
+        if (mode == PI_SPARSE_PREDICTOR)
+            fprintf(stderr, ", threshold %g\n", (double)pi_ctx_sparse_threshold(ctx));
     }
     if ((st = pi_sampler_create(m, &o->sp, &smp)) != PI_OK) {
         fail("cannot create the sampler", st, NULL);
@@ -394,6 +422,17 @@ static int generate(const struct opts *o) {
             load_ms, (long long)nt, prompt_ms, prompt_ms > 0 ? 1e3 * (double)nt / prompt_ms : 0.0,
             n_gen, gen_ms, gen_ms > 0 ? 1e3 * (double)n_gen / gen_ms : 0.0,
             pi_ctx_n_threads(ctx));
+    if (pi_ctx_stats(ctx) && (o->stats || o->verbose))
+        tele_print(stderr, pi_ctx_stats(ctx), tele_dense_bytes(m));
+    if (o->profile) {
+        char eb[512] = "";
+        if ((st = pi_stats_save(pi_ctx_stats(ctx), o->profile, eb, sizeof eb)) != PI_OK) {
+            fail("cannot write the statistics", st, eb);
+            goto done;
+        }
+        fprintf(stderr, "pi-run: wrote activation statistics of %lld positions to %s\n",
+                (long long)pi_ctx_pos(ctx), o->profile);
+    }
     rc = 0;
 done:
     pi_detok_destroy(dt);
@@ -457,6 +496,15 @@ int main(int argc, char **argv) {
         } else if (IS("--chat")) {
             o.chat = 1;
             takes = 0;
+        } else if (IS("--stats")) {
+            o.stats = 1;
+            if (o.cp.stats == PI_STATS_OFF)
+                o.cp.stats = PI_STATS_ON;
+            takes = 0;
+        } else if (IS("--diagnostic")) {
+            o.stats = 1;
+            o.cp.stats = PI_STATS_DIAGNOSTIC;
+            takes = 0;
         } else if (a[0] == '-' && a[1] != '\0' && !v) {
             fprintf(stderr, "pi-run: %s needs a value (or is unknown; see --help)\n", a);
             return 2;
@@ -470,6 +518,24 @@ int main(int argc, char **argv) {
             o.system = v;
         } else if (IS("--dump-logits")) {
             o.dump_logits = v;
+        } else if (IS("--profile")) {
+            o.profile = v;
+        } else if (IS("--sparse-mode")) {
+            if (!strcmp(v, "sparse") || !strcmp(v, "predictor"))
+                o.cp.sparse_mode = PI_SPARSE_PREDICTOR;
+            else if (!strcmp(v, "dense"))
+                o.cp.sparse_mode = PI_SPARSE_DENSE;
+            else if (!strcmp(v, "oracle"))
+                o.cp.sparse_mode = PI_SPARSE_ORACLE;
+            else {
+                fprintf(stderr, "pi-run: --sparse-mode wants sparse, dense or oracle, not '%s'\n",
+                        v);
+                return 2;
+            }
+        } else if (IS("--sparse-threshold")) {
+            if (parse_float(a, v, &o.cp.sparse_threshold))
+                return 2;
+            o.cp.sparse_threshold_set = 1;
         } else if (IS("-n") || IS("--n-predict")) {
             if (parse_long(a, v, -1, 1 << 30, &o.n_predict))
                 return 2;

@@ -1,0 +1,353 @@
+#define _POSIX_C_SOURCE 200809L
+/* The sparse FFN of PowerInfer (PWRI) models on random test models (tests/common):
+ *  - oracle mode gives dense mode's logits (prefill and decode, llama and bamboo, float
+ *    and quantized weights, float and 8-bit activations);
+ *  - a predictor that marks every neuron gives dense mode's logits, one that marks
+ *    none removes the FFN;
+ *  - logits do not depend on the thread count (bit for bit) and a prompt step equals
+ *    one-token steps up to rounding, also when the union path goes dense;
+ *  - bad parameters and sparse modes on dense files fail with a clear message;
+ *  - activation statistics are consistent and survive a save/load round trip, and bad
+ *    statistics files are refused.
+ * Logits are compared relative to max |logit|. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "powerinfer.h"
+#include "testmodel.h"
+
+enum { NTOK = 9, MAXV = 64 };
+static const int32_t TOKS[NTOK] = {1, 7, 3, 22, 9, 31, 5, 18, 2};
+
+static char g_tmp[256];
+
+static const char *tmpdir(void) {
+    const char *t = getenv("TMPDIR");
+    return t && *t ? t : "/tmp";
+}
+
+static void write_model(const char *arch, uint32_t wtype, int sparse, const char *path) {
+    struct tm_spec s;
+    tm_default(&s);
+    s.arch = arch;
+    s.sparse = sparse;
+    s.wtype = wtype;
+    s.n_ff = 128; /* whole Q4_0/Q8_0 blocks for ffn_down_t's neuron rows too */
+    s.pred_rank = 32;
+    s.seed = 7;
+    assert_int_equal(tm_write(&s, path), PI_OK);
+}
+
+struct run {
+    int mode, threads, batch, f32, stats, one_by_one;
+    float thr;
+    int thr_set;
+};
+
+/* Logits after every token (one-by-one) or after the prompt of NTOK-1 tokens and one
+ * more token (prefill + decode): out[2][n_vocab]. */
+static pi_ctx *run_model(pi_model *m, const struct run *r, float out[2][MAXV]) {
+    pi_ctx_params cp;
+    pi_ctx_default_params(&cp);
+    cp.n_ctx = 32;
+    cp.n_threads = (uint32_t)r->threads;
+    cp.n_batch = (uint32_t)r->batch;
+    cp.f32_activations = (uint32_t)r->f32;
+    cp.sparse_mode = (uint32_t)r->mode;
+    cp.stats = (uint32_t)r->stats;
+    cp.sparse_threshold = r->thr;
+    cp.sparse_threshold_set = (uint32_t)r->thr_set;
+    char err[256] = "";
+    cp.errbuf = err;
+    cp.errbuf_cap = sizeof err;
+    pi_ctx *c;
+    if (pi_ctx_create(m, &cp, &c) != PI_OK)
+        fail_msg("pi_ctx_create: %s", err);
+    const int64_t nv = pi_model_n_vocab(m);
+    if (r->one_by_one) {
+        for (int i = 0; i < NTOK - 1; i++)
+            assert_int_equal(pi_ctx_decode(c, TOKS + i, 1), PI_OK);
+    } else {
+        assert_int_equal(pi_ctx_decode(c, TOKS, NTOK - 1), PI_OK);
+    }
+    memcpy(out[0], pi_ctx_logits(c), sizeof(float) * (size_t)nv);
+    assert_int_equal(pi_ctx_decode(c, TOKS + NTOK - 1, 1), PI_OK);
+    memcpy(out[1], pi_ctx_logits(c), sizeof(float) * (size_t)nv);
+    return c;
+}
+
+static void run_and_close(pi_model *m, const struct run *r, float out[2][MAXV]) {
+    pi_ctx_destroy(run_model(m, r, out));
+}
+
+static double rel_diff(float a[2][MAXV], float b[2][MAXV], int64_t nv) {
+    double md = 0, mx = 1e-6;
+    for (int k = 0; k < 2; k++)
+        for (int64_t i = 0; i < nv; i++) {
+            md = fmax(md, fabs((double)a[k][i] - b[k][i]));
+            mx = fmax(mx, fabs((double)b[k][i]));
+        }
+    return md / mx;
+}
+
+static pi_model *open_model(const char *path) {
+    pi_model *m;
+    char err[256] = "";
+    pi_model_params p;
+    pi_model_default_params(&p);
+    p.errbuf = err;
+    p.errbuf_cap = sizeof err;
+    if (pi_model_open(path, &p, &m) != PI_OK)
+        fail_msg("%s: %s", path, err);
+    return m;
+}
+
+static void test_oracle_equals_dense(void **state) {
+    (void)state;
+    static const uint32_t types[] = {PI_TYPE_F32, PI_TYPE_F16, PI_TYPE_Q8_0, PI_TYPE_Q4_0};
+    static const char *const archs[] = {"llama", "bamboo"};
+    for (size_t a = 0; a < 2; a++)
+        for (size_t t = 0; t < sizeof types / sizeof *types; t++) {
+            write_model(archs[a], types[t], 1, g_tmp);
+            pi_model *m = open_model(g_tmp);
+            const int64_t nv = pi_model_n_vocab(m);
+            for (int f32 = 0; f32 <= 1; f32++) {
+                float d[2][MAXV], o[2][MAXV];
+                struct run rd = {PI_SPARSE_DENSE, 2, 16, f32, 0, 0, 0, 0};
+                struct run ro = rd;
+                ro.mode = PI_SPARSE_ORACLE;
+                run_and_close(m, &rd, d);
+                run_and_close(m, &ro, o);
+                double e = rel_diff(o, d, nv);
+                print_message("# %s %s f32_act=%d: oracle vs dense %.2e\n", archs[a],
+                              pi_type_name((int)types[t]), f32, e);
+                assert_true(e < 1e-5);
+            }
+            pi_model_close(m);
+        }
+}
+
+static void test_predictor_extremes(void **state) {
+    (void)state;
+    write_model("llama", PI_TYPE_Q4_0, 1, g_tmp);
+    pi_model *m = open_model(g_tmp);
+    const int64_t nv = pi_model_n_vocab(m), F = pi_model_n_ff(m);
+    float d[2][MAXV], all[2][MAXV], none[2][MAXV];
+    struct run r = {PI_SPARSE_DENSE, 2, 16, 0, 0, 0, 0, 0};
+    run_and_close(m, &r, d);
+    r.mode = PI_SPARSE_PREDICTOR;
+    r.thr = -1e30f;
+    r.thr_set = 1;
+    r.stats = PI_STATS_ON;
+    pi_ctx *c = run_model(m, &r, all);
+    assert_true(rel_diff(all, d, nv) < 1e-5);
+    pi_layer_stats ls = {.struct_size = sizeof ls};
+    assert_int_equal(pi_stats_layer(pi_ctx_stats(c), 1, &ls), PI_OK);
+    assert_int_equal(ls.tokens_predicted, NTOK);
+    assert_true(ls.predicted == (double)(NTOK * F));
+    pi_ctx_destroy(c);
+    r.thr = 1e30f;
+    c = run_model(m, &r, none);
+    assert_int_equal(pi_stats_layer(pi_ctx_stats(c), 0, &ls), PI_OK);
+    assert_true(ls.predicted == 0.0 && ls.rows_down == 0 && ls.rows_gate_up == 0);
+    assert_true(rel_diff(none, d, nv) > 1e-3); /* the FFN mattered */
+    for (int64_t i = 0; i < nv; i++)
+        assert_true(isfinite(none[1][i]));
+    pi_ctx_destroy(c);
+    pi_model_close(m);
+}
+
+static void test_threads_and_batching(void **state) {
+    (void)state;
+    static const uint32_t types[] = {PI_TYPE_F16, PI_TYPE_Q4_0};
+    for (size_t t = 0; t < 2; t++) {
+        write_model("bamboo", types[t], 1, g_tmp);
+        pi_model *m = open_model(g_tmp);
+        const int64_t nv = pi_model_n_vocab(m);
+        float ref[2][MAXV], x[2][MAXV];
+        struct run r = {PI_SPARSE_PREDICTOR, 1, 16, 0, 0, 0, 0, 0};
+        run_and_close(m, &r, ref);
+        for (int th = 2; th <= 3; th++) {
+            r.threads = th;
+            run_and_close(m, &r, x);
+            for (int k = 0; k < 2; k++)
+                assert_memory_equal(x[k], ref[k], sizeof(float) * (size_t)nv);
+        }
+        /* one token per step (row-by-row path) vs prompt steps of 3 and 16 tokens (the
+         * union of 8 tokens' random predictions exceeds 60%: the dense-masked path) */
+        r.threads = 2;
+        r.one_by_one = 1;
+        run_and_close(m, &r, x);
+        assert_true(rel_diff(x, ref, nv) < 1e-5);
+        r.one_by_one = 0;
+        r.batch = 3;
+        run_and_close(m, &r, x);
+        assert_true(rel_diff(x, ref, nv) < 1e-5);
+        pi_model_close(m);
+    }
+}
+
+static void test_bad_params(void **state) {
+    (void)state;
+    write_model("llama", PI_TYPE_F32, 0, g_tmp); /* dense file */
+    pi_model *m = open_model(g_tmp);
+    pi_ctx *c = (pi_ctx *)1;
+    pi_ctx_params cp;
+    char err[256];
+    for (int mode = PI_SPARSE_PREDICTOR; mode <= PI_SPARSE_ORACLE; mode++) {
+        pi_ctx_default_params(&cp);
+        cp.sparse_mode = (uint32_t)mode;
+        cp.errbuf = err;
+        cp.errbuf_cap = sizeof err;
+        err[0] = '\0';
+        assert_int_equal(pi_ctx_create(m, &cp, &c), PI_ERR_UNSUPPORTED);
+        assert_null(c);
+        assert_non_null(strstr(err, "PWRI"));
+    }
+    pi_ctx_default_params(&cp);
+    cp.sparse_mode = 9;
+    assert_int_equal(pi_ctx_create(m, &cp, &c), PI_ERR_INVALID_ARG);
+    pi_ctx_default_params(&cp);
+    cp.stats = 3;
+    assert_int_equal(pi_ctx_create(m, &cp, &c), PI_ERR_INVALID_ARG);
+    pi_ctx_default_params(&cp);
+    cp.sparse_threshold_set = 1;
+    cp.sparse_threshold = NAN;
+    assert_int_equal(pi_ctx_create(m, &cp, &c), PI_ERR_INVALID_ARG);
+    /* dense files run dense, AUTO included, and have no statistics unless asked */
+    pi_ctx_default_params(&cp);
+    assert_int_equal(pi_ctx_create(m, &cp, &c), PI_OK);
+    assert_int_equal(pi_ctx_sparse_mode(c), PI_SPARSE_DENSE);
+    assert_null(pi_ctx_stats(c));
+    assert_int_equal(pi_ctx_stats_reset(c), PI_ERR_INVALID_ARG);
+    pi_ctx_destroy(c);
+    pi_model_close(m);
+}
+
+static void test_stats(void **state) {
+    (void)state;
+    write_model("llama", PI_TYPE_Q8_0, 1, g_tmp);
+    pi_model *m = open_model(g_tmp);
+    const int64_t nl = pi_model_n_layer(m), F = pi_model_n_ff(m);
+    float x[2][MAXV];
+    /* dense and oracle see the same true activations */
+    struct run r = {PI_SPARSE_DENSE, 2, 16, 0, PI_STATS_ON, 0, 0, 0};
+    pi_ctx *cd = run_model(m, &r, x);
+    r.mode = PI_SPARSE_ORACLE;
+    pi_ctx *co = run_model(m, &r, x);
+    r.mode = PI_SPARSE_PREDICTOR;
+    r.stats = PI_STATS_DIAGNOSTIC;
+    pi_ctx *cp = run_model(m, &r, x);
+    double *a = malloc(sizeof(double) * (size_t)F), *b = malloc(sizeof(double) * (size_t)F);
+    double *p = malloc(sizeof(double) * (size_t)F), *bo = malloc(sizeof(double) * (size_t)F);
+    assert_true(a && b && p && bo);
+    const pi_stats *sd = pi_ctx_stats(cd), *so = pi_ctx_stats(co), *sp = pi_ctx_stats(cp);
+    assert_int_equal(pi_stats_n_layer(sp), nl);
+    assert_int_equal(pi_stats_n_ff(sp), F);
+    for (int64_t l = 0; l < nl; l++) {
+        assert_int_equal(pi_stats_neurons(sd, l, PI_NEURON_ACTIVE, a, (size_t)F), PI_OK);
+        assert_int_equal(pi_stats_neurons(so, l, PI_NEURON_ACTIVE, b, (size_t)F), PI_OK);
+        assert_memory_equal(a, b, sizeof(double) * (size_t)F);
+        /* the diagnostic run of the predictor mode sees the same truth too in layer 0
+         * (later layers see the residual stream of the predicted FFN) */
+        assert_int_equal(pi_stats_neurons(sp, l, PI_NEURON_ACTIVE, b, (size_t)F), PI_OK);
+        if (l == 0)
+            assert_memory_equal(a, b, sizeof(double) * (size_t)F);
+        assert_int_equal(pi_stats_neurons(sp, l, PI_NEURON_PREDICTED, p, (size_t)F), PI_OK);
+        assert_int_equal(pi_stats_neurons(sp, l, PI_NEURON_BOTH, bo, (size_t)F), PI_OK);
+        double sum_p = 0, sum_b = 0;
+        for (int64_t i = 0; i < F; i++) {
+            assert_true(bo[i] <= p[i] && bo[i] <= b[i] && p[i] <= NTOK);
+            sum_p += p[i];
+            sum_b += bo[i];
+        }
+        pi_layer_stats ls = {.struct_size = sizeof ls};
+        assert_int_equal(pi_stats_layer(sp, l, &ls), PI_OK);
+        assert_true(ls.predicted == sum_p && ls.both == sum_b);
+        assert_int_equal(ls.tokens_predicted, NTOK);
+        assert_int_equal(ls.tokens_observed, NTOK);
+        assert_true(ls.bytes_predictor > 0 && ls.bytes_ffn > 0);
+        assert_true(sum_p > 0 && sum_p < NTOK * F); /* a random predictor: some, not all */
+    }
+    /* an old caller's smaller pi_layer_stats is written only as far as it reaches */
+    struct {
+        pi_layer_stats s;
+        uint32_t canary;
+    } small;
+    memset(&small, 0x5a, sizeof small);
+    small.s.struct_size = (uint32_t)offsetof(pi_layer_stats, rows_gate_up);
+    assert_int_equal(pi_stats_layer(sp, 0, &small.s), PI_OK);
+    assert_int_equal(small.s.tokens_predicted, NTOK);
+    assert_int_equal(small.s.rows_gate_up, 0x5a5a5a5a5a5a5a5aull);
+    assert_int_equal(pi_stats_layer(sp, nl, &small.s), PI_ERR_RANGE);
+    assert_int_equal(pi_stats_neurons(sp, 0, 3, p, (size_t)F), PI_ERR_INVALID_ARG);
+    assert_int_equal(pi_stats_neurons(sp, 0, 0, p, (size_t)F - 1), PI_ERR_INVALID_ARG);
+
+    /* save / load */
+    char path[300], err[256];
+    snprintf(path, sizeof path, "%s.stats.gguf", g_tmp);
+    assert_int_equal(pi_stats_save(sp, path, err, sizeof err), PI_OK);
+    pi_stats *ld;
+    assert_int_equal(pi_stats_load(path, &ld, err, sizeof err), PI_OK);
+    for (int64_t l = 0; l < nl; l++)
+        for (int k = 0; k < 3; k++) {
+            assert_int_equal(pi_stats_neurons(sp, l, k, a, (size_t)F), PI_OK);
+            assert_int_equal(pi_stats_neurons(ld, l, k, b, (size_t)F), PI_OK);
+            assert_memory_equal(a, b, sizeof(double) * (size_t)F);
+        }
+    pi_layer_stats l0 = {.struct_size = sizeof l0}, l1 = {.struct_size = sizeof l1};
+    pi_stats_layer(sp, 1, &l0);
+    pi_stats_layer(ld, 1, &l1);
+    assert_true(l0.predicted == l1.predicted && l0.active == l1.active && l0.both == l1.both);
+    assert_int_equal(l1.tokens_observed, NTOK);
+    pi_stats_free(ld);
+    /* a model file, a missing file, a truncated file */
+    assert_int_equal(pi_stats_load(g_tmp, &ld, err, sizeof err), PI_ERR_FORMAT);
+    assert_null(ld);
+    assert_non_null(strstr(err, "activation_stats"));
+    assert_int_equal(pi_stats_load("/nonexistent/x.gguf", &ld, err, sizeof err), PI_ERR_IO);
+    FILE *fp = fopen(path, "r+b");
+    assert_non_null(fp);
+    fseek(fp, 0, SEEK_END);
+    long size = ftell(fp);
+    fclose(fp);
+    assert_int_equal(truncate(path, size - 9), 0);
+    assert_int_equal(pi_stats_load(path, &ld, err, sizeof err), PI_ERR_FORMAT);
+    /* saving to an unwritable place fails and leaves nothing */
+    assert_int_equal(pi_stats_save(sp, "/nonexistent/dir/s.gguf", err, sizeof err), PI_ERR_IO);
+    assert_int_equal(pi_stats_save(NULL, path, err, sizeof err), PI_ERR_INVALID_ARG);
+    remove(path);
+    /* reset */
+    assert_int_equal(pi_ctx_stats_reset(cp), PI_OK);
+    pi_layer_stats z = {.struct_size = sizeof z};
+    pi_stats_layer(sp, 0, &z);
+    assert_true(z.predicted == 0 && z.tokens_predicted == 0 && z.ns_ffn == 0);
+    free(a);
+    free(b);
+    free(p);
+    free(bo);
+    pi_ctx_destroy(cd);
+    pi_ctx_destroy(co);
+    pi_ctx_destroy(cp);
+    pi_model_close(m);
+}
+
+int main(void) {
+    snprintf(g_tmp, sizeof g_tmp, "%s/pi_sparse_%d.gguf", tmpdir(), (int)getpid());
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_oracle_equals_dense), cmocka_unit_test(test_predictor_extremes),
+        cmocka_unit_test(test_threads_and_batching), cmocka_unit_test(test_bad_params),
+        cmocka_unit_test(test_stats),
+    };
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    remove(g_tmp);
+    return rc;
+}
