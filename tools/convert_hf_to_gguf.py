@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Convert a Hugging Face Llama-architecture checkpoint to a dense GGUF file.
+"""Convert a Hugging Face Llama-architecture (or Bamboo) checkpoint to a dense GGUF file.
 
 Usage:
     python3 tools/convert_hf_to_gguf.py MODEL_DIR --outfile OUT.gguf
@@ -10,14 +10,16 @@ MODEL_DIR holds config.json and the weights: *.safetensors (one file or shards)
 or pytorch_model*.bin (the latter needs torch). Safetensors are read with a small
 numpy reader here (F32, F16, BF16, F64), so converting them does not need torch.
 
-What is written (architecture "llama"):
+What is written (architecture "bamboo" when config.json has model_type "bamboo",
+else "llama"; below, llama.* stands for <arch>.*):
   keys     llama.vocab_size, context_length, embedding_length, block_count, feed_forward_length,
            attention.head_count, attention.head_count_kv,
            attention.layer_norm_rms_epsilon, rope.freq_base, rope.dimension_count,
            attention.key_length/value_length (only when head_dim != n_embd/n_head),
            rope.scaling.type "linear" + rope.scaling.factor (linear rope scaling only),
            general.name, general.file_type (+ general.quantization_version when
-           quantized), powerinfer.ffn_activation = "relu" when hidden_act is relu.
+           quantized), powerinfer.ffn_activation = "relu" when hidden_act is relu
+           (llama only: bamboo's FFN is relu(gate)*relu(up) by definition).
   tensors  token_embd, output_norm, output (omitted when the embeddings are tied),
            blk.N.{attn_norm, attn_q, attn_k, attn_v, attn_output, ffn_norm,
            ffn_gate, ffn_up, ffn_down}.weight.
@@ -288,26 +290,54 @@ def encode_tensor(a: np.ndarray, qtype: QT, name: str):
     return quantize(np.ascontiguousarray(a, dtype=np.float32), qtype), qtype
 
 
-def convert(model_dir: str, outfile: str, outtype: str = "f32", name: str | None = None,
-            tokenizer: bool = True, verbose: bool = True) -> None:
-    with open(os.path.join(model_dir, "config.json")) as f:
-        cfg = json.load(f)
+def load_config(model_dir: str) -> dict:
+    """MODEL_DIR/config.json, checked to be a llama (or bamboo) model; adds the derived
+    hyper-parameters under "_hp": arch, n_embd, n_layer, n_ff, n_head, n_head_kv,
+    head_dim, act."""
+    path = os.path.join(model_dir, "config.json")
+    try:
+        with open(path) as f:
+            cfg = json.load(f)
+    except (OSError, ValueError) as e:
+        sys.exit(f"{path}: {e}")
     archs = cfg.get("architectures") or []
-    if cfg.get("model_type") not in (None, "llama") and "LlamaForCausalLM" not in archs:
-        sys.exit(f"model_type {cfg.get('model_type')!r} is not llama")
+    mtype = cfg.get("model_type")
+    if mtype not in (None, "llama", "bamboo") and "LlamaForCausalLM" not in archs:
+        sys.exit(f"model_type {mtype!r} is not llama or bamboo")
     if cfg.get("attention_bias") or cfg.get("mlp_bias"):
         sys.exit("attention/mlp biases are not supported")
 
     act = cfg.get("hidden_act", "silu")
     if act not in ("silu", "relu"):
         sys.exit(f"hidden_act {act!r} is not supported (silu or relu)")
-
     n_embd = int(cfg["hidden_size"])
-    n_layer = int(cfg["num_hidden_layers"])
-    n_ff = int(cfg["intermediate_size"])
     n_head = int(cfg["num_attention_heads"])
-    n_head_kv = int(cfg.get("num_key_value_heads") or n_head)
-    head_dim = int(cfg.get("head_dim") or n_embd // n_head)
+    cfg["_hp"] = dict(
+        arch="bamboo" if mtype == "bamboo" else "llama",
+        n_embd=n_embd,
+        n_layer=int(cfg["num_hidden_layers"]),
+        n_ff=int(cfg["intermediate_size"]),
+        n_head=n_head,
+        n_head_kv=int(cfg.get("num_key_value_heads") or n_head),
+        head_dim=int(cfg.get("head_dim") or n_embd // n_head),
+        act=act,
+    )
+    return cfg
+
+
+def convert(model_dir: str, outfile: str, outtype: str = "f32", name: str | None = None,
+            tokenizer: bool = True, verbose: bool = True, tensor_hook=None,
+            extra_tensors=(), extra_kv=None) -> None:
+    """Write the GGUF. Hooks for other converters (tools/convert_hf_to_powerinfer.py):
+    tensor_hook(gguf_name, array) -> (gguf_name, array) is applied to every tensor
+    (after the Q/K permutation, before encoding); extra_tensors, (gguf_name, array)
+    pairs, are appended after the model's tensors in that order and encoded the same
+    way; extra_kv(writer) adds metadata after the standard keys."""
+    cfg = load_config(model_dir)
+    hp = cfg["_hp"]
+    arch, act = hp["arch"], hp["act"]
+    n_embd, n_layer, n_ff = hp["n_embd"], hp["n_layer"], hp["n_ff"]
+    n_head, n_head_kv, head_dim = hp["n_head"], hp["n_head_kv"], hp["head_dim"]
     eps = float(cfg.get("rms_norm_eps", 1e-5))
     n_ctx = int(cfg.get("max_position_embeddings", 2048))
     theta, rtype, rfactor = rope_settings(cfg)
@@ -316,7 +346,7 @@ def convert(model_dir: str, outfile: str, outtype: str = "f32", name: str | None
     sd = load_state_dict(model_dir)
     tied = bool(cfg.get("tie_word_embeddings", False)) or "lm_head.weight" not in sd
 
-    w = gguf.GGUFWriter(outfile, "llama")
+    w = gguf.GGUFWriter(outfile, arch)
     w.add_name(name or cfg.get("_name_or_path") or os.path.basename(os.path.abspath(model_dir)))
     w.add_context_length(n_ctx)
     w.add_embedding_length(n_embd)
@@ -336,8 +366,10 @@ def convert(model_dir: str, outfile: str, outtype: str = "f32", name: str | None
     w.add_file_type(ftype)
     if qtype not in (QT.F32, QT.F16):
         w.add_quantization_version(gguf.GGML_QUANT_VERSION)
-    if act == "relu":
+    if act == "relu" and arch == "llama":
         w.add_string("powerinfer.ffn_activation", "relu")
+    if extra_kv is not None:
+        extra_kv(w)
 
     n_vocab = int(sd["model.embed_tokens.weight"].shape[0])
     w.add_vocab_size(n_vocab)
@@ -368,6 +400,13 @@ def convert(model_dir: str, outfile: str, outtype: str = "f32", name: str | None
     if len(names) != expected:
         sys.exit(f"expected {expected} tensors, found {len(names)}")
 
+    def add(g, a):
+        data, raw = encode_tensor(a, qtype, g)
+        w.add_tensor(g, data, raw_dtype=raw)
+        if verbose:
+            print(f"{g:28s} {str(tuple(a.shape)):14s} {(raw or QT(0 if data.dtype == np.float32 else 1)).name}",
+                  file=sys.stderr)
+
     for hf in names:
         g = map_name(hf)
         a = sd[hf]
@@ -375,11 +414,11 @@ def convert(model_dir: str, outfile: str, outtype: str = "f32", name: str | None
             a = hf_qk_to_gguf(a, n_head)
         elif g.endswith("attn_k.weight"):
             a = hf_qk_to_gguf(a, n_head_kv)
-        data, raw = encode_tensor(a, qtype, g)
-        w.add_tensor(g, data, raw_dtype=raw)
-        if verbose:
-            print(f"{g:28s} {str(tuple(a.shape)):14s} {(raw or QT(0 if data.dtype == np.float32 else 1)).name}",
-                  file=sys.stderr)
+        if tensor_hook is not None:
+            g, a = tensor_hook(g, a)
+        add(g, a)
+    for g, a in extra_tensors:
+        add(g, a)
 
     w.write_header_to_file()
     w.write_kv_data_to_file()

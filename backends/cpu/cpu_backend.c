@@ -247,7 +247,7 @@ static void cpu_matmul(struct pi_backend *b, const struct pi_weight *w, const fl
  * cache lines (the rest was requested when the row was `all` ahead earlier). */
 #define PREFETCH_ROWS 4
 static inline void prefetch_bytes(const uint8_t *p, size_t n, int all) {
-    (void)all;
+    (void)all; /* whole rows for now */
     for (size_t o = 0; o < n; o += 64)
         __builtin_prefetch(p + o, 0, 3);
 }
@@ -264,19 +264,31 @@ static void gemm_idx(void *arg, int64_t lo, int64_t hi, int ith) {
     struct matmul_job *j = &rj->m;
     const struct pi_weight *w = j->w;
     (void)ith;
+    for (int64_t k = lo; k < lo + PREFETCH_ROWS && k < hi; k++)
+        prefetch_bytes((const uint8_t *)w->data + (size_t)rj->idx[k] * w->row_bytes,
+                       w->row_bytes, 1);
     for (int64_t i = lo; i < hi;) {
         int64_t e = i + 1;
         while (e < hi && rj->idx[e] == rj->idx[e - 1] + 1)
             e++;
         const int64_t r0 = rj->idx[i];
-        if (e - i < 4) /* a short run: fetch a row further down the list meanwhile */
-            for (int64_t k = e; k < e + PREFETCH_ROWS && k < hi; k++)
+        /* rows PREFETCH_ROWS further down the list, each requested once */
+        for (int64_t k = i + PREFETCH_ROWS; k < e + PREFETCH_ROWS && k < hi; k++)
+            if (rj->idx[k] != rj->idx[k - 1] + 1 || k == i + PREFETCH_ROWS)
                 prefetch_bytes((const uint8_t *)w->data + (size_t)rj->idx[k] * w->row_bytes,
-                               w->row_bytes, k - e == PREFETCH_ROWS - 1 || k + 1 == hi);
+                               w->row_bytes, 1);
         j->dk->gemm((const uint8_t *)w->data + (size_t)r0 * w->row_bytes, w->row_bytes, e - i,
                     j->b->xq, j->vb, j->n_tok, j->y + r0, w->n_out, w->n_in);
         i = e;
     }
+}
+
+static void gemv_idx(void *arg, int64_t lo, int64_t hi, int ith) {
+    struct rows_job *rj = arg;
+    const struct pi_weight *w = rj->m.w;
+    (void)ith;
+    rj->m.b->k.gemv_idx[w->type](w->data, w->row_bytes, rj->idx + lo, hi - lo, rj->m.b->xq, rj->m.y,
+                                 w->n_in);
 }
 
 static void float_idx(void *arg, int64_t lo, int64_t hi, int ith) {
@@ -309,7 +321,8 @@ static void cpu_matmul_rows(struct pi_backend *b, const struct pi_weight *w, con
         quantize_rows(&rj.m, 0, n_tok, 0);
     else
         pi_pool_for(b->pool, n_tok, 1, quantize_rows, &rj.m);
-    pi_pool_for(b->pool, n_idx, grain, gemm_idx, &rj);
+    pi_pool_for(b->pool, n_idx, grain, n_tok == 1 && b->k.gemv_idx[w->type] ? gemv_idx : gemm_idx,
+                &rj);
 }
 
 struct trows_job {
@@ -322,33 +335,48 @@ struct trows_job {
 
 /* Columns [lo, hi) of every token's output: each thread owns whole blocks of columns
  * and adds the rows in list order, so every output value has one fixed summation
- * order whatever the number of threads. */
+ * order whatever the number of threads. Rows go to the kernel in groups (y stays in
+ * registers across a group); the next group's slices are prefetched meanwhile. */
+#define AXPY_GROUP 16
 static void axpy_cols_job(void *arg, int64_t lo, int64_t hi, int ith) {
     struct trows_job *j = arg;
     const struct pi_weight *w = j->w;
     const struct pi_type_traits *tt = pi_type_traits(w->type);
     const size_t off = (size_t)(lo / tt->block_size) * tt->block_bytes;
-    pi_axpy_fn axpy = j->b->k.axpy[w->type];
+    const size_t slice = (size_t)((hi - lo) / tt->block_size) * tt->block_bytes;
+    pi_axpy_rows_fn axpy_rows = j->b->k.axpy_rows[w->type];
     float *tmp = j->b->scratch + (size_t)ith * (size_t)j->b->max_width;
+    const uint8_t *base = (const uint8_t *)w->data + off;
     for (int64_t t = 0; t < j->n_tok; t++)
         memset(j->y + t * w->n_in + lo, 0, (size_t)(hi - lo) * sizeof(float));
-    const size_t slice = (size_t)((hi - lo) / tt->block_size) * tt->block_bytes;
-    for (int64_t i = 0; i < j->n_rows; i++) {
-        const int64_t r = j->b->rows[i];
-        const uint8_t *row = (const uint8_t *)w->data + (size_t)r * w->row_bytes + off;
-        if (i + PREFETCH_ROWS < j->n_rows)
-            prefetch_bytes((const uint8_t *)w->data +
-                               (size_t)j->b->rows[i + PREFETCH_ROWS] * w->row_bytes + off,
-                           slice, 1);
-        if (!axpy) { /* K-quants: dequantize the slice once, then float axpys */
-            j->b->k.to_float[w->type](row, tmp, hi - lo);
-            row = (const uint8_t *)tmp;
+    for (int64_t g = 0; g < j->n_rows; g += AXPY_GROUP) {
+        const int64_t ge = g + AXPY_GROUP < j->n_rows ? g + AXPY_GROUP : j->n_rows;
+        for (int64_t i = ge; i < ge + AXPY_GROUP && i < j->n_rows; i++)
+            prefetch_bytes(base + (size_t)j->b->rows[i] * w->row_bytes, slice, 1);
+        if (!axpy_rows) { /* K-quants: dequantize each slice, then float axpys */
+            for (int64_t i = g; i < ge; i++) {
+                const int64_t r = j->b->rows[i];
+                j->b->k.to_float[w->type](base + (size_t)r * w->row_bytes, tmp, hi - lo);
+                for (int64_t t = 0; t < j->n_tok; t++) {
+                    const float a = j->x[t * w->n_out + r];
+                    if (a != 0.0f)
+                        j->b->k.axpy[PI_TYPE_F32](j->y + t * w->n_in + lo, a, tmp, hi - lo);
+                }
+            }
+            continue;
         }
-        pi_axpy_fn f = axpy ? axpy : j->b->k.axpy[PI_TYPE_F32];
         for (int64_t t = 0; t < j->n_tok; t++) {
-            const float a = j->x[t * w->n_out + r];
-            if (a != 0.0f)
-                f(j->y + t * w->n_in + lo, a, row, hi - lo);
+            const uint8_t *ptr[AXPY_GROUP];
+            float a[AXPY_GROUP];
+            int64_t k = 0;
+            for (int64_t i = g; i < ge; i++) {
+                const int64_t r = j->b->rows[i];
+                a[k] = j->x[t * w->n_out + r];
+                ptr[k] = base + (size_t)r * w->row_bytes;
+                k += a[k] != 0.0f;
+            }
+            if (k)
+                axpy_rows(j->y + t * w->n_in + lo, a, ptr, k, hi - lo);
         }
     }
 }

@@ -88,6 +88,10 @@ typedef void (*pi_gemm_fn)(const void *W, size_t row_bytes, int64_t nr, const vo
 typedef void (*pi_quantize_fn)(const float *x, void *y, int64_t n);
 typedef void (*pi_to_float_fn)(const void *src, float *dst, int64_t n);
 typedef void (*pi_axpy_fn)(float *y, float a, const void *w, int64_t n);
+typedef void (*pi_gemv_idx_fn)(const void *W, size_t row_bytes, const int32_t *idx, int64_t ni,
+                               const void *x, float *y, int64_t n);
+typedef void (*pi_axpy_rows_fn)(float *y, const float *a, const uint8_t *const *w, int64_t nrows,
+                                int64_t n);
 
 struct pi_dot_kernel {
     enum pi_vec_fmt fmt; /* activation format this weight type is dotted with */
@@ -121,6 +125,14 @@ struct pi_cpu_kernels {
      * implementation gives the reference's bytes. NULL for the K-quants (callers
      * dequantize with to_float and use axpy[PI_TYPE_F32]). */
     pi_axpy_fn axpy[PI_TYPE_ID_LIMIT];
+    /* axpy(y, a[r], w[r], n) for r = 0 .. nrows-1 in that order, exactly (each value of
+     * y sees the same adds in the same order), with y kept in registers across rows:
+     * the down projection over many active rows. Where axpy is non-NULL, so is this. */
+    pi_axpy_rows_fn axpy_rows[PI_TYPE_ID_LIMIT];
+    /* y[idx[i]] = dot[type].dot(W row idx[i], x, n) for i < ni, bit for bit (one token of
+     * a sparse matmul: rows scattered, fetched ahead). May be NULL: callers then use
+     * dot row by row. */
+    pi_gemv_idx_fn gemv_idx[PI_TYPE_ID_LIMIT];
     /* For r = 0 .. nrows-1 in order: y[i] = y[i] + a[r] * x_r[i], i < n, x_r the F16 row
      * at x + r * stride bytes (attention's weighted sum of V; nrows = 1 is a plain
      * axpy). Each product is rounded to float, then added (no FMA): every

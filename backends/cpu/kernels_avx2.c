@@ -850,16 +850,16 @@ INLINE void hsum2_ps(__m256 a, __m256 b, float *sa, float *sb) {
     *sb = _mm_cvtss_f32(_mm256_extractf128_ps(s, 1));
 }
 
-/* y[i] = dot(row i, x), i < DEC_ROWS, rows rb bytes apart, n <= KB_UNITS * 256. */
-INLINE void rows_to_y(int type, const uint8_t *row, size_t rb, int64_t n, const uint8_t *x,
-                      const uint8_t *xt, float *y) {
+/* *y[i] = dot(rows[i], x), i < DEC_ROWS, n <= KB_UNITS * 256. */
+INLINE void rows_ptr_to_y(int type, const uint8_t *const *rows, int64_t n, const uint8_t *x,
+                          const uint8_t *xt, float *const *y) {
     const int64_t nb = n / 32, gf = nb / 8;
     const size_t bb = block_bytes(type);
     __m256 acc[DEC_ROWS];
     float off[DEC_ROWS], part[DEC_ROWS];
     UNROLL
     for (int i = 0; i < DEC_ROWS; i++) {
-        const uint8_t *r = row + (size_t)i * rb;
+        const uint8_t *r = rows[i];
         acc[i] = _mm256_setzero_ps();
         off[i] = 0.0f;
         for (int64_t g = 0; g < gf; g++) {
@@ -875,7 +875,19 @@ INLINE void rows_to_y(int type, const uint8_t *row, size_t rb, int64_t n, const 
         hsum2_ps(acc[i], acc[i + 1], part + i, part + i + 1);
     UNROLL
     for (int i = 0; i < DEC_ROWS; i++)
-        y[i] = 0.0f + (part[i] + off[i]);
+        *y[i] = 0.0f + (part[i] + off[i]);
+}
+
+/* y[i] = dot(row i, x), i < DEC_ROWS, rows rb bytes apart, n <= KB_UNITS * 256. */
+INLINE void rows_to_y(int type, const uint8_t *row, size_t rb, int64_t n, const uint8_t *x,
+                      const uint8_t *xt, float *y) {
+    const uint8_t *rows[DEC_ROWS];
+    float *ys[DEC_ROWS];
+    for (int i = 0; i < DEC_ROWS; i++) {
+        rows[i] = row + (size_t)i * rb;
+        ys[i] = y + i;
+    }
+    rows_ptr_to_y(type, rows, n, x, xt, ys);
 }
 
 /* The loop nest of gemm: blocks of rows that fit in L2 (GEMM_L2_BYTES); inside them
@@ -918,6 +930,45 @@ INLINE void gemm_units(int type, const void *W, size_t rb, int64_t nr, const voi
     }
 }
 
+/* The decode case of a sparse matmul: y[idx[i]] = dot(row idx[i], x) for i < ni, rows
+ * in list order, DEC_ROWS at a time where rows fit one K-block (as the dense decode
+ * does, so each value equals dot), with the rows PREFETCH_AHEAD further down the list
+ * requested meanwhile. */
+#define PREFETCH_AHEAD 4
+INLINE void prefetch_row(const uint8_t *p, size_t n) {
+    for (size_t o = 0; o < n; o += 64)
+        _mm_prefetch((const char *)p + o, _MM_HINT_T0);
+}
+
+INLINE void gemv_idx_units(int type, const void *W, size_t rb, const int32_t *idx, int64_t ni,
+                           const void *X, float *Y, int64_t n) {
+    const uint8_t *w = W, *x = X;
+    uint8_t xt[TAIL_BYTES];
+    if (!is_k_quant(type) && n % 256)
+        tail_gather(x + (size_t)(n / 256) * PI_Q8_0_GROUP_BYTES, (int)(n % 256 / 32), xt);
+    const int pairs = !is_k_quant(type) && (n + 255) / 256 <= KB_UNITS;
+    for (int64_t i = 0; i < ni && i < PREFETCH_AHEAD; i++)
+        prefetch_row(w + (size_t)idx[i] * rb, rb);
+    int64_t i = 0;
+    if (pairs)
+        for (; i + DEC_ROWS <= ni; i += DEC_ROWS) {
+            const uint8_t *rows[DEC_ROWS];
+            float *ys[DEC_ROWS];
+            for (int k = 0; k < DEC_ROWS; k++) {
+                if (i + k + PREFETCH_AHEAD < ni)
+                    prefetch_row(w + (size_t)idx[i + k + PREFETCH_AHEAD] * rb, rb);
+                rows[k] = w + (size_t)idx[i + k] * rb;
+                ys[k] = Y + idx[i + k];
+            }
+            rows_ptr_to_y(type, rows, n, x, xt, ys);
+        }
+    for (; i < ni; i++) {
+        if (i + PREFETCH_AHEAD < ni)
+            prefetch_row(w + (size_t)idx[i + PREFETCH_AHEAD] * rb, rb);
+        Y[idx[i]] = dot_units(type, w + (size_t)idx[i] * rb, x, n);
+    }
+}
+
 /* clang-format off */
 #define UNIT_KERNELS(name, TYPE)                                                                   \
     static float NAME(dot_##name)(const void *w, const void *x, int64_t n) {                       \
@@ -926,6 +977,10 @@ INLINE void gemm_units(int type, const void *W, size_t rb, int64_t nr, const voi
     static void NAME(gemm_##name)(const void *W, size_t rb, int64_t nr, const void *X,             \
                                   size_t vb, int64_t nt, float *Y, int64_t ldy, int64_t n) {       \
         gemm_units(TYPE, W, rb, nr, X, vb, nt, Y, ldy, n);                                         \
+    }                                                                                              \
+    static void NAME(gemv_idx_##name)(const void *W, size_t rb, const int32_t *idx, int64_t ni,    \
+                                      const void *X, float *Y, int64_t n) {                        \
+        gemv_idx_units(TYPE, W, rb, idx, ni, X, Y, n);                                             \
     }
 UNIT_KERNELS(q4_0, PI_TYPE_Q4_0)
 UNIT_KERNELS(q4_1, PI_TYPE_Q4_1)
@@ -1293,6 +1348,73 @@ static void NAME(axpy_q8_0)(float *y, float a, const void *w, int64_t n) {
         axpy32(y, loadu256(b + 2), _mm256_set1_ps(a * f16_at(b)), zero, 0);
 }
 
+/* Many rows into one y: per block of 32 columns, y is loaded once, every row's product
+ * is added in row order (the same adds as row-by-row axpy), and y is stored once. */
+INLINE void axpy_rows_quant(int type, float *y, const float *a, const uint8_t *const *w,
+                            int64_t nrows, int64_t n) {
+    const size_t bb = type == PI_TYPE_Q4_0 ? 18 : type == PI_TYPE_Q4_1 ? 20 : 34;
+    for (int64_t b = 0; b < n / 32; b++) {
+        __m256 acc[4];
+        for (int j = 0; j < 4; j++)
+            acc[j] = _mm256_loadu_ps(y + 32 * b + 8 * j);
+        for (int64_t r = 0; r < nrows; r++) {
+            const uint8_t *p = w[r] + (size_t)b * bb;
+            __m256i q;
+            __m256 s = _mm256_set1_ps(a[r] * f16_at(p)), t = _mm256_setzero_ps();
+            if (type == PI_TYPE_Q4_0) {
+                q = _mm256_sub_epi8(unpack_nibbles(p + 2), _mm256_set1_epi8(8));
+            } else if (type == PI_TYPE_Q4_1) {
+                q = unpack_nibbles(p + 4);
+                t = _mm256_set1_ps(a[r] * f16_at(p + 2));
+            } else {
+                q = loadu256(p + 2);
+            }
+            __m128i lo = _mm256_castsi256_si128(q), hi = _mm256_extracti128_si256(q, 1);
+            __m128i part[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
+            for (int j = 0; j < 4; j++) {
+                __m256 v = _mm256_mul_ps(s, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(part[j])));
+                if (type == PI_TYPE_Q4_1)
+                    v = _mm256_add_ps(v, t);
+                acc[j] = _mm256_add_ps(acc[j], v);
+            }
+        }
+        for (int j = 0; j < 4; j++)
+            _mm256_storeu_ps(y + 32 * b + 8 * j, acc[j]);
+    }
+}
+
+INLINE void axpy_rows_float(int type, float *y, const float *a, const uint8_t *const *w,
+                            int64_t nrows, int64_t n) {
+    const size_t es = type == PI_TYPE_F32 ? 4 : 2;
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        __m256 acc[4];
+        for (int j = 0; j < 4; j++)
+            acc[j] = _mm256_loadu_ps(y + i + 8 * j);
+        for (int64_t r = 0; r < nrows; r++) {
+            const __m256 va = _mm256_set1_ps(a[r]);
+            for (int j = 0; j < 4; j++)
+                acc[j] = _mm256_add_ps(acc[j], _mm256_mul_ps(va, load8(type, w[r], i + 8 * j)));
+        }
+        for (int j = 0; j < 4; j++)
+            _mm256_storeu_ps(y + i + 8 * j, acc[j]);
+    }
+    for (int64_t r = 0; r < nrows && i < n; r++) /* the tail, row by row */
+        axpy_float(type, y + i, a[r], w[r] + (size_t)i * es, n - i);
+}
+
+#define AXPY_ROWS(name, TYPE, impl)                                                                \
+    static void NAME(axpy_rows_##name)(float *y, const float *a, const uint8_t *const *w,          \
+                                       int64_t nrows, int64_t n) {                                 \
+        impl(TYPE, y, a, w, nrows, n);                                                             \
+    }
+AXPY_ROWS(f32, PI_TYPE_F32, axpy_rows_float)
+AXPY_ROWS(f16, PI_TYPE_F16, axpy_rows_float)
+AXPY_ROWS(q4_0, PI_TYPE_Q4_0, axpy_rows_quant)
+AXPY_ROWS(q4_1, PI_TYPE_Q4_1, axpy_rows_quant)
+AXPY_ROWS(q8_0, PI_TYPE_Q8_0, axpy_rows_quant)
+#undef AXPY_ROWS
+
 /* ---- table ---------------------------------------------------------------------------- */
 
 static void set(struct pi_cpu_kernels *k, int type, pi_dot_fn dot, pi_gemm_fn gemm) {
@@ -1316,6 +1438,14 @@ void pi_cpu_kernels_avx2(struct pi_cpu_kernels *k) {
     set(k, PI_TYPE_Q4_K, NAME(dot_q4_k), NAME(gemm_q4_k));
     set(k, PI_TYPE_Q5_K, NAME(dot_q5_k), NAME(gemm_q5_k));
     set(k, PI_TYPE_Q6_K, NAME(dot_q6_k), NAME(gemm_q6_k));
+    k->gemv_idx[PI_TYPE_Q4_0] = NAME(gemv_idx_q4_0);
+    k->gemv_idx[PI_TYPE_Q4_1] = NAME(gemv_idx_q4_1);
+    k->gemv_idx[PI_TYPE_Q5_0] = NAME(gemv_idx_q5_0);
+    k->gemv_idx[PI_TYPE_Q5_1] = NAME(gemv_idx_q5_1);
+    k->gemv_idx[PI_TYPE_Q8_0] = NAME(gemv_idx_q8_0);
+    k->gemv_idx[PI_TYPE_Q4_K] = NAME(gemv_idx_q4_k);
+    k->gemv_idx[PI_TYPE_Q5_K] = NAME(gemv_idx_q5_k);
+    k->gemv_idx[PI_TYPE_Q6_K] = NAME(gemv_idx_q6_k);
     k->quantize_q8_0 = NAME(quantize_q8_0);
     k->quantize_q8_k = NAME(quantize_q8_k);
     k->axpy_f16 = NAME(axpy_f16);
@@ -1326,6 +1456,11 @@ void pi_cpu_kernels_avx2(struct pi_cpu_kernels *k) {
     k->axpy[PI_TYPE_Q4_0] = NAME(axpy_q4_0);
     k->axpy[PI_TYPE_Q4_1] = NAME(axpy_q4_1);
     k->axpy[PI_TYPE_Q8_0] = NAME(axpy_q8_0);
+    k->axpy_rows[PI_TYPE_F32] = NAME(axpy_rows_f32);
+    k->axpy_rows[PI_TYPE_F16] = NAME(axpy_rows_f16);
+    k->axpy_rows[PI_TYPE_Q4_0] = NAME(axpy_rows_q4_0);
+    k->axpy_rows[PI_TYPE_Q4_1] = NAME(axpy_rows_q4_1);
+    k->axpy_rows[PI_TYPE_Q8_0] = NAME(axpy_rows_q8_0);
     k->to_float[PI_TYPE_BF16] = NAME(to_float_bf16);
     k->to_float[PI_TYPE_Q4_0] = NAME(to_float_q4_0);
     k->to_float[PI_TYPE_Q4_1] = NAME(to_float_q4_1);

@@ -223,6 +223,22 @@ static void axpy_q8_0_ref(float *y, float a, const void *w, int64_t n) {
     }
 }
 
+#define AXPY_ROWS_REF(name)                                                                       \
+    static void axpy_rows_##name##_ref(float *y, const float *a, const uint8_t *const *w,         \
+                                       int64_t nrows, int64_t n) {                                 \
+        for (int64_t r = 0; r < nrows; r++)                                                        \
+            axpy_##name##_ref(y, a[r], w[r], n);                                                   \
+    }
+AXPY_ROWS_REF(f32)
+AXPY_ROWS_REF(f16_row)
+AXPY_ROWS_REF(bf16)
+AXPY_ROWS_REF(q4_0)
+AXPY_ROWS_REF(q4_1)
+AXPY_ROWS_REF(q5_0)
+AXPY_ROWS_REF(q5_1)
+AXPY_ROWS_REF(q8_0)
+#undef AXPY_ROWS_REF
+
 static void dot_f16_rows_ref(float *s, const void *x, size_t stride, int64_t nrows, const float *q,
                              int64_t n) {
     for (int64_t r = 0; r < nrows; r++)
@@ -458,5 +474,13 @@ void pi_cpu_kernels_ref(struct pi_cpu_kernels *k) {
     k->axpy[PI_TYPE_Q5_0] = axpy_q5_0_ref;
     k->axpy[PI_TYPE_Q5_1] = axpy_q5_1_ref;
     k->axpy[PI_TYPE_Q8_0] = axpy_q8_0_ref;
+    k->axpy_rows[PI_TYPE_F32] = axpy_rows_f32_ref;
+    k->axpy_rows[PI_TYPE_F16] = axpy_rows_f16_row_ref;
+    k->axpy_rows[PI_TYPE_BF16] = axpy_rows_bf16_ref;
+    k->axpy_rows[PI_TYPE_Q4_0] = axpy_rows_q4_0_ref;
+    k->axpy_rows[PI_TYPE_Q4_1] = axpy_rows_q4_1_ref;
+    k->axpy_rows[PI_TYPE_Q5_0] = axpy_rows_q5_0_ref;
+    k->axpy_rows[PI_TYPE_Q5_1] = axpy_rows_q5_1_ref;
+    k->axpy_rows[PI_TYPE_Q8_0] = axpy_rows_q8_0_ref;
     k->dot_f16_rows = dot_f16_rows_ref;
 }

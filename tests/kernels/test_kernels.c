@@ -371,6 +371,34 @@ static void test_axpy_rows(void **state) {
                                 tt->name, (long long)n);
                     fail();
                 }
+                /* axpy_rows: the same as axpy row by row, for 1..19 rows */
+                assert_non_null(k.axpy_rows[type]);
+                enum { MR = 19 };
+                uint8_t *wr = malloc(wb * MR);
+                const uint8_t *ptr[MR];
+                float ar[MR];
+                assert_non_null(wr);
+                random_weights(type, wr, wb * MR);
+                for (int r = 0; r < MR; r++) {
+                    ptr[r] = wr + (size_t)(MR - 1 - r) * wb; /* any addresses, any order */
+                    ar[r] = r % 5 == 2 ? 0.0f : frand(-2.0f, 2.0f);
+                }
+                for (int nr = 1; nr <= MR; nr += 6) {
+                    memcpy(y2, y0, (size_t)n * sizeof *y0);
+                    float *y3 = malloc((size_t)n * sizeof *y3);
+                    assert_non_null(y3);
+                    memcpy(y3, y0, (size_t)n * sizeof *y0);
+                    for (int r = 0; r < nr; r++)
+                        ref.axpy[type](y2, ar[r], ptr[r], n);
+                    k.axpy_rows[type](y3, ar, ptr, nr, n);
+                    if (memcmp(y2, y3, (size_t)n * sizeof *y2) != 0) {
+                        print_error("%s: %s axpy_rows n=%lld rows=%d differs from row-by-row "
+                                    "axpy\n", impls[i].name, tt->name, (long long)n, nr);
+                        fail();
+                    }
+                    free(y3);
+                }
+                free(wr);
                 free(y2);
             }
             free(w);
