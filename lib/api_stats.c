@@ -188,8 +188,9 @@ static void copy_str(const struct gguf_file *f, const char *key, char *dst, size
         snprintf(dst, cap, "%.*s", (int)(len < cap ? len : cap - 1), s);
 }
 
-static int load(const struct gguf_file *f, const struct pi_allocator *a, struct pi_stats **out,
-                struct pi_error *err) {
+int pi_stats_from_gguf(const struct gguf_file *f, const struct pi_allocator *a,
+                       struct pi_stats **out, struct pi_error *err) {
+    *out = NULL;
     char arch[64];
     copy_str(f, "general.architecture", arch, sizeof arch);
     if (strcmp(arch, STATS_ARCH) != 0)
@@ -263,7 +264,7 @@ int pi_stats_load(const char *path, pi_stats **out, char *errbuf, size_t cap) {
         struct gguf_file f;
         st = gguf_parse(&f, map.data, map.size, &pi_default_allocator, &err);
         if (st == PI_OK) {
-            st = load(&f, &pi_default_allocator, out, &err);
+            st = pi_stats_from_gguf(&f, &pi_default_allocator, out, &err);
             gguf_close(&f);
         }
         pi_os_unmap_file(&map);

@@ -31,6 +31,10 @@ for spec in "llama dense q8_0" "llama sparse f16" "bamboo sparse q4_0" "llama de
     set -- $spec
     build/tests/write_test_model "$work/seeds/$1_$2_$3.gguf" "$1" "$2" "$3"
 done
+# a small PowerInfer model with a tokenizer, and an activation-statistics side file
+python3 tools/bench/make_synthetic_powerinfer.py --preset tiny -o "$work/syn" > /dev/null
+build/tools/pi-run -m "$work/syn.powerinfer.gguf" -p "a b c" -n 2 --profile "$work/seeds/stats.gguf" \
+    > /dev/null 2>&1
 for f in gguf model; do
     echo "fuzz_$f: ${secs}s"
     build-asan/tests/fuzz_$f -max_total_time="$secs" -max_len=262144 -print_final_stats=1 \

@@ -338,6 +338,7 @@ struct trows_job {
  * order whatever the number of threads. Rows go to the kernel in groups (y stays in
  * registers across a group); the next group's slices are prefetched meanwhile. */
 #define AXPY_GROUP 16
+#define AXPY_CHUNK 256 /* columns */
 static void axpy_cols_job(void *arg, int64_t lo, int64_t hi, int ith) {
     struct trows_job *j = arg;
     const struct pi_weight *w = j->w;
@@ -349,11 +350,20 @@ static void axpy_cols_job(void *arg, int64_t lo, int64_t hi, int ith) {
     const uint8_t *base = (const uint8_t *)w->data + off;
     for (int64_t t = 0; t < j->n_tok; t++)
         memset(j->y + t * w->n_in + lo, 0, (size_t)(hi - lo) * sizeof(float));
+    /* the first group's slices */
+    for (int64_t i = 0; i < AXPY_GROUP && i < j->n_rows; i++)
+        prefetch_bytes(base + (size_t)j->b->rows[i] * w->row_bytes, slice, 1);
+    /* Column chunks of whole blocks: while one chunk of a group is added, the same chunk
+     * of the next group's rows is requested, spreading the prefetches over the work. */
+    const int64_t cb = AXPY_CHUNK / tt->block_size > 0 ? AXPY_CHUNK / tt->block_size : 1;
+    const int64_t chunk = cb * tt->block_size;
+    const size_t chunk_bytes = (size_t)cb * tt->block_bytes;
     for (int64_t g = 0; g < j->n_rows; g += AXPY_GROUP) {
         const int64_t ge = g + AXPY_GROUP < j->n_rows ? g + AXPY_GROUP : j->n_rows;
-        for (int64_t i = ge; i < ge + AXPY_GROUP && i < j->n_rows; i++)
-            prefetch_bytes(base + (size_t)j->b->rows[i] * w->row_bytes, slice, 1);
-        if (!axpy_rows) { /* K-quants: dequantize each slice, then float axpys */
+        const int64_t ne = ge + AXPY_GROUP < j->n_rows ? ge + AXPY_GROUP : j->n_rows;
+        if (!axpy_rows) {
+            for (int64_t i = ge; i < ne; i++)
+                prefetch_bytes(base + (size_t)j->b->rows[i] * w->row_bytes, slice, 1); /* K-quants: dequantize each slice, then float axpys */
             for (int64_t i = g; i < ge; i++) {
                 const int64_t r = j->b->rows[i];
                 j->b->k.to_float[w->type](base + (size_t)r * w->row_bytes, tmp, hi - lo);
@@ -375,8 +385,21 @@ static void axpy_cols_job(void *arg, int64_t lo, int64_t hi, int ith) {
                 ptr[k] = base + (size_t)r * w->row_bytes;
                 k += a[k] != 0.0f;
             }
-            if (k)
-                axpy_rows(j->y + t * w->n_in + lo, a, ptr, k, hi - lo);
+            float *yt = j->y + t * w->n_in + lo;
+            for (int64_t c0 = 0; c0 < hi - lo; c0 += chunk) {
+                const int64_t cn = hi - lo - c0 < chunk ? hi - lo - c0 : chunk;
+                const size_t co = (size_t)(c0 / tt->block_size) * tt->block_bytes;
+                if (t == 0)
+                    for (int64_t i = ge; i < ne; i++)
+                        prefetch_bytes(base + (size_t)j->b->rows[i] * w->row_bytes + co,
+                                       chunk_bytes, 1);
+                if (k) {
+                    const uint8_t *pc[AXPY_GROUP];
+                    for (int64_t q = 0; q < k; q++)
+                        pc[q] = ptr[q] + co;
+                    axpy_rows(yt + c0, a, pc, k, cn);
+                }
+            }
         }
     }
 }

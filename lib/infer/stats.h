@@ -9,6 +9,7 @@
 
 #include "powerinfer.h"
 #include "util/alloc.h"
+#include "util/error.h"
 
 struct pi_stats {
     struct pi_allocator alloc;
@@ -23,6 +24,11 @@ struct pi_stats {
 int pi_stats_create(const struct pi_allocator *a, int64_t n_layer, int64_t n_ff,
                     struct pi_stats **out);
 void pi_stats_destroy(struct pi_stats *s);
+struct gguf_file;
+/* Read statistics from a parsed side file (docs/formats.md); PI_ERR_FORMAT names what
+ * is wrong. */
+int pi_stats_from_gguf(const struct gguf_file *f, const struct pi_allocator *a,
+                       struct pi_stats **out, struct pi_error *err);
 void pi_stats_clear(struct pi_stats *s);
 
 static inline double *pi_stats_row(struct pi_stats *s, int64_t layer, int kind) {

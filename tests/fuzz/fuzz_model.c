@@ -1,9 +1,35 @@
 /* libFuzzer harness: the whole model open path (GGUF reader + description builder)
- * over arbitrary bytes, through pi_model_open_buffer, then every query. */
+ * over arbitrary bytes, through pi_model_open_buffer, then every query; for small
+ * models that open, two decode steps in every FFN mode with diagnostic statistics; and
+ * the activation-statistics reader on the same bytes. */
 #include <stddef.h>
 #include <stdint.h>
 
+#include "infer/stats.h"
+#include "model/gguf.h"
 #include "model/model.h"
+
+static void decode_a_little(const pi_model *m) {
+    if (pi_model_n_vocab(m) < 2 ||
+        pi_model_n_layer(m) * pi_model_n_embd(m) * (pi_model_n_ff(m) + pi_model_n_vocab(m)) >
+        (1 << 22))
+        return; /* keep runs fast */
+    for (uint32_t mode = PI_SPARSE_AUTO; mode <= PI_SPARSE_ORACLE; mode++) {
+        pi_ctx_params cp;
+        pi_ctx_default_params(&cp);
+        cp.n_ctx = 8;
+        cp.n_threads = 1;
+        cp.sparse_mode = mode;
+        cp.stats = PI_STATS_DIAGNOSTIC;
+        pi_ctx *c;
+        if (pi_ctx_create(m, &cp, &c) != PI_OK)
+            continue;
+        const int32_t toks[3] = {0, 1 % (int32_t)pi_model_n_vocab(m), 0};
+        (void)pi_ctx_decode(c, toks, 2);
+        (void)pi_ctx_decode(c, toks + 2, 1);
+        pi_ctx_destroy(c);
+    }
+}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -37,7 +63,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         }
         for (int64_t l = 0; l < pi_model_n_layer(m); l++)
             (void)pi_model_predictor_rank(m, l);
+        if (!metadata_only)
+            decode_a_little(m);
         pi_model_close(m);
+    }
+    struct gguf_file f;
+    struct pi_error err;
+    if (gguf_parse(&f, data, size, &pi_default_allocator, &err) == PI_OK) {
+        struct pi_stats *s;
+        if (pi_stats_from_gguf(&f, &pi_default_allocator, &s, &err) == PI_OK)
+            pi_stats_destroy(s);
+        gguf_close(&f);
     }
     return 0;
 }

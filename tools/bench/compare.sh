@@ -53,8 +53,10 @@ if awk -v b="$busy" 'BEGIN { exit !(b > 0.15) }'; then
          "numbers with as many threads as CPUs will be unreliable" >&2
 fi
 
-# t/s median of a table row whose test column starts with $2 (pp or tg)
-median() { awk -F'|' -v t="$2" '$2 ~ "^ *"t { gsub(/ /, "", $4); print $4; exit }' "$1"; }
+# t/s median of a table row whose test column starts with $2 (pp or tg): pi-bench's table
+# has a mode column before the test, llamacpp_bench.py's has not
+median() { awk -F'|' -v t="$2" '$3 ~ "^ *"t { gsub(/ /, "", $4); print $4; exit }' "$1"; }
+median_ll() { awk -F'|' -v t="$2" '$2 ~ "^ *"t { gsub(/ /, "", $4); print $4; exit }' "$1"; }
 rss_mib() { awk -F: '/Maximum resident set size/ { printf "%.1f", $2 / 1024; exit }' "$1"; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a != "" && b != "" && b > 0) printf "%.3f", a / b; else print "-" }'; }
 
@@ -84,7 +86,7 @@ for model in "$@"; do
         [ $pi_ok = 1 ] || { echo "compare.sh: pi-bench failed on $name:" >&2; sed '/Command being timed/,$d' "$tmp/pi.err" | tail -5 >&2; }
         [ $ll_ok = 1 ] || { echo "compare.sh: llamacpp_bench failed on $name:" >&2; sed '/Command being timed/,$d' "$tmp/ll.err" | tail -5 >&2; }
         for test in pp tg; do
-            a=$(median "$tmp/pi.out" $test); b=$(median "$tmp/ll.out" $test)
+            a=$(median "$tmp/pi.out" $test); b=$(median_ll "$tmp/ll.out" $test)
             printf '| %s | %s | %s%s | %s | %s | %s |\n' "$name" "$t" "$test" \
                 "$([ $test = pp ] && echo "$p" || echo "$n")" "${a:--}" "${b:--}" "$(ratio "$a" "$b")" >>"$rows"
         done
@@ -96,7 +98,7 @@ for model in "$@"; do
         {
             pe=$(grep '^read bandwidth' "$tmp/pi.out" || true)
             le=$(grep '^read bandwidth' "$tmp/ll.out" | sed 's/.*-> //' || true)
-            wr=$(grep '^weights read per decoded token' "$tmp/pi.out" | sed 's/.*: //' || true)
+            wr=$(awk -F'|' '$3 ~ /^ *tg/ { gsub(/ /, "", $7); print $7 " MiB"; exit }' "$tmp/pi.out")
             echo "- $name, $t threads: pi-bench ${pe:-(no eta line)}; llama.cpp at the same bandwidth: ${le:-(n/a)}; weights/token ${wr:-?}"
         } >>"$notes"
     done
