@@ -933,11 +933,12 @@ INLINE void gemm_units(int type, const void *W, size_t rb, int64_t nr, const voi
 /* The decode case of a sparse matmul: y[idx[i]] = dot(row idx[i], x) for i < ni, rows
  * in list order, DEC_ROWS at a time where rows fit one K-block (as the dense decode
  * does, so each value equals dot), with the rows PREFETCH_AHEAD further down the list
- * requested meanwhile. */
-#define PREFETCH_AHEAD 4
+ * requested meanwhile, into L2: on Zen 4, L2 prefetches of whole rows doubled the rate
+ * of scattered 2.3 KB rows over L1 prefetches (7 -> 12-14 GB/s on one thread). */
+#define PREFETCH_AHEAD 8
 INLINE void prefetch_row(const uint8_t *p, size_t n) {
     for (size_t o = 0; o < n; o += 64)
-        _mm_prefetch((const char *)p + o, _MM_HINT_T0);
+        _mm_prefetch((const char *)p + o, _MM_HINT_T1);
 }
 
 INLINE void gemv_idx_units(int type, const void *W, size_t rb, const int32_t *idx, int64_t ni,
