@@ -17,6 +17,14 @@ _Static_assert(offsetof(pi_model_params, struct_size) == 0, "struct_size first")
 _Static_assert(sizeof(void *) != 8 || sizeof(pi_model_params) == 64, "pi_model_params size");
 _Static_assert(sizeof(void *) != 8 || offsetof(pi_model_params, log_fn) == 8, "log_fn");
 _Static_assert(sizeof(void *) != 8 || offsetof(pi_model_params, errbuf_cap) == 56, "errbuf_cap");
+/* pi_ctx_params: the first published layout ended after f32_activations (40 bytes) */
+_Static_assert(sizeof(void *) != 8 || offsetof(pi_ctx_params, f32_activations) == 32, "f32_act");
+_Static_assert(sizeof(void *) != 8 || offsetof(pi_ctx_params, sparse_mode) == 36, "sparse_mode");
+_Static_assert(sizeof(void *) != 8 || offsetof(pi_ctx_params, stats) == 48, "stats");
+_Static_assert(sizeof(void *) != 8 || offsetof(pi_ctx_params, errbuf_cap) == 64, "ctx errbuf_cap");
+_Static_assert(sizeof(void *) != 8 || sizeof(pi_ctx_params) == 72, "pi_ctx_params size");
+_Static_assert(sizeof(pi_layer_stats) == 104, "pi_layer_stats size");
+_Static_assert(offsetof(pi_layer_stats, ns_ffn) == 96, "ns_ffn");
 
 static void test_versions(void **state) {
     (void)state;

@@ -222,6 +222,17 @@ static void test_bad_params(void **state) {
     cp.sparse_threshold_set = 1;
     cp.sparse_threshold = NAN;
     assert_int_equal(pi_ctx_create(m, &cp, &c), PI_ERR_INVALID_ARG);
+    /* an old caller: the first published pi_ctx_params (40 bytes) */
+    unsigned char old[40];
+    pi_ctx_default_params(&cp);
+    cp.n_ctx = 16;
+    memcpy(old, &cp, sizeof old);
+    const uint32_t old_size = 40;
+    memcpy(old, &old_size, 4);
+    assert_int_equal(pi_ctx_create(m, (const pi_ctx_params *)(void *)old, &c), PI_OK);
+    assert_int_equal(pi_ctx_n_ctx(c), 16);
+    assert_int_equal(pi_ctx_sparse_mode(c), PI_SPARSE_DENSE);
+    pi_ctx_destroy(c);
     /* dense files run dense, AUTO included, and have no statistics unless asked */
     pi_ctx_default_params(&cp);
     assert_int_equal(pi_ctx_create(m, &cp, &c), PI_OK);
