@@ -290,6 +290,66 @@ static void test_alloc_failure_every_step(void **state) {
     }
 }
 
+/* Contexts too: fail each allocation of pi_ctx_create in turn (sparse model, every FFN
+ * mode with diagnostic statistics), then of pi_stats_save; every failure is
+ * PI_ERR_NOMEM and leaves nothing allocated. */
+static void test_ctx_alloc_failure_every_step(void **state) {
+    (void)state;
+    struct tm_spec s;
+    tm_default(&s);
+    s.sparse = 1;
+    const char *path = write_model(&s);
+    struct failalloc fa;
+    struct pi_allocator a = failalloc_make(&fa, 0);
+    pi_model *m;
+    assert_int_equal(pi_model_open_with(path, NULL, &a, &m), PI_OK);
+    const long base = fa.live;
+    char stats_path[300];
+    snprintf(stats_path, sizeof stats_path, "%s.stats", path);
+    for (uint32_t mode = PI_SPARSE_DENSE; mode <= PI_SPARSE_ORACLE; mode++) {
+        long n;
+        for (n = 1; n < 100000; n++) {
+            fa.fail_at = fa.count + n;
+            pi_ctx_params cp;
+            pi_ctx_default_params(&cp);
+            cp.n_ctx = 16;
+            cp.n_threads = 2;
+            cp.sparse_mode = mode;
+            cp.stats = PI_STATS_DIAGNOSTIC;
+            pi_ctx *c = (pi_ctx *)1;
+            int st = pi_ctx_create(m, &cp, &c);
+            if (st == PI_OK) {
+                fa.fail_at = 0;
+                const int32_t t[2] = {1, 2};
+                assert_int_equal(pi_ctx_decode(c, t, 2), PI_OK);
+                long k;
+                for (k = 1; k < 100000; k++) {
+                    fa.fail_at = fa.count + k;
+                    int ss = pi_stats_save(pi_ctx_stats(c), stats_path, NULL, 0);
+                    fa.fail_at = 0;
+                    if (ss == PI_OK)
+                        break;
+                    assert_int_equal(ss, PI_ERR_NOMEM);
+                    FILE *fp = fopen(stats_path, "rb");
+                    assert_null(fp); /* nothing left behind */
+                }
+                remove(stats_path);
+                pi_ctx_destroy(c);
+                assert_int_equal(fa.live, base);
+                break;
+            }
+            fa.fail_at = 0;
+            assert_int_equal(st, PI_ERR_NOMEM);
+            assert_null(c);
+            assert_int_equal(fa.live, base);
+        }
+        assert_true(n > 5);
+    }
+    pi_model_close(m);
+    assert_int_equal(fa.live, 0);
+    remove(path);
+}
+
 struct prog {
     int calls;
     int stop_at;
@@ -489,6 +549,7 @@ int main(void) {
         cmocka_unit_test(test_unsupported_arch),
         cmocka_unit_test(test_tokenizer_size_mismatch),
         cmocka_unit_test(test_alloc_failure_every_step),
+        cmocka_unit_test(test_ctx_alloc_failure_every_step),
         cmocka_unit_test(test_progress_and_abort),
         cmocka_unit_test(test_logging),
         cmocka_unit_test(test_meta_queries),
