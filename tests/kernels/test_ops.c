@@ -195,15 +195,13 @@ static void test_sparse_ops(void **state) {
         for (int r = 0; r < OUT; r++) { /* sane scales */
             for (int b0 = 0; b0 < IN / (int)tt->block_size; b0++) {
                 uint8_t *blk = wq + r * rb + (size_t)b0 * tt->block_bytes;
-                if (type == PI_TYPE_F32)
-                    for (int e = 0; e < 32; e++)
-                        ((float *)(void *)blk)[e] = rnd();
-                else if (type == PI_TYPE_F16)
-                    for (int e = 0; e < 32; e++) {
-                        uint16_t h = pi_fp32_to_fp16(rnd());
-                        memcpy(blk + 2 * e, &h, 2);
-                    }
-                else {
+                if (type == PI_TYPE_F32) { /* blocks of one value */
+                    const float f = rnd();
+                    memcpy(blk, &f, 4);
+                } else if (type == PI_TYPE_F16) {
+                    const uint16_t h = pi_fp32_to_fp16(rnd());
+                    memcpy(blk, &h, 2);
+                } else {
                     uint16_t d = pi_fp32_to_fp16(0.01f + 0.05f * fabsf(rnd()));
                     memcpy(blk, &d, 2);
                 }
