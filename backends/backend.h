@@ -92,6 +92,11 @@ struct pi_backend_vtable {
      * the same way row by row; other entries of y [n_tok][n_out] are not written. */
     void (*matmul_rows)(struct pi_backend *b, const struct pi_weight *w, const float *x,
                         int64_t n_tok, const int32_t *idx, int64_t n_idx, float *y);
+    /* matmul_rows of two matrices of the same shape over the same rows (gate and up),
+     * with the same results; NULL: two matmul_rows calls. */
+    void (*matmul_rows2)(struct pi_backend *b, const struct pi_weight *w1,
+                         const struct pi_weight *w2, const float *x, int64_t n_tok,
+                         const int32_t *idx, int64_t n_idx, float *y1, float *y2);
     /* Sparse accumulation over neuron-major rows (ffn_down_t): y[t][j] =
      * sum over i < n_idx, in order, with x[t][idx[i]] != 0 of x[t][idx[i]] * W[idx[i]][j];
      * x [n_tok][n_out], y [n_tok][n_in] overwritten. Returns the number of rows read

@@ -255,15 +255,17 @@ static inline void prefetch_bytes(const uint8_t *p, size_t n, int all) {
 struct rows_job {
     struct matmul_job m;
     const int32_t *idx;
+    /* a second matrix over the same rows (gate and up in one pass), or NULL */
+    const struct pi_weight *w2;
+    const struct pi_dot_kernel *dk2;
+    float *y2;
 };
 
 /* Rows idx[lo..hi): one gemm per run of consecutive ids, so a dense run streams like
  * the dense matmul and each row's result is exactly the dense one. */
-static void gemm_idx(void *arg, int64_t lo, int64_t hi, int ith) {
-    struct rows_job *rj = arg;
+static void gemm_idx_one(struct rows_job *rj, const struct pi_weight *w,
+                         const struct pi_dot_kernel *dk, float *y, int64_t lo, int64_t hi) {
     struct matmul_job *j = &rj->m;
-    const struct pi_weight *w = j->w;
-    (void)ith;
     for (int64_t k = lo; k < lo + PREFETCH_ROWS && k < hi; k++)
         prefetch_bytes((const uint8_t *)w->data + (size_t)rj->idx[k] * w->row_bytes,
                        w->row_bytes, 1);
@@ -277,38 +279,54 @@ static void gemm_idx(void *arg, int64_t lo, int64_t hi, int ith) {
             if (rj->idx[k] != rj->idx[k - 1] + 1 || k == i + PREFETCH_ROWS)
                 prefetch_bytes((const uint8_t *)w->data + (size_t)rj->idx[k] * w->row_bytes,
                                w->row_bytes, 1);
-        j->dk->gemm((const uint8_t *)w->data + (size_t)r0 * w->row_bytes, w->row_bytes, e - i,
-                    j->b->xq, j->vb, j->n_tok, j->y + r0, w->n_out, w->n_in);
+        dk->gemm((const uint8_t *)w->data + (size_t)r0 * w->row_bytes, w->row_bytes, e - i,
+                 j->b->xq, j->vb, j->n_tok, y + r0, w->n_out, w->n_in);
         i = e;
     }
 }
 
+static void gemm_idx(void *arg, int64_t lo, int64_t hi, int ith) {
+    struct rows_job *rj = arg;
+    (void)ith;
+    gemm_idx_one(rj, rj->m.w, rj->m.dk, rj->m.y, lo, hi);
+    if (rj->w2)
+        gemm_idx_one(rj, rj->w2, rj->dk2, rj->y2, lo, hi);
+}
+
 static void gemv_idx(void *arg, int64_t lo, int64_t hi, int ith) {
     struct rows_job *rj = arg;
-    const struct pi_weight *w = rj->m.w;
+    const struct pi_weight *w = rj->m.w, *w2 = rj->w2;
     (void)ith;
     rj->m.b->k.gemv_idx[w->type](w->data, w->row_bytes, rj->idx + lo, hi - lo, rj->m.b->xq, rj->m.y,
                                  w->n_in);
+    if (w2)
+        rj->m.b->k.gemv_idx[w2->type](w2->data, w2->row_bytes, rj->idx + lo, hi - lo, rj->m.b->xq,
+                                      rj->y2, w2->n_in);
 }
 
 static void float_idx(void *arg, int64_t lo, int64_t hi, int ith) {
     struct rows_job *rj = arg;
     struct matmul_job *j = &rj->m;
-    const struct pi_weight *w = j->w;
     const struct pi_dot_kernel *f32 = &j->b->k.dot[PI_TYPE_F32];
     float *row = j->b->scratch + (size_t)ith * (size_t)j->b->max_width;
-    for (int64_t i = lo; i < hi; i++) {
-        const int64_t r = rj->idx[i];
-        j->b->k.to_float[w->type]((const uint8_t *)w->data + (size_t)r * w->row_bytes, row,
-                                  w->n_in);
-        for (int64_t t = 0; t < j->n_tok; t++)
-            j->y[t * w->n_out + r] = f32->dot(row, j->x + t * w->n_in, w->n_in);
+    for (int k = 0; k < (rj->w2 ? 2 : 1); k++) {
+        const struct pi_weight *w = k ? rj->w2 : j->w;
+        float *y = k ? rj->y2 : j->y;
+        for (int64_t i = lo; i < hi; i++) {
+            const int64_t r = rj->idx[i];
+            j->b->k.to_float[w->type]((const uint8_t *)w->data + (size_t)r * w->row_bytes, row,
+                                      w->n_in);
+            for (int64_t t = 0; t < j->n_tok; t++)
+                y[t * w->n_out + r] = f32->dot(row, j->x + t * w->n_in, w->n_in);
+        }
     }
 }
 
-static void cpu_matmul_rows(struct pi_backend *b, const struct pi_weight *w, const float *x,
-                            int64_t n_tok, const int32_t *idx, int64_t n_idx, float *y) {
-    struct rows_job rj = {{b, w, &b->k.dot[w->type], x, y, n_tok, 0}, idx};
+static void matmul_rows_job(struct pi_backend *b, const struct pi_weight *w,
+                            const struct pi_weight *w2, const float *x, int64_t n_tok,
+                            const int32_t *idx, int64_t n_idx, float *y, float *y2) {
+    struct rows_job rj = {{b, w, &b->k.dot[w->type], x, y, n_tok, 0}, idx, w2,
+                          w2 ? &b->k.dot[w2->type] : NULL, y2};
     if (n_idx <= 0)
         return;
     const int64_t grain = row_grain(n_idx, pi_pool_n_threads(b->pool));
@@ -321,8 +339,26 @@ static void cpu_matmul_rows(struct pi_backend *b, const struct pi_weight *w, con
         quantize_rows(&rj.m, 0, n_tok, 0);
     else
         pi_pool_for(b->pool, n_tok, 1, quantize_rows, &rj.m);
-    pi_pool_for(b->pool, n_idx, grain, n_tok == 1 && b->k.gemv_idx[w->type] ? gemv_idx : gemm_idx,
-                &rj);
+    const int gemv = n_tok == 1 && b->k.gemv_idx[w->type] && (!w2 || b->k.gemv_idx[w2->type]);
+    pi_pool_for(b->pool, n_idx, grain, gemv ? gemv_idx : gemm_idx, &rj);
+}
+
+static void cpu_matmul_rows(struct pi_backend *b, const struct pi_weight *w, const float *x,
+                            int64_t n_tok, const int32_t *idx, int64_t n_idx, float *y) {
+    matmul_rows_job(b, w, NULL, x, n_tok, idx, n_idx, y, NULL);
+}
+
+/* Both matrices in one pass over the list (one dispatch, the threads stay busy across
+ * the two); they share the quantized activation when their vector formats agree. */
+static void cpu_matmul_rows2(struct pi_backend *b, const struct pi_weight *w1,
+                             const struct pi_weight *w2, const float *x, int64_t n_tok,
+                             const int32_t *idx, int64_t n_idx, float *y1, float *y2) {
+    if (b->k.dot[w1->type].fmt != b->k.dot[w2->type].fmt || w1->n_in != w2->n_in) {
+        matmul_rows_job(b, w1, NULL, x, n_tok, idx, n_idx, y1, NULL);
+        matmul_rows_job(b, w2, NULL, x, n_tok, idx, n_idx, y2, NULL);
+        return;
+    }
+    matmul_rows_job(b, w1, w2, x, n_tok, idx, n_idx, y1, y2);
 }
 
 struct trows_job {
@@ -627,6 +663,7 @@ static const struct pi_backend_vtable cpu_vtable = {
     .matmul = cpu_matmul,
     .matmul_t = cpu_matmul_t,
     .matmul_rows = cpu_matmul_rows,
+    .matmul_rows2 = cpu_matmul_rows2,
     .matmul_t_rows = cpu_matmul_t_rows,
     .get_rows = cpu_get_rows,
     .rmsnorm = cpu_rmsnorm,

@@ -124,6 +124,8 @@ static int64_t ffn_sparse(struct pi_ctx *c, int64_t l, int64_t T) {
             be->matmul(b, &L->gate, c->xn, T, c->g);
             be->matmul(b, &L->up, c->xn, T, c->u);
             rows_gate = F;
+        } else if (be->matmul_rows2) {
+            be->matmul_rows2(b, &L->gate, &L->up, c->xn, T, c->idx, n, c->g, c->u);
         } else {
             be->matmul_rows(b, &L->gate, c->xn, T, c->idx, n, c->g);
             be->matmul_rows(b, &L->up, c->xn, T, c->idx, n, c->u);

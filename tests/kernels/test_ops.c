@@ -230,6 +230,13 @@ static void test_sparse_ops(void **state) {
                     if (!listed && ys[t * OUT + r] != -7.0f)
                         fail_msg("%s matmul_rows wrote unlisted row %d", tt->name, r);
                 }
+            /* both matrices in one pass: the same values as matmul_rows */
+            static float y1[T * OUT], y2[T * OUT];
+            memcpy(y1, ys, sizeof y1);
+            memcpy(y2, ys, sizeof y2);
+            be->matmul_rows2(b, &wv, &wv, x, T, idx, n, y1, y2);
+            assert_memory_equal(y1, ys, sizeof y1);
+            assert_memory_equal(y2, ys, sizeof y2);
             const int64_t got = be->matmul_t_rows(b, &wv, xt, T, idx, n, yt[threads - 1]);
             int64_t want_rows = 0;
             for (int64_t i = 0; i < n; i++) {
