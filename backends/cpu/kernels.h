@@ -119,11 +119,12 @@ struct pi_cpu_kernels {
      * scaled and added: the sparse down projection over the rows of ffn_down_t. n is a
      * multiple of the type's block. Per block of a quantized type the scale is folded
      * first: s = a * d (and t = a * m for types with an offset), then
-     * y[i] = y[i] + s * q[i] (Q4_1/Q5_1: y[i] + (s * q[i] + t)), q the block's integer
-     * quant with its offset removed (Q4_0: nibble - 8, Q5_0: value - 16); float types
-     * y[i] = y[i] + a * w[i]. Products are rounded before the add (no FMA), so every
-     * implementation gives the reference's bytes. NULL for the K-quants (callers
-     * dequantize with to_float and use axpy[PI_TYPE_F32]). */
+     * y[i] = fmaf(s, q[i], y[i]) (Q4_1/Q5_1: y[i] + fmaf(s, q[i], t)), q the block's
+     * integer quant with its offset removed (Q4_0: nibble - 8, Q5_0: value - 16); float
+     * types y[i] = fmaf(a, w[i], y[i]). Fused multiply-adds (one rounding) everywhere,
+     * so every implementation gives the reference's bytes; the float axpy is
+     * compute-bound and the FMA saves a quarter of its vector operations. NULL for the
+     * K-quants (callers dequantize with to_float and use axpy[PI_TYPE_F32]). */
     pi_axpy_fn axpy[PI_TYPE_ID_LIMIT];
     /* axpy(y, a[r], w[r], n) for r = 0 .. nrows-1 in that order, exactly (each value of
      * y sees the same adds in the same order), with y kept in registers across rows:

@@ -32,6 +32,7 @@
 
 #include <float.h>
 #include <immintrin.h>
+#include <math.h>
 #include <string.h>
 
 #if defined(__clang__)
@@ -1291,17 +1292,17 @@ static void NAME(to_float_q6_k)(const void *src, float *dst, int64_t n) {
 }
 
 /* ---- axpy over one weight row (sparse down projection) ---------------------------------
- * Same products and adds as the reference (mul, then add; no FMA), so the same bytes. */
+ * The same fused multiply-adds as the reference (fmaf), so the same bytes. */
 
 /* y[0..32) += s * q (+ t when off): q 32 int8 quants in value order. */
 INLINE void axpy32(float *y, __m256i q, __m256 s, __m256 t, int off) {
     __m128i lo = _mm256_castsi256_si128(q), hi = _mm256_extracti128_si256(q, 1);
     __m128i part[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
     for (int j = 0; j < 4; j++) {
-        __m256 p = _mm256_mul_ps(s, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(part[j])));
-        if (off)
-            p = _mm256_add_ps(p, t);
-        _mm256_storeu_ps(y + 8 * j, _mm256_add_ps(_mm256_loadu_ps(y + 8 * j), p));
+        const __m256 q8 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(part[j]));
+        const __m256 yv = _mm256_loadu_ps(y + 8 * j);
+        _mm256_storeu_ps(y + 8 * j, off ? _mm256_add_ps(yv, _mm256_fmadd_ps(s, q8, t))
+                                        : _mm256_fmadd_ps(s, q8, yv));
     }
 }
 
@@ -1310,13 +1311,12 @@ INLINE void axpy_float(int type, float *y, float a, const uint8_t *w, int64_t n)
     int64_t i = 0;
     for (; i + 32 <= n; i += 32)
         for (int j = 0; j < 32; j += 8)
-            _mm256_storeu_ps(y + i + j, _mm256_add_ps(_mm256_loadu_ps(y + i + j),
-                                                      _mm256_mul_ps(va, load8(type, w, i + j))));
+            _mm256_storeu_ps(y + i + j,
+                             _mm256_fmadd_ps(va, load8(type, w, i + j), _mm256_loadu_ps(y + i + j)));
     for (; i + 8 <= n; i += 8)
-        _mm256_storeu_ps(y + i, _mm256_add_ps(_mm256_loadu_ps(y + i),
-                                              _mm256_mul_ps(va, load8(type, w, i))));
+        _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, load8(type, w, i), _mm256_loadu_ps(y + i)));
     for (; i < n; i++)
-        y[i] = y[i] + a * load1(type, w, i);
+        y[i] = fmaf(a, load1(type, w, i), y[i]);
 }
 
 static void NAME(axpy_f32)(float *y, float a, const void *w, int64_t n) {
@@ -1350,7 +1350,8 @@ static void NAME(axpy_q8_0)(float *y, float a, const void *w, int64_t n) {
 }
 
 /* Many rows into one y: per block of 32 columns, y is loaded once, every row's product
- * is added in row order (the same adds as row-by-row axpy), and y is stored once. */
+ * is added in row order (the same fused multiply-adds as row-by-row axpy), and y is
+ * stored once. */
 INLINE void axpy_rows_quant(int type, float *y, const float *a, const uint8_t *const *w,
                             int64_t nrows, int64_t n) {
     const size_t bb = type == PI_TYPE_Q4_0 ? 18 : type == PI_TYPE_Q4_1 ? 20 : 34;
@@ -1373,10 +1374,9 @@ INLINE void axpy_rows_quant(int type, float *y, const float *a, const uint8_t *c
             __m128i lo = _mm256_castsi256_si128(q), hi = _mm256_extracti128_si256(q, 1);
             __m128i part[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
             for (int j = 0; j < 4; j++) {
-                __m256 v = _mm256_mul_ps(s, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(part[j])));
-                if (type == PI_TYPE_Q4_1)
-                    v = _mm256_add_ps(v, t);
-                acc[j] = _mm256_add_ps(acc[j], v);
+                const __m256 q8 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(part[j]));
+                acc[j] = type == PI_TYPE_Q4_1 ? _mm256_add_ps(acc[j], _mm256_fmadd_ps(s, q8, t))
+                                              : _mm256_fmadd_ps(s, q8, acc[j]);
             }
         }
         for (int j = 0; j < 4; j++)
@@ -1395,7 +1395,7 @@ INLINE void axpy_rows_float(int type, float *y, const float *a, const uint8_t *c
         for (int64_t r = 0; r < nrows; r++) {
             const __m256 va = _mm256_set1_ps(a[r]);
             for (int j = 0; j < 4; j++)
-                acc[j] = _mm256_add_ps(acc[j], _mm256_mul_ps(va, load8(type, w[r], i + 8 * j)));
+                acc[j] = _mm256_fmadd_ps(va, load8(type, w[r], i + 8 * j), acc[j]);
         }
         for (int j = 0; j < 4; j++)
             _mm256_storeu_ps(y + i + 8 * j, acc[j]);

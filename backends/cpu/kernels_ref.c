@@ -157,19 +157,19 @@ static int q5_quant(const uint8_t *qs, uint32_t qh, int v);
 static void axpy_f32_ref(float *y, float a, const void *w, int64_t n) {
     const uint8_t *p = w;
     for (int64_t i = 0; i < n; i++)
-        y[i] = y[i] + a * rdf32(p + 4 * i);
+        y[i] = fmaf(a, rdf32(p + 4 * i), y[i]);
 }
 
 static void axpy_f16_row_ref(float *y, float a, const void *w, int64_t n) {
     const uint8_t *p = w;
     for (int64_t i = 0; i < n; i++)
-        y[i] = y[i] + a * rdf16(p + 2 * i);
+        y[i] = fmaf(a, rdf16(p + 2 * i), y[i]);
 }
 
 static void axpy_bf16_ref(float *y, float a, const void *w, int64_t n) {
     const uint8_t *p = w;
     for (int64_t i = 0; i < n; i++)
-        y[i] = y[i] + a * pi_bf16_to_fp32(rd16(p + 2 * i));
+        y[i] = fmaf(a, pi_bf16_to_fp32(rd16(p + 2 * i)), y[i]);
 }
 
 static void axpy_q4_0_ref(float *y, float a, const void *w, int64_t n) {
@@ -177,8 +177,8 @@ static void axpy_q4_0_ref(float *y, float a, const void *w, int64_t n) {
     for (int64_t b = 0; b < n / 32; b++, blk += 18, y += 32) {
         const float s = a * rdf16(blk);
         for (int v = 0; v < 16; v++) {
-            y[v] = y[v] + s * (float)((blk[2 + v] & 15) - 8);
-            y[v + 16] = y[v + 16] + s * (float)((blk[2 + v] >> 4) - 8);
+            y[v] = fmaf(s, (float)((blk[2 + v] & 15) - 8), y[v]);
+            y[v + 16] = fmaf(s, (float)((blk[2 + v] >> 4) - 8), y[v + 16]);
         }
     }
 }
@@ -188,8 +188,8 @@ static void axpy_q4_1_ref(float *y, float a, const void *w, int64_t n) {
     for (int64_t b = 0; b < n / 32; b++, blk += 20, y += 32) {
         const float s = a * rdf16(blk), t = a * rdf16(blk + 2);
         for (int v = 0; v < 16; v++) {
-            y[v] = y[v] + (s * (float)(blk[4 + v] & 15) + t);
-            y[v + 16] = y[v + 16] + (s * (float)(blk[4 + v] >> 4) + t);
+            y[v] = y[v] + fmaf(s, (float)(blk[4 + v] & 15), t);
+            y[v + 16] = y[v + 16] + fmaf(s, (float)(blk[4 + v] >> 4), t);
         }
     }
 }
@@ -200,7 +200,7 @@ static void axpy_q5_0_ref(float *y, float a, const void *w, int64_t n) {
         const float s = a * rdf16(blk);
         const uint32_t qh = rd32(blk + 2);
         for (int v = 0; v < 32; v++)
-            y[v] = y[v] + s * (float)(q5_quant(blk + 6, qh, v) - 16);
+            y[v] = fmaf(s, (float)(q5_quant(blk + 6, qh, v) - 16), y[v]);
     }
 }
 
@@ -210,7 +210,7 @@ static void axpy_q5_1_ref(float *y, float a, const void *w, int64_t n) {
         const float s = a * rdf16(blk), t = a * rdf16(blk + 2);
         const uint32_t qh = rd32(blk + 4);
         for (int v = 0; v < 32; v++)
-            y[v] = y[v] + (s * (float)q5_quant(blk + 8, qh, v) + t);
+            y[v] = y[v] + fmaf(s, (float)q5_quant(blk + 8, qh, v), t);
     }
 }
 
@@ -219,7 +219,7 @@ static void axpy_q8_0_ref(float *y, float a, const void *w, int64_t n) {
     for (int64_t b = 0; b < n / 32; b++, blk += 34, y += 32) {
         const float s = a * rdf16(blk);
         for (int v = 0; v < 32; v++)
-            y[v] = y[v] + s * (float)s8(blk[2 + v]);
+            y[v] = fmaf(s, (float)s8(blk[2 + v]), y[v]);
     }
 }
 
