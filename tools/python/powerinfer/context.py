@@ -1,0 +1,352 @@
+"""Context (one sequence being decoded) and activation statistics.
+
+Threading (the header's contract): a Context is used by one thread at a time; distinct
+contexts, even of one model, run concurrently on different threads (ctypes releases
+the GIL during decode, so Python threads do run in parallel). This module enforces the
+rule: a call on a Context that another thread is using raises RuntimeError instead of
+corrupting memory. A Context owns its worker threads (n_threads).
+"""
+
+import ctypes
+import threading
+from dataclasses import dataclass, fields
+
+from . import _lib
+from ._errors import PI_ERR_ABORTED, check
+from ._util import Handle, decode, errbuf, float_array, fspath, new_float_buffer, token_array
+
+# PI_SPARSE_*
+SPARSE_MODES = {"auto": 0, "dense": 1, "predictor": 2, "oracle": 3}
+_SPARSE_NAMES = {v: k for k, v in SPARSE_MODES.items()}
+# PI_STATS_*
+STATS_MODES = {"off": 0, "on": 1, "diagnostic": 2}
+# PI_NEURON_*
+NEURON_KINDS = {"predicted": 0, "active": 1, "both": 2}
+
+
+def _enum(value, table, what):
+    if isinstance(value, str):
+        try:
+            return table[value.lower()]
+        except KeyError:
+            raise ValueError("unknown %s %r (one of %s)" % (what, value, ", ".join(table))) \
+                from None
+    return int(value)
+
+
+class Context:
+    """A context for a model (pi_ctx_create / pi_ctx_destroy): its KV cache, scratch
+    memory and worker threads.
+
+        with Context(model, n_ctx=512) as ctx:
+            ctx.decode(model.tokenize("Hello"))
+            logits = ctx.logits()
+
+    n_ctx:            positions it can hold; 0: the model's training context, at most
+                      4096.
+    n_threads:        worker threads including the caller; 0: the processors available.
+    n_batch:          most tokens per internal prefill step; 0: 256.
+    f32_activations:  float activations for quantized products (slower, closer to a
+                      float reference).
+    sparse_mode:      "auto" (predictor for a PowerInfer file, dense otherwise),
+                      "dense", "predictor" or "oracle" (or a SPARSE_* id).
+    sparse_threshold: a float to override the file's powerinfer.sparse_threshold.
+    stats:            "off", "on" or "diagnostic" (or True for "on"): collect
+                      activation statistics (see the `stats` property).
+    abort:            callable() polled between layers during decode; a truthy return
+                      (or an exception, re-raised) stops the decode with
+                      PowerInferError(PI_ERR_ABORTED), leaving the context as it was.
+
+    The Context keeps its model alive; closing the model closes the context. One
+    thread at a time (enforced: see the module docstring)."""
+
+    def __init__(self, model, *, n_ctx=0, n_threads=0, n_batch=0, f32_activations=False,
+                 sparse_mode="auto", sparse_threshold=None, stats="off", abort=None):
+        self._handle = None
+        lib = _lib.lib()
+        params = _lib.CtxParams()
+        check(lib.pi_ctx_default_params(ctypes.byref(params)), "pi_ctx_default_params")
+        params.n_ctx = int(n_ctx)
+        params.n_threads = int(n_threads)
+        params.n_batch = int(n_batch)
+        params.f32_activations = 1 if f32_activations else 0
+        params.sparse_mode = _enum(sparse_mode, SPARSE_MODES, "sparse mode")
+        if sparse_threshold is not None:
+            params.sparse_threshold_set = 1
+            params.sparse_threshold = float(sparse_threshold)
+        params.stats = _enum(stats, STATS_MODES, "stats mode")
+        self._abort_error = None
+        self._abort_fn = None
+        if abort is not None:
+            if not callable(abort):
+                raise TypeError("abort must be callable")
+
+            def c_abort(_user):
+                try:
+                    return 1 if abort() else 0
+                except BaseException as e:  # noqa: BLE001 - re-raised after decode
+                    self._abort_error = e
+                    return 1
+            self._abort_fn = _lib.ABORT_FN(c_abort)  # borrowed until destroyed
+            params.abort_fn = self._abort_fn
+        buf, params.errbuf = errbuf()
+        params.errbuf_cap = len(buf)
+        out = ctypes.c_void_p()
+        check(lib.pi_ctx_create(model._ptr(), ctypes.byref(params), ctypes.byref(out)),
+              "pi_ctx_create", lambda: decode(buf.value))
+        self._model = model  # the context borrows the model: keep it alive
+        self._busy = threading.Lock()
+        self._handle = Handle(out.value, lib.pi_ctx_destroy, parent=model._handle,
+                              busy=self._busy)
+
+    # ---- lifetime -------------------------------------------------------------------
+    def close(self):
+        """Stop the workers and free the context. Idempotent. RuntimeError while a
+        call on it is in progress (another thread's, or from its abort callback)."""
+        if self._handle is not None:
+            self._handle.close()
+
+    @property
+    def closed(self):
+        return self._handle is None or self._handle.ptr is None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            if self._handle is not None:
+                self._handle.close()
+        except Exception:
+            pass
+
+    def __repr__(self):
+        if self.closed:
+            return "<powerinfer.Context closed>"
+        return "<powerinfer.Context pos=%d n_ctx=%d>" % (self.pos, self.n_ctx)
+
+    @property
+    def model(self):
+        """The Model this context was created for."""
+        return self._model
+
+    def _ptr(self):
+        if self._handle is None or self._handle.ptr is None:
+            raise ValueError("the context is closed")
+        return self._handle.ptr
+
+    def _errmsg(self):
+        return decode(_lib.lib().pi_ctx_errmsg(self._handle.ptr))
+
+    def _enter(self):
+        if not self._busy.acquire(blocking=False):
+            raise RuntimeError("the context is in use by another thread "
+                               "(a context is used by one thread at a time)")
+        try:
+            return self._ptr()
+        except BaseException:
+            self._busy.release()
+            raise
+
+    def _call(self, name, *args):
+        p = self._enter()
+        try:
+            st = getattr(_lib.lib(), name)(p, *args)
+            return check(st, name, self._errmsg)
+        finally:
+            self._busy.release()
+
+    # ---- decoding -------------------------------------------------------------------
+    def decode(self, tokens):
+        """Append tokens (a sequence of ids) at the current position, run the model
+        over them and compute the logits of the last one. On failure
+        (PI_ERR_INVALID_ARG for an empty list or an id outside the vocabulary,
+        PI_ERR_RANGE when n_ctx would be exceeded, PI_ERR_ABORTED) the context is
+        unchanged."""
+        arr, n = token_array(tokens)
+        p = self._enter()
+        try:
+            self._abort_error = None
+            st = _lib.lib().pi_ctx_decode(p, arr, n)
+            if st == PI_ERR_ABORTED and self._abort_error is not None:
+                err, self._abort_error = self._abort_error, None
+                raise err
+            check(st, "pi_ctx_decode", self._errmsg)
+        finally:
+            self._busy.release()
+
+    def logits(self):
+        """A copy of the n_vocab logits of the last decoded token: a numpy float32
+        array when numpy is installed, else an array.array('f'); None when nothing was
+        decoded since creation, reset or truncate."""
+        p = self._enter()
+        try:
+            ptr = _lib.lib().pi_ctx_logits(p)
+            if not ptr:
+                return None
+            return float_array(ptr, self._model.n_vocab, "f")
+        finally:
+            self._busy.release()
+
+    @property
+    def pos(self):
+        """Positions decoded so far (the next token's position)."""
+        return _lib.lib().pi_ctx_pos(self._ptr())
+
+    @property
+    def n_ctx(self):
+        """Capacity in positions."""
+        return _lib.lib().pi_ctx_n_ctx(self._ptr())
+
+    def reset(self):
+        """Forget everything decoded: position 0, no logits."""
+        self._call("pi_ctx_reset")
+
+    def truncate(self, n_keep):
+        """Keep the first n_keep positions (PI_ERR_RANGE above pos); clears logits."""
+        self._call("pi_ctx_truncate", int(n_keep))
+
+    def set_threads(self, n_threads):
+        """Restart the workers with n_threads (0: the processors available)."""
+        self._call("pi_ctx_set_threads", int(n_threads))
+
+    @property
+    def n_threads(self):
+        return _lib.lib().pi_ctx_n_threads(self._ptr())
+
+    @property
+    def sparse_mode(self):
+        """The FFN mode the context runs: "dense", "predictor" or "oracle"."""
+        st = check(_lib.lib().pi_ctx_sparse_mode(self._ptr()), "pi_ctx_sparse_mode",
+                   self._errmsg)
+        return _SPARSE_NAMES.get(st, st)
+
+    @property
+    def sparse_threshold(self):
+        """The predictor threshold in use (the file's or the override)."""
+        return _lib.lib().pi_ctx_sparse_threshold(self._ptr())
+
+    # ---- statistics -----------------------------------------------------------------
+    @property
+    def stats(self):
+        """The statistics this context collects (a Stats view, updated by each
+        decode), or None when created with stats="off"."""
+        if not _lib.lib().pi_ctx_stats(self._ptr()):
+            return None
+        return Stats(_ctx=self)
+
+    def reset_stats(self):
+        """Zero the statistics (PI_ERR_INVALID_ARG when none are collected)."""
+        self._call("pi_ctx_stats_reset")
+
+
+@dataclass(frozen=True)
+class LayerStats:
+    """pi_layer_stats of one layer: token counts, neuron sums over tokens, weight rows
+    and bytes read, and nanoseconds per layer part (0 for loaded statistics)."""
+    tokens_predicted: int
+    tokens_observed: int
+    predicted: float
+    active: float
+    both: float
+    rows_gate_up: int
+    rows_down: int
+    bytes_ffn: int
+    bytes_predictor: int
+    ns_attention: int
+    ns_predictor: int
+    ns_ffn: int
+
+    def as_dict(self):
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+class Stats:
+    """Activation statistics: a context's (Context.stats: borrowed, valid while the
+    context is open) or a side file's (Stats.load: owned, close() frees them).
+
+    layer(i) -> LayerStats; neurons(layer, kind) -> per-neuron counts, kind
+    "predicted", "active" or "both" (numpy float64 array, else array('d'));
+    save(path) writes the GGUF side file."""
+
+    def __init__(self, _ctx=None, _handle=None):
+        self._ctx = _ctx        # borrowed from an open context
+        self._handle = _handle  # owned (loaded)
+
+    @classmethod
+    def load(cls, path):
+        """Read a side file written by save() (or tools/convert_activation_stats.py).
+        PowerInferError PI_ERR_IO, PI_ERR_FORMAT, ..."""
+        lib = _lib.lib()
+        buf, ptr = errbuf()
+        out = ctypes.c_void_p()
+        check(lib.pi_stats_load(fspath(path), ctypes.byref(out), ptr, len(buf)),
+              "pi_stats_load", lambda: decode(buf.value))
+        return cls(_handle=Handle(out.value, lib.pi_stats_free))
+
+    def _ptr(self):
+        if self._ctx is not None:
+            return _lib.lib().pi_ctx_stats(self._ctx._ptr())
+        if self._handle is None or self._handle.ptr is None:
+            raise ValueError("the statistics are closed")
+        return self._handle.ptr
+
+    def close(self):
+        """Free loaded statistics; a context's view just detaches. Idempotent."""
+        if self._handle is not None:
+            self._handle.close()
+        self._ctx = None
+        if self._handle is None:
+            self._handle = Handle(None, None)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            if self._handle is not None:
+                self._handle.close()
+        except Exception:
+            pass
+
+    @property
+    def n_layer(self):
+        return _lib.lib().pi_stats_n_layer(self._ptr())
+
+    @property
+    def n_ff(self):
+        return _lib.lib().pi_stats_n_ff(self._ptr())
+
+    def layer(self, layer):
+        """Totals of one layer as a LayerStats (PI_ERR_RANGE for a bad layer)."""
+        out = _lib.LayerStats()
+        out.struct_size = ctypes.sizeof(_lib.LayerStats)
+        check(_lib.lib().pi_stats_layer(self._ptr(), int(layer), ctypes.byref(out)),
+              "pi_stats_layer")
+        return LayerStats(**{f.name: getattr(out, f.name) for f in fields(LayerStats)})
+
+    def layers(self):
+        """LayerStats of every layer."""
+        return [self.layer(i) for i in range(self.n_layer)]
+
+    def neurons(self, layer, kind="active"):
+        """The n_ff per-neuron counts of kind for layer."""
+        p = self._ptr()
+        n = _lib.lib().pi_stats_n_ff(p)
+        arr, ptr = new_float_buffer(n, "d")
+        check(_lib.lib().pi_stats_neurons(p, int(layer),
+                                          _enum(kind, NEURON_KINDS, "neuron kind"),
+                                          ptr, n), "pi_stats_neurons")
+        return arr
+
+    def save(self, path):
+        """Write the per-neuron counts as a GGUF side file (atomically replaced)."""
+        buf, ptr = errbuf()
+        check(_lib.lib().pi_stats_save(self._ptr(), fspath(path), ptr, len(buf)),
+              "pi_stats_save", lambda: decode(buf.value))
