@@ -49,12 +49,16 @@ static void work(struct pi_pool *p, uint64_t gen, int ith) {
         uint64_t t = atomic_load_explicit(&p->ticket, memory_order_acquire);
         if (T_GEN(t) != gen || T_IDX(t) >= T_N(t))
             return;
-        pi_pool_fn fn = p->fn;
-        void *arg = p->arg;
-        int64_t n = p->n_items, grain = p->grain;
         if (!atomic_compare_exchange_weak_explicit(&p->ticket, &t, t + 1, memory_order_acq_rel,
                                                    memory_order_acquire))
             continue;
+        /* Read the job only once a chunk of it is ours: until that chunk is done the
+         * caller cannot start the next job and overwrite these fields (reading them
+         * before the claim raced with the next job's set-up; ThreadSanitizer,
+         * tests/tsan). */
+        pi_pool_fn fn = p->fn;
+        void *arg = p->arg;
+        int64_t n = p->n_items, grain = p->grain;
         int64_t lo = (int64_t)T_IDX(t) * grain;
         int64_t hi = lo + grain < n ? lo + grain : n;
         fn(arg, lo, hi, ith);
