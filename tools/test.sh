@@ -15,6 +15,15 @@ export PI_REQUIRE_SMOLLM2=1
 meson compile -C build
 meson test -C build --print-errorlogs
 
+# The Python package installs from the repository (pip, into a throw-away venv) and its
+# tests pass against the installed copy too (the meson suite 'python' ran them from the
+# source tree).
+rm -rf build/pyvenv
+python3 -m venv --system-site-packages build/pyvenv
+build/pyvenv/bin/python -m pip install -q --disable-pip-version-check ./tools/python
+PI_PYTHON_INSTALLED=1 PI_LIBRARY="$PWD/build/lib/libpowerinfer.so" \
+    build/pyvenv/bin/python -m pytest -q -p no:cacheprovider tests/python
+
 # Rust bindings (tools/rust: std only, no registry needed) against the library just built
 (cd tools/rust && PI_LIB_DIR="$OLDPWD/build/lib" CARGO_TARGET_DIR="$OLDPWD/build/rust-target" \
     PI_TEST_MODEL="$(python3 ../smollm2_path.py)" cargo test --offline)
