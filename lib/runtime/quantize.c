@@ -75,6 +75,40 @@ static float inverse(float d) {
     return d == 0.0f ? 0.0f : 1.0f / d;
 }
 
+/* Symmetric blocks (Q4_0, Q5_0): half = 2^(bits-1); d = max / neg_half (neg_half =
+ * -half, passed as the float constant so that the division is exactly numpy's: a NaN
+ * keeps its sign, which -(max / half) would flip), max the value of largest magnitude
+ * with its sign; q = trunc(x * id + half + 0.5) clipped to 2 half - 1. Returns d. */
+static float quants_sym(const float *src, int half, float neg_half, uint8_t q[QK]) {
+    const float d = signed_absmax(src) / neg_half;
+    const float id = inverse(d);
+    for (int j = 0; j < QK; j++) {
+        float v = src[j] * id;
+        v = v + ((float)half + 0.5f);
+        const uint8_t u = np_byte(v);
+        q[j] = u > 2 * half - 1 ? (uint8_t)(2 * half - 1) : u;
+    }
+    return d;
+}
+
+/* Blocks with an offset (Q4_1, Q5_1): d = (max - min) / top, m = min,
+ * q = trunc((x - min) * id + 0.5) clipped to top. Returns d, sets *m. */
+static float quants_min(const float *src, int top, uint8_t q[QK], float *m) {
+    float mn, mx;
+    min_max(src, &mn, &mx);
+    const float d = (mx - mn) / (float)top;
+    const float id = inverse(d);
+    for (int j = 0; j < QK; j++) {
+        float v = src[j] - mn;
+        v = v * id;
+        v = v + 0.5f;
+        const uint8_t u = np_byte(v);
+        q[j] = u > top ? (uint8_t)top : u;
+    }
+    *m = mn;
+    return d;
+}
+
 void pi_quantize_f32(const float *src, void *dst, int64_t n) {
     uint8_t *p = dst;
     for (int64_t i = 0; i < n; i++) {
@@ -104,16 +138,8 @@ void pi_quantize_bf16(const float *src, void *dst, int64_t n) {
 void pi_quantize_q4_0(const float *src, void *dst, int64_t n) {
     uint8_t *b = dst;
     for (int64_t i = 0; i < n / QK; i++, src += QK, b += 18) {
-        float d = signed_absmax(src) / -8.0f;
-        float id = inverse(d);
         uint8_t q[QK];
-        for (int j = 0; j < QK; j++) {
-            float v = src[j] * id;
-            v = v + 8.5f;
-            uint8_t u = np_byte(v);
-            q[j] = u > 15 ? 15 : u;
-        }
-        wr16(b, pi_fp32_to_fp16(d));
+        wr16(b, pi_fp32_to_fp16(quants_sym(src, 8, -8.0f, q)));
         for (int j = 0; j < QK / 2; j++)
             b[2 + j] = (uint8_t)(q[j] | (q[j + QK / 2] << 4));
     }
@@ -125,19 +151,9 @@ void pi_quantize_q4_0(const float *src, void *dst, int64_t n) {
 void pi_quantize_q4_1(const float *src, void *dst, int64_t n) {
     uint8_t *b = dst;
     for (int64_t i = 0; i < n / QK; i++, src += QK, b += 20) {
-        float mn, mx;
-        min_max(src, &mn, &mx);
-        float d = (mx - mn) / 15.0f;
-        float id = inverse(d);
         uint8_t q[QK];
-        for (int j = 0; j < QK; j++) {
-            float v = src[j] - mn;
-            v = v * id;
-            v = v + 0.5f;
-            uint8_t u = np_byte(v);
-            q[j] = u > 15 ? 15 : u;
-        }
-        wr16(b, pi_fp32_to_fp16(d));
+        float mn;
+        wr16(b, pi_fp32_to_fp16(quants_min(src, 15, q, &mn)));
         wr16(b + 2, pi_fp32_to_fp16(mn));
         for (int j = 0; j < QK / 2; j++)
             b[4 + j] = (uint8_t)(q[j] | (q[j + QK / 2] << 4));
@@ -160,16 +176,8 @@ static void pack5(const uint8_t *q, uint8_t *qh, uint8_t *qs) {
 void pi_quantize_q5_0(const float *src, void *dst, int64_t n) {
     uint8_t *b = dst;
     for (int64_t i = 0; i < n / QK; i++, src += QK, b += 22) {
-        float d = signed_absmax(src) / -16.0f;
-        float id = inverse(d);
         uint8_t q[QK];
-        for (int j = 0; j < QK; j++) {
-            float v = src[j] * id;
-            v = v + 16.5f;
-            uint8_t u = np_byte(v);
-            q[j] = u > 31 ? 31 : u;
-        }
-        wr16(b, pi_fp32_to_fp16(d));
+        wr16(b, pi_fp32_to_fp16(quants_sym(src, 16, -16.0f, q)));
         pack5(q, b + 2, b + 6);
     }
 }
@@ -179,19 +187,9 @@ void pi_quantize_q5_0(const float *src, void *dst, int64_t n) {
 void pi_quantize_q5_1(const float *src, void *dst, int64_t n) {
     uint8_t *b = dst;
     for (int64_t i = 0; i < n / QK; i++, src += QK, b += 24) {
-        float mn, mx;
-        min_max(src, &mn, &mx);
-        float d = (mx - mn) / 31.0f;
-        float id = inverse(d);
         uint8_t q[QK];
-        for (int j = 0; j < QK; j++) {
-            float v = src[j] - mn;
-            v = v * id;
-            v = v + 0.5f;
-            uint8_t u = np_byte(v);
-            q[j] = u > 31 ? 31 : u;
-        }
-        wr16(b, pi_fp32_to_fp16(d));
+        float mn;
+        wr16(b, pi_fp32_to_fp16(quants_min(src, 31, q, &mn)));
         wr16(b + 2, pi_fp32_to_fp16(mn));
         pack5(q, b + 4, b + 8);
     }
