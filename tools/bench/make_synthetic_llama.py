@@ -118,6 +118,24 @@ def add_vocab(w, n_vocab):
     w.add_add_eos_token(False)
 
 
+def add_llama_keys(w, name, h, ftype):
+    """The llama hyper-parameters of shape h, the file type and the vocabulary."""
+    w.add_name(name)
+    w.add_context_length(h["n_ctx"])
+    w.add_embedding_length(h["n_embd"])
+    w.add_block_count(h["n_layer"])
+    w.add_feed_forward_length(h["n_ff"])
+    w.add_head_count(h["n_head"])
+    w.add_head_count_kv(h["n_head_kv"])
+    w.add_rope_dimension_count(h["n_embd"] // h["n_head"])
+    w.add_rope_freq_base(h["rope_base"])
+    w.add_layer_norm_rms_eps(h["rms_eps"])
+    w.add_vocab_size(h["n_vocab"])
+    w.add_file_type(int(ftype))
+    w.add_quantization_version(gguf.GGML_QUANT_VERSION)
+    add_vocab(w, h["n_vocab"])
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("-o", "--output", required=True, help="output .gguf path")
@@ -148,20 +166,7 @@ def main():
 
     t_start = time.time()
     w = gguf.GGUFWriter(a.output, "llama")
-    w.add_name(a.name or f"synthetic-llama-{a.preset}")
-    w.add_context_length(h["n_ctx"])
-    w.add_embedding_length(h["n_embd"])
-    w.add_block_count(h["n_layer"])
-    w.add_feed_forward_length(h["n_ff"])
-    w.add_head_count(h["n_head"])
-    w.add_head_count_kv(h["n_head_kv"])
-    w.add_rope_dimension_count(h["n_embd"] // h["n_head"])
-    w.add_rope_freq_base(h["rope_base"])
-    w.add_layer_norm_rms_eps(h["rms_eps"])
-    w.add_vocab_size(h["n_vocab"])
-    w.add_file_type(int(ftype))
-    w.add_quantization_version(gguf.GGML_QUANT_VERSION)
-    add_vocab(w, h["n_vocab"])
+    add_llama_keys(w, a.name or f"synthetic-llama-{a.preset}", h, ftype)
 
     plan = tensor_plan(h)
     total = 0

@@ -127,24 +127,11 @@ class Out:
         self.paths = (prefix + ".powerinfer.gguf", prefix + ".dense.gguf")
         self.w = [gguf.GGUFWriter(p, "llama") for p in self.paths]
         for i, w in enumerate(self.w):
-            w.add_name(a.name or f"synthetic-relu-llama-{a.preset}")
-            w.add_context_length(h["n_ctx"])
-            w.add_embedding_length(h["n_embd"])
-            w.add_block_count(h["n_layer"])
-            w.add_feed_forward_length(h["n_ff"])
-            w.add_head_count(h["n_head"])
-            w.add_head_count_kv(h["n_head_kv"])
-            w.add_rope_dimension_count(h["n_embd"] // h["n_head"])
-            w.add_rope_freq_base(h["rope_base"])
-            w.add_layer_norm_rms_eps(h["rms_eps"])
-            w.add_vocab_size(h["n_vocab"])
-            w.add_file_type(int(ftype))
-            w.add_quantization_version(gguf.GGML_QUANT_VERSION)
+            msl.add_llama_keys(w, a.name or f"synthetic-relu-llama-{a.preset}", h, ftype)
             if i == 0:
                 w.add_float32("powerinfer.sparse_threshold", 0.0)
             else:
                 w.add_string("powerinfer.ffn_activation", "relu")
-            msl.add_vocab(w, h["n_vocab"])
         self.plan = self._plan()
         self.total = [0, 0]
         for name, shape, qt, which in self.plan:
