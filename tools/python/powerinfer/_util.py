@@ -55,6 +55,34 @@ class Handle:
                 self.busy.release()
 
 
+class Owner:
+    """What every object holding one Handle in self._handle shares: close() (idempotent),
+    closed, use as a context manager, and closing when collected."""
+
+    _handle = None
+
+    def close(self):
+        if self._handle is not None:
+            self._handle.close()
+
+    @property
+    def closed(self):
+        return self._handle is None or self._handle.ptr is None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            if self._handle is not None:
+                self._handle.close()
+        except Exception:  # interpreter shutdown, or in use by another thread
+            pass
+
+
 def encode(text):
     """str or bytes or os.PathLike -> bytes for a const char * parameter."""
     if isinstance(text, bytes):

@@ -13,7 +13,7 @@ from dataclasses import dataclass, fields
 
 from . import _lib
 from ._errors import PI_ERR_ABORTED, check
-from ._util import Handle, decode, errbuf, float_array, fspath, new_float_buffer, token_array
+from ._util import Handle, Owner, decode, errbuf, float_array, fspath, new_float_buffer, token_array
 
 # PI_SPARSE_*
 SPARSE_MODES = {"auto": 0, "dense": 1, "predictor": 2, "oracle": 3}
@@ -34,7 +34,7 @@ def _enum(value, table, what):
     return int(value)
 
 
-class Context:
+class Context(Owner):
     """A context for a model (pi_ctx_create / pi_ctx_destroy): its KV cache, scratch
     memory and worker threads.
 
@@ -99,29 +99,9 @@ class Context:
         self._handle = Handle(out.value, lib.pi_ctx_destroy, parent=model._handle,
                               busy=self._busy)
 
-    # ---- lifetime -------------------------------------------------------------------
-    def close(self):
-        """Stop the workers and free the context. Idempotent. RuntimeError while a
-        call on it is in progress (another thread's, or from its abort callback)."""
-        if self._handle is not None:
-            self._handle.close()
-
-    @property
-    def closed(self):
-        return self._handle is None or self._handle.ptr is None
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        try:
-            if self._handle is not None:
-                self._handle.close()
-        except Exception:
-            pass
+    # ---- lifetime (Owner): close() stops the workers and frees the context; it raises
+    # RuntimeError while a call on it is in progress (another thread's, or from its
+    # abort callback)
 
     def __repr__(self):
         if self.closed:
@@ -264,7 +244,7 @@ class LayerStats:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
-class Stats:
+class Stats(Owner):
     """Activation statistics: a context's (Context.stats: borrowed, valid while the
     context is open) or a side file's (Stats.load: owned, close() frees them).
 
@@ -301,19 +281,6 @@ class Stats:
         self._ctx = None
         if self._handle is None:
             self._handle = Handle(None, None)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        try:
-            if self._handle is not None:
-                self._handle.close()
-        except Exception:
-            pass
 
     @property
     def n_layer(self):

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from . import _lib
 from ._errors import PI_ERR_NOT_FOUND, PowerInferError, check
-from ._util import Handle, decode, encode, errbuf, fill, fspath, token_array
+from ._util import Handle, Owner, decode, encode, errbuf, fill, fspath, token_array
 
 # PI_META_*
 META_U8, META_I8, META_U16, META_I16, META_U32, META_I32 = 0, 1, 2, 3, 4, 5
@@ -126,7 +126,7 @@ def type_name(type_id):
     return None if raw is None else raw.decode("ascii")
 
 
-class Model:
+class Model(Owner):
     """An open model file (pi_model_open / pi_model_close).
 
         with Model("model.gguf") as m:
@@ -182,27 +182,8 @@ class Model:
         self.path = path
         self.metadata_only = bool(metadata_only)
 
-    # ---- lifetime -------------------------------------------------------------------
-    def close(self):
-        """Close the model and everything borrowing it. Idempotent."""
-        if self._handle is not None:
-            self._handle.close()
-
-    @property
-    def closed(self):
-        return self._handle is None or self._handle.ptr is None
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:  # interpreter shutdown
-            pass
+    # ---- lifetime: close() (closes everything borrowing the model first), closed,
+    # context manager: Owner
 
     def __repr__(self):
         if self.closed:
@@ -501,7 +482,7 @@ class Metadata(collections.abc.Mapping):
         return "array[%s]" % _META_NAMES.get(et, str(et)) if t == META_ARRAY else name
 
 
-class Detokenizer:
+class Detokenizer(Owner):
     """A streaming detokenizer (pi_detok_*): push(token) returns the text that token
     completes, never splitting a UTF-8 code point (bytes of an incomplete sequence
     are held until it completes); flush() returns what is held back (as U+FFFD) and
@@ -545,18 +526,3 @@ class Detokenizer:
         return self._take(_lib.lib().pi_detok_flush(self._ptr(), self._sink, None),
                           "pi_detok_flush")
 
-    def close(self):
-        if self._handle is not None:
-            self._handle.close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass

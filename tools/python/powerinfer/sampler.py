@@ -4,7 +4,7 @@ import ctypes
 
 from . import _lib
 from ._errors import check
-from ._util import Handle, token_array
+from ._util import Handle, Owner, token_array
 
 # Fields of pi_sampler_params a caller may set, as keyword arguments.
 SAMPLER_FIELDS = ("temperature", "top_k", "top_p", "min_p", "repeat_penalty",
@@ -19,7 +19,7 @@ def default_sampler_params():
     return {f: getattr(p, f) for f in SAMPLER_FIELDS}
 
 
-class Sampler:
+class Sampler(Owner):
     """A sampler for a model (pi_sampler_create / pi_sampler_destroy).
 
     The chain: repetition/frequency/presence penalties over the last penalty_last_n
@@ -79,22 +79,3 @@ class Sampler:
         """Clear the history and re-seed."""
         check(_lib.lib().pi_sampler_reset(self._ptr()), "pi_sampler_reset")
 
-    def close(self):
-        if self._handle is not None:
-            self._handle.close()
-
-    @property
-    def closed(self):
-        return self._handle is None or self._handle.ptr is None
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
