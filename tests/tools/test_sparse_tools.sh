@@ -7,12 +7,16 @@
 #  - --stats/--diagnostic print telemetry; --profile writes a statistics side file that
 #    the gguf package reads as specified (docs/formats.md);
 #  - pi-bench runs several modes on the same weights.
-# Args: PI_RUN PI_BENCH SOURCE_ROOT WORK_DIR
+#  - an F16 PowerInfer model quantized by pi-quantize to Q4_0 FFN weights and Q5_0
+#    predictors (what PowerInfer's own quantize makes for non-Q4_0 targets) and to Q8_0
+#    runs sparse, and its oracle text equals its dense text.
+# Args: PI_RUN PI_BENCH PI_QUANTIZE SOURCE_ROOT WORK_DIR
 set -u
 pirun=$1
 bench=$2
-root=$3
-work=$4/sparse-tools-test
+quant=$3
+root=$4
+work=$5/sparse-tools-test
 rm -rf "$work"
 mkdir -p "$work"
 pass=0
@@ -91,6 +95,24 @@ expect bench "$work/bench.txt" "| sparse | tg4"
 expect bench "$work/bench.txt" "decode speed-up oracle / sparse"
 "$bench" -m "$dn" -p 4 -n 2 -r 1 --no-bandwidth --sparse-mode sparse > "$work/bench2.txt" 2>&1
 [ $? -eq 1 ] && ok "pi-bench sparse on a dense file exits 1" || bad "pi-bench sparse on dense"
+
+python3 "$root/tools/bench/make_synthetic_powerinfer.py" --preset tiny --type f16 -o "$work/f" > /dev/null 2>&1 \
+    && ok "F16 synthetic model written" || bad "F16 synthetic model"
+for spec in "q4_0 q5_0" "q8_0 q8_0"; do
+    set -- $spec
+    "$quant" -q --predictor-type "$2" "$work/f.powerinfer.gguf" "$work/f.$1.gguf" "$1" > /dev/null 2>&1 \
+        && ok "pi-quantize $1 (predictors $2)" || bad "pi-quantize $1 (predictors $2)"
+    "$pirun" --info --tensors "$work/f.$1.gguf" > "$work/f.$1.info" 2>&1
+    expect "quantized $1" "$work/f.$1.info" "blk.0.fc2.weight .*$(echo "$2" | tr a-z A-Z)"
+    for mode in sparse dense oracle; do
+        "$pirun" -m "$work/f.$1.gguf" -p "a b c" -n 10 --temp 0 -t 2 --sparse-mode $mode \
+            > "$work/f.$1.$mode.txt" 2> "$work/f.$1.$mode.err" || bad "$1 $mode run"
+    done
+    expect "quantized $1" "$work/f.$1.sparse.err" "sparse (predictor-driven)"
+    [ -s "$work/f.$1.sparse.txt" ] && ok "$1 sparse generates" || bad "$1 sparse output empty"
+    cmp -s "$work/f.$1.dense.txt" "$work/f.$1.oracle.txt" && ok "$1: oracle text = dense text" \
+        || bad "$1: oracle text differs from dense"
+done
 
 echo "1..$((pass + fail))"
 [ "$fail" -eq 0 ]
