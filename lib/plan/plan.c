@@ -1,0 +1,141 @@
+/* plan.c -- see plan.h. */
+#include "plan/plan.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* A layer's neuron order: descending frequency, ties by index. qsort's comparator
+ * reads the frequencies through this context (no globals: a sort key array). */
+struct key {
+    double f;
+    int64_t i;
+};
+
+static int by_freq(const void *a, const void *b) {
+    const struct key *x = a, *y = b;
+    if (x->f != y->f)
+        return x->f > y->f ? -1 : 1;
+    return x->i < y->i ? -1 : x->i > y->i;
+}
+
+struct group {
+    double value;
+    int64_t layer, index; /* group index within the layer */
+};
+
+static int by_value(const void *a, const void *b) {
+    const struct group *x = a, *y = b;
+    if (x->value != y->value)
+        return x->value > y->value ? -1 : 1;
+    if (x->layer != y->layer)
+        return x->layer < y->layer ? -1 : 1;
+    return x->index < y->index ? -1 : x->index > y->index;
+}
+
+void pi_plan_free(struct pi_plan *p) {
+    if (!p)
+        return;
+    pi_free(&p->alloc, p->attn);
+    pi_free(&p->alloc, p->pred);
+    pi_free(&p->alloc, p->norm);
+    pi_free(&p->alloc, p->neuron);
+    pi_free(&p->alloc, p->n_neurons);
+    memset(p, 0, sizeof *p);
+}
+
+/* Place `bytes` if it fits; returns 1 if placed. */
+static int take(struct pi_plan *p, const struct pi_plan_input *in, int part, uint64_t bytes,
+                int *stopped) {
+    if (*stopped || bytes > in->budget - p->total) {
+        *stopped = 1;
+        return 0;
+    }
+    p->total += bytes;
+    p->bytes[part] += bytes;
+    return 1;
+}
+
+int pi_plan_make(const struct pi_plan_input *in, const struct pi_allocator *a,
+                 struct pi_plan *out, struct pi_error *err) {
+    memset(out, 0, sizeof *out);
+    if (!in || in->n_layer < 1 || in->n_ff < 1 || in->group < 1 || !in->layers ||
+        in->n_layer > (1 << 16) || in->n_ff > (1 << 24))
+        PI_FAIL(err, PI_ERR_INVALID_ARG, "plan: bad shape (layers, neurons or group size)");
+    const int64_t L = in->n_layer, F = in->n_ff, G = in->group, ng = (F + G - 1) / G;
+    for (int64_t l = 0; l < L; l++)
+        for (int64_t r = 0; in->layers[l].freq && r < F; r++)
+            if (!(in->layers[l].freq[r] >= 0.0) || isinf(in->layers[l].freq[r]))
+                PI_FAIL(err, PI_ERR_INVALID_ARG, "plan: layer %lld neuron %lld has a negative "
+                        "or non-finite frequency", (long long)l, (long long)r);
+    out->alloc = *a;
+    out->n_layer = L;
+    out->n_ff = F;
+    out->attn = pi_calloc(a, (size_t)L, 1);
+    out->pred = pi_calloc(a, (size_t)L, 1);
+    out->norm = pi_calloc(a, (size_t)L, 1);
+    out->neuron = pi_calloc(a, (size_t)(L * F), 1);
+    out->n_neurons = pi_calloc(a, (size_t)L, sizeof *out->n_neurons);
+    struct key *keys = pi_malloc(a, (size_t)(L * F) * sizeof *keys);
+    struct group *groups = pi_malloc(a, (size_t)(L * ng) * sizeof *groups);
+    int st = PI_OK;
+    if (!out->attn || !out->pred || !out->norm || !out->neuron || !out->n_neurons || !keys ||
+        !groups) {
+        st = pi_error_set(err, PI_ERR_NOMEM, "plan: out of memory");
+        goto done;
+    }
+    /* 1. dense parts, in priority order, until the first that does not fit */
+    int stopped = 0;
+    for (int64_t l = 0; l < L; l++)
+        out->attn[l] = (uint8_t)take(out, in, PI_PLAN_ATTN, in->layers[l].attn_bytes, &stopped);
+    for (int64_t l = 0; l < L; l++)
+        out->pred[l] = (uint8_t)take(out, in, PI_PLAN_PRED, in->layers[l].pred_bytes, &stopped);
+    for (int64_t l = 0; l < L; l++)
+        out->norm[l] = (uint8_t)take(out, in, PI_PLAN_NORM, in->layers[l].norm_bytes, &stopped);
+    out->output = take(out, in, PI_PLAN_OUTPUT, in->output_bytes, &stopped);
+    out->kv = take(out, in, PI_PLAN_KV, in->kv_bytes, &stopped);
+    /* 2. neuron groups by descending summed frequency */
+    for (int64_t l = 0; l < L; l++) {
+        struct key *k = keys + l * F;
+        for (int64_t r = 0; r < F; r++)
+            k[r] = (struct key){in->layers[l].freq ? in->layers[l].freq[r] : 1.0, r};
+        qsort(k, (size_t)F, sizeof *k, by_freq);
+        for (int64_t g = 0; g < ng; g++) {
+            double v = 0.0;
+            for (int64_t r = g * G; r < F && r < (g + 1) * G; r++)
+                v += k[r].f;
+            groups[l * ng + g] = (struct group){v, l, g};
+        }
+    }
+    qsort(groups, (size_t)(L * ng), sizeof *groups, by_value);
+    /* Within a layer the groups' values are non-increasing, so the order above takes a
+     * layer's groups in order, except among equal values, where `index` breaks the tie
+     * the same way. A group that does not fit is skipped (a smaller last group of
+     * another layer still may); a layer never skips one of its own groups. */
+    int64_t *next = out->n_neurons; /* reused as "next group" count, then fixed up */
+    for (int64_t i = 0; i < L * ng; i++) {
+        const struct group *g = &groups[i];
+        if (next[g->layer] != g->index)
+            continue; /* an earlier group of this layer did not fit */
+        const int64_t lo = g->index * G, hi = lo + G < F ? lo + G : F;
+        const uint64_t cost = (uint64_t)(hi - lo) * in->layers[g->layer].neuron_bytes;
+        if (cost > in->budget - out->total)
+            continue;
+        out->total += cost;
+        out->bytes[PI_PLAN_FFN] += cost;
+        for (int64_t r = lo; r < hi; r++)
+            out->neuron[g->layer * F + keys[g->layer * F + r].i] = 1;
+        next[g->layer]++;
+    }
+    for (int64_t l = 0; l < L; l++) {
+        const int64_t groups_taken = next[l];
+        const int64_t hi = groups_taken * G < F ? groups_taken * G : F;
+        out->n_neurons[l] = hi;
+    }
+done:
+    pi_free(a, keys);
+    pi_free(a, groups);
+    if (st < 0)
+        pi_plan_free(out);
+    return st;
+}

@@ -1,0 +1,66 @@
+/* plan.h -- the neuron-placement planner: which dense tensors and which FFN neurons of
+ * each layer go to a device with a memory budget. Pure, deterministic, no I/O; the
+ * hybrid executor ([hybrid] issue) and pi-run --print-plan will use it.
+ *
+ * Rule (docs/design.md, "Placement"):
+ *  1. Dense parts in priority order: every layer's attention (layer 0 first), then every
+ *     layer's predictor, then every layer's FFN norm, then the output projection, then
+ *     the KV cache. Placement stops at the first part that does not fit (PowerInfer's
+ *     order; later, smaller parts are not squeezed in ahead of earlier ones).
+ *  2. FFN neurons with what is left: each layer's neurons are sorted by activation
+ *     frequency (descending; ties by index) and cut into groups of `group` neurons (the
+ *     device kernels' granularity; a layer's last group may be short); groups of all
+ *     layers are taken by descending summed frequency (ties: lower layer, then earlier
+ *     group) while their bytes fit. Within a layer groups are taken in order, so each
+ *     layer gets its hottest neurons. With equal group sizes and costs this is the
+ *     optimum (the knapsack has equal weights); tests check it against brute force.
+ * Monotone: more budget never removes a dense part, and with the same dense parts never
+ * removes a neuron; a dense part that starts to fit (the KV cache, say) may displace
+ * neurons, having priority over them.
+ */
+#ifndef PI_PLAN_PLAN_H
+#define PI_PLAN_PLAN_H
+
+#include <stdint.h>
+
+#include "util/alloc.h"
+#include "util/error.h"
+
+struct pi_plan_layer {
+    uint64_t attn_bytes;   /* attention weights (q, k, v, o, attn_norm) */
+    uint64_t pred_bytes;   /* predictor fc1 + fc2 */
+    uint64_t norm_bytes;   /* ffn_norm */
+    uint64_t neuron_bytes; /* one neuron's gate + up + down rows */
+    const double *freq;    /* [n_ff] activation counts or frequencies; NULL: uniform */
+};
+
+struct pi_plan_input {
+    int64_t n_layer, n_ff;
+    const struct pi_plan_layer *layers; /* [n_layer] */
+    uint64_t output_bytes;              /* output projection and output_norm */
+    uint64_t kv_bytes;                  /* the whole KV cache */
+    uint64_t budget;                    /* device bytes */
+    int64_t group;                      /* neurons per group, >= 1 */
+};
+
+enum { PI_PLAN_ATTN, PI_PLAN_PRED, PI_PLAN_NORM, PI_PLAN_OUTPUT, PI_PLAN_KV, PI_PLAN_FFN,
+       PI_PLAN_PARTS };
+
+struct pi_plan {
+    int64_t n_layer, n_ff;
+    uint8_t *attn, *pred, *norm; /* [n_layer]: 1 if on the device */
+    int output, kv;
+    uint8_t *neuron;             /* [n_layer][n_ff]: 1 if the neuron is on the device */
+    int64_t *n_neurons;          /* [n_layer] */
+    uint64_t bytes[PI_PLAN_PARTS]; /* device bytes per part */
+    uint64_t total;              /* sum of bytes; <= budget */
+    struct pi_allocator alloc;
+};
+
+/* Make the plan. PI_OK, PI_ERR_INVALID_ARG (bad shape, group < 1, a negative or NaN
+ * frequency), PI_ERR_NOMEM. */
+int pi_plan_make(const struct pi_plan_input *in, const struct pi_allocator *a,
+                 struct pi_plan *out, struct pi_error *err);
+void pi_plan_free(struct pi_plan *p);
+
+#endif

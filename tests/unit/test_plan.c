@@ -1,0 +1,255 @@
+/* The neuron-placement planner (lib/plan): budget never exceeded, the optimum against
+ * brute force on small instances, monotone in the budget, deterministic under ties,
+ * PowerInfer's dense priority order, bad input, allocation failures. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "failalloc.h"
+#include "plan/plan.h"
+
+static uint32_t g_rng = 7;
+static double rnd(void) {
+    g_rng = g_rng * 1664525u + 1013904223u;
+    return (double)(g_rng >> 8) / 16777216.0;
+}
+
+/* Power-law-ish random frequencies. */
+static void fill_freq(double *f, int64_t n) {
+    for (int64_t i = 0; i < n; i++)
+        f[i] = floor(1000.0 * pow(rnd(), 4.0));
+}
+
+static double plan_value(const struct pi_plan *p, const struct pi_plan_layer *ls) {
+    double v = 0;
+    for (int64_t l = 0; l < p->n_layer; l++)
+        for (int64_t r = 0; r < p->n_ff; r++)
+            if (p->neuron[l * p->n_ff + r])
+                v += ls[l].freq ? ls[l].freq[r] : 1.0;
+    return v;
+}
+
+static void check_consistent(const struct pi_plan *p, const struct pi_plan_input *in) {
+    uint64_t sum = 0;
+    for (int k = 0; k < PI_PLAN_PARTS; k++)
+        sum += p->bytes[k];
+    assert_true(sum == p->total);
+    assert_true(p->total <= in->budget);
+    uint64_t ffn = 0;
+    for (int64_t l = 0; l < p->n_layer; l++) {
+        int64_t n = 0;
+        for (int64_t r = 0; r < p->n_ff; r++)
+            n += p->neuron[l * p->n_ff + r];
+        assert_int_equal(n, p->n_neurons[l]);
+        ffn += (uint64_t)n * in->layers[l].neuron_bytes;
+    }
+    assert_true(ffn == p->bytes[PI_PLAN_FFN]);
+}
+
+static void test_budget_and_order(void **state) {
+    (void)state;
+    enum { L = 4, F = 64 };
+    static double freq[L][F];
+    struct pi_plan_layer ls[L];
+    for (int l = 0; l < L; l++) {
+        fill_freq(freq[l], F);
+        ls[l] = (struct pi_plan_layer){1000, 300, 10, 7, freq[l]};
+    }
+    struct pi_plan_input in = {L, F, ls, 500, 800, 0, 8};
+    struct pi_error err;
+    for (uint64_t budget = 0; budget <= 8000; budget += 97) {
+        in.budget = budget;
+        struct pi_plan p;
+        assert_int_equal(pi_plan_make(&in, &pi_default_allocator, &p, &err), PI_OK);
+        check_consistent(&p, &in);
+        /* dense parts form a prefix of the priority order */
+        int seen_gap = 0;
+        for (int l = 0; l < L; l++) {
+            if (!p.attn[l])
+                seen_gap = 1;
+            else
+                assert_false(seen_gap);
+        }
+        for (int l = 0; l < L; l++) {
+            if (p.pred[l])
+                assert_false(seen_gap);
+            if (!p.pred[l])
+                seen_gap = 1;
+        }
+        if (p.output)
+            for (int l = 0; l < L; l++)
+                assert_true(p.attn[l] && p.pred[l] && p.norm[l]);
+        if (p.kv)
+            assert_true(p.output);
+        /* each layer holds its hottest neurons: no device neuron is colder than a
+         * host neuron of the same layer, except across a group boundary tie */
+        for (int l = 0; l < L; l++) {
+            double cold_max = -1, dev_min = 1e300;
+            for (int r = 0; r < F; r++) {
+                if (p.neuron[l * F + r])
+                    dev_min = fmin(dev_min, freq[l][r]);
+                else
+                    cold_max = fmax(cold_max, freq[l][r]);
+            }
+            if (p.n_neurons[l] > 0 && p.n_neurons[l] < F)
+                assert_true(dev_min >= cold_max);
+        }
+        pi_plan_free(&p);
+    }
+}
+
+/* Brute force: every subset of groups (each group = G consecutive neurons of a layer's
+ * sorted order), all costs equal, no dense parts. */
+static void test_optimal(void **state) {
+    (void)state;
+    enum { L = 3, F = 8, G = 2, NG = L * F / G };
+    for (int trial = 0; trial < 40; trial++) {
+        static double freq[L][F];
+        struct pi_plan_layer ls[L];
+        for (int l = 0; l < L; l++) {
+            fill_freq(freq[l], F);
+            ls[l] = (struct pi_plan_layer){0, 0, 0, 5, freq[l]};
+        }
+        /* group values from each layer's sorted frequencies */
+        double gv[NG];
+        for (int l = 0; l < L; l++) {
+            double s[F];
+            memcpy(s, freq[l], sizeof s);
+            for (int i = 0; i < F; i++)
+                for (int j = i + 1; j < F; j++)
+                    if (s[j] > s[i]) {
+                        double t = s[i];
+                        s[i] = s[j];
+                        s[j] = t;
+                    }
+            for (int g = 0; g < F / G; g++)
+                gv[l * (F / G) + g] = s[2 * g] + s[2 * g + 1];
+        }
+        for (uint64_t budget = 0; budget <= (uint64_t)(L * F * 5); budget += 7) {
+            double best = 0;
+            for (unsigned m = 0; m < (1u << NG); m++) {
+                if ((uint64_t)__builtin_popcount(m) * G * 5 > budget)
+                    continue;
+                double v = 0;
+                for (int g = 0; g < NG; g++)
+                    if (m >> g & 1)
+                        v += gv[g];
+                best = fmax(best, v);
+            }
+            struct pi_plan_input in = {L, F, ls, 0, 0, budget, G};
+            struct pi_plan p;
+            struct pi_error err;
+            assert_int_equal(pi_plan_make(&in, &pi_default_allocator, &p, &err), PI_OK);
+            check_consistent(&p, &in);
+            const double got = plan_value(&p, ls);
+            if (fabs(got - best) > 1e-9)
+                fail_msg("trial %d budget %llu: plan value %g, optimum %g", trial,
+                         (unsigned long long)budget, got, best);
+            pi_plan_free(&p);
+        }
+    }
+}
+
+static void test_monotone_and_ties(void **state) {
+    (void)state;
+    enum { L = 3, F = 40 };
+    static double freq[L][F];
+    struct pi_plan_layer ls[L];
+    for (int l = 0; l < L; l++) {
+        fill_freq(freq[l], F);
+        for (int r = 0; r < F; r += 3)
+            freq[l][r] = 5; /* many ties */
+        ls[l] = (struct pi_plan_layer){50, 20, 2, 3, freq[l]};
+    }
+    struct pi_plan_input in = {L, F, ls, 40, 60, 0, 4};
+    struct pi_plan prev;
+    struct pi_error err;
+    memset(&prev, 0, sizeof prev);
+    for (uint64_t budget = 0; budget <= 800; budget += 12) {
+        in.budget = budget;
+        struct pi_plan p, again;
+        assert_int_equal(pi_plan_make(&in, &pi_default_allocator, &p, &err), PI_OK);
+        assert_int_equal(pi_plan_make(&in, &pi_default_allocator, &again, &err), PI_OK);
+        assert_memory_equal(p.neuron, again.neuron, L * F); /* deterministic */
+        pi_plan_free(&again);
+        if (prev.neuron) {
+            /* more budget never removes a dense part ... */
+            int same_dense = p.kv == prev.kv && p.output == prev.output;
+            for (int l = 0; l < L; l++) {
+                assert_true(p.attn[l] >= prev.attn[l] && p.pred[l] >= prev.pred[l] &&
+                            p.norm[l] >= prev.norm[l]);
+                same_dense &= p.attn[l] == prev.attn[l] && p.pred[l] == prev.pred[l] &&
+                              p.norm[l] == prev.norm[l];
+            }
+            assert_true(p.kv >= prev.kv && p.output >= prev.output);
+            /* ... nor, with the same dense parts, a neuron (a dense part that enters, the
+             * KV cache say, may displace neurons: it has priority) */
+            if (same_dense)
+                for (int i = 0; i < L * F; i++)
+                    assert_true(p.neuron[i] >= prev.neuron[i]);
+            assert_true(p.total + 4 * 3 >= prev.total); /* placed bytes grow, to a group */
+        }
+        pi_plan_free(&prev);
+        prev = p;
+    }
+    pi_plan_free(&prev);
+    /* uniform frequencies (no statistics): earlier layers first, lower indices first */
+    for (int l = 0; l < L; l++)
+        ls[l].freq = NULL;
+    struct pi_plan_input u = {L, F, ls, 0, 0, 0, 4};
+    for (int l = 0; l < L; l++)
+        ls[l].attn_bytes = ls[l].pred_bytes = ls[l].norm_bytes = 0;
+    u.budget = (uint64_t)(F + 8) * 3;
+    struct pi_plan p;
+    assert_int_equal(pi_plan_make(&u, &pi_default_allocator, &p, &err), PI_OK);
+    assert_int_equal(p.n_neurons[0], F);
+    assert_int_equal(p.n_neurons[1], 8);
+    for (int r = 0; r < 8; r++)
+        assert_int_equal(p.neuron[F + r], 1);
+    assert_int_equal(p.n_neurons[2], 0);
+    pi_plan_free(&p);
+}
+
+static void test_bad_input_and_alloc(void **state) {
+    (void)state;
+    double f[4] = {1, NAN, 2, 3};
+    struct pi_plan_layer ls[1] = {{0, 0, 0, 1, f}};
+    struct pi_plan_input in = {1, 4, ls, 0, 0, 100, 2};
+    struct pi_plan p;
+    struct pi_error err;
+    assert_int_equal(pi_plan_make(&in, &pi_default_allocator, &p, &err), PI_ERR_INVALID_ARG);
+    f[1] = -1;
+    assert_int_equal(pi_plan_make(&in, &pi_default_allocator, &p, &err), PI_ERR_INVALID_ARG);
+    f[1] = 1;
+    in.group = 0;
+    assert_int_equal(pi_plan_make(&in, &pi_default_allocator, &p, &err), PI_ERR_INVALID_ARG);
+    in.group = 2;
+    assert_int_equal(pi_plan_make(NULL, &pi_default_allocator, &p, &err), PI_ERR_INVALID_ARG);
+    long n;
+    for (n = 1; n < 100; n++) {
+        struct failalloc fa;
+        struct pi_allocator a = failalloc_make(&fa, n);
+        int st = pi_plan_make(&in, &a, &p, &err);
+        if (st == PI_OK) {
+            pi_plan_free(&p);
+            assert_int_equal(fa.live, 0);
+            break;
+        }
+        assert_int_equal(st, PI_ERR_NOMEM);
+        assert_int_equal(fa.live, 0);
+    }
+    assert_true(n > 1);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_budget_and_order), cmocka_unit_test(test_optimal),
+        cmocka_unit_test(test_monotone_and_ties), cmocka_unit_test(test_bad_input_and_alloc),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
