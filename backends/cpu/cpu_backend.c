@@ -440,12 +440,14 @@ static void axpy_cols_job(void *arg, int64_t lo, int64_t hi, int ith) {
     }
 }
 
-static int64_t cpu_matmul_t_rows(struct pi_backend *b, const struct pi_weight *w, const float *x,
-                                 int64_t n_tok, const int32_t *idx, int64_t n_idx, float *y) {
-    /* Keep the rows some token needs (activation non-zero). */
+/* The accumulation over rows idx[0..n_idx) (all rows when idx is NULL) that some token
+ * needs (activation non-zero), each thread owning one slice of the output columns: it
+ * streams its part of every row once. Returns the rows read. */
+static int64_t accumulate_rows(struct pi_backend *b, const struct pi_weight *w, const float *x,
+                               int64_t n_tok, const int32_t *idx, int64_t n_idx, float *y) {
     int64_t n = 0;
     for (int64_t i = 0; i < n_idx; i++) {
-        const int64_t r = idx[i];
+        const int64_t r = idx ? idx[i] : i;
         for (int64_t t = 0; t < n_tok; t++)
             if (x[t * w->n_out + r] != 0.0f) {
                 b->rows[n++] = (int32_t)r;
@@ -455,27 +457,20 @@ static int64_t cpu_matmul_t_rows(struct pi_backend *b, const struct pi_weight *w
     struct trows_job j = {b, w, x, y, n_tok, n};
     const int64_t bs = pi_type_traits(w->type)->block_size;
     const int nt = pi_pool_n_threads(b->pool);
-    /* One slice per thread: each streams its part of every row once. */
     int64_t grain = (w->n_in / bs + nt - 1) / nt * bs;
     pi_pool_for(b->pool, w->n_in, grain < bs ? bs : grain, axpy_cols_job, &j);
     return n;
 }
 
+static int64_t cpu_matmul_t_rows(struct pi_backend *b, const struct pi_weight *w, const float *x,
+                                 int64_t n_tok, const int32_t *idx, int64_t n_idx, float *y) {
+    return accumulate_rows(b, w, x, n_tok, idx, n_idx, y);
+}
+
 /* y = x W (W neuron-major): the sparse accumulation over every row. */
 static void cpu_matmul_t(struct pi_backend *b, const struct pi_weight *w, const float *x,
                          int64_t n_tok, float *y) {
-    struct trows_job j = {b, w, x, y, n_tok, 0};
-    for (int64_t r = 0; r < w->n_out; r++) {
-        for (int64_t t = 0; t < n_tok; t++)
-            if (x[t * w->n_out + r] != 0.0f) {
-                b->rows[j.n_rows++] = (int32_t)r;
-                break;
-            }
-    }
-    const int64_t bs = pi_type_traits(w->type)->block_size;
-    const int nt = pi_pool_n_threads(b->pool);
-    int64_t grain = (w->n_in / bs + nt - 1) / nt * bs;
-    pi_pool_for(b->pool, w->n_in, grain < bs ? bs : grain, axpy_cols_job, &j);
+    accumulate_rows(b, w, x, n_tok, NULL, w->n_out, y);
 }
 
 static void cpu_get_rows(struct pi_backend *b, const struct pi_weight *w, const int32_t *ids,
