@@ -16,26 +16,13 @@
 #include "model/gguf.h"
 #include "powerinfer.h"
 #include "runtime/types.h"
+#include "testfile.h"
 #include "testmodel.h"
-
-static uint8_t *slurp(const char *path, uint64_t *size) {
-    FILE *fp = fopen(path, "rb");
-    assert_non_null(fp);
-    fseek(fp, 0, SEEK_END);
-    long n = ftell(fp);
-    fseek(fp, 0, SEEK_SET);
-    uint8_t *buf = malloc((size_t)n);
-    assert_non_null(buf);
-    assert_int_equal(fread(buf, 1, (size_t)n, fp), (size_t)n);
-    fclose(fp);
-    *size = (uint64_t)n;
-    return buf;
-}
 
 /* Copy `dense` to `sparse` as PWRI: F32 ffn_down {F, E} becomes ffn_down_t {E, F}. */
 static void to_pwri(const char *dense, const char *sparse, int64_t rank) {
-    uint64_t size;
-    uint8_t *buf = slurp(dense, &size);
+    size_t size;
+    uint8_t *buf = tf_slurp(dense, &size);
     struct gguf_file f;
     struct pi_error err;
     assert_int_equal(gguf_parse(&f, buf, size, &pi_default_allocator, &err), PI_OK);

@@ -22,6 +22,7 @@
 #include <cmocka.h>
 
 #include "powerinfer.h"
+#include "testfile.h"
 #include "testmodel.h"
 
 enum { NTOK = 9, MAXV = 64 };
@@ -98,18 +99,6 @@ static double rel_diff(float a[2][MAXV], float b[2][MAXV], int64_t nv) {
     return md / mx;
 }
 
-static pi_model *open_model(const char *path) {
-    pi_model *m;
-    char err[256] = "";
-    pi_model_params p;
-    pi_model_default_params(&p);
-    p.errbuf = err;
-    p.errbuf_cap = sizeof err;
-    if (pi_model_open(path, &p, &m) != PI_OK)
-        fail_msg("%s: %s", path, err);
-    return m;
-}
-
 static void test_oracle_equals_dense(void **state) {
     (void)state;
     static const uint32_t types[] = {PI_TYPE_F32, PI_TYPE_F16, PI_TYPE_Q8_0, PI_TYPE_Q4_0};
@@ -117,7 +106,7 @@ static void test_oracle_equals_dense(void **state) {
     for (size_t a = 0; a < 2; a++)
         for (size_t t = 0; t < sizeof types / sizeof *types; t++) {
             write_model(archs[a], types[t], 1, g_tmp);
-            pi_model *m = open_model(g_tmp);
+            pi_model *m = tf_open_model(g_tmp);
             const int64_t nv = pi_model_n_vocab(m);
             for (int f32 = 0; f32 <= 1; f32++) {
                 float d[2][MAXV], o[2][MAXV];
@@ -138,7 +127,7 @@ static void test_oracle_equals_dense(void **state) {
 static void test_predictor_extremes(void **state) {
     (void)state;
     write_model("llama", PI_TYPE_Q4_0, 1, g_tmp);
-    pi_model *m = open_model(g_tmp);
+    pi_model *m = tf_open_model(g_tmp);
     const int64_t nv = pi_model_n_vocab(m), F = pi_model_n_ff(m);
     float d[2][MAXV], all[2][MAXV], none[2][MAXV];
     struct run r = {PI_SPARSE_DENSE, 2, 16, 0, 0, 0, 0, 0};
@@ -170,7 +159,7 @@ static void test_threads_and_batching(void **state) {
     static const uint32_t types[] = {PI_TYPE_F16, PI_TYPE_Q4_0};
     for (size_t t = 0; t < 2; t++) {
         write_model("bamboo", types[t], 1, g_tmp);
-        pi_model *m = open_model(g_tmp);
+        pi_model *m = tf_open_model(g_tmp);
         const int64_t nv = pi_model_n_vocab(m);
         float ref[2][MAXV], x[2][MAXV];
         struct run r = {PI_SPARSE_PREDICTOR, 1, 16, 0, 0, 0, 0, 0};
@@ -198,7 +187,7 @@ static void test_threads_and_batching(void **state) {
 static void test_bad_params(void **state) {
     (void)state;
     write_model("llama", PI_TYPE_F32, 0, g_tmp); /* dense file */
-    pi_model *m = open_model(g_tmp);
+    pi_model *m = tf_open_model(g_tmp);
     pi_ctx *c = (pi_ctx *)1;
     pi_ctx_params cp;
     char err[256];
@@ -246,7 +235,7 @@ static void test_bad_params(void **state) {
 static void test_stats(void **state) {
     (void)state;
     write_model("llama", PI_TYPE_Q8_0, 1, g_tmp);
-    pi_model *m = open_model(g_tmp);
+    pi_model *m = tf_open_model(g_tmp);
     const int64_t nl = pi_model_n_layer(m), F = pi_model_n_ff(m);
     float x[2][MAXV];
     /* dense and oracle see the same true activations */

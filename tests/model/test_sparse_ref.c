@@ -31,6 +31,7 @@
 
 #include "infer/ctx.h"
 #include "powerinfer.h"
+#include "testfile.h"
 
 struct sref {
     uint32_t n_tokens, n_vocab, n_layer, n_embd, n_ff;
@@ -41,25 +42,10 @@ struct sref {
     float min_margin;
 };
 
-static void *slurp(const char *path, size_t *size) {
-    FILE *fp = fopen(path, "rb");
-    if (!fp)
-        fail_msg("cannot open %s", path);
-    fseek(fp, 0, SEEK_END);
-    long n = ftell(fp);
-    fseek(fp, 0, SEEK_SET);
-    void *buf = malloc((size_t)n);
-    assert_non_null(buf);
-    assert_int_equal(fread(buf, 1, (size_t)n, fp), (size_t)n);
-    fclose(fp);
-    *size = (size_t)n;
-    return buf;
-}
-
 /* Parse the .sref.bin layout (make_sparse_models.py); *raw must be freed. */
 static void load_sref(const char *path, struct sref *r, uint8_t **raw) {
     size_t size;
-    uint8_t *b = slurp(path, &size);
+    uint8_t *b = tf_slurp(path, &size);
     *raw = b;
     assert_true(size >= 32 && !memcmp(b, "PISR", 4));
     uint32_t v[7];
@@ -118,14 +104,7 @@ static void on_layer(void *user, int64_t layer, int64_t n_tok, const float *ffn_
 }
 
 static pi_model *open_model(const char *path) {
-    pi_model *m;
-    char err[256] = "";
-    pi_model_params p;
-    pi_model_default_params(&p);
-    p.errbuf = err;
-    p.errbuf_cap = sizeof err;
-    if (pi_model_open(path, &p, &m) != PI_OK)
-        fail_msg("%s: %s", path, err);
+    pi_model *m = tf_open_model(path);
     assert_int_equal(pi_model_is_sparse(m), 1);
     return m;
 }
