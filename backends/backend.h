@@ -1,14 +1,25 @@
 /* backend.h -- the backend interface: one const struct of function pointers per
- * backend (CPU now; CUDA and HIP with the [hybrid] issue). The forward pass in
- * lib/infer/ sees only this vtable, never a backend's internals.
+ * backend (CPU; CUDA and HIP in backends/cuda). The forward pass in lib/infer/ sees
+ * only this vtable and the placement plan, never a backend's internals.
  *
  * Memory model: a backend owns its buffers (device memory for a GPU, host memory for
- * the CPU). Weights are described by pi_weight views; activations are float arrays in
- * backend memory, row-major [n_tok][width]. Ops are queued in order on the backend's
- * queue; results are visible to the host after sync(). The CPU backend executes each
- * op before returning, so its sync is a no-op.
+ * the CPU). Weights are described by pi_weight views whose data lies in that backend's
+ * memory (the host's mapped file for the CPU, buf_alloc'd and uploaded for a device);
+ * activations are float arrays in backend memory, row-major [n_tok][width].
  *
- * Optional members may be NULL; the fallback is stated next to each. */
+ * Queue: ops and upload are queued in order on the backend's one queue and may return
+ * before they run (a GPU); a host buffer passed to upload may be reused as soon as
+ * upload returns. download waits for every queued op, then copies; sync waits for
+ * every queued op and returns the first error any of them met (a GPU reports kernel
+ * failures there; ops themselves return nothing). So the host overlaps its own work
+ * with a device's by queueing the device's ops first and downloading their result
+ * last. The CPU backend runs each op before returning; its sync is a no-op.
+ *
+ * Optional members may be NULL; the fallback is stated next to each. A backend used
+ * only as the hybrid executor's device (lib/infer/forward.c) needs: create, destroy,
+ * n_threads, buf_*, upload, download, sync, kv_*, matmul, matmul_t, rmsnorm, rope,
+ * kv_store, attention, ffn_act, ffn_act_masked, add; matmul_rows, matmul_t_rows and
+ * get_rows are needed only by the main (CPU) backend. */
 #ifndef PI_BACKEND_H
 #define PI_BACKEND_H
 
@@ -52,6 +63,14 @@ struct pi_backend_config {
     int64_t max_tokens; /* most tokens an op will see at once */
     int64_t max_width;  /* widest activation row an op will see */
     int f32_activations; /* 1: never quantize activations (see pi_ctx_params) */
+    int device;          /* device ordinal (GPU backends); 0 for the CPU */
+};
+
+/* What a device is (device_info). */
+struct pi_device_info {
+    char name[128];     /* e.g. "NVIDIA H200" */
+    uint64_t mem_total; /* bytes */
+    uint64_t mem_free;  /* bytes free when asked */
 };
 
 struct pi_backend;
@@ -70,8 +89,13 @@ struct pi_backend_vtable {
     void (*buf_free)(struct pi_backend *b, void *buf);
     int (*upload)(struct pi_backend *b, void *dst, const void *src, size_t size);
     int (*download)(struct pi_backend *b, void *dst, const void *src, size_t size);
-    /* Wait for every queued op. */
+    /* Wait for every queued op; PI_OK or the first error an op met. */
     int (*sync)(struct pi_backend *b);
+    /* The device's name and memory; NULL: unknown (the CPU). */
+    int (*device_info)(struct pi_backend *b, struct pi_device_info *out);
+    /* 1 if matmul and matmul_t take weights of this type; NULL: every computable type
+     * (pi_type_is_computable). The executor keeps other weights on the host. */
+    int (*supports)(const struct pi_backend *b, uint32_t type);
 
     /* KV cache; entries beyond the positions written are never read. */
     int (*kv_create)(struct pi_backend *b, const struct pi_kv_desc *d, struct pi_kv **out);
@@ -125,14 +149,26 @@ struct pi_backend_vtable {
      * heads. out [n_tok][n_head * head_dim_v]. */
     void (*attention)(struct pi_backend *b, struct pi_kv *kv, int64_t layer, const float *q,
                       int64_t n_tok, int64_t pos0, float *out);
-    /* FFN activation in place: g [n] = act(g, u). */
+    /* FFN activation in place: g [n] = act(g, u), with silu(g) = g / (1 + e^-g),
+     * relu(g) = g > 0 ? g : 0. */
     void (*ffn_act)(struct pi_backend *b, enum pi_act act, float *g, const float *u, int64_t n);
+    /* The activation of a subset of a layer's neurons under the predictor's mask (the
+     * hybrid executor's device part): for t < n_tok, i < n,
+     *   g[t*n + i] = act(g[t*n + i], u[t*n + i])  if score == NULL or
+     *                                             score[t*score_stride + map[i]] >= thr,
+     *   g[t*n + i] = 0                            otherwise.
+     * map [n]: the subset's neuron ids (backend memory); score [n_tok][score_stride]. */
+    void (*ffn_act_masked)(struct pi_backend *b, enum pi_act act, float *g, const float *u,
+                           int64_t n_tok, int64_t n, const float *score, int64_t score_stride,
+                           const int32_t *map, float thr);
     /* y[i] += x[i]. */
     void (*add)(struct pi_backend *b, float *y, const float *x, int64_t n);
 };
 
 /* The backends compiled into this library (backends/registry.c, the only file with
- * build-conditional code). */
+ * build-conditional code). pi_backend_gpu: the CUDA or HIP backend, NULL when the
+ * library was built without one. */
 const struct pi_backend_vtable *pi_backend_cpu(void);
+const struct pi_backend_vtable *pi_backend_gpu(void);
 
 #endif

@@ -636,6 +636,18 @@ static void cpu_ffn_act(struct pi_backend *b, enum pi_act act, float *g, const f
         pi_pool_for(b->pool, n, 4096, act_range, &j);
 }
 
+static void cpu_ffn_act_masked(struct pi_backend *b, enum pi_act act, float *g, const float *u,
+                               int64_t n_tok, int64_t n, const float *score,
+                               int64_t score_stride, const int32_t *map, float thr) {
+    cpu_ffn_act(b, act, g, u, n_tok * n);
+    if (!score)
+        return;
+    for (int64_t t = 0; t < n_tok; t++)
+        for (int64_t i = 0; i < n; i++)
+            if (!(score[t * score_stride + map[i]] >= thr))
+                g[t * n + i] = 0.0f;
+}
+
 static void cpu_add(struct pi_backend *b, float *y, const float *x, int64_t n) {
     (void)b;
     for (int64_t i = 0; i < n; i++)
@@ -666,6 +678,7 @@ static const struct pi_backend_vtable cpu_vtable = {
     .kv_store = cpu_kv_store,
     .attention = cpu_attention,
     .ffn_act = cpu_ffn_act,
+    .ffn_act_masked = cpu_ffn_act_masked,
     .add = cpu_add,
 };
 

@@ -33,7 +33,7 @@ static int by_value(const void *a, const void *b) {
     return x->index < y->index ? -1 : x->index > y->index;
 }
 
-void pi_plan_free(struct pi_plan *p) {
+void pi_placement_free(struct pi_placement *p) {
     if (!p)
         return;
     pi_free(&p->alloc, p->attn);
@@ -45,7 +45,7 @@ void pi_plan_free(struct pi_plan *p) {
 }
 
 /* Place `bytes` if it fits; returns 1 if placed. */
-static int take(struct pi_plan *p, const struct pi_plan_input *in, int part, uint64_t bytes,
+static int take(struct pi_placement *p, const struct pi_plan_input *in, int part, uint64_t bytes,
                 int *stopped) {
     if (*stopped || bytes > in->budget - p->total) {
         *stopped = 1;
@@ -56,8 +56,8 @@ static int take(struct pi_plan *p, const struct pi_plan_input *in, int part, uin
     return 1;
 }
 
-int pi_plan_make(const struct pi_plan_input *in, const struct pi_allocator *a,
-                 struct pi_plan *out, struct pi_error *err) {
+int pi_placement_make(const struct pi_plan_input *in, const struct pi_allocator *a,
+                 struct pi_placement *out, struct pi_error *err) {
     memset(out, 0, sizeof *out);
     if (!in || in->n_layer < 1 || in->n_ff < 1 || in->group < 1 || !in->layers ||
         in->n_layer > (1 << 16) || in->n_ff > (1 << 24))
@@ -87,13 +87,13 @@ int pi_plan_make(const struct pi_plan_input *in, const struct pi_allocator *a,
     /* 1. dense parts, in priority order, until the first that does not fit */
     int stopped = 0;
     for (int64_t l = 0; l < L; l++)
-        out->attn[l] = (uint8_t)take(out, in, PI_PLAN_ATTN, in->layers[l].attn_bytes, &stopped);
+        out->attn[l] = (uint8_t)take(out, in, PI_PART_ATTN, in->layers[l].attn_bytes, &stopped);
     for (int64_t l = 0; l < L; l++)
-        out->pred[l] = (uint8_t)take(out, in, PI_PLAN_PRED, in->layers[l].pred_bytes, &stopped);
+        out->pred[l] = (uint8_t)take(out, in, PI_PART_PRED, in->layers[l].pred_bytes, &stopped);
     for (int64_t l = 0; l < L; l++)
-        out->norm[l] = (uint8_t)take(out, in, PI_PLAN_NORM, in->layers[l].norm_bytes, &stopped);
-    out->output = take(out, in, PI_PLAN_OUTPUT, in->output_bytes, &stopped);
-    out->kv = take(out, in, PI_PLAN_KV, in->kv_bytes, &stopped);
+        out->norm[l] = (uint8_t)take(out, in, PI_PART_NORM, in->layers[l].norm_bytes, &stopped);
+    out->output = take(out, in, PI_PART_OUTPUT, in->output_bytes, &stopped);
+    out->kv = take(out, in, PI_PART_KV, in->kv_bytes, &stopped);
     /* 2. neuron groups by descending summed frequency */
     for (int64_t l = 0; l < L; l++) {
         struct key *k = keys + l * F;
@@ -122,7 +122,7 @@ int pi_plan_make(const struct pi_plan_input *in, const struct pi_allocator *a,
         if (cost > in->budget - out->total)
             continue;
         out->total += cost;
-        out->bytes[PI_PLAN_FFN] += cost;
+        out->bytes[PI_PART_FFN] += cost;
         for (int64_t r = lo; r < hi; r++)
             out->neuron[g->layer * F + keys[g->layer * F + r].i] = 1;
         next[g->layer]++;
@@ -136,6 +136,6 @@ done:
     pi_free(a, keys);
     pi_free(a, groups);
     if (st < 0)
-        pi_plan_free(out);
+        pi_placement_free(out);
     return st;
 }

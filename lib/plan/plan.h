@@ -43,24 +43,24 @@ struct pi_plan_input {
     int64_t group;                      /* neurons per group, >= 1 */
 };
 
-enum { PI_PLAN_ATTN, PI_PLAN_PRED, PI_PLAN_NORM, PI_PLAN_OUTPUT, PI_PLAN_KV, PI_PLAN_FFN,
-       PI_PLAN_PARTS };
+enum { PI_PART_ATTN, PI_PART_PRED, PI_PART_NORM, PI_PART_OUTPUT, PI_PART_KV, PI_PART_FFN,
+       PI_PART_PARTS };
 
-struct pi_plan {
+struct pi_placement {
     int64_t n_layer, n_ff;
     uint8_t *attn, *pred, *norm; /* [n_layer]: 1 if on the device */
     int output, kv;
     uint8_t *neuron;             /* [n_layer][n_ff]: 1 if the neuron is on the device */
     int64_t *n_neurons;          /* [n_layer] */
-    uint64_t bytes[PI_PLAN_PARTS]; /* device bytes per part */
+    uint64_t bytes[PI_PART_PARTS]; /* device bytes per part */
     uint64_t total;              /* sum of bytes; <= budget */
     struct pi_allocator alloc;
 };
 
 /* Make the plan. PI_OK, PI_ERR_INVALID_ARG (bad shape, group < 1, a negative or NaN
  * frequency), PI_ERR_NOMEM. */
-int pi_plan_make(const struct pi_plan_input *in, const struct pi_allocator *a,
-                 struct pi_plan *out, struct pi_error *err);
-void pi_plan_free(struct pi_plan *p);
+int pi_placement_make(const struct pi_plan_input *in, const struct pi_allocator *a,
+                 struct pi_placement *out, struct pi_error *err);
+void pi_placement_free(struct pi_placement *p);
 
 #endif

@@ -25,7 +25,7 @@ static void fill_freq(double *f, int64_t n) {
         f[i] = floor(1000.0 * pow(rnd(), 4.0));
 }
 
-static double plan_value(const struct pi_plan *p, const struct pi_plan_layer *ls) {
+static double plan_value(const struct pi_placement *p, const struct pi_plan_layer *ls) {
     double v = 0;
     for (int64_t l = 0; l < p->n_layer; l++)
         for (int64_t r = 0; r < p->n_ff; r++)
@@ -34,9 +34,9 @@ static double plan_value(const struct pi_plan *p, const struct pi_plan_layer *ls
     return v;
 }
 
-static void check_consistent(const struct pi_plan *p, const struct pi_plan_input *in) {
+static void check_consistent(const struct pi_placement *p, const struct pi_plan_input *in) {
     uint64_t sum = 0;
-    for (int k = 0; k < PI_PLAN_PARTS; k++)
+    for (int k = 0; k < PI_PART_PARTS; k++)
         sum += p->bytes[k];
     assert_true(sum == p->total);
     assert_true(p->total <= in->budget);
@@ -48,7 +48,7 @@ static void check_consistent(const struct pi_plan *p, const struct pi_plan_input
         assert_int_equal(n, p->n_neurons[l]);
         ffn += (uint64_t)n * in->layers[l].neuron_bytes;
     }
-    assert_true(ffn == p->bytes[PI_PLAN_FFN]);
+    assert_true(ffn == p->bytes[PI_PART_FFN]);
 }
 
 static void test_budget_and_order(void **state) {
@@ -64,8 +64,8 @@ static void test_budget_and_order(void **state) {
     struct pi_error err;
     for (uint64_t budget = 0; budget <= 8000; budget += 97) {
         in.budget = budget;
-        struct pi_plan p;
-        assert_int_equal(pi_plan_make(&in, &pi_default_allocator, &p, &err), PI_OK);
+        struct pi_placement p;
+        assert_int_equal(pi_placement_make(&in, &pi_default_allocator, &p, &err), PI_OK);
         check_consistent(&p, &in);
         /* dense parts form a prefix of the priority order */
         int seen_gap = 0;
@@ -99,7 +99,7 @@ static void test_budget_and_order(void **state) {
             if (p.n_neurons[l] > 0 && p.n_neurons[l] < F)
                 assert_true(dev_min >= cold_max);
         }
-        pi_plan_free(&p);
+        pi_placement_free(&p);
     }
 }
 
@@ -142,15 +142,15 @@ static void test_optimal(void **state) {
                 best = fmax(best, v);
             }
             struct pi_plan_input in = {L, F, ls, 0, 0, budget, G};
-            struct pi_plan p;
+            struct pi_placement p;
             struct pi_error err;
-            assert_int_equal(pi_plan_make(&in, &pi_default_allocator, &p, &err), PI_OK);
+            assert_int_equal(pi_placement_make(&in, &pi_default_allocator, &p, &err), PI_OK);
             check_consistent(&p, &in);
             const double got = plan_value(&p, ls);
             if (fabs(got - best) > 1e-9)
                 fail_msg("trial %d budget %llu: plan value %g, optimum %g", trial,
                          (unsigned long long)budget, got, best);
-            pi_plan_free(&p);
+            pi_placement_free(&p);
         }
     }
 }
@@ -167,16 +167,16 @@ static void test_monotone_and_ties(void **state) {
         ls[l] = (struct pi_plan_layer){50, 20, 2, 3, freq[l]};
     }
     struct pi_plan_input in = {L, F, ls, 40, 60, 0, 4};
-    struct pi_plan prev;
+    struct pi_placement prev;
     struct pi_error err;
     memset(&prev, 0, sizeof prev);
     for (uint64_t budget = 0; budget <= 800; budget += 12) {
         in.budget = budget;
-        struct pi_plan p, again;
-        assert_int_equal(pi_plan_make(&in, &pi_default_allocator, &p, &err), PI_OK);
-        assert_int_equal(pi_plan_make(&in, &pi_default_allocator, &again, &err), PI_OK);
+        struct pi_placement p, again;
+        assert_int_equal(pi_placement_make(&in, &pi_default_allocator, &p, &err), PI_OK);
+        assert_int_equal(pi_placement_make(&in, &pi_default_allocator, &again, &err), PI_OK);
         assert_memory_equal(p.neuron, again.neuron, L * F); /* deterministic */
-        pi_plan_free(&again);
+        pi_placement_free(&again);
         if (prev.neuron) {
             /* more budget never removes a dense part ... */
             int same_dense = p.kv == prev.kv && p.output == prev.output;
@@ -194,10 +194,10 @@ static void test_monotone_and_ties(void **state) {
                     assert_true(p.neuron[i] >= prev.neuron[i]);
             assert_true(p.total + 4 * 3 >= prev.total); /* placed bytes grow, to a group */
         }
-        pi_plan_free(&prev);
+        pi_placement_free(&prev);
         prev = p;
     }
-    pi_plan_free(&prev);
+    pi_placement_free(&prev);
     /* uniform frequencies (no statistics): earlier layers first, lower indices first */
     for (int l = 0; l < L; l++)
         ls[l].freq = NULL;
@@ -205,14 +205,14 @@ static void test_monotone_and_ties(void **state) {
     for (int l = 0; l < L; l++)
         ls[l].attn_bytes = ls[l].pred_bytes = ls[l].norm_bytes = 0;
     u.budget = (uint64_t)(F + 8) * 3;
-    struct pi_plan p;
-    assert_int_equal(pi_plan_make(&u, &pi_default_allocator, &p, &err), PI_OK);
+    struct pi_placement p;
+    assert_int_equal(pi_placement_make(&u, &pi_default_allocator, &p, &err), PI_OK);
     assert_int_equal(p.n_neurons[0], F);
     assert_int_equal(p.n_neurons[1], 8);
     for (int r = 0; r < 8; r++)
         assert_int_equal(p.neuron[F + r], 1);
     assert_int_equal(p.n_neurons[2], 0);
-    pi_plan_free(&p);
+    pi_placement_free(&p);
 }
 
 static void test_bad_input_and_alloc(void **state) {
@@ -220,23 +220,23 @@ static void test_bad_input_and_alloc(void **state) {
     double f[4] = {1, NAN, 2, 3};
     struct pi_plan_layer ls[1] = {{0, 0, 0, 1, f}};
     struct pi_plan_input in = {1, 4, ls, 0, 0, 100, 2};
-    struct pi_plan p;
+    struct pi_placement p;
     struct pi_error err;
-    assert_int_equal(pi_plan_make(&in, &pi_default_allocator, &p, &err), PI_ERR_INVALID_ARG);
+    assert_int_equal(pi_placement_make(&in, &pi_default_allocator, &p, &err), PI_ERR_INVALID_ARG);
     f[1] = -1;
-    assert_int_equal(pi_plan_make(&in, &pi_default_allocator, &p, &err), PI_ERR_INVALID_ARG);
+    assert_int_equal(pi_placement_make(&in, &pi_default_allocator, &p, &err), PI_ERR_INVALID_ARG);
     f[1] = 1;
     in.group = 0;
-    assert_int_equal(pi_plan_make(&in, &pi_default_allocator, &p, &err), PI_ERR_INVALID_ARG);
+    assert_int_equal(pi_placement_make(&in, &pi_default_allocator, &p, &err), PI_ERR_INVALID_ARG);
     in.group = 2;
-    assert_int_equal(pi_plan_make(NULL, &pi_default_allocator, &p, &err), PI_ERR_INVALID_ARG);
+    assert_int_equal(pi_placement_make(NULL, &pi_default_allocator, &p, &err), PI_ERR_INVALID_ARG);
     long n;
     for (n = 1; n < 100; n++) {
         struct failalloc fa;
         struct pi_allocator a = failalloc_make(&fa, n);
-        int st = pi_plan_make(&in, &a, &p, &err);
+        int st = pi_placement_make(&in, &a, &p, &err);
         if (st == PI_OK) {
-            pi_plan_free(&p);
+            pi_placement_free(&p);
             assert_int_equal(fa.live, 0);
             break;
         }
