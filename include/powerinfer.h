@@ -550,7 +550,58 @@ typedef struct pi_ctx_params {
      * fails (there is no context yet to ask). Borrowed for the call. Since: 0.1 */
     char *errbuf;
     size_t errbuf_cap;
+    /* Hybrid execution (docs/design.md, "Hybrid execution"): a planner places
+     * attention, predictors, norms, the output projection, the KV cache and the
+     * hottest FFN neurons on a device within device_budget bytes; the CPU computes
+     * the rest, and each layer adds the two parts. PI_DEVICE_NONE (default): CPU
+     * only. PI_DEVICE_GPU: the CUDA or HIP backend compiled in (PI_ERR_UNSUPPORTED
+     * when the library has none or no device answers). PI_DEVICE_CPU: a second CPU
+     * backend with its own memory acting as the device (tests, and to check a plan
+     * without a GPU). Since: 0.1 */
+    uint32_t device;
+    /* Ordinal of the GPU. Default 0. Since: 0.1 */
+    uint32_t device_index;
+    /* Bytes the plan may place on the device, scratch buffers included.
+     * PI_DEVICE_BUDGET_AUTO (the default): the device's free memory minus 256 MiB
+     * (PI_DEVICE_CPU: everything). 0 places nothing. Since: 0.1 */
+    uint64_t device_budget;
+    /* Activation statistics that rank neurons for the planner (pi_stats_load, or
+     * pi_ctx_stats of a profiling run): active counts, or predicted counts when a
+     * layer has none. NULL (default): all neurons equally hot, so lower ids first.
+     * Borrowed for the call. Since: 0.1 */
+    const struct pi_stats *plan_stats;
+    /* A GPU index file (PowerInfer's <model>.generated.gpuidx, or one written by
+     * pi_plan_save) and what to do with it, PI_PLAN_FILE_*. Borrowed for the call.
+     * NULL (default): plan in memory. Since: 0.1 */
+    const char *plan_path;
+    uint32_t plan_file;
 } pi_ctx_params;
+
+/* pi_ctx_params.device. */
+enum {
+    PI_DEVICE_NONE = 0,
+    PI_DEVICE_GPU = 1,
+    PI_DEVICE_CPU = 2
+};
+
+/* pi_ctx_params.device_budget. */
+#define PI_DEVICE_BUDGET_AUTO UINT64_MAX
+
+/* pi_ctx_params.plan_file:
+ * - READ: take the FFN neurons from plan_path (the dense parts are placed by the
+ *   rule). The file must have the model's shape and fit: its split.vram_capacity and
+ *   its neurons' bytes must not exceed what the budget leaves after the dense parts;
+ *   a file written by pi_plan_save must also name this model. Otherwise
+ *   PI_ERR_FORMAT (malformed) or PI_ERR_RANGE (too big, another model), with a message.
+ * - CACHE: use plan_path when it was written by pi_plan_save for this model, these
+ *   statistics and this budget; otherwise plan and (re)write it. A file that cannot
+ *   be written is not an error (pi_plan_source says what happened).
+ * - WRITE: plan, then write plan_path (PI_ERR_IO when it cannot be written). */
+enum {
+    PI_PLAN_FILE_READ = 1,
+    PI_PLAN_FILE_CACHE = 2,
+    PI_PLAN_FILE_WRITE = 3
+};
 
 /* pi_ctx_params.sparse_mode. Every mode gives the same result for a neuron it
  * computes; they differ in which neurons are computed:
@@ -721,6 +772,94 @@ PI_API int pi_stats_load(const char *path, pi_stats **out, char *errbuf, size_t 
 /* Release loaded statistics; NULL is a no-op. Never call it on pi_ctx_stats's
  * result. Since: 0.1 */
 PI_API void pi_stats_free(pi_stats *stats);
+
+/* ---- Placement plans (hybrid execution) -------------------------------------------
+ *
+ * A plan says what lives on the device: per layer its attention (q, k, v, o and
+ * attn_norm), predictor (fc1, fc2), ffn_norm and a set of FFN neurons (their gate,
+ * up and down rows), plus the output projection and the KV cache. The rule
+ * (docs/design.md, "Placement"): scratch buffers first; then dense parts in the order
+ * every layer's attention, every predictor, every ffn_norm, output, KV cache,
+ * stopping at the first that does not fit; then FFN neurons, hottest first across
+ * all layers, in groups of 32 (dense files: whole layers' FFNs). Deterministic; the
+ * total never exceeds the budget. */
+typedef struct pi_plan pi_plan;
+
+/* Parts of a plan (pi_plan_bytes, pi_plan_layer_parts bits 1 << part). */
+enum {
+    PI_PLAN_ATTENTION = 0,
+    PI_PLAN_PREDICTOR = 1,
+    PI_PLAN_FFN_NORM = 2,
+    PI_PLAN_OUTPUT = 3,
+    PI_PLAN_KV_CACHE = 4,
+    PI_PLAN_NEURONS = 5,
+    PI_PLAN_SCRATCH = 6,
+    PI_PLAN_N_PARTS = 7
+};
+
+/* pi_plan_source. */
+enum {
+    PI_PLAN_COMPUTED = 0, /* planned now */
+    PI_PLAN_FROM_FILE = 1, /* neurons read from plan_path */
+    PI_PLAN_CACHE_WRITTEN = 2, /* planned now and written to plan_path */
+    PI_PLAN_CACHE_UNWRITTEN = 3 /* planned now; plan_path could not be written */
+};
+
+/* Dry run: the plan pi_ctx_create would use for these params (device, budget,
+ * n_ctx, n_batch, plan_stats, plan_path, plan_file), without loading any weight
+ * onto a device. With PI_DEVICE_BUDGET_AUTO and PI_DEVICE_GPU it asks the GPU for
+ * its free memory. PI_OK; PI_ERR_INVALID_ARG (NULL, metadata_only model, device
+ * PI_DEVICE_NONE, bad fields, statistics of another shape); PI_ERR_UNSUPPORTED (no
+ * GPU); PI_ERR_FORMAT, PI_ERR_RANGE, PI_ERR_IO (plan_path, see PI_PLAN_FILE_*);
+ * PI_ERR_NOMEM. Messages go to params->errbuf. *out: free with pi_plan_free.
+ * Since: 0.1 */
+PI_API int pi_model_plan(const pi_model *model, const pi_ctx_params *params, pi_plan **out);
+
+/* The plan a hybrid context runs with; NULL for NULL or a CPU-only context.
+ * Borrowed until pi_ctx_destroy. Since: 0.1 */
+PI_API const pi_plan *pi_ctx_plan(const pi_ctx *ctx);
+
+/* The budget it was made for, in bytes. 0 for NULL. Since: 0.1 */
+PI_API uint64_t pi_plan_budget(const pi_plan *plan);
+
+/* Device bytes of one part (PI_PLAN_*), or of all when part is PI_PLAN_N_PARTS.
+ * 0 for NULL or an unknown part. Since: 0.1 */
+PI_API uint64_t pi_plan_bytes(const pi_plan *plan, int part);
+
+/* Layers and neurons per layer; 0 for NULL. Since: 0.1 */
+PI_API int64_t pi_plan_n_layer(const pi_plan *plan);
+PI_API int64_t pi_plan_n_ff(const pi_plan *plan);
+
+/* Bits 1 << PI_PLAN_ATTENTION, _PREDICTOR, _FFN_NORM set when that part of layer
+ * `layer` is on the device; 0 when out of range. Since: 0.1 */
+PI_API uint32_t pi_plan_layer_parts(const pi_plan *plan, int64_t layer);
+
+/* Number of layer `layer`'s FFN neurons on the device (-1 if out of range); when
+ * mask is non-NULL and cap >= n_ff, mask[r] = 1 for those neurons, else 0.
+ * Since: 0.1 */
+PI_API int64_t pi_plan_layer_neurons(const pi_plan *plan, int64_t layer, uint8_t *mask,
+                                     size_t cap);
+
+/* 1 if the output projection (resp. the KV cache) is on the device. Since: 0.1 */
+PI_API int pi_plan_output_on_device(const pi_plan *plan);
+PI_API int pi_plan_kv_on_device(const pi_plan *plan);
+
+/* PI_PLAN_COMPUTED, _FROM_FILE, _CACHE_WRITTEN or _CACHE_UNWRITTEN; -1 for NULL.
+ * Since: 0.1 */
+PI_API int pi_plan_source(const pi_plan *plan);
+
+/* A human-readable description (budget, bytes per part, per layer parts and neuron
+ * counts) written like snprintf: at most cap bytes with a NUL, returns the length
+ * the whole text needs (excluding the NUL), or a negative PI_ERR_*. Since: 0.1 */
+PI_API int64_t pi_plan_describe(const pi_plan *plan, char *buf, size_t cap);
+
+/* Write the plan's neurons as a GPU index file (PowerInfer's format, readable by
+ * PowerInfer, plus keys naming the model, statistics and budget; docs/formats.md),
+ * atomically. PI_OK, PI_ERR_INVALID_ARG, PI_ERR_IO, PI_ERR_NOMEM. Since: 0.1 */
+PI_API int pi_plan_save(const pi_plan *plan, const char *path);
+
+/* Release a plan from pi_model_plan. NULL is a no-op. Since: 0.1 */
+PI_API void pi_plan_free(pi_plan *plan);
 
 /* =================================================================================
  * Sampling

@@ -22,6 +22,7 @@ int pi_ctx_default_params(pi_ctx_params *p) {
         return PI_ERR_INVALID_ARG;
     memset(p, 0, sizeof *p);
     p->struct_size = (uint32_t)sizeof *p;
+    p->device_budget = PI_DEVICE_BUDGET_AUTO;
     return PI_OK;
 }
 
@@ -55,8 +56,10 @@ void pi_ctx_destroy(pi_ctx *c) {
     if (!c)
         return;
     struct pi_allocator a = c->alloc;
+    pi_hybrid_destroy(c->hy);
     if (c->b) {
-        c->be->kv_destroy(c->b, c->kv);
+        if (c->kv)
+            c->be->kv_destroy(c->b, c->kv);
         c->be->destroy(c->b);
     }
     float *bufs[] = {c->x,     c->xn,  c->q,   c->k,     c->v,    c->att, c->g,
@@ -173,11 +176,27 @@ static int setup(struct pi_ctx *c, const pi_ctx_params *p) {
 
     struct pi_backend_config cfg = {a, n_threads, B,
                                     max64(max64(E, F), max64(max64(qd, ad), c->n_ctx)),
-                                    p->f32_activations != 0};
+                                    p->f32_activations != 0, 0};
     c->be = pi_backend_cpu();
     int st = c->be->create(&c->b, &cfg);
     if (st < 0)
         PI_FAIL(&c->err, st, "cannot start the CPU backend with %d threads", n_threads);
+    if (p->device != PI_DEVICE_NONE) {
+        const struct pi_backend_vtable *dbe;
+        struct pi_backend *db;
+        struct pi_plan *plan;
+        struct pi_plan_shape shape = {c->n_ctx, c->n_batch};
+        cfg.device = (int)p->device_index;
+        PI_TRY(pi_hybrid_backend(p, &cfg, &dbe, &db, &c->err));
+        st = pi_hybrid_plan(m, p, &shape, pi_hybrid_budget(m, p, &shape, dbe, db), &plan, &c->err);
+        if (st < 0) {
+            dbe->destroy(db);
+            return st;
+        }
+        PI_TRY(pi_hybrid_create(c, dbe, db, plan));
+        if (plan->pl.kv)
+            return PI_OK; /* the KV cache lives on the device */
+    }
     struct pi_kv_desc kvd = {hp->n_layer, c->n_ctx, hp->n_head, hp->n_head_kv, hp->head_dim_k,
                              hp->head_dim_v};
     st = c->be->kv_create(c->b, &kvd, &c->kv);
@@ -185,6 +204,23 @@ static int setup(struct pi_ctx *c, const pi_ctx_params *p) {
         PI_FAIL(&c->err, st, "out of memory for a KV cache of %lld positions",
                 (long long)c->n_ctx);
     return PI_OK;
+}
+
+/* What is wrong with params, or NULL. */
+static const char *bad_params(const pi_ctx_params *pp) {
+    const pi_ctx_params p = *pp;
+    return p.n_ctx > MAX_CTX           ? "n_ctx is above 1<<20"
+           : p.n_threads > MAX_THREADS  ? "n_threads is above 512"
+           : p.n_batch > MAX_CTX        ? "n_batch is above 1<<20"
+           : p.sparse_mode > PI_SPARSE_ORACLE ? "sparse_mode is not a PI_SPARSE_* value"
+           : p.stats > PI_STATS_DIAGNOSTIC    ? "stats is not a PI_STATS_* value"
+           : p.sparse_threshold_set && !isfinite(p.sparse_threshold)
+               ? "sparse_threshold is not finite"
+           : p.device > PI_DEVICE_CPU ? "device is not a PI_DEVICE_* value"
+           : p.device_index > 1024   ? "device_index is above 1024"
+           : p.plan_file > PI_PLAN_FILE_WRITE ? "plan_file is not a PI_PLAN_FILE_* value"
+           : p.plan_file && !p.plan_path ? "plan_file is set but plan_path is NULL"
+           : NULL;
 }
 
 int pi_ctx_create(const pi_model *model, const pi_ctx_params *params, pi_ctx **out) {
@@ -197,14 +233,7 @@ int pi_ctx_create(const pi_model *model, const pi_ctx_params *params, pi_ctx **o
     struct pi_error err;
     pi_ctx_params p;
     PI_TRY(take_params(params, &p, &err));
-    const char *bad = p.n_ctx > MAX_CTX           ? "n_ctx is above 1<<20"
-                      : p.n_threads > MAX_THREADS  ? "n_threads is above 512"
-                      : p.n_batch > MAX_CTX        ? "n_batch is above 1<<20"
-                      : p.sparse_mode > PI_SPARSE_ORACLE ? "sparse_mode is not a PI_SPARSE_* value"
-                      : p.stats > PI_STATS_DIAGNOSTIC    ? "stats is not a PI_STATS_* value"
-                      : p.sparse_threshold_set && !isfinite(p.sparse_threshold)
-                          ? "sparse_threshold is not finite"
-                          : NULL;
+    const char *bad = bad_params(&p);
     if (bad) {
         if (p.errbuf && p.errbuf_cap > 0)
             snprintf(p.errbuf, p.errbuf_cap, "pi_ctx_params: %s", bad);
@@ -313,4 +342,49 @@ int pi_ctx_stats_reset(pi_ctx *c) {
         return PI_ERR_INVALID_ARG;
     pi_stats_clear(c->stats);
     return PI_OK;
+}
+
+const pi_plan *pi_ctx_plan(const pi_ctx *c) {
+    return c && c->hy ? c->hy->plan : NULL;
+}
+
+int pi_model_plan(const pi_model *model, const pi_ctx_params *params, pi_plan **out) {
+    if (out)
+        *out = NULL;
+    if (!model || !out || !model->has_desc)
+        return PI_ERR_INVALID_ARG;
+    struct pi_error err = {0};
+    pi_ctx_params p;
+    PI_TRY(take_params(params, &p, &err));
+    const char *bad = bad_params(&p);
+    if (!bad && p.device == PI_DEVICE_NONE)
+        bad = "device is PI_DEVICE_NONE: there is nothing to plan";
+    if (bad) {
+        if (p.errbuf && p.errbuf_cap > 0)
+            snprintf(p.errbuf, p.errbuf_cap, "pi_ctx_params: %s", bad);
+        return PI_ERR_INVALID_ARG;
+    }
+    const struct pi_hparams *hp = &model->desc.hp;
+    struct pi_plan_shape shape;
+    shape.n_ctx = p.n_ctx ? p.n_ctx : (hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096);
+    shape.n_batch = p.n_batch ? p.n_batch : DEFAULT_BATCH;
+    if (shape.n_batch > shape.n_ctx)
+        shape.n_batch = shape.n_ctx;
+    const struct pi_backend_vtable *be = pi_backend_cpu();
+    struct pi_backend *b = NULL;
+    int st = PI_OK;
+    if (p.device == PI_DEVICE_GPU && p.device_budget == PI_DEVICE_BUDGET_AUTO) {
+        /* ask the device for its free memory */
+        struct pi_backend_config cfg = {&model->alloc, 1, 1, 1, 0, (int)p.device_index};
+        st = pi_hybrid_backend(&p, &cfg, &be, &b, &err);
+    }
+    if (st >= 0) {
+        const uint64_t budget = pi_hybrid_budget(model, &p, &shape, be, b);
+        if (b)
+            be->destroy(b);
+        st = pi_hybrid_plan(model, &p, &shape, budget, out, &err);
+    }
+    if (st < 0 && p.errbuf && p.errbuf_cap > 0)
+        snprintf(p.errbuf, p.errbuf_cap, "%s", err.msg);
+    return st;
 }

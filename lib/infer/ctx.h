@@ -4,6 +4,7 @@
 #define PI_INFER_CTX_H
 
 #include "backend.h"
+#include "infer/hybrid.h"
 #include "infer/stats.h"
 #include "model/model.h"
 
@@ -51,7 +52,9 @@ struct pi_ctx {
     uint8_t *mark;                     /* [n_ff] */
     int stats_level;                   /* PI_STATS_* */
     struct pi_stats *stats;            /* NULL when off */
-    pi_trace_fn trace_fn;              /* internal (tests) */
+    struct pi_hybrid *hy;              /* device side; NULL: CPU only */
+    pi_trace_fn trace_fn;              /* internal (tests); not called for layers split
+                                        * between devices */
     void *trace_user;
     struct pi_error err;
 };

@@ -38,19 +38,10 @@ static uint64_t now(const struct pi_ctx *c) {
     return c->stats ? pi_os_time_ns() : 0;
 }
 
-/* s [T][F] = fc2 . relu(fc1 . x): the predictor scores of layer L. */
-static void predict(struct pi_ctx *c, const struct pi_layer_w *L, int64_t T) {
-    const struct pi_backend_vtable *be = c->be;
-    const int64_t R = L->fc1.n_out;
-    be->matmul(c->b, &L->fc1, c->x, T, c->hid);                  /* hid [T][R] */
-    for (int64_t i = 0; i < T * R; i++)
-        c->hid[i] = c->hid[i] > 0.0f ? c->hid[i] : 0.0f;
-    be->matmul(c->b, &L->fc2, c->hid, T, c->score);              /* s [T][F] */
-}
-
-/* idx = the neurons some token selects: src[t][r] >= thr (strict: > thr). */
+/* idx = the neurons some token selects: src[t][r] >= thr (strict: > thr), except those
+ * marked in skip (NULL: none). */
 static int64_t select_union(struct pi_ctx *c, const float *src, int64_t T, float thr,
-                            int strict) {
+                            int strict, const uint8_t *skip) {
     const int64_t F = c->hp->n_ff;
     memset(c->mark, 0, (size_t)F);
     for (int64_t t = 0; t < T; t++) {
@@ -60,7 +51,7 @@ static int64_t select_union(struct pi_ctx *c, const float *src, int64_t T, float
     }
     int64_t n = 0;
     for (int64_t r = 0; r < F; r++)
-        if (c->mark[r])
+        if (c->mark[r] && !(skip && skip[r]))
             c->idx[n++] = (int32_t)r;
     return n;
 }
@@ -106,8 +97,10 @@ static void count(struct pi_ctx *c, int64_t l, int64_t T, int have_pred, const f
         ls->tokens_observed += (uint64_t)T;
 }
 
-/* xn [T][E] = the FFN block of layer l on xn = ffn_norm(x) (sparse modes). */
-static int64_t ffn_sparse(struct pi_ctx *c, int64_t l, int64_t T) {
+/* y [T][E] = the FFN block of layer l on xn = ffn_norm(x) (sparse modes), over the
+ * neurons not marked in `skip` (the device's, or NULL for none); with a skip mask,
+ * dense mode computes every neuron not skipped. y may be c->xn. */
+static int64_t ffn_sparse(struct pi_ctx *c, int64_t l, int64_t T, const uint8_t *skip, float *y) {
     const struct pi_hparams *hp = c->hp;
     const struct pi_backend_vtable *be = c->be;
     struct pi_backend *b = c->b;
@@ -117,8 +110,15 @@ static int64_t ffn_sparse(struct pi_ctx *c, int64_t l, int64_t T) {
     const int64_t dense_above = (int64_t)(PI_SPARSE_DENSE_UNION * (double)F);
     int64_t n, rows_gate;
 
-    if (predictor) {
-        n = select_union(c, c->score, T, c->threshold, 0);
+    if (predictor || c->mode == PI_SPARSE_DENSE) {
+        if (predictor) {
+            n = select_union(c, c->score, T, c->threshold, 0, skip);
+        } else { /* dense mode, the host's share of a split layer */
+            n = 0;
+            for (int64_t r = 0; r < F; r++)
+                if (!skip[r])
+                    c->idx[n++] = (int32_t)r;
+        }
         rows_gate = n;
         if (n > dense_above) {
             be->matmul(b, &L->gate, c->xn, T, c->g);
@@ -132,7 +132,7 @@ static int64_t ffn_sparse(struct pi_ctx *c, int64_t l, int64_t T) {
         }
     } else { /* oracle: the whole gate, then up where it fired */
         be->matmul(b, &L->gate, c->xn, T, c->g);
-        n = select_union(c, c->g, T, 0.0f, 1);
+        n = select_union(c, c->g, T, 0.0f, 1, skip);
         rows_gate = F;
         if (n > dense_above)
             be->matmul(b, &L->up, c->xn, T, c->u);
@@ -149,7 +149,7 @@ static int64_t ffn_sparse(struct pi_ctx *c, int64_t l, int64_t T) {
             g[r] = predictor && s[r] < c->threshold ? 0.0f : relu_act(hp->ffn_act, g[r], u[r]);
         }
     }
-    const int64_t rows_down = be->matmul_t_rows(b, &L->down_t, c->g, T, c->idx, n, c->xn);
+    const int64_t rows_down = be->matmul_t_rows(b, &L->down_t, c->g, T, c->idx, n, y);
     if (c->stats) {
         pi_layer_stats *ls = &c->stats->layer[l];
         const int64_t rows_up = n > dense_above ? F : n;
@@ -162,8 +162,8 @@ static int64_t ffn_sparse(struct pi_ctx *c, int64_t l, int64_t T) {
     return n;
 }
 
-/* xn [T][E] = the dense FFN block of layer l on xn = ffn_norm(x). */
-static void ffn_dense(struct pi_ctx *c, int64_t l, int64_t T) {
+/* y [T][E] = the dense FFN block of layer l on xn = ffn_norm(x); y may be c->xn. */
+static void ffn_dense(struct pi_ctx *c, int64_t l, int64_t T, float *y) {
     const struct pi_hparams *hp = c->hp;
     const struct pi_backend_vtable *be = c->be;
     struct pi_backend *b = c->b;
@@ -172,9 +172,9 @@ static void ffn_dense(struct pi_ctx *c, int64_t l, int64_t T) {
     be->matmul(b, &L->up, c->xn, T, c->u);                         /* u [T][F] */
     be->ffn_act(b, act_of(hp->ffn_act), c->g, c->u, T * hp->n_ff);
     if (L->has_down)
-        be->matmul(b, &L->down, c->g, T, c->xn);                   /* xn [T][E] */
+        be->matmul(b, &L->down, c->g, T, y);                       /* y [T][E] */
     else
-        be->matmul_t(b, &L->down_t, c->g, T, c->xn);
+        be->matmul_t(b, &L->down_t, c->g, T, y);
     if (c->stats) {
         pi_layer_stats *ls = &c->stats->layer[l];
         const int64_t F = hp->n_ff;
@@ -206,67 +206,238 @@ static void true_activations(struct pi_ctx *c, const struct pi_layer_w *L, int64
         c->gfull[i] = relu_act(c->hp->ffn_act, c->gfull[i], c->ufull[i]);
 }
 
+/* ---- hybrid execution --------------------------------------------------------------
+ *
+ * Each op runs on the "unit" that holds its weights: the host (the context's CPU
+ * backend) or the device (c->hy). Activations live in slots with a copy on each side
+ * and a record of where they are current; an op asks for its inputs where it runs
+ * (copied over when stale: an upload is queued, a download waits for the device) and
+ * marks its outputs current there only. With no device every slot stays on the host
+ * and no copy is ever made. A layer split between the two computes its device
+ * neurons on the device while the host computes the others; the device's work is
+ * queued first and its result fetched last, the one wait of the layer in decode when
+ * attention and predictor live on the device as well. */
+enum { HOST = 1, DEV = 2 };
+
+struct unit {
+    const struct pi_backend_vtable *be;
+    struct pi_backend *b;
+    int at;
+};
+
+struct slot {
+    float *p[3]; /* p[HOST], p[DEV] */
+    int64_t width;
+    int valid;
+};
+
+struct run {
+    struct pi_ctx *c;
+    int64_t T;
+    struct unit host, dev;
+    struct slot x, xn, q, k, v, att, score, hid;
+    int st; /* first copy failure */
+};
+
+/* The slot's values on side `at`, copied there if stale. */
+static float *in(struct run *r, struct slot *s, int at) {
+    if (!(s->valid & at)) {
+        const size_t bytes = (size_t)(r->T * s->width) * sizeof(float);
+        const int st = at == DEV ? r->dev.be->upload(r->dev.b, s->p[DEV], s->p[HOST], bytes)
+                                 : r->dev.be->download(r->dev.b, s->p[HOST], s->p[DEV], bytes);
+        if (st < 0 && r->st >= 0)
+            r->st = st;
+        s->valid |= at;
+    }
+    return s->p[at];
+}
+
+/* The slot as an op's output on side `at` (the other side's copy becomes stale). */
+static float *out(struct slot *s, int at) {
+    s->valid = at;
+    return s->p[at];
+}
+
+/* Read, then written in place. */
+static float *inout(struct run *r, struct slot *s, int at) {
+    float *p = in(r, s, at);
+    s->valid = at;
+    return p;
+}
+
+static const struct unit *unit(const struct run *r, int on_dev) {
+    return on_dev ? &r->dev : &r->host;
+}
+
+static void slot_init(struct slot *s, float *h, float *d, int64_t width) {
+    s->p[HOST] = h;
+    s->p[DEV] = d;
+    s->width = width;
+    s->valid = HOST;
+}
+
+/* s [T][F] = fc2 . relu(fc1 . x): the predictor scores of layer l, on unit u with its
+ * weights L. relu on a device is ffn_act's relu(g) * 1 against a vector of ones. */
+static void predict(struct run *r, const struct unit *u, const struct pi_layer_w *L,
+                    const struct pi_dev_layer *D) {
+    const int64_t T = r->T, R = L->fc1.n_out;
+    const struct pi_weight *fc1 = u->at == DEV ? &D->fc1 : &L->fc1;
+    const struct pi_weight *fc2 = u->at == DEV ? &D->fc2 : &L->fc2;
+    u->be->matmul(u->b, fc1, in(r, &r->x, u->at), T, out(&r->hid, u->at)); /* hid [T][R] */
+    float *h = r->hid.p[u->at];
+    if (u->at == DEV) {
+        u->be->ffn_act(u->b, PI_ACT_RELU_MUL, h, r->c->hy->ones, T * R);
+    } else {
+        for (int64_t i = 0; i < T * R; i++)
+            h[i] = h[i] > 0.0f ? h[i] : 0.0f;
+    }
+    u->be->matmul(u->b, fc2, h, T, out(&r->score, u->at));              /* s [T][F] */
+}
+
+/* The device's share of layer l's FFN: yd [T][E] over its n_dev neurons, queued. */
+static void ffn_device(struct run *r, const struct pi_dev_layer *D) {
+    struct pi_ctx *c = r->c;
+    struct pi_hybrid *h = c->hy;
+    const struct unit *u = &r->dev;
+    const int64_t T = r->T, n = D->n_dev;
+    const float *xn = in(r, &r->xn, DEV);
+    const float *score = c->mode == PI_SPARSE_PREDICTOR ? in(r, &r->score, DEV) : NULL;
+    u->be->matmul(u->b, &D->gate, xn, T, h->gd);                       /* gd [T][n] */
+    u->be->matmul(u->b, &D->up, xn, T, h->ud);                         /* ud [T][n] */
+    if (D->down_is_t) {
+        /* oracle and dense need no mask: relu zeroes the inactive neurons */
+        u->be->ffn_act_masked(u->b, act_of(c->hp->ffn_act), h->gd, h->ud, T, n, score,
+                              c->hp->n_ff, D->map, c->threshold);
+        u->be->matmul_t(u->b, &D->down, h->gd, T, h->yd);              /* yd [T][E] */
+    } else {
+        u->be->ffn_act(u->b, act_of(c->hp->ffn_act), h->gd, h->ud, T * n);
+        u->be->matmul(u->b, &D->down, h->gd, T, h->yd);
+    }
+}
+
 /* One step of at most n_batch tokens at positions pos0 ... pos0 + T - 1. When
  * `logits` is non-NULL, the last token's logits are written there. */
 static int step(struct pi_ctx *c, const int32_t *tokens, int64_t T, int64_t pos0, float *logits) {
     const struct pi_hparams *hp = c->hp;
-    const struct pi_backend_vtable *be = c->be;
-    struct pi_backend *b = c->b;
-    const int64_t E = hp->n_embd;
+    struct pi_hybrid *hy = c->hy;
+    const int64_t E = hp->n_embd, F = hp->n_ff;
+    const int64_t qd = hp->n_head * hp->head_dim_k, kd = hp->n_head_kv * hp->head_dim_k;
+    const int64_t vd = hp->n_head_kv * hp->head_dim_v, ad = hp->n_head * hp->head_dim_v;
+    struct run r = {.c = c, .T = T, .host = {c->be, c->b, HOST}};
+    if (hy)
+        r.dev = (struct unit){hy->be, hy->b, DEV};
+    slot_init(&r.x, c->x, hy ? hy->x : NULL, E);
+    slot_init(&r.xn, c->xn, hy ? hy->xn : NULL, E);
+    slot_init(&r.q, c->q, hy ? hy->q : NULL, qd);
+    slot_init(&r.k, c->k, hy ? hy->k : NULL, kd);
+    slot_init(&r.v, c->v, hy ? hy->v : NULL, vd);
+    slot_init(&r.att, c->att, hy ? hy->att : NULL, ad);
+    slot_init(&r.score, c->score, hy ? hy->score : NULL, F);
+    int64_t rank = 0;
+    for (int64_t l = 0; l < hp->n_layer; l++)
+        rank = c->layers[l].fc1.n_out > rank ? c->layers[l].fc1.n_out : rank;
+    slot_init(&r.hid, c->hid, hy ? hy->hid : NULL, rank);
+    const struct unit *kvu = unit(&r, hy && hy->kv);
+    struct pi_kv *kv = hy && hy->kv ? hy->kv : c->kv;
 
-    be->get_rows(b, &c->tok_embd, tokens, T, c->x);                /* x [T][E] */
+    c->be->get_rows(c->b, &c->tok_embd, tokens, T, out(&r.x, HOST));  /* x [T][E] */
     for (int64_t l = 0; l < hp->n_layer; l++) {
         const struct pi_layer_w *L = &c->layers[l];
+        const struct pi_dev_layer *D = hy ? &hy->layers[l] : NULL;
         const uint64_t t0 = now(c);
-        /* attention block */
-        be->rmsnorm(b, c->x, &L->attn_norm, hp->rms_eps, T, c->xn); /* xn [T][E] */
-        be->matmul(b, &L->wq, c->xn, T, c->q);                     /* q [T][Hq*D] */
-        be->matmul(b, &L->wk, c->xn, T, c->k);                     /* k [T][Hkv*D] */
-        be->matmul(b, &L->wv, c->xn, T, c->v);                     /* v [T][Hkv*Dv] */
-        be->rope(b, c->q, T, hp->n_head, hp->head_dim_k, hp->n_rot, pos0, hp->rope_freq_base,
-                 hp->rope_scale, 0);
-        be->rope(b, c->k, T, hp->n_head_kv, hp->head_dim_k, hp->n_rot, pos0,
-                 hp->rope_freq_base, hp->rope_scale, 0);
-        be->kv_store(b, c->kv, l, pos0, T, c->k, c->v);
-        be->attention(b, c->kv, l, c->q, T, pos0, c->att);         /* att [T][Hq*Dv] */
-        be->matmul(b, &L->wo, c->att, T, c->xn);                   /* xn [T][E] */
-        be->add(b, c->x, c->xn, T * E);                            /* x += attn */
+        /* attention block, where its weights are; rope, cache and scores where the KV
+         * cache is */
+        const struct unit *a = unit(&r, D && D->attn);
+        const struct pi_layer_w *W = a->at == DEV ? NULL : L;
+        const struct pi_vector *attn_norm = W ? &L->attn_norm : &D->attn_norm;
+        a->be->rmsnorm(a->b, in(&r, &r.x, a->at), attn_norm, hp->rms_eps, T,
+                       out(&r.xn, a->at));                                  /* xn [T][E] */
+        const float *xn = r.xn.p[a->at];
+        a->be->matmul(a->b, W ? &L->wq : &D->wq, xn, T, out(&r.q, a->at));  /* q [T][Hq*D] */
+        a->be->matmul(a->b, W ? &L->wk : &D->wk, xn, T, out(&r.k, a->at));  /* k [T][Hkv*D] */
+        a->be->matmul(a->b, W ? &L->wv : &D->wv, xn, T, out(&r.v, a->at));  /* v [T][Hkv*Dv] */
+        kvu->be->rope(kvu->b, inout(&r, &r.q, kvu->at), T, hp->n_head, hp->head_dim_k,
+                      hp->n_rot, pos0, hp->rope_freq_base, hp->rope_scale, 0);
+        kvu->be->rope(kvu->b, inout(&r, &r.k, kvu->at), T, hp->n_head_kv, hp->head_dim_k,
+                      hp->n_rot, pos0, hp->rope_freq_base, hp->rope_scale, 0);
+        kvu->be->kv_store(kvu->b, kv, l, pos0, T, r.k.p[kvu->at], in(&r, &r.v, kvu->at));
+        kvu->be->attention(kvu->b, kv, l, r.q.p[kvu->at], T, pos0,
+                           out(&r.att, kvu->at));                           /* att [T][Hq*Dv] */
+        a->be->matmul(a->b, W ? &L->wo : &D->wo, in(&r, &r.att, a->at), T,
+                      out(&r.xn, a->at));                                   /* xn [T][E] */
+        a->be->add(a->b, inout(&r, &r.x, a->at), r.xn.p[a->at], T * E);    /* x += attn */
         const uint64_t t1 = now(c);
         /* predictor: s [T][F] from the residual x, before ffn_norm */
         const int diag = c->stats_level == PI_STATS_DIAGNOSTIC;
         const int have_pred = hp->sparse && (c->mode == PI_SPARSE_PREDICTOR || diag);
         if (have_pred) {
-            predict(c, L, T);
-            be->sync(b);
+            predict(&r, unit(&r, D && D->pred), L, D);
             if (c->stats)
                 c->stats->layer[l].bytes_predictor +=
                     (uint64_t)(L->fc1.n_out * L->fc1.row_bytes + L->fc2.n_out * L->fc2.row_bytes);
         }
         const uint64_t t2 = now(c);
-        /* feed-forward block */
-        be->rmsnorm(b, c->x, &L->ffn_norm, hp->rms_eps, T, c->xn);
+        /* feed-forward block: xn = ffn_norm(x), then the device's neurons (queued) and
+         * the host's */
+        const struct unit *nu = unit(&r, D && D->norm);
+        nu->be->rmsnorm(nu->b, in(&r, &r.x, nu->at), nu->at == DEV ? &D->ffn_norm : &L->ffn_norm,
+                        hp->rms_eps, T, out(&r.xn, nu->at));
+        const int64_t n_dev = D ? D->n_dev : 0;
+        const int host_part = n_dev < F;
+        if (host_part || c->stats) { /* the host's inputs, fetched before the device is busy */
+            in(&r, &r.xn, HOST);
+            if (have_pred)
+                in(&r, &r.score, HOST);
+        }
+        if (n_dev)
+            ffn_device(&r, D);
         const float *truth = NULL;
         const int32_t *tidx = NULL;
         int64_t tn = 0;
-        if (c->mode == PI_SPARSE_PREDICTOR && diag) {
-            true_activations(c, L, T);
-            truth = c->gfull;
-        }
-        if (c->mode == PI_SPARSE_DENSE) {
-            ffn_dense(c, l, T);
-            truth = c->g;
-        } else {
-            const int64_t n = ffn_sparse(c, l, T);
-            if (c->mode == PI_SPARSE_ORACLE) { /* g is valid on the selected rows only */
+        float *y = n_dev ? hy->yc_host : c->xn; /* the host's FFN output */
+        if (host_part) {
+            if (c->mode == PI_SPARSE_PREDICTOR && diag) {
+                true_activations(c, L, T);
+                truth = c->gfull;
+            }
+            if (c->mode == PI_SPARSE_DENSE && !n_dev) {
+                ffn_dense(c, l, T, y);
                 truth = c->g;
-                tidx = c->idx;
-                tn = n;
+            } else {
+                const int64_t n = ffn_sparse(c, l, T, n_dev ? D->on_dev : NULL, y);
+                if (c->mode == PI_SPARSE_ORACLE && !n_dev) { /* g valid on the selected rows */
+                    truth = c->g;
+                    tidx = c->idx;
+                    tn = n;
+                }
+            }
+            c->be->sync(c->b);
+        }
+        if (!n_dev) { /* x += ffn, on the host */
+            if (c->trace_fn)
+                c->trace_fn(c->trace_user, l, T, y, have_pred ? c->score : NULL);
+            out(&r.xn, HOST);
+            c->be->add(c->b, inout(&r, &r.x, HOST), y, T * E);
+        } else { /* x += device part + host part, where the next layer wants x */
+            const int next_dev = l + 1 < hp->n_layer ? hy->layers[l + 1].attn : hy->plan->pl.output;
+            if (next_dev) {
+                float *x = inout(&r, &r.x, DEV);
+                hy->be->add(hy->b, x, hy->yd, T * E);
+                if (host_part) {
+                    int st = hy->be->upload(hy->b, hy->yc, y, (size_t)(T * E) * sizeof(float));
+                    r.st = r.st < 0 ? r.st : st;
+                    hy->be->add(hy->b, x, hy->yc, T * E);
+                }
+            } else {
+                int st = hy->be->download(hy->b, hy->yd_host, hy->yd,
+                                          (size_t)(T * E) * sizeof(float));
+                r.st = r.st < 0 ? r.st : st;
+                float *x = inout(&r, &r.x, HOST);
+                c->be->add(c->b, x, hy->yd_host, T * E);
+                if (host_part)
+                    c->be->add(c->b, x, y, T * E);
             }
         }
-        be->sync(b);
-        if (c->trace_fn)
-            c->trace_fn(c->trace_user, l, T, c->xn, have_pred ? c->score : NULL);
-        be->add(b, c->x, c->xn, T * E);                            /* x += ffn */
         if (c->stats) {
             const uint64_t t3 = now(c);
             pi_layer_stats *ls = &c->stats->layer[l];
@@ -275,15 +446,34 @@ static int step(struct pi_ctx *c, const int32_t *tokens, int64_t T, int64_t pos0
             ls->ns_ffn += t3 - t2;
             count(c, l, T, have_pred, truth, tidx, tn);
         }
-        if (c->abort_fn && c->abort_fn(c->abort_user))
+        if (r.st < 0)
+            break;
+        if (c->abort_fn && c->abort_fn(c->abort_user)) {
+            if (hy)
+                hy->be->sync(hy->b);
             PI_FAIL(&c->err, PI_ERR_ABORTED, "decode aborted by the caller");
+        }
     }
-    if (logits) {
-        const float *last = c->x + (T - 1) * E;
-        be->rmsnorm(b, last, &c->output_norm, hp->rms_eps, 1, c->xn);
-        be->matmul(b, &c->output, c->xn, 1, logits);                /* [n_vocab] */
+    if (logits && r.st >= 0) {
+        const struct unit *o = unit(&r, hy && hy->plan->pl.output);
+        const float *last = in(&r, &r.x, o->at) + (T - 1) * E;
+        float *xn = out(&r.xn, o->at);
+        o->be->rmsnorm(o->b, last, o->at == DEV ? &hy->output_norm : &c->output_norm,
+                       hp->rms_eps, 1, xn);
+        if (o->at == DEV) {
+            o->be->matmul(o->b, &hy->output, xn, 1, hy->logits);
+            int st = o->be->download(o->b, logits, hy->logits, (size_t)hp->n_vocab * sizeof(float));
+            r.st = r.st < 0 ? r.st : st;
+        } else {
+            o->be->matmul(o->b, &c->output, xn, 1, logits);             /* [n_vocab] */
+        }
     }
-    return be->sync(b);
+    int st = hy ? hy->be->sync(hy->b) : PI_OK;
+    if (r.st >= 0 && st < 0)
+        r.st = st;
+    if (r.st < 0)
+        PI_FAIL(&c->err, r.st, "the %s device failed", hy->be->name);
+    return c->be->sync(c->b);
 }
 
 int pi_forward(struct pi_ctx *c, const int32_t *tokens, int64_t n) {

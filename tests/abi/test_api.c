@@ -22,7 +22,11 @@ _Static_assert(sizeof(void *) != 8 || offsetof(pi_ctx_params, f32_activations) =
 _Static_assert(sizeof(void *) != 8 || offsetof(pi_ctx_params, sparse_mode) == 36, "sparse_mode");
 _Static_assert(sizeof(void *) != 8 || offsetof(pi_ctx_params, stats) == 48, "stats");
 _Static_assert(sizeof(void *) != 8 || offsetof(pi_ctx_params, errbuf_cap) == 64, "ctx errbuf_cap");
-_Static_assert(sizeof(void *) != 8 || sizeof(pi_ctx_params) == 72, "pi_ctx_params size");
+_Static_assert(sizeof(void *) != 8 || offsetof(pi_ctx_params, device) == 72, "device");
+_Static_assert(sizeof(void *) != 8 || offsetof(pi_ctx_params, device_budget) == 80, "budget");
+_Static_assert(sizeof(void *) != 8 || offsetof(pi_ctx_params, plan_stats) == 88, "plan_stats");
+_Static_assert(sizeof(void *) != 8 || offsetof(pi_ctx_params, plan_file) == 104, "plan_file");
+_Static_assert(sizeof(void *) != 8 || sizeof(pi_ctx_params) == 112, "pi_ctx_params size");
 _Static_assert(sizeof(pi_layer_stats) == 104, "pi_layer_stats size");
 _Static_assert(offsetof(pi_layer_stats, ns_ffn) == 96, "ns_ffn");
 

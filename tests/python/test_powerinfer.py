@@ -589,3 +589,139 @@ def test_quantize_errors(tmp_path):
         pi.quantize(FIXTURE_F32, tmp_path / "out.gguf", progress=lambda f: f > 0.2)
     assert e.value.status_name == "PI_ERR_ABORTED"
     assert not (tmp_path / "out.gguf").exists()
+
+
+# ---- hybrid execution: placement plans -------------------------------------------------
+# The committed fixtures (no tokenizer: fed token ids): a PowerInfer ReLU-Llama with
+# predictors, and a dense Llama. Device "cpu" is a second CPU backend acting as the
+# device, so plans and hybrid contexts are checked without a GPU.
+FIXTURE_PWRI = os.path.join(ROOT, "tests", "fixtures", "sparse", "relu-llama.q4_0.gguf")
+HYBRID_MODELS = [FIXTURE_PWRI, FIXTURE_F32]
+PROMPT_IDS = [1, 100, 40, 23, 23, 47, 62, 124, 58, 111]  # both vocabularies hold 128
+
+
+def greedy_ids(ctx, prompt, n):
+    ctx.decode(prompt)
+    out = []
+    for _ in range(n):
+        t = argmax(ctx.logits())
+        out.append(t)
+        ctx.decode([t])
+    return out
+
+
+@pytest.mark.parametrize("path", HYBRID_MODELS, ids=["pwri", "dense"])
+def test_plan_dry_run_budgets(path):
+    with pi.Model(path, log=None) as m:
+        with m.plan(device="cpu", device_budget=0, n_ctx=64) as p:
+            assert p.budget == 0 and p.bytes() == 0
+            assert p.n_layer == m.n_layer and p.n_ff == m.n_ff
+            for layer in range(p.n_layer):
+                assert p.layer_parts(layer) == frozenset()
+                assert p.layer_neurons(layer) == 0
+            assert not p.output_on_device and not p.kv_on_device
+            assert p.source == "computed"
+            assert "budget" in p.describe()
+        with m.plan(device="cpu", device_budget=1 << 40, n_ctx=64) as p:
+            assert p.budget == 1 << 40
+            assert 0 < p.bytes() <= p.budget
+            assert sum(p.bytes(part) for part in pi.plan.PLAN_PARTS) == p.bytes()
+            for layer in range(p.n_layer):
+                parts = p.layer_parts(layer)
+                assert "attention" in parts and "ffn_norm" in parts
+                if m.is_sparse:
+                    assert "predictor" in parts
+                assert p.layer_neurons(layer) == m.n_ff
+                assert sum(bool(x) for x in p.layer_mask(layer)) == m.n_ff
+            assert p.output_on_device and p.kv_on_device
+            assert p.bytes("neurons") > 0 and p.bytes("attention") > 0
+            assert (p.bytes("predictor") > 0) == m.is_sparse
+            assert "budget" in p.describe()
+            assert "Plan" in repr(p)
+        # a budget between: within it, and no more neurons than the big one
+        small = m.size_bytes // 3
+        with m.plan(device="cpu", device_budget=small, n_ctx=64) as p:
+            assert p.bytes() <= small
+            assert all(0 <= p.layer_neurons(x) <= m.n_ff for x in range(p.n_layer))
+            with pytest.raises(pi.PowerInferError) as e:
+                p.layer_neurons(p.n_layer)
+            assert e.value.status_name == "PI_ERR_RANGE"
+        with pytest.raises(ValueError):
+            p.bytes()  # closed
+
+
+def test_plan_errors(tmp_path):
+    with pi.Model(FIXTURE_PWRI, log=None) as m:
+        with pytest.raises(pi.PowerInferError) as e:
+            m.plan(device="none")
+        assert e.value.status_name == "PI_ERR_INVALID_ARG"
+        with pytest.raises(pi.PowerInferError) as e:
+            m.plan(device="cpu", plan_path=tmp_path / "missing.gpuidx", plan_file="read")
+        assert e.value.status_name == "PI_ERR_IO" and e.value.message
+        garbage = tmp_path / "garbage.gpuidx"
+        garbage.write_bytes(b"not a gpu index file" * 8)
+        with pytest.raises(pi.PowerInferError) as e:
+            m.plan(device="cpu", plan_path=garbage, plan_file="read")
+        assert e.value.status_name == "PI_ERR_FORMAT" and e.value.message
+        with pytest.raises(pi.PowerInferError) as e:
+            pi.Context(m, device="cpu", plan_path=garbage, plan_file="read")
+        assert e.value.status_name == "PI_ERR_FORMAT" and e.value.message
+        with pytest.raises(ValueError):
+            m.plan(device="tpu")
+        with pytest.raises(ValueError):
+            m.plan(device="cpu", plan_path=garbage, plan_file="sometimes")
+    with pi.Model(FIXTURE_F32, log=None) as dense:
+        with pytest.raises(pi.PowerInferError) as e:  # a plan of another shape
+            dense.plan(device="cpu", plan_path=garbage, plan_file="read")
+        assert e.value.status < 0
+
+
+def test_plan_save_read_and_cache(tmp_path):
+    with pi.Model(FIXTURE_PWRI, log=None) as m:
+        budget = m.size_bytes // 2
+        with m.plan(device="cpu", device_budget=budget, n_ctx=64) as p:
+            counts = [p.layer_neurons(x) for x in range(p.n_layer)]
+            p.save(tmp_path / "saved.gpuidx")
+        assert (tmp_path / "saved.gpuidx").stat().st_size > 0
+        with m.plan(device="cpu", device_budget=budget, n_ctx=64,
+                    plan_path=tmp_path / "saved.gpuidx", plan_file="read") as q:
+            assert q.source == "from_file"
+            assert [q.layer_neurons(x) for x in range(q.n_layer)] == counts
+        cache = tmp_path / "m.generated.gpuidx"
+        kw = dict(n_ctx=64, n_threads=2, device="cpu", device_budget=budget, plan_path=cache)
+        with pi.Context(m, **kw) as c:
+            assert c.plan.source == "cache_written"
+        assert cache.exists()
+        with pi.Context(m, **kw) as c:
+            assert c.plan.source == "from_file"
+            assert [c.plan.layer_neurons(x) for x in range(m.n_layer)] == counts
+        with pi.Context(m, plan_file="write", **kw) as c:
+            assert c.plan.source != "from_file"
+
+
+def test_plan_with_statistics():
+    with pi.Model(FIXTURE_PWRI, log=None) as m:
+        with pi.Context(m, n_ctx=64, n_threads=2, stats="on") as prof:
+            prof.decode(PROMPT_IDS)
+            with m.plan(device="cpu", device_budget=m.size_bytes // 3, n_ctx=64,
+                        plan_stats=prof.stats) as p:
+                assert p.bytes() <= m.size_bytes // 3
+                assert p.n_ff == m.n_ff
+
+
+@pytest.mark.parametrize("path", HYBRID_MODELS, ids=["pwri", "dense"])
+def test_hybrid_context_decodes_as_cpu(path):
+    with pi.Model(path, log=None) as m:
+        with pi.Context(m, n_ctx=64, n_threads=2) as c:
+            assert c.plan is None
+            ref = greedy_ids(c, PROMPT_IDS, 12)
+        for budget in (0, m.size_bytes // 3, None, "auto", 1 << 40):
+            with pi.Context(m, n_ctx=64, n_threads=2, device="cpu",
+                            device_budget=budget) as c:
+                plan = c.plan
+                assert plan is not None and plan.source == "computed"
+                if isinstance(budget, int):
+                    assert plan.budget == budget and plan.bytes() <= budget
+                assert greedy_ids(c, PROMPT_IDS, 12) == ref, "budget %r" % (budget,)
+            with pytest.raises(ValueError):
+                plan.bytes()  # the context is closed

@@ -89,20 +89,85 @@ static void usage(void) {
     fprintf(stderr,
             "usage: pi-bench -m MODEL.gguf [-t THREADS] [-p PROMPT_TOKENS] [-n GEN_TOKENS]\n"
             "                [-r REPETITIONS] [--sparse-mode LIST] [--no-bandwidth]\n"
-            "                [--telemetry]\n"
+            "                [--telemetry] [--device gpu|cpu] [--vram-budget LIST]\n"
+            "                [--device-index N] [--plan-stats FILE]\n"
             "  Defaults: -p 128 -n 64 -r 5, threads = all processors, modes: the model's\n"
-            "  default (sparse for PowerInfer files, dense otherwise).\n"
+            "  default (sparse for PowerInfer files, dense otherwise), CPU only.\n"
             "  --sparse-mode LIST  comma-separated modes to run one after another on the\n"
             "                      same weights: sparse, dense, oracle\n"
-            "  --telemetry         print the per-layer table of each mode's decode run\n");
+            "  --telemetry         print the per-layer table of each mode's decode run\n"
+            "  --vram-budget LIST  hybrid CPU/device runs: comma-separated device budgets in\n"
+            "                      GiB ('auto' or negative: free memory minus 256 MiB); each\n"
+            "                      mode runs once per budget (implies --device gpu)\n"
+            "  --device D          gpu (the CUDA/HIP backend built in) or cpu (a second CPU\n"
+            "                      backend acting as the device); alone: budget auto\n"
+            "  --device-index N    which GPU (default 0)\n"
+            "  --plan-stats FILE   activation statistics that rank neurons for the planner\n");
 }
 
 struct mode_result {
     const char *name;
+    char label[64]; /* name, and the budget when a device is used */
     struct stats pp, tg;
     struct tele_sum tele; /* from a separate decode run with statistics on */
     int have_tele;
+    /* hybrid runs: the plan's device share */
+    int have_plan;
+    uint64_t budget;     /* as asked (PI_DEVICE_BUDGET_AUTO: auto) */
+    double neuron_frac;  /* FFN neurons on the device / all */
+    uint64_t dev_bytes;  /* bytes the plan puts on the device */
 };
+
+/* Device options shared by every run. */
+struct device_opts {
+    uint32_t device, index;
+    const pi_stats *stats;
+};
+
+#define MAX_MODES 8
+#define MAX_BUDGETS 8
+
+/* One --vram-budget item: GiB, 'auto' or negative (auto). 0 on success. */
+static int parse_budget(const char *s, size_t n, uint64_t *out) {
+    char buf[64];
+    if (n == 0 || n >= sizeof buf)
+        return -1;
+    memcpy(buf, s, n);
+    buf[n] = '\0';
+    if (!strcmp(buf, "auto")) {
+        *out = PI_DEVICE_BUDGET_AUTO;
+        return 0;
+    }
+    char *end;
+    double g = strtod(buf, &end);
+    if (*end != '\0' || g != g)
+        return -1;
+    double b = g * 1073741824.0;
+    *out = g < 0 ? PI_DEVICE_BUDGET_AUTO
+           : b >= 18446744073709549568.0 ? UINT64_MAX - 1
+                                         : (uint64_t)b;
+    return 0;
+}
+
+static void budget_text(uint64_t b, char *buf, size_t cap) {
+    if (b == PI_DEVICE_BUDGET_AUTO)
+        snprintf(buf, cap, "auto");
+    else
+        snprintf(buf, cap, "%.2f GiB", (double)b / 1073741824.0);
+}
+
+static void record_plan(const pi_plan *pl, struct mode_result *out) {
+    if (!pl)
+        return;
+    int64_t nl = pi_plan_n_layer(pl), nf = pi_plan_n_ff(pl), on = 0;
+    for (int64_t l = 0; l < nl; l++) {
+        int64_t k = pi_plan_layer_neurons(pl, l, NULL, 0);
+        on += k > 0 ? k : 0;
+    }
+    out->have_plan = 1;
+    out->neuron_frac = nl > 0 && nf > 0 ? (double)on / ((double)nl * (double)nf) : 0.0;
+    out->dev_bytes = pi_plan_bytes(pl, PI_PLAN_N_PARTS);
+}
 
 static int parse_mode(const char *s, size_t n) {
     if ((n == 6 && !strncmp(s, "sparse", 6)) || (n == 9 && !strncmp(s, "predictor", 9)))
@@ -122,8 +187,9 @@ static const char *mode_name(int mode) {
 
 /* Time prompt processing and decoding of one mode; then one more decode run with
  * statistics on for the telemetry (so the timed runs pay nothing for it). */
-static int bench_mode(pi_model *m, int mode, int threads, int n_prompt, int n_gen, int reps,
-                      const int32_t *toks, int print_tele, struct mode_result *out) {
+static int bench_mode(pi_model *m, int mode, const struct device_opts *dev, uint64_t budget,
+                      int threads, int n_prompt, int n_gen, int reps, const int32_t *toks,
+                      int print_tele, struct mode_result *out) {
     double *pp = malloc(sizeof *pp * (size_t)reps), *tg = malloc(sizeof *tg * (size_t)reps);
     if (!pp || !tg) {
         free(pp);
@@ -141,6 +207,10 @@ static int bench_mode(pi_model *m, int mode, int threads, int n_prompt, int n_ge
         cp.n_batch = (uint32_t)n_prompt;
         cp.sparse_mode = (uint32_t)mode;
         cp.stats = pass ? PI_STATS_ON : PI_STATS_OFF;
+        cp.device = dev->device;
+        cp.device_index = dev->index;
+        cp.device_budget = budget;
+        cp.plan_stats = dev->stats;
         cp.errbuf = err;
         cp.errbuf_cap = sizeof err;
         int st = pi_ctx_create(m, &cp, &c);
@@ -149,7 +219,16 @@ static int bench_mode(pi_model *m, int mode, int threads, int n_prompt, int n_ge
             goto done;
         }
         out->name = mode_name(pi_ctx_sparse_mode(c));
+        out->budget = budget;
+        if (dev->device == PI_DEVICE_NONE) {
+            snprintf(out->label, sizeof out->label, "%s", out->name);
+        } else {
+            char bt[32];
+            budget_text(budget, bt, sizeof bt);
+            snprintf(out->label, sizeof out->label, "%s, %s", out->name, bt);
+        }
         if (pass == 0) {
+            record_plan(pi_ctx_plan(c), out);
             pi_ctx_decode(c, toks, (size_t)n_prompt); /* warm-up: touch every weight */
             for (int r = 0; r < reps && st == PI_OK; r++) {
                 pi_ctx_reset(c);
@@ -173,7 +252,7 @@ static int bench_mode(pi_model *m, int mode, int threads, int n_prompt, int n_ge
             if (st == PI_OK)
                 out->have_tele = tele_sum(pi_ctx_stats(c), &out->tele) == 0;
             if (st == PI_OK && print_tele) {
-                printf("\ntelemetry, %s mode, %d decoded tokens:\n", out->name, n_gen);
+                printf("\ntelemetry, %s mode, %d decoded tokens:\n", out->label, n_gen);
                 tele_print(stdout, pi_ctx_stats(c), tele_dense_bytes(m));
             }
         }
@@ -193,7 +272,9 @@ done:
 }
 
 int main(int argc, char **argv) {
-    const char *path = NULL, *modes = "auto";
+    const char *path = NULL, *modes = "auto", *budgets = NULL, *stats_path = NULL;
+    struct device_opts dev = {PI_DEVICE_NONE, 0, NULL};
+    int device_set = 0;
     int threads = 0, n_prompt = 128, n_gen = 64, reps = 5, probe_bw = 1, print_tele = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -205,6 +286,25 @@ int main(int argc, char **argv) {
             path = argv[++i];
         } else if (i + 1 < argc && !strcmp(a, "--sparse-mode")) {
             modes = argv[++i];
+        } else if (i + 1 < argc && !strcmp(a, "--vram-budget")) {
+            budgets = argv[++i];
+        } else if (i + 1 < argc && !strcmp(a, "--plan-stats")) {
+            stats_path = argv[++i];
+        } else if (i + 1 < argc && !strcmp(a, "--device-index")) {
+            dev.index = (uint32_t)atoi(argv[++i]);
+        } else if (i + 1 < argc && !strcmp(a, "--device")) {
+            const char *d = argv[++i];
+            device_set = 1;
+            if (!strcmp(d, "gpu"))
+                dev.device = PI_DEVICE_GPU;
+            else if (!strcmp(d, "cpu"))
+                dev.device = PI_DEVICE_CPU;
+            else if (!strcmp(d, "none"))
+                dev.device = PI_DEVICE_NONE;
+            else {
+                fprintf(stderr, "pi-bench: --device wants gpu, cpu or none, not '%s'\n", d);
+                return 2;
+            }
         } else if (i + 1 < argc && !strcmp(a, "-t")) {
             threads = atoi(argv[++i]);
         } else if (i + 1 < argc && !strcmp(a, "-p")) {
@@ -218,8 +318,8 @@ int main(int argc, char **argv) {
             return 2;
         }
     }
-    int mode_list[8], n_modes = 0;
-    for (const char *p = modes; *p && n_modes < 8;) {
+    int mode_list[MAX_MODES], n_modes = 0;
+    for (const char *p = modes; *p && n_modes < MAX_MODES;) {
         size_t n = strcspn(p, ",");
         int md = parse_mode(p, n);
         if (md < 0) {
@@ -234,6 +334,38 @@ int main(int argc, char **argv) {
         usage();
         return 2;
     }
+    /* Budgets: one CPU-only run per mode, or one run per mode and budget. */
+    uint64_t budget_list[MAX_BUDGETS] = {PI_DEVICE_BUDGET_AUTO};
+    int n_budgets = 1;
+    if (budgets) {
+        n_budgets = 0;
+        for (const char *p = budgets; *p;) {
+            size_t n = strcspn(p, ",");
+            if (n_budgets == MAX_BUDGETS) {
+                fprintf(stderr, "pi-bench: at most %d budgets\n", MAX_BUDGETS);
+                return 2;
+            }
+            if (parse_budget(p, n, &budget_list[n_budgets]) != 0) {
+                fprintf(stderr, "pi-bench: --vram-budget wants GiB or 'auto', not '%.*s'\n",
+                        (int)n, p);
+                return 2;
+            }
+            n_budgets++;
+            p += n + (p[n] == ',');
+        }
+        if (n_budgets == 0) {
+            usage();
+            return 2;
+        }
+        if (!device_set)
+            dev.device = PI_DEVICE_GPU;
+    }
+    if (dev.device == PI_DEVICE_NONE && (budgets || stats_path)) {
+        fprintf(stderr, "pi-bench: %s needs a device (--device gpu|cpu)\n",
+                budgets ? "--vram-budget" : "--plan-stats");
+        return 2;
+    }
+    const int hybrid = dev.device != PI_DEVICE_NONE;
     char err[512] = "";
     pi_model_params mp;
     pi_model_default_params(&mp);
@@ -247,9 +379,20 @@ int main(int argc, char **argv) {
         return 1;
     }
     double load_ms = (now_s() - t0) * 1e3;
+    pi_stats *plan_stats = NULL;
+    if (stats_path) {
+        st = pi_stats_load(stats_path, &plan_stats, err, sizeof err);
+        if (st != PI_OK) {
+            fprintf(stderr, "pi-bench: cannot read %s: %s: %s\n", stats_path, pi_status_str(st),
+                    err);
+            pi_model_close(m);
+            return 1;
+        }
+        dev.stats = plan_stats;
+    }
     const int64_t n_vocab = pi_model_n_vocab(m);
     int32_t *toks = malloc(sizeof *toks * (size_t)(n_prompt + n_gen));
-    struct mode_result res[8];
+    struct mode_result res[MAX_MODES * MAX_BUDGETS];
     memset(res, 0, sizeof res);
     if (!toks)
         return 1;
@@ -258,10 +401,13 @@ int main(int argc, char **argv) {
         rng = rng * 1664525u + 1013904223u;
         toks[i] = (int32_t)((rng >> 8) % (uint32_t)n_vocab);
     }
-    for (int k = 0; k < n_modes; k++)
-        if (bench_mode(m, mode_list[k], threads, n_prompt, n_gen, reps, toks, print_tele,
-                       &res[k]) != 0)
+    const int n_runs = n_modes * n_budgets;
+    for (int k = 0; k < n_runs; k++)
+        if (bench_mode(m, mode_list[k / n_budgets], &dev, budget_list[k % n_budgets], threads,
+                       n_prompt, n_gen, reps, toks, print_tele, &res[k]) != 0)
             return 1;
+    pi_stats_free(plan_stats);
+    dev.stats = NULL;
     unsigned nt = threads ? (unsigned)threads : 0;
     {
         pi_ctx *c;
@@ -289,39 +435,60 @@ int main(int argc, char **argv) {
     printf("threads:     %u, load %.1f ms\n", nt, load_ms);
     if (bw > 0)
         printf("read bandwidth (%u threads): %.2f GB/s\n", nt, bw);
-    printf("| mode   | test   | t/s median | t/s min | t/s max | MiB/token | active | eta  |\n");
-    printf("|--------|--------|-----------:|--------:|--------:|----------:|-------:|-----:|\n");
-    for (int k = 0; k < n_modes; k++) {
+    if (hybrid)
+        printf("device:      %s %u (budget: bytes the plan may place there; neurons: FFN "
+               "neurons on the device; GiB dev: what the plan puts there)\n",
+               dev.device == PI_DEVICE_GPU ? "gpu" : "cpu", dev.index);
+    /* With a device, three columns at the end: the budget and the plan's device share
+     * (the first columns keep their place for scripts that read them). */
+    printf("| mode   | test   | t/s median | t/s min | t/s max | MiB/token | active | eta  |%s\n",
+           hybrid ? " budget   | neurons | GiB dev |" : "");
+    printf("|--------|--------|-----------:|--------:|--------:|----------:|-------:|-----:|%s\n",
+           hybrid ? "---------:|--------:|--------:|" : "");
+    for (int k = 0; k < n_runs; k++) {
         const struct mode_result *r = &res[k];
-        printf("| %-6s | pp%-4d | %10.2f | %7.2f | %7.2f |           |        |      |\n", r->name,
-               n_prompt, r->pp.median, r->pp.min, r->pp.max);
+        char dev_cols[96] = "";
+        if (hybrid) {
+            char bt[32];
+            budget_text(r->budget, bt, sizeof bt);
+            if (r->have_plan)
+                snprintf(dev_cols, sizeof dev_cols, " %8s | %6.1f%% | %7.3f |", bt,
+                         100.0 * r->neuron_frac, (double)r->dev_bytes / 1073741824.0);
+            else
+                snprintf(dev_cols, sizeof dev_cols, " %8s |       - |       - |", bt);
+        }
+        printf("| %-6s | pp%-4d | %10.2f | %7.2f | %7.2f |           |        |      |%s\n",
+               r->name, n_prompt, r->pp.median, r->pp.min, r->pp.max, dev_cols);
         double bytes = 0, eta = 0, act = -1;
         if (r->have_tele) {
             bytes = (double)dense_b + r->tele.ffn_bytes + r->tele.pred_bytes + (double)kv_b;
             eta = bw > 0 ? bytes * r->tg.median / (bw * 1e9) : 0;
             act = r->tele.pred_frac >= 0 ? r->tele.pred_frac : r->tele.active_frac;
         }
-        printf("| %-6s | tg%-4d | %10.2f | %7.2f | %7.2f | %9.1f | %5.1f%% | %.2f |\n", r->name,
-               n_gen, r->tg.median, r->tg.min, r->tg.max, bytes / 1048576.0,
-               act >= 0 ? 100 * act : 100.0, eta);
+        printf("| %-6s | tg%-4d | %10.2f | %7.2f | %7.2f | %9.1f | %5.1f%% | %.2f |%s\n",
+               r->name, n_gen, r->tg.median, r->tg.min, r->tg.max, bytes / 1048576.0,
+               act >= 0 ? 100 * act : 100.0, eta, dev_cols);
     }
     printf("MiB/token: weights and KV cache a decode step needs (attention, norms, output, "
            "the FFN rows computed, predictors, KV); eta = MiB/token x t/s / bandwidth\n");
-    for (int k = 0; k < n_modes; k++) {
+    if (hybrid)
+        printf("with a device, MiB/token and eta still count every byte against the CPU's "
+               "bandwidth\n");
+    for (int k = 0; k < n_runs; k++) {
         const struct mode_result *r = &res[k];
         if (!r->have_tele)
             continue;
         const double ns = r->tele.ns_attn + r->tele.ns_pred + r->tele.ns_ffn;
         printf("%s decode: %.2f ms/token in layers = attention %.0f%% + predictor %.0f%% + FFN "
                "%.0f%%; FFN %.1f MiB + predictors %.1f MiB + rest %.1f MiB + KV %.1f MiB\n",
-               r->name, ns / 1e6, ns > 0 ? 100 * r->tele.ns_attn / ns : 0,
+               r->label, ns / 1e6, ns > 0 ? 100 * r->tele.ns_attn / ns : 0,
                ns > 0 ? 100 * r->tele.ns_pred / ns : 0, ns > 0 ? 100 * r->tele.ns_ffn / ns : 0,
                r->tele.ffn_bytes / 1048576.0, r->tele.pred_bytes / 1048576.0,
                (double)dense_b / 1048576.0, (double)kv_b / 1048576.0);
     }
-    for (int k = 1; k < n_modes; k++)
+    for (int k = 1; k < n_runs; k++)
         if (res[0].tg.median > 0)
-            printf("decode speed-up %s / %s: %.2fx\n", res[k].name, res[0].name,
+            printf("decode speed-up %s / %s: %.2fx\n", res[k].label, res[0].label,
                    res[k].tg.median / res[0].tg.median);
     free(toks);
     pi_model_close(m);

@@ -5,7 +5,8 @@
         print("".join(powerinfer.generate(m, "The capital of France is", 8, temperature=0)))
 
 The classes map the C API one to one: Model (pi_model_*, tokenizer, chat), Context
-(pi_ctx_*), Stats (pi_stats_*), Sampler (pi_sampler_*), Detokenizer (pi_detok_*), and
+(pi_ctx_*), Stats (pi_stats_*), Plan (pi_plan_*: hybrid CPU/device placement, from
+Model.plan or Context.plan), Sampler (pi_sampler_*), Detokenizer (pi_detok_*), and
 quantize (pi_model_quantize). Failures raise PowerInferError (.status, .status_name,
 .message); using a closed object raises ValueError.
 
@@ -22,9 +23,10 @@ from ._errors import (PI_ERR_ABORTED, PI_ERR_FORMAT, PI_ERR_INTERNAL, PI_ERR_INV
                       PI_ERR_IO, PI_ERR_NOMEM, PI_ERR_NOT_FOUND, PI_ERR_RANGE, PI_ERR_TYPE,
                       PI_ERR_UNSUPPORTED, PI_OK, STATUS_NAMES, PowerInferError, status_str)
 from ._lib import LibraryNotFoundError, library_path, load_library
-from .context import Context, LayerStats, Stats
+from .context import DEVICE_BUDGET_AUTO, Context, LayerStats, Stats
 from .generate import generate
 from .model import Detokenizer, Metadata, Model, TensorInfo, type_name
+from .plan import Plan
 from .quantize import quantize
 from .sampler import Sampler, default_sampler_params
 
@@ -44,9 +46,9 @@ def abi_version():
 
 
 __all__ = [
-    "Context", "Detokenizer", "LayerStats", "LibraryNotFoundError", "Metadata", "Model",
-    "PowerInferError", "Sampler", "Stats", "TensorInfo", "abi_version",
-    "default_sampler_params", "generate", "library_path", "load_library", "quantize",
+    "Context", "DEVICE_BUDGET_AUTO", "Detokenizer", "LayerStats", "LibraryNotFoundError",
+    "Metadata", "Model", "Plan", "PowerInferError", "Sampler", "Stats", "TensorInfo",
+    "abi_version", "default_sampler_params", "generate", "library_path", "load_library", "quantize",
     "status_str", "type_name", "version", "STATUS_NAMES", "PI_OK", "PI_ERR_INVALID_ARG",
     "PI_ERR_NOMEM", "PI_ERR_IO", "PI_ERR_FORMAT", "PI_ERR_UNSUPPORTED", "PI_ERR_ABORTED",
     "PI_ERR_NOT_FOUND", "PI_ERR_TYPE", "PI_ERR_RANGE", "PI_ERR_INTERNAL",

@@ -22,7 +22,7 @@ import subprocess
 import sys
 import threading
 from ctypes import (CFUNCTYPE, POINTER, Structure, c_char, c_char_p, c_double, c_float,
-                    c_int, c_int32, c_int64, c_size_t, c_uint, c_uint32, c_uint64,
+                    c_int, c_int32, c_int64, c_size_t, c_uint, c_uint8, c_uint32, c_uint64,
                     c_void_p)
 
 # The ABI this module was written against (PI_ABI_VERSION in the header).
@@ -69,6 +69,13 @@ class CtxParams(Structure):
         ("stats", c_uint32),
         ("errbuf", POINTER(c_char)),
         ("errbuf_cap", c_size_t),
+        # hybrid execution
+        ("device", c_uint32),
+        ("device_index", c_uint32),
+        ("device_budget", c_uint64),
+        ("plan_stats", c_void_p),
+        ("plan_path", c_char_p),
+        ("plan_file", c_uint32),
     ]
 
 
@@ -221,6 +228,21 @@ _PROTOTYPES = {
     "pi_stats_save": (c_int, [_H, c_char_p, POINTER(c_char), c_size_t]),
     "pi_stats_load": (c_int, [c_char_p, _PH, POINTER(c_char), c_size_t]),
     "pi_stats_free": (None, [_H]),
+    # placement plans
+    "pi_model_plan": (c_int, [_H, POINTER(CtxParams), _PH]),
+    "pi_ctx_plan": (c_void_p, [_H]),
+    "pi_plan_budget": (c_uint64, [_H]),
+    "pi_plan_bytes": (c_uint64, [_H, c_int]),
+    "pi_plan_n_layer": (c_int64, [_H]),
+    "pi_plan_n_ff": (c_int64, [_H]),
+    "pi_plan_layer_parts": (c_uint32, [_H, c_int64]),
+    "pi_plan_layer_neurons": (c_int64, [_H, c_int64, POINTER(c_uint8), c_size_t]),
+    "pi_plan_output_on_device": (c_int, [_H]),
+    "pi_plan_kv_on_device": (c_int, [_H]),
+    "pi_plan_source": (c_int, [_H]),
+    "pi_plan_describe": (c_int64, [_H, POINTER(c_char), c_size_t]),
+    "pi_plan_save": (c_int, [_H, c_char_p]),
+    "pi_plan_free": (None, [_H]),
     # sampling
     "pi_sampler_default_params": (c_int, [POINTER(SamplerParams)]),
     "pi_sampler_create": (c_int, [_H, POINTER(SamplerParams), _PH]),

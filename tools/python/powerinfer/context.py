@@ -22,6 +22,13 @@ _SPARSE_NAMES = {v: k for k, v in SPARSE_MODES.items()}
 STATS_MODES = {"off": 0, "on": 1, "diagnostic": 2}
 # PI_NEURON_*
 NEURON_KINDS = {"predicted": 0, "active": 1, "both": 2}
+# PI_DEVICE_*
+DEVICES = {"none": 0, "gpu": 1, "cpu": 2}
+_DEVICE_NAMES = {v: k for k, v in DEVICES.items()}
+# PI_DEVICE_BUDGET_AUTO
+DEVICE_BUDGET_AUTO = (1 << 64) - 1
+# PI_PLAN_FILE_*
+PLAN_FILES = {"read": 1, "cache": 2, "write": 3}
 
 
 def _enum(value, table, what):
@@ -32,6 +39,48 @@ def _enum(value, table, what):
             raise ValueError("unknown %s %r (one of %s)" % (what, value, ", ".join(table))) \
                 from None
     return int(value)
+
+
+def ctx_params(*, n_ctx=0, n_threads=0, n_batch=0, f32_activations=False,
+               sparse_mode="auto", sparse_threshold=None, stats="off", device="none",
+               device_index=0, device_budget=None, plan_stats=None, plan_path=None,
+               plan_file=None):
+    """A CtxParams filled by pi_ctx_default_params, then from the keyword arguments
+    (see Context). Used by Context and Model.plan; the errbuf is left to the caller."""
+    lib = _lib.lib()
+    params = _lib.CtxParams()
+    check(lib.pi_ctx_default_params(ctypes.byref(params)), "pi_ctx_default_params")
+    params.n_ctx = int(n_ctx)
+    params.n_threads = int(n_threads)
+    params.n_batch = int(n_batch)
+    params.f32_activations = 1 if f32_activations else 0
+    params.sparse_mode = _enum(sparse_mode, SPARSE_MODES, "sparse mode")
+    if sparse_threshold is not None:
+        params.sparse_threshold_set = 1
+        params.sparse_threshold = float(sparse_threshold)
+    params.stats = _enum(stats, STATS_MODES, "stats mode")
+    params.device = _enum(device, DEVICES, "device")
+    params.device_index = int(device_index)
+    if device_budget is not None:
+        if isinstance(device_budget, str):
+            if device_budget.lower() != "auto":
+                raise ValueError("device_budget is a number of bytes or 'auto', not %r"
+                                 % device_budget)
+            params.device_budget = DEVICE_BUDGET_AUTO
+        else:
+            budget = int(device_budget)
+            if not 0 <= budget <= DEVICE_BUDGET_AUTO:
+                raise ValueError("device_budget %d is out of range" % budget)
+            params.device_budget = budget
+    if plan_stats is not None:
+        params.plan_stats = plan_stats._ptr()  # a Stats: loaded, or a context's
+    if plan_path is not None:
+        params.plan_path = fspath(plan_path)  # the Structure keeps the bytes alive
+        params.plan_file = _enum("cache" if plan_file is None else plan_file, PLAN_FILES,
+                                 "plan file mode")
+    elif plan_file is not None:
+        params.plan_file = _enum(plan_file, PLAN_FILES, "plan file mode")
+    return params
 
 
 class Context(Owner):
@@ -57,24 +106,39 @@ class Context(Owner):
                       (or an exception, re-raised) stops the decode with
                       PowerInferError(PI_ERR_ABORTED), leaving the context as it was.
 
+    Hybrid execution (attention, predictors, the KV cache and the hottest FFN neurons
+    on a device, the rest on the CPU; see the `plan` property and Model.plan):
+    device:           "none" (default: CPU only), "gpu" (the CUDA or HIP backend built
+                      into the library; PI_ERR_UNSUPPORTED without one) or "cpu" (a
+                      second CPU backend acting as the device, to check plans without
+                      a GPU), or a DEVICE_* id.
+    device_index:     which GPU (default 0).
+    device_budget:    bytes the plan may place on the device, scratch included; None
+                      or "auto" (default): the device's free memory minus 256 MiB
+                      ("cpu": everything); 0 places nothing.
+    plan_stats:       a Stats (Stats.load, or a profiling context's) ranking neurons;
+                      None: all equally hot. Only read while the context is created.
+    plan_path:        a GPU index file (PowerInfer's <model>.generated.gpuidx, or one
+                      Plan.save wrote); None (default): plan in memory.
+    plan_file:        what to do with plan_path: "read" (take the neurons from it),
+                      "cache" (the default with a plan_path: reuse it when it was made
+                      for this model, statistics and budget, else plan and rewrite it)
+                      or "write" (plan, then write it).
+
     The Context keeps its model alive; closing the model closes the context. One
     thread at a time (enforced: see the module docstring)."""
 
     def __init__(self, model, *, n_ctx=0, n_threads=0, n_batch=0, f32_activations=False,
-                 sparse_mode="auto", sparse_threshold=None, stats="off", abort=None):
+                 sparse_mode="auto", sparse_threshold=None, stats="off", abort=None,
+                 device="none", device_index=0, device_budget=None, plan_stats=None,
+                 plan_path=None, plan_file=None):
         self._handle = None
         lib = _lib.lib()
-        params = _lib.CtxParams()
-        check(lib.pi_ctx_default_params(ctypes.byref(params)), "pi_ctx_default_params")
-        params.n_ctx = int(n_ctx)
-        params.n_threads = int(n_threads)
-        params.n_batch = int(n_batch)
-        params.f32_activations = 1 if f32_activations else 0
-        params.sparse_mode = _enum(sparse_mode, SPARSE_MODES, "sparse mode")
-        if sparse_threshold is not None:
-            params.sparse_threshold_set = 1
-            params.sparse_threshold = float(sparse_threshold)
-        params.stats = _enum(stats, STATS_MODES, "stats mode")
+        params = ctx_params(n_ctx=n_ctx, n_threads=n_threads, n_batch=n_batch,
+                            f32_activations=f32_activations, sparse_mode=sparse_mode,
+                            sparse_threshold=sparse_threshold, stats=stats, device=device,
+                            device_index=device_index, device_budget=device_budget,
+                            plan_stats=plan_stats, plan_path=plan_path, plan_file=plan_file)
         self._abort_error = None
         self._abort_fn = None
         if abort is not None:
@@ -221,6 +285,16 @@ class Context(Owner):
     def reset_stats(self):
         """Zero the statistics (PI_ERR_INVALID_ARG when none are collected)."""
         self._call("pi_ctx_stats_reset")
+
+    # ---- hybrid execution -----------------------------------------------------------
+    @property
+    def plan(self):
+        """The placement plan this context runs with (a Plan view, valid while the
+        context is open; closing it just detaches), or None for a CPU-only context."""
+        from .plan import Plan
+        if not _lib.lib().pi_ctx_plan(self._ptr()):
+            return None
+        return Plan(_ctx=self)
 
 
 @dataclass(frozen=True)

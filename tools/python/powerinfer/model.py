@@ -445,6 +445,21 @@ class Model(Owner):
         self._check(n, "pi_chat_apply")
         return decode(raw)
 
+    # ---- hybrid execution -----------------------------------------------------------
+    def plan(self, **ctx_kwargs):
+        """Dry run of hybrid placement (pi_model_plan): the Plan a Context with the same
+        keyword arguments would run with (device, device_index, device_budget, n_ctx,
+        n_batch, plan_stats, plan_path, plan_file; see Context), without loading any
+        weight onto a device. device defaults to "gpu" here ("cpu" checks a plan
+        without one). With plan_path and plan_file "cache" or "write" the plan file is
+        written as a context would write it. The Plan is owned: close() frees it (so
+        does closing the model). PowerInferError PI_ERR_UNSUPPORTED (no GPU),
+        PI_ERR_FORMAT / PI_ERR_RANGE / PI_ERR_IO (plan file), PI_ERR_INVALID_ARG."""
+        from .context import ctx_params
+        from .plan import Plan
+        ctx_kwargs.setdefault("device", "gpu")
+        return Plan._make(self, ctx_params(**ctx_kwargs))
+
 
 class Metadata(collections.abc.Mapping):
     """Read-only mapping view of a model's metadata (see Model.metadata)."""

@@ -9,6 +9,8 @@
 //! * [`Sampler`]: turns a context's logits into the next token.
 //! * [`StatsView`] / [`Stats`]: activation statistics of a context, or loaded from a
 //!   side file.
+//! * [`PlanView`] / [`Plan`]: hybrid CPU/device placement, of a context
+//!   ([`Context::plan`]) or of a dry run ([`Model::plan`]).
 //! * [`Error`]: the status code of a failed call, its name and a message.
 //!
 //! Threading follows the header's contract: a `Model` is immutable once open, so it is
@@ -58,7 +60,7 @@ use std::fmt;
 use std::marker::PhantomData;
 use std::os::raw::{c_char, c_int, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::ptr::{self, NonNull};
 
 // =====================================================================================
@@ -283,6 +285,67 @@ pub enum NeuronKind {
     Both = 2,
 }
 
+/// Where a context puts the part of the model its plan places (`PI_DEVICE_*`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Device {
+    /// CPU only (the default).
+    None = 0,
+    /// The CUDA or HIP backend compiled into the library.
+    Gpu = 1,
+    /// A second CPU backend acting as the device: checks plans without a GPU.
+    Cpu = 2,
+}
+
+/// What a context does with its plan file (`PI_PLAN_FILE_*`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PlanFile {
+    /// Take the FFN neurons from the file (PowerInfer's `.gpuidx` or [`PlanView::save`]'s).
+    Read = 1,
+    /// Reuse the file when it was made for this model, statistics and budget; else plan
+    /// and rewrite it.
+    Cache = 2,
+    /// Plan, then write the file.
+    Write = 3,
+}
+
+/// A part of a plan (`PI_PLAN_*`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PlanPart {
+    Attention = 0,
+    Predictor = 1,
+    FfnNorm = 2,
+    Output = 3,
+    KvCache = 4,
+    Neurons = 5,
+    Scratch = 6,
+}
+
+impl PlanPart {
+    /// Every part, in the header's order.
+    pub const ALL: [PlanPart; 7] = [
+        PlanPart::Attention,
+        PlanPart::Predictor,
+        PlanPart::FfnNorm,
+        PlanPart::Output,
+        PlanPart::KvCache,
+        PlanPart::Neurons,
+        PlanPart::Scratch,
+    ];
+}
+
+/// Where a plan's neurons came from (`pi_plan_source`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PlanSource {
+    /// Planned now.
+    Computed,
+    /// Read from the plan file.
+    FromFile,
+    /// Planned now and written to the plan file.
+    CacheWritten,
+    /// Planned now; the plan file could not be written.
+    CacheUnwritten,
+}
+
 /// A chat prompt format (`PI_CHAT_*`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ChatFormat {
@@ -483,6 +546,12 @@ impl Model {
     /// The raw handle, for calls through [`sys`]. Valid while `self` lives; do not close.
     pub fn as_ptr(&self) -> *const sys::pi_model {
         self.raw.as_ptr()
+    }
+
+    /// Dry run of hybrid placement: the plan a context built with `options` would run
+    /// with (see [`ContextBuilder::plan`]).
+    pub fn plan(&self, options: &ContextBuilder<'_>) -> Result<Plan<'_>> {
+        options.plan(self)
     }
 
     /// general.architecture ("llama", "bamboo", ...), "" if absent.
@@ -838,9 +907,10 @@ pub struct Context<'m> {
 // is Sync and the abort callback Send + Sync. Not Sync: NonNull keeps it !Sync.
 unsafe impl Send for Context<'_> {}
 
-/// Options for a context; see `pi_ctx_params` in the header.
+/// Options for a context; see `pi_ctx_params` in the header. `'s` is the lifetime of
+/// the statistics given to [`ContextBuilder::plan_stats`].
 #[derive(Default)]
-pub struct ContextBuilder {
+pub struct ContextBuilder<'s> {
     n_ctx: u32,
     n_threads: u32,
     n_batch: u32,
@@ -849,9 +919,15 @@ pub struct ContextBuilder {
     sparse_threshold: Option<f32>,
     stats: Option<StatsLevel>,
     abort: Option<Box<AbortCallback>>,
+    device: Option<Device>,
+    device_index: u32,
+    device_budget: Option<u64>,
+    plan_stats: Option<StatsView<'s>>,
+    plan_path: Option<PathBuf>,
+    plan_file: Option<PlanFile>,
 }
 
-impl ContextBuilder {
+impl<'s> ContextBuilder<'s> {
     pub fn new() -> Self {
         Self::default()
     }
@@ -895,8 +971,43 @@ impl ContextBuilder {
         self
     }
 
-    /// Create the context for `model`.
-    pub fn build(self, model: &Model) -> Result<Context<'_>> {
+    // ---- Hybrid execution ----
+
+    /// Run attention, predictors, the KV cache and the hottest FFN neurons on `device`
+    /// within the budget, the rest on the CPU. Default [`Device::None`] (CPU only).
+    pub fn device(mut self, device: Device) -> Self {
+        self.device = Some(device);
+        self
+    }
+    /// Which GPU (default 0).
+    pub fn device_index(mut self, index: u32) -> Self {
+        self.device_index = index;
+        self
+    }
+    /// Bytes the plan may place on the device, scratch included; 0 places nothing.
+    /// Default [`sys::PI_DEVICE_BUDGET_AUTO`]: the device's free memory minus 256 MiB
+    /// ([`Device::Cpu`]: everything).
+    pub fn device_budget(mut self, bytes: u64) -> Self {
+        self.device_budget = Some(bytes);
+        self
+    }
+    /// Activation statistics that rank the neurons (loaded, or a profiling context's);
+    /// read only while the context or plan is made. Default: all equally hot.
+    pub fn plan_stats(mut self, stats: StatsView<'s>) -> Self {
+        self.plan_stats = Some(stats);
+        self
+    }
+    /// A GPU index file and what to do with it (PowerInfer's `<model>.generated.gpuidx`
+    /// or one [`PlanView::save`] wrote). Default: plan in memory.
+    pub fn plan_file(mut self, path: impl AsRef<Path>, mode: PlanFile) -> Self {
+        self.plan_path = Some(path.as_ref().to_path_buf());
+        self.plan_file = Some(mode);
+        self
+    }
+
+    /// The params without the abort callback and error buffer; `path` receives the
+    /// C string `plan_path` points into, which must outlive the params' use.
+    fn raw_params(&self, path: &mut Option<CString>) -> Result<sys::pi_ctx_params> {
         // SAFETY: all-zero bits are a valid pi_ctx_params; the library fills it.
         let mut p: sys::pi_ctx_params = unsafe { std::mem::zeroed() };
         // SAFETY: p is a valid, writable pi_ctx_params.
@@ -915,6 +1026,57 @@ impl ContextBuilder {
         if let Some(s) = self.stats {
             p.stats = s as u32;
         }
+        if let Some(d) = self.device {
+            p.device = d as u32;
+        }
+        p.device_index = self.device_index;
+        if let Some(b) = self.device_budget {
+            p.device_budget = b;
+        }
+        if let Some(s) = &self.plan_stats {
+            p.plan_stats = s.raw.as_ptr();
+        }
+        if let Some(file) = &self.plan_path {
+            let c = path.insert(c_path(file)?);
+            p.plan_path = c.as_ptr();
+            p.plan_file = self.plan_file.unwrap_or(PlanFile::Cache) as u32;
+        }
+        Ok(p)
+    }
+
+    /// Dry run: the plan a context with these options would run with, without loading
+    /// any weight onto a device (`pi_model_plan`). The device defaults to
+    /// [`Device::Gpu`] here. With [`PlanFile::Cache`] or [`PlanFile::Write`] the plan
+    /// file is written as a context would write it.
+    pub fn plan<'m>(&self, model: &'m Model) -> Result<Plan<'m>> {
+        let mut path = None;
+        let mut p = self.raw_params(&mut path)?;
+        if self.device.is_none() {
+            p.device = Device::Gpu as u32;
+        }
+        let mut errbuf = vec![0u8; ERRBUF_CAP];
+        p.errbuf = errbuf.as_mut_ptr().cast();
+        p.errbuf_cap = errbuf.len();
+        let mut out = ptr::null_mut();
+        // SAFETY: model is open; p, the plan path, the statistics (borrowed for 's) and
+        // errbuf live for the call; ownership of *out transfers to us.
+        let st = unsafe { sys::pi_model_plan(model.as_ptr(), &p, &mut out) };
+        match NonNull::new(out) {
+            Some(raw) if st == sys::PI_OK => Ok(Plan { raw, _model: PhantomData }),
+            _ => {
+                let mut message = buf_message(&errbuf);
+                if message.is_empty() {
+                    message = "cannot make a plan".to_owned();
+                }
+                Err(Error::new(if st < 0 { st } else { sys::PI_ERR_INTERNAL }, message))
+            }
+        }
+    }
+
+    /// Create the context for `model`.
+    pub fn build<'m>(self, model: &'m Model) -> Result<Context<'m>> {
+        let mut path = None;
+        let mut p = self.raw_params(&mut path)?;
         let abort = self.abort.map(Box::new);
         if let Some(f) = &abort {
             p.abort_fn = Some(abort_trampoline);
@@ -926,8 +1088,9 @@ impl ContextBuilder {
 
         let mut out = ptr::null_mut();
         // SAFETY: model is open and outlives the context (the returned Context borrows
-        // it); p and errbuf live for the call; the abort closure is heap-allocated and
-        // moved into the Context, which frees it only after pi_ctx_destroy.
+        // it); p, errbuf, the plan path and the statistics live for the call; the abort
+        // closure is heap-allocated and moved into the Context, which frees it only
+        // after pi_ctx_destroy.
         let st = unsafe { sys::pi_ctx_create(model.as_ptr(), &p, &mut out) };
         match NonNull::new(out) {
             Some(raw) if st == sys::PI_OK => Ok(Context { raw, model, _abort: abort }),
@@ -962,7 +1125,7 @@ impl<'m> Context<'m> {
     }
 
     /// Options for a context.
-    pub fn builder() -> ContextBuilder {
+    pub fn builder<'s>() -> ContextBuilder<'s> {
         ContextBuilder::new()
     }
 
@@ -1066,6 +1229,11 @@ impl<'m> Context<'m> {
     pub fn stats_reset(&mut self) -> Result<()> {
         let st = unsafe { sys::pi_ctx_stats_reset(self.raw.as_ptr()) };
         self.check(st, "reset statistics")
+    }
+    /// The placement plan of a hybrid context; `None` for a CPU-only one.
+    pub fn plan(&self) -> Option<PlanView<'_>> {
+        let p = unsafe { sys::pi_ctx_plan(self.as_ptr()) };
+        NonNull::new(p.cast_mut()).map(|raw| PlanView { raw, _owner: PhantomData })
     }
 }
 
@@ -1192,6 +1360,165 @@ impl Drop for Stats {
     fn drop(&mut self) {
         // SAFETY: we own it (from pi_stats_load); views borrow self, so none is alive.
         unsafe { sys::pi_stats_free(self.raw.as_ptr()) }
+    }
+}
+
+// =====================================================================================
+// Placement plans
+// =====================================================================================
+
+/// The dense parts of one layer a plan puts on the device (`pi_plan_layer_parts`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct LayerParts(pub u32);
+
+impl LayerParts {
+    /// Whether `part` (Attention, Predictor or FfnNorm) is on the device.
+    pub fn contains(self, part: PlanPart) -> bool {
+        (self.0 >> part as u32) & 1 != 0
+    }
+    pub fn attention(self) -> bool {
+        self.contains(PlanPart::Attention)
+    }
+    pub fn predictor(self) -> bool {
+        self.contains(PlanPart::Predictor)
+    }
+    pub fn ffn_norm(self) -> bool {
+        self.contains(PlanPart::FfnNorm)
+    }
+}
+
+/// A read-only view of a plan: a context's ([`Context::plan`]) or an owned one's
+/// ([`Plan::view`]). Plans are immutable.
+#[derive(Clone, Copy)]
+pub struct PlanView<'a> {
+    raw: NonNull<sys::pi_plan>,
+    _owner: PhantomData<&'a sys::pi_plan>,
+}
+
+/// SAFETY (for every `unsafe` block below): `raw` is a valid plan for `'a` (its owner,
+/// a Plan or a Context, is borrowed shared) and plans do not change.
+impl PlanView<'_> {
+    /// The budget it was made for, in bytes.
+    pub fn budget(&self) -> u64 {
+        unsafe { sys::pi_plan_budget(self.raw.as_ptr()) }
+    }
+    /// Device bytes of one part.
+    pub fn bytes(&self, part: PlanPart) -> u64 {
+        unsafe { sys::pi_plan_bytes(self.raw.as_ptr(), part as c_int) }
+    }
+    /// Device bytes of all parts.
+    pub fn total_bytes(&self) -> u64 {
+        unsafe { sys::pi_plan_bytes(self.raw.as_ptr(), sys::PI_PLAN_N_PARTS) }
+    }
+    pub fn n_layer(&self) -> i64 {
+        unsafe { sys::pi_plan_n_layer(self.raw.as_ptr()) }
+    }
+    /// FFN neurons per layer.
+    pub fn n_ff(&self) -> i64 {
+        unsafe { sys::pi_plan_n_ff(self.raw.as_ptr()) }
+    }
+    /// The dense parts of `layer` on the device (none when out of range).
+    pub fn layer_parts(&self, layer: i64) -> LayerParts {
+        LayerParts(unsafe { sys::pi_plan_layer_parts(self.raw.as_ptr(), layer) })
+    }
+    /// How many of `layer`'s FFN neurons are on the device.
+    pub fn layer_neurons(&self, layer: i64) -> Result<i64> {
+        let n = unsafe { sys::pi_plan_layer_neurons(self.raw.as_ptr(), layer, ptr::null_mut(), 0) };
+        if n < 0 {
+            return Err(Error::new(sys::PI_ERR_RANGE, format!("layer {layer} of the plan")));
+        }
+        Ok(n)
+    }
+    /// Which of `layer`'s n_ff neurons are on the device.
+    pub fn layer_mask(&self, layer: i64) -> Result<Vec<bool>> {
+        let mut mask = vec![0u8; self.n_ff().max(0) as usize];
+        // SAFETY: mask has n_ff writable bytes.
+        let n = unsafe {
+            sys::pi_plan_layer_neurons(self.raw.as_ptr(), layer, mask.as_mut_ptr(), mask.len())
+        };
+        if n < 0 {
+            return Err(Error::new(sys::PI_ERR_RANGE, format!("layer {layer} of the plan")));
+        }
+        Ok(mask.into_iter().map(|b| b != 0).collect())
+    }
+    /// Whether the output projection is on the device.
+    pub fn output_on_device(&self) -> bool {
+        unsafe { sys::pi_plan_output_on_device(self.raw.as_ptr()) != 0 }
+    }
+    /// Whether the KV cache is on the device.
+    pub fn kv_on_device(&self) -> bool {
+        unsafe { sys::pi_plan_kv_on_device(self.raw.as_ptr()) != 0 }
+    }
+    /// Where the neurons came from.
+    pub fn source(&self) -> PlanSource {
+        match unsafe { sys::pi_plan_source(self.raw.as_ptr()) } {
+            sys::PI_PLAN_FROM_FILE => PlanSource::FromFile,
+            sys::PI_PLAN_CACHE_WRITTEN => PlanSource::CacheWritten,
+            sys::PI_PLAN_CACHE_UNWRITTEN => PlanSource::CacheUnwritten,
+            _ => PlanSource::Computed,
+        }
+    }
+    /// The library's description: budget, bytes per part, each layer's parts and
+    /// neuron count.
+    pub fn describe(&self) -> Result<String> {
+        let bytes = fill_buffer(|buf, cap| unsafe {
+            // SAFETY: buf has cap writable bytes.
+            sys::pi_plan_describe(self.raw.as_ptr(), buf, cap)
+        })
+        .map_err(|st| Error::new(st as i32, "describe the plan"))?;
+        Ok(String::from_utf8_lossy(&bytes).into_owned())
+    }
+    /// Write the plan's neurons as a GPU index file (PowerInfer's format), atomically.
+    pub fn save(&self, path: impl AsRef<Path>) -> Result<()> {
+        let path = path.as_ref();
+        let cpath = c_path(path)?;
+        // SAFETY: cpath lives for the call.
+        let st = unsafe { sys::pi_plan_save(self.raw.as_ptr(), cpath.as_ptr()) };
+        if st < 0 {
+            return Err(Error::new(st, format!("cannot write the plan to {}", path.display())));
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Debug for PlanView<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Plan")
+            .field("budget", &self.budget())
+            .field("bytes", &self.total_bytes())
+            .field("source", &self.source())
+            .finish()
+    }
+}
+
+/// A plan from a dry run ([`Model::plan`]); owned, freed on drop. Borrows its model.
+pub struct Plan<'m> {
+    raw: NonNull<sys::pi_plan>,
+    _model: PhantomData<&'m Model>,
+}
+
+// SAFETY: a plan is an immutable heap object with no thread affinity; moving ownership
+// between threads is fine. Not Sync (NonNull): the header promises nothing about
+// concurrent reads.
+unsafe impl Send for Plan<'_> {}
+
+impl Plan<'_> {
+    /// A view for the queries.
+    pub fn view(&self) -> PlanView<'_> {
+        PlanView { raw: self.raw, _owner: PhantomData }
+    }
+}
+
+impl Drop for Plan<'_> {
+    fn drop(&mut self) {
+        // SAFETY: we own it (from pi_model_plan); views borrow self, so none is alive.
+        unsafe { sys::pi_plan_free(self.raw.as_ptr()) }
+    }
+}
+
+impl fmt::Debug for Plan<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.view().fmt(f)
     }
 }
 
@@ -1415,6 +1742,7 @@ mod tests {
         assert_send::<Sampler<'static>>();
         assert_send::<Detokenizer<'static>>();
         assert_send::<Stats>();
+        assert_send::<Plan<'static>>();
         assert_send::<Error>();
         assert_sync::<Error>();
     }

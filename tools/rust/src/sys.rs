@@ -103,7 +103,7 @@ macro_rules! opaque {
         }
     )*};
 }
-opaque!(pi_model, pi_ctx, pi_stats, pi_sampler, pi_detok);
+opaque!(pi_model, pi_ctx, pi_stats, pi_sampler, pi_detok, pi_plan);
 
 // ---- Model --------------------------------------------------------------------------
 
@@ -166,7 +166,23 @@ pub struct pi_ctx_params {
     pub stats: u32,
     pub errbuf: *mut c_char,
     pub errbuf_cap: usize,
+    pub device: u32,
+    pub device_index: u32,
+    pub device_budget: u64,
+    pub plan_stats: *const pi_stats,
+    pub plan_path: *const c_char,
+    pub plan_file: u32,
 }
+
+pub const PI_DEVICE_NONE: c_int = 0;
+pub const PI_DEVICE_GPU: c_int = 1;
+pub const PI_DEVICE_CPU: c_int = 2;
+
+pub const PI_DEVICE_BUDGET_AUTO: u64 = u64::MAX;
+
+pub const PI_PLAN_FILE_READ: c_int = 1;
+pub const PI_PLAN_FILE_CACHE: c_int = 2;
+pub const PI_PLAN_FILE_WRITE: c_int = 3;
 
 pub const PI_SPARSE_AUTO: c_int = 0;
 pub const PI_SPARSE_DENSE: c_int = 1;
@@ -201,6 +217,22 @@ pub struct pi_layer_stats {
     pub ns_predictor: u64,
     pub ns_ffn: u64,
 }
+
+// ---- Placement plans ----------------------------------------------------------------
+
+pub const PI_PLAN_ATTENTION: c_int = 0;
+pub const PI_PLAN_PREDICTOR: c_int = 1;
+pub const PI_PLAN_FFN_NORM: c_int = 2;
+pub const PI_PLAN_OUTPUT: c_int = 3;
+pub const PI_PLAN_KV_CACHE: c_int = 4;
+pub const PI_PLAN_NEURONS: c_int = 5;
+pub const PI_PLAN_SCRATCH: c_int = 6;
+pub const PI_PLAN_N_PARTS: c_int = 7;
+
+pub const PI_PLAN_COMPUTED: c_int = 0;
+pub const PI_PLAN_FROM_FILE: c_int = 1;
+pub const PI_PLAN_CACHE_WRITTEN: c_int = 2;
+pub const PI_PLAN_CACHE_UNWRITTEN: c_int = 3;
 
 // ---- Sampling -----------------------------------------------------------------------
 
@@ -424,6 +456,31 @@ extern "C" {
     ) -> c_int;
     pub fn pi_stats_free(stats: *mut pi_stats);
 
+    // Placement plans
+    pub fn pi_model_plan(
+        model: *const pi_model,
+        params: *const pi_ctx_params,
+        out: *mut *mut pi_plan,
+    ) -> c_int;
+    pub fn pi_ctx_plan(ctx: *const pi_ctx) -> *const pi_plan;
+    pub fn pi_plan_budget(plan: *const pi_plan) -> u64;
+    pub fn pi_plan_bytes(plan: *const pi_plan, part: c_int) -> u64;
+    pub fn pi_plan_n_layer(plan: *const pi_plan) -> i64;
+    pub fn pi_plan_n_ff(plan: *const pi_plan) -> i64;
+    pub fn pi_plan_layer_parts(plan: *const pi_plan, layer: i64) -> u32;
+    pub fn pi_plan_layer_neurons(
+        plan: *const pi_plan,
+        layer: i64,
+        mask: *mut u8,
+        cap: usize,
+    ) -> i64;
+    pub fn pi_plan_output_on_device(plan: *const pi_plan) -> c_int;
+    pub fn pi_plan_kv_on_device(plan: *const pi_plan) -> c_int;
+    pub fn pi_plan_source(plan: *const pi_plan) -> c_int;
+    pub fn pi_plan_describe(plan: *const pi_plan, buf: *mut c_char, cap: usize) -> i64;
+    pub fn pi_plan_save(plan: *const pi_plan, path: *const c_char) -> c_int;
+    pub fn pi_plan_free(plan: *mut pi_plan);
+
     // Sampling
     pub fn pi_sampler_default_params(params: *mut pi_sampler_params) -> c_int;
     pub fn pi_sampler_create(
@@ -473,12 +530,18 @@ mod tests {
         assert_eq!(offset_of!(pi_model_params, log_fn), 8);
         assert_eq!(offset_of!(pi_model_params, errbuf_cap), 56);
 
-        assert_eq!(size_of::<pi_ctx_params>(), 72);
+        assert_eq!(size_of::<pi_ctx_params>(), 112);
         assert_eq!(align_of::<pi_ctx_params>(), 8);
         assert_eq!(offset_of!(pi_ctx_params, f32_activations), 32);
         assert_eq!(offset_of!(pi_ctx_params, sparse_mode), 36);
         assert_eq!(offset_of!(pi_ctx_params, stats), 48);
         assert_eq!(offset_of!(pi_ctx_params, errbuf_cap), 64);
+        assert_eq!(offset_of!(pi_ctx_params, device), 72);
+        assert_eq!(offset_of!(pi_ctx_params, device_index), 76);
+        assert_eq!(offset_of!(pi_ctx_params, device_budget), 80);
+        assert_eq!(offset_of!(pi_ctx_params, plan_stats), 88);
+        assert_eq!(offset_of!(pi_ctx_params, plan_path), 96);
+        assert_eq!(offset_of!(pi_ctx_params, plan_file), 104);
 
         assert_eq!(size_of::<pi_layer_stats>(), 104);
         assert_eq!(align_of::<pi_layer_stats>(), 8);
@@ -511,6 +574,9 @@ mod tests {
             let mut c: pi_ctx_params = std::mem::zeroed();
             assert_eq!(pi_ctx_default_params(&mut c), PI_OK);
             assert_eq!(c.struct_size as usize, size_of::<pi_ctx_params>());
+            assert_eq!(c.device, PI_DEVICE_NONE as u32);
+            assert_eq!(c.device_budget, PI_DEVICE_BUDGET_AUTO);
+            assert!(c.plan_stats.is_null() && c.plan_path.is_null());
             let mut s: pi_sampler_params = std::mem::zeroed();
             assert_eq!(pi_sampler_default_params(&mut s), PI_OK);
             assert_eq!(s.struct_size as usize, size_of::<pi_sampler_params>());

@@ -1,0 +1,657 @@
+/* hybrid.c -- plans for hybrid execution and the device side of a context (see
+ * hybrid.h). */
+#include "infer/hybrid.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "infer/ctx.h"
+#include "plan/gpuidx.h"
+#include "runtime/types.h"
+
+#define MIB (1024.0 * 1024.0)
+#define GIB (1024.0 * 1024.0 * 1024.0)
+#define AUTO_RESERVE (256ull << 20) /* left free on a GPU with PI_DEVICE_BUDGET_AUTO */
+#define NEURON_GROUP 32             /* neurons per planner group (PowerInfer rounds too) */
+
+/* ---- identities (FNV-1a, 64-bit) --------------------------------------------------- */
+
+static uint64_t fnv(uint64_t h, const void *p, size_t n) {
+    const uint8_t *s = p;
+    for (size_t i = 0; i < n; i++) {
+        h ^= s[i];
+        h *= 0x100000001b3ull;
+    }
+    return h;
+}
+
+/* The file's size and everything before its tensor data: metadata and tensor table. */
+static uint64_t model_id(const struct pi_model *m) {
+    uint64_t h = fnv(0xcbf29ce484222325ull, &m->gguf.size, sizeof m->gguf.size);
+    return fnv(h, m->gguf.base, (size_t)m->gguf.data_off);
+}
+
+/* The frequencies the planner ranks by (0: none). */
+static uint64_t stats_id(const double *const *freq, int64_t n_layer, int64_t n_ff) {
+    if (!freq)
+        return 0;
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (int64_t l = 0; l < n_layer; l++)
+        h = fnv(h, freq[l], (size_t)n_ff * sizeof(double));
+    return h ? h : 1;
+}
+
+/* ---- sizes -------------------------------------------------------------------------- */
+
+static uint64_t nb(const struct gguf_tensor *t) {
+    return t ? t->nbytes : 0;
+}
+
+static int64_t max_rank(const struct pi_model *m) {
+    int64_t r = 1;
+    for (int64_t l = 0; l < m->desc.hp.n_layer; l++)
+        if (m->desc.layers[l].pred_rank > r)
+            r = m->desc.layers[l].pred_rank;
+    return r;
+}
+
+uint64_t pi_hybrid_scratch_bytes(const struct pi_model *m, const struct pi_plan_shape *s) {
+    const struct pi_hparams *hp = &m->desc.hp;
+    const uint64_t E = (uint64_t)hp->n_embd, F = (uint64_t)hp->n_ff, B = (uint64_t)s->n_batch;
+    const uint64_t qd = (uint64_t)(hp->n_head * hp->head_dim_k);
+    const uint64_t kd = (uint64_t)(hp->n_head_kv * hp->head_dim_k);
+    const uint64_t vd = (uint64_t)(hp->n_head_kv * hp->head_dim_v);
+    const uint64_t ad = (uint64_t)(hp->n_head * hp->head_dim_v);
+    const uint64_t R = hp->sparse ? (uint64_t)max_rank(m) : 0;
+    /* x xn yd yc | q k v att | score gd ud | hid ones, and the logits */
+    const uint64_t per_tok = 4 * E + qd + kd + vd + ad + (hp->sparse ? 3 : 2) * F + 2 * R;
+    return 4 * (B * per_tok + (uint64_t)hp->n_vocab);
+}
+
+static uint64_t kv_bytes(const struct pi_model *m, int64_t n_ctx) {
+    const struct pi_hparams *hp = &m->desc.hp;
+    return 2ull * (uint64_t)hp->n_layer * (uint64_t)n_ctx *
+           (uint64_t)(hp->n_head_kv * (hp->head_dim_k + hp->head_dim_v));
+}
+
+/* ---- planning ----------------------------------------------------------------------- */
+
+/* The frequencies of plan_stats per layer (active counts; predicted counts where a
+ * layer observed none), or NULL for uniform. */
+static int stats_freq(const struct pi_model *m, const pi_ctx_params *p, const double **freq,
+                      struct pi_error *err) {
+    const struct pi_hparams *hp = &m->desc.hp;
+    struct pi_stats *st = (struct pi_stats *)p->plan_stats;
+    if (!st)
+        return 0;
+    if (st->n_layer != hp->n_layer || st->n_ff != hp->n_ff)
+        PI_FAIL(err, PI_ERR_INVALID_ARG, "plan_stats has %lld layers of %lld neurons; the model "
+                "has %lld of %lld", (long long)st->n_layer, (long long)st->n_ff,
+                (long long)hp->n_layer, (long long)hp->n_ff);
+    for (int64_t l = 0; l < hp->n_layer; l++)
+        freq[l] = pi_stats_row(st, l, st->layer[l].tokens_observed ? PI_NEURON_ACTIVE
+                                                                   : PI_NEURON_PREDICTED);
+    return 1;
+}
+
+static int plan_compute(const struct pi_model *m, const struct pi_plan_shape *s,
+                        uint64_t budget, const double *const *freq, struct pi_plan *pl,
+                        struct pi_error *err) {
+    const struct pi_model_desc *d = &m->desc;
+    const struct pi_hparams *hp = &d->hp;
+    const struct pi_allocator *a = &pl->alloc;
+    const int64_t L = hp->n_layer, F = hp->n_ff;
+    struct pi_plan_layer *ls = pi_calloc(a, (size_t)L, sizeof *ls);
+    if (!ls)
+        PI_FAIL(err, PI_ERR_NOMEM, "plan: out of memory");
+    for (int64_t l = 0; l < L; l++) {
+        const struct pi_layer_desc *ld = &d->layers[l];
+        ls[l].attn_bytes = nb(ld->attn_norm) + nb(ld->wq) + nb(ld->wk) + nb(ld->wv) + nb(ld->wo);
+        ls[l].pred_bytes = nb(ld->fc1) + nb(ld->fc2);
+        ls[l].norm_bytes = nb(ld->ffn_norm);
+        if (hp->sparse) /* one row each of gate, up, down_t, and its id */
+            ls[l].neuron_bytes = pi_type_row_bytes(ld->ffn_gate->type, hp->n_embd) +
+                                 pi_type_row_bytes(ld->ffn_up->type, hp->n_embd) +
+                                 pi_type_row_bytes(ld->ffn_down_t->type, hp->n_embd) + 4;
+        else /* whole layers: the three matrices, spread over the neurons */
+            ls[l].neuron_bytes = (nb(ld->ffn_gate) + nb(ld->ffn_up) + nb(ld->ffn_down) +
+                                  (uint64_t)F - 1) / (uint64_t)F;
+        ls[l].freq = freq ? freq[l] : NULL;
+    }
+    pl->scratch = pi_hybrid_scratch_bytes(m, s);
+    pl->whole_layers = !hp->sparse;
+    struct pi_plan_input in = {L, F, ls, nb(d->output) + nb(d->output_norm),
+                               kv_bytes(m, s->n_ctx),
+                               budget > pl->scratch ? budget - pl->scratch : 0,
+                               hp->sparse ? (F < NEURON_GROUP ? F : NEURON_GROUP) : F};
+    int st = pi_placement_make(&in, a, &pl->pl, err);
+    pi_free(a, ls);
+    if (budget < pl->scratch) { /* nothing fits: not even the scratch */
+        pl->scratch = 0;
+    }
+    return st;
+}
+
+/* Bytes the dense parts of pl leave for neurons under its budget. */
+static uint64_t neuron_room(const struct pi_plan *pl) {
+    const uint64_t dense = pl->pl.total - pl->pl.bytes[PI_PART_FFN] + pl->scratch;
+    return pl->budget > dense ? pl->budget - dense : 0;
+}
+
+/* Replace pl's neurons by those of the index file g. */
+static int take_index(const struct pi_model *m, struct pi_plan *pl, const struct pi_gpuidx *g,
+                      const char *path, struct pi_error *err) {
+    const struct pi_model_desc *d = &m->desc;
+    const int64_t L = pl->pl.n_layer, F = pl->pl.n_ff;
+    const uint64_t room = neuron_room(pl);
+    uint64_t bytes = 0;
+    for (int64_t l = 0; l < L; l++) {
+        int64_t n = 0;
+        for (int64_t r = 0; r < F; r++)
+            n += g->neuron[l * F + r];
+        if (pl->whole_layers && n != 0 && n != F)
+            PI_FAIL(err, PI_ERR_RANGE, "%s: layer %lld places %lld of %lld neurons, but this "
+                    "model is a dense file, whose FFN moves in whole layers", path,
+                    (long long)l, (long long)n, (long long)F);
+        const struct pi_layer_desc *ld = &d->layers[l];
+        const uint64_t per = pl->whole_layers
+                                 ? (nb(ld->ffn_gate) + nb(ld->ffn_up) + nb(ld->ffn_down) +
+                                    (uint64_t)F - 1) / (uint64_t)F
+                                 : pi_type_row_bytes(ld->ffn_gate->type, m->desc.hp.n_embd) +
+                                       pi_type_row_bytes(ld->ffn_up->type, m->desc.hp.n_embd) +
+                                       pi_type_row_bytes(ld->ffn_down_t->type, m->desc.hp.n_embd) +
+                                       4;
+        bytes += (uint64_t)n * per;
+    }
+    if (g->capacity > room || bytes > room)
+        PI_FAIL(err, PI_ERR_RANGE, "%s: made for %.1f MiB of neurons (its neurons take %.1f "
+                "MiB), but this budget leaves %.1f MiB after the dense parts", path,
+                (double)g->capacity / MIB, (double)bytes / MIB, (double)room / MIB);
+    memcpy(pl->pl.neuron, g->neuron, (size_t)(L * F));
+    for (int64_t l = 0; l < L; l++) {
+        int64_t n = 0;
+        for (int64_t r = 0; r < F; r++)
+            n += g->neuron[l * F + r];
+        pl->pl.n_neurons[l] = n;
+    }
+    pl->pl.total = pl->pl.total - pl->pl.bytes[PI_PART_FFN] + bytes;
+    pl->pl.bytes[PI_PART_FFN] = bytes;
+    return PI_OK;
+}
+
+static int save(const struct pi_plan *pl, const char *path, struct pi_error *err) {
+    struct pi_gpuidx g = {pl->pl.n_layer, pl->pl.n_ff, pl->pl.neuron, neuron_room(pl), 1,
+                          pl->model_id, pl->stats_id, pl->budget, pl->alloc};
+    return pi_gpuidx_write(path, &g, err);
+}
+
+int pi_hybrid_plan(const struct pi_model *m, const pi_ctx_params *p,
+                   const struct pi_plan_shape *s, uint64_t budget, struct pi_plan **out,
+                   struct pi_error *err) {
+    *out = NULL;
+    const struct pi_allocator *a = &m->alloc;
+    const struct pi_hparams *hp = &m->desc.hp;
+    const double **freq = pi_calloc(a, (size_t)hp->n_layer, sizeof *freq);
+    struct pi_plan *pl = pi_calloc(a, 1, sizeof *pl);
+    if (!freq || !pl) {
+        pi_free(a, freq);
+        pi_free(a, pl);
+        PI_FAIL(err, PI_ERR_NOMEM, "plan: out of memory");
+    }
+    pl->alloc = *a;
+    pl->budget = budget;
+    pl->model_id = model_id(m);
+    int st = stats_freq(m, p, freq, err);
+    const int have = st == 1;
+    if (st >= 0) {
+        pl->stats_id = stats_id(have ? freq : NULL, hp->n_layer, hp->n_ff);
+        st = plan_compute(m, s, budget, have ? freq : NULL, pl, err);
+    }
+    pi_free(a, freq);
+    if (st >= 0 && p->plan_path && p->plan_file) {
+        struct pi_gpuidx g;
+        struct pi_error ferr = {0};
+        switch (p->plan_file) {
+        case PI_PLAN_FILE_READ:
+            st = pi_gpuidx_read(p->plan_path, hp->n_layer, hp->n_ff, a, &g, err);
+            if (st >= 0) {
+                if (g.has_key && g.model_id != pl->model_id)
+                    st = pi_error_set(err, PI_ERR_RANGE, "%s was made for another model",
+                                      p->plan_path);
+                else
+                    st = take_index(m, pl, &g, p->plan_path, err);
+                pi_gpuidx_free(&g);
+            }
+            if (st >= 0)
+                pl->source = PI_PLAN_FROM_FILE;
+            break;
+        case PI_PLAN_FILE_CACHE:
+            if (pi_gpuidx_read(p->plan_path, hp->n_layer, hp->n_ff, a, &g, &ferr) >= 0) {
+                const int same = g.has_key && g.model_id == pl->model_id &&
+                                 g.stats_id == pl->stats_id && g.budget == budget &&
+                                 take_index(m, pl, &g, p->plan_path, &ferr) >= 0;
+                pi_gpuidx_free(&g);
+                if (same) {
+                    pl->source = PI_PLAN_FROM_FILE;
+                    break;
+                }
+            }
+            pl->source = save(pl, p->plan_path, &ferr) >= 0 ? PI_PLAN_CACHE_WRITTEN
+                                                             : PI_PLAN_CACHE_UNWRITTEN;
+            break;
+        case PI_PLAN_FILE_WRITE:
+            st = save(pl, p->plan_path, err);
+            if (st >= 0)
+                pl->source = PI_PLAN_CACHE_WRITTEN;
+            break;
+        default:
+            st = pi_error_set(err, PI_ERR_INVALID_ARG, "plan_file is not a PI_PLAN_FILE_* value");
+        }
+    }
+    if (st < 0) {
+        pi_plan_free(pl);
+        return st;
+    }
+    *out = pl;
+    return PI_OK;
+}
+
+int pi_hybrid_backend(const pi_ctx_params *p, const struct pi_backend_config *cfg,
+                      const struct pi_backend_vtable **be, struct pi_backend **b,
+                      struct pi_error *err) {
+    *b = NULL;
+    *be = p->device == PI_DEVICE_CPU ? pi_backend_cpu() : pi_backend_gpu();
+    if (!*be)
+        PI_FAIL(err, PI_ERR_UNSUPPORTED, "this libpowerinfer was built without a GPU backend "
+                "(meson setup -Dcuda=enabled or -Dhip=enabled)");
+    int st = (*be)->create(b, cfg);
+    if (st < 0)
+        PI_FAIL(err, st, "cannot start the %s backend on device %d%s", (*be)->name, cfg->device,
+                st == PI_ERR_UNSUPPORTED ? ": no such device (or no driver)" : "");
+    return PI_OK;
+}
+
+uint64_t pi_hybrid_budget(const struct pi_model *m, const pi_ctx_params *p,
+                          const struct pi_plan_shape *s, const struct pi_backend_vtable *be,
+                          struct pi_backend *b) {
+    if (p->device_budget != PI_DEVICE_BUDGET_AUTO)
+        return p->device_budget;
+    struct pi_device_info info;
+    if (be->device_info && be->device_info(b, &info) >= 0)
+        return info.mem_free > AUTO_RESERVE ? info.mem_free - AUTO_RESERVE : 0;
+    /* no memory figure (a CPU device): room for everything */
+    const struct pi_model_desc *d = &m->desc;
+    uint64_t all = pi_hybrid_scratch_bytes(m, s) + kv_bytes(m, s->n_ctx) + nb(d->output) +
+                   nb(d->output_norm) + 4ull * (uint64_t)d->hp.n_ff * (uint64_t)d->hp.n_layer;
+    for (int64_t l = 0; l < d->hp.n_layer; l++) {
+        const struct pi_layer_desc *ld = &d->layers[l];
+        all += nb(ld->attn_norm) + nb(ld->wq) + nb(ld->wk) + nb(ld->wv) + nb(ld->wo) +
+               nb(ld->fc1) + nb(ld->fc2) + nb(ld->ffn_norm) + nb(ld->ffn_gate) + nb(ld->ffn_up) +
+               nb(ld->ffn_down) + nb(ld->ffn_down_t) + (uint64_t)d->hp.n_ff;
+    }
+    return all;
+}
+
+/* ---- the public plan ---------------------------------------------------------------- */
+
+void pi_plan_free(pi_plan *pl) {
+    if (!pl)
+        return;
+    struct pi_allocator a = pl->alloc;
+    pi_placement_free(&pl->pl);
+    pi_free(&a, pl);
+}
+
+uint64_t pi_plan_budget(const pi_plan *pl) {
+    return pl ? pl->budget : 0;
+}
+
+uint64_t pi_plan_bytes(const pi_plan *pl, int part) {
+    if (!pl)
+        return 0;
+    if (part == PI_PLAN_SCRATCH)
+        return pl->scratch;
+    if (part == PI_PLAN_N_PARTS)
+        return pl->pl.total + pl->scratch;
+    if (part < 0 || part > PI_PLAN_NEURONS)
+        return 0;
+    /* PI_PLAN_ATTENTION ... PI_PLAN_NEURONS are PI_PART_ATTN ... PI_PART_FFN */
+    return pl->pl.bytes[part];
+}
+
+int64_t pi_plan_n_layer(const pi_plan *pl) {
+    return pl ? pl->pl.n_layer : 0;
+}
+
+int64_t pi_plan_n_ff(const pi_plan *pl) {
+    return pl ? pl->pl.n_ff : 0;
+}
+
+uint32_t pi_plan_layer_parts(const pi_plan *pl, int64_t l) {
+    if (!pl || l < 0 || l >= pl->pl.n_layer)
+        return 0;
+    return (uint32_t)pl->pl.attn[l] << PI_PLAN_ATTENTION |
+           (uint32_t)(pl->pl.pred[l] && !pl->whole_layers) << PI_PLAN_PREDICTOR |
+           (uint32_t)pl->pl.norm[l] << PI_PLAN_FFN_NORM;
+}
+
+int64_t pi_plan_layer_neurons(const pi_plan *pl, int64_t l, uint8_t *mask, size_t cap) {
+    if (!pl || l < 0 || l >= pl->pl.n_layer)
+        return -1;
+    if (mask && cap >= (size_t)pl->pl.n_ff)
+        memcpy(mask, pl->pl.neuron + l * pl->pl.n_ff, (size_t)pl->pl.n_ff);
+    return pl->pl.n_neurons[l];
+}
+
+int pi_plan_output_on_device(const pi_plan *pl) {
+    return pl ? pl->pl.output : 0;
+}
+
+int pi_plan_kv_on_device(const pi_plan *pl) {
+    return pl ? pl->pl.kv : 0;
+}
+
+int pi_plan_source(const pi_plan *pl) {
+    return pl ? pl->source : -1;
+}
+
+/* snprintf into buf at *len, counting what would be written. */
+PI_PRINTF(4, 5)
+static void put(char *buf, size_t cap, int64_t *len, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    size_t at = (size_t)*len < cap ? (size_t)*len : cap;
+    int n = vsnprintf(buf ? buf + at : NULL, buf ? cap - at : 0, fmt, ap);
+    va_end(ap);
+    if (n > 0)
+        *len += n;
+}
+
+static int64_t count_parts(const uint8_t *v, int64_t n) {
+    int64_t k = 0;
+    for (int64_t i = 0; i < n; i++)
+        k += v[i];
+    return k;
+}
+
+int64_t pi_plan_describe(const pi_plan *pl, char *buf, size_t cap) {
+    if (!pl || (!buf && cap))
+        return PI_ERR_INVALID_ARG;
+    if (cap)
+        buf[0] = '\0';
+    const struct pi_placement *p = &pl->pl;
+    const int64_t L = p->n_layer, F = p->n_ff;
+    int64_t len = 0, neurons = 0;
+    for (int64_t l = 0; l < L; l++)
+        neurons += p->n_neurons[l];
+    static const char *const src[] = {"computed", "read from a file", "computed, cache written",
+                                      "computed, cache not written"};
+    const uint64_t used = p->total + pl->scratch;
+    const int gib = pl->budget >= (1ull << 30);
+    put(buf, cap, &len, "plan: budget %.2f %s, %.2f %s on the device (%s)\n",
+        (double)pl->budget / (gib ? GIB : MIB), gib ? "GiB" : "MiB",
+        (double)used / (gib ? GIB : MIB), gib ? "GiB" : "MiB",
+        src[pl->source >= 0 && pl->source < 4 ? pl->source : 0]);
+    put(buf, cap, &len, "  %-10s %10.1f MiB\n", "scratch", (double)pl->scratch / MIB);
+    put(buf, cap, &len, "  %-10s %10.1f MiB  %lld/%lld layers\n", "attention",
+        (double)p->bytes[PI_PART_ATTN] / MIB, (long long)count_parts(p->attn, L), (long long)L);
+    put(buf, cap, &len, "  %-10s %10.1f MiB  %lld/%lld layers\n", "predictor",
+        (double)p->bytes[PI_PART_PRED] / MIB, (long long)count_parts(p->pred, L), (long long)L);
+    put(buf, cap, &len, "  %-10s %10.1f MiB  %lld/%lld layers\n", "ffn_norm",
+        (double)p->bytes[PI_PART_NORM] / MIB, (long long)count_parts(p->norm, L), (long long)L);
+    put(buf, cap, &len, "  %-10s %10.1f MiB  %s\n", "output", (double)p->bytes[PI_PART_OUTPUT] / MIB,
+        p->output ? "on the device" : "on the host");
+    put(buf, cap, &len, "  %-10s %10.1f MiB  %s\n", "kv cache", (double)p->bytes[PI_PART_KV] / MIB,
+        p->kv ? "on the device" : "on the host");
+    put(buf, cap, &len, "  %-10s %10.1f MiB  %lld/%lld neurons (%.1f%%)%s\n", "ffn",
+        (double)p->bytes[PI_PART_FFN] / MIB, (long long)neurons, (long long)(L * F),
+        100.0 * (double)neurons / (double)(L * F), pl->whole_layers ? ", whole layers" : "");
+    put(buf, cap, &len, "  layer  attn  pred  norm  neurons on the device\n");
+    for (int64_t l = 0; l < L; l++)
+        put(buf, cap, &len, "  %5lld  %-4s  %-4s  %-4s  %lld (%.1f%%)\n", (long long)l,
+            p->attn[l] ? "dev" : "host",
+            pl->whole_layers ? "-" : p->pred[l] ? "dev" : "host", p->norm[l] ? "dev" : "host",
+            (long long)p->n_neurons[l], 100.0 * (double)p->n_neurons[l] / (double)F);
+    return len;
+}
+
+int pi_plan_save(const pi_plan *pl, const char *path) {
+    if (!pl || !path)
+        return PI_ERR_INVALID_ARG;
+    struct pi_error err;
+    return save(pl, path, &err);
+}
+
+/* ---- the device side of a context --------------------------------------------------- */
+
+void pi_hybrid_destroy(struct pi_hybrid *h) {
+    if (!h)
+        return;
+    struct pi_allocator a = h->alloc;
+    if (h->b) {
+        h->be->sync(h->b);
+        for (size_t i = 0; i < h->n_bufs; i++)
+            h->be->buf_free(h->b, h->bufs[i]);
+        if (h->kv)
+            h->be->kv_destroy(h->b, h->kv);
+        h->be->destroy(h->b);
+    }
+    pi_free(&a, h->bufs);
+    pi_free(&a, h->layers);
+    pi_free(&a, h->yc_host);
+    pi_free(&a, h->yd_host);
+    pi_plan_free(h->plan);
+    pi_free(&a, h);
+}
+
+/* A device buffer of `size` bytes, filled from src when non-NULL. */
+static int dev_alloc(struct pi_hybrid *h, size_t size, const void *src, void **out) {
+    *out = NULL;
+    if (h->n_bufs == h->cap_bufs) {
+        size_t cap = h->cap_bufs ? 2 * h->cap_bufs : 64;
+        void **nb2 = pi_malloc(&h->alloc, cap * sizeof *nb2);
+        if (!nb2)
+            return PI_ERR_NOMEM;
+        if (h->n_bufs)
+            memcpy(nb2, h->bufs, h->n_bufs * sizeof *nb2);
+        pi_free(&h->alloc, h->bufs);
+        h->bufs = nb2;
+        h->cap_bufs = cap;
+    }
+    PI_TRY(h->be->buf_alloc(h->b, size ? size : 1, out));
+    h->bufs[h->n_bufs++] = *out;
+    if (src && size)
+        return h->be->upload(h->b, *out, src, size);
+    return PI_OK;
+}
+
+static int up_weight(struct pi_hybrid *h, const struct pi_weight *w, struct pi_weight *out) {
+    void *d;
+    *out = *w;
+    PI_TRY(dev_alloc(h, w->row_bytes * (size_t)w->n_out, w->data, &d));
+    out->data = d;
+    return PI_OK;
+}
+
+static int up_vector(struct pi_hybrid *h, const struct pi_vector *v, struct pi_vector *out) {
+    void *d;
+    *out = *v;
+    const struct pi_type_traits *tr = pi_type_traits(v->type);
+    PI_TRY(dev_alloc(h, (size_t)(v->n / tr->block_size * tr->block_bytes), v->data, &d));
+    out->data = d;
+    return PI_OK;
+}
+
+/* The rows `ids[0..n)` of w as a device matrix of n rows. */
+static int up_rows(struct pi_hybrid *h, const struct pi_weight *w, const int32_t *ids, int64_t n,
+                   uint8_t *stage, struct pi_weight *out) {
+    void *d;
+    *out = *w;
+    out->n_out = n;
+    for (int64_t i = 0; i < n; i++)
+        memcpy(stage + (size_t)i * w->row_bytes,
+               (const uint8_t *)w->data + (size_t)ids[i] * w->row_bytes, w->row_bytes);
+    PI_TRY(dev_alloc(h, w->row_bytes * (size_t)n, stage, &d));
+    /* upload may return before the copy is made only from a buffer it no longer needs */
+    PI_TRY(h->be->sync(h->b));
+    out->data = d;
+    return PI_OK;
+}
+
+static int supported(const struct pi_hybrid *h, uint32_t type) {
+    return !h->be->supports || h->be->supports(h->b, type);
+}
+
+static int setup_layer(struct pi_ctx *c, struct pi_hybrid *h, int64_t l, int32_t *ids,
+                       uint8_t **stage, size_t *stage_cap) {
+    const struct pi_placement *p = &h->plan->pl;
+    const struct pi_layer_w *L = &c->layers[l];
+    struct pi_dev_layer *D = &h->layers[l];
+    const int64_t F = p->n_ff;
+    D->attn = p->attn[l];
+    D->pred = p->pred[l] && c->hp->sparse;
+    D->norm = p->norm[l];
+    D->on_dev = p->neuron + l * F;
+    D->n_dev = p->n_neurons[l];
+    const struct pi_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->fc1, &L->fc2,
+                                    &L->gate, &L->up, L->has_down ? &L->down : &L->down_t};
+    for (size_t i = 0; i < sizeof ws / sizeof *ws; i++)
+        if (ws[i]->data && !supported(h, ws[i]->type))
+            PI_FAIL(&c->err, PI_ERR_UNSUPPORTED, "the %s backend cannot compute %s weights",
+                    h->be->name, pi_type_traits(ws[i]->type)->name);
+    if (D->attn) {
+        PI_TRY(up_vector(h, &L->attn_norm, &D->attn_norm));
+        PI_TRY(up_weight(h, &L->wq, &D->wq));
+        PI_TRY(up_weight(h, &L->wk, &D->wk));
+        PI_TRY(up_weight(h, &L->wv, &D->wv));
+        PI_TRY(up_weight(h, &L->wo, &D->wo));
+    }
+    if (D->pred) {
+        PI_TRY(up_weight(h, &L->fc1, &D->fc1));
+        PI_TRY(up_weight(h, &L->fc2, &D->fc2));
+    }
+    if (D->norm)
+        PI_TRY(up_vector(h, &L->ffn_norm, &D->ffn_norm));
+    if (D->n_dev == 0)
+        return PI_OK;
+    if (L->has_down) { /* dense file: the whole layer */
+        if (D->n_dev != F)
+            PI_FAIL(&c->err, PI_ERR_INTERNAL, "a dense layer split between devices");
+        PI_TRY(up_weight(h, &L->gate, &D->gate));
+        PI_TRY(up_weight(h, &L->up, &D->up));
+        PI_TRY(up_weight(h, &L->down, &D->down));
+        D->down_is_t = 0;
+        return PI_OK;
+    }
+    int64_t n = 0;
+    for (int64_t r = 0; r < F; r++)
+        if (D->on_dev[r])
+            ids[n++] = (int32_t)r;
+    size_t need = (size_t)n * L->gate.row_bytes;
+    need = need > (size_t)n * L->up.row_bytes ? need : (size_t)n * L->up.row_bytes;
+    need = need > (size_t)n * L->down_t.row_bytes ? need : (size_t)n * L->down_t.row_bytes;
+    if (need > *stage_cap) {
+        pi_free(&c->alloc, *stage);
+        *stage = pi_malloc(&c->alloc, need);
+        *stage_cap = *stage ? need : 0;
+        if (!*stage)
+            PI_FAIL(&c->err, PI_ERR_NOMEM, "out of memory staging layer %lld's rows",
+                    (long long)l);
+    }
+    PI_TRY(up_rows(h, &L->gate, ids, n, *stage, &D->gate));
+    PI_TRY(up_rows(h, &L->up, ids, n, *stage, &D->up));
+    PI_TRY(up_rows(h, &L->down_t, ids, n, *stage, &D->down));
+    D->down_is_t = 1;
+    void *map;
+    PI_TRY(dev_alloc(h, (size_t)n * sizeof(int32_t), ids, &map));
+    PI_TRY(h->be->sync(h->b));
+    D->map = map;
+    return PI_OK;
+}
+
+static int setup_device(struct pi_ctx *c, struct pi_hybrid *h) {
+    const struct pi_hparams *hp = c->hp;
+    const struct pi_placement *p = &h->plan->pl;
+    const int64_t E = hp->n_embd, F = hp->n_ff, B = c->n_batch;
+    const int64_t qd = hp->n_head * hp->head_dim_k, kd = hp->n_head_kv * hp->head_dim_k;
+    const int64_t vd = hp->n_head_kv * hp->head_dim_v, ad = hp->n_head * hp->head_dim_v;
+    const int64_t R = hp->sparse ? max_rank(c->model) : 0;
+    struct {
+        float **p;
+        int64_t n;
+    } bufs[] = {{&h->x, B * E},       {&h->xn, B * E},     {&h->yd, B * E},  {&h->yc, B * E},
+                {&h->q, B * qd},      {&h->k, B * kd},     {&h->v, B * vd},  {&h->att, B * ad},
+                {&h->score, B * F},   {&h->gd, B * F},     {&h->ud, B * F},  {&h->hid, B * R},
+                {&h->ones, B * R},    {&h->logits, hp->n_vocab}};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) {
+        if (!hp->sparse && bufs[i].p == &h->score)
+            continue;
+        void *d;
+        int st = dev_alloc(h, (size_t)bufs[i].n * sizeof(float), NULL, &d);
+        if (st < 0)
+            PI_FAIL(&c->err, st, "out of device memory for scratch");
+        *bufs[i].p = d;
+    }
+    h->yc_host = pi_malloc(&c->alloc, (size_t)(B * E) * sizeof(float));
+    h->yd_host = pi_malloc(&c->alloc, (size_t)(B * E) * sizeof(float));
+    h->layers = pi_calloc(&c->alloc, (size_t)hp->n_layer, sizeof *h->layers);
+    int32_t *ids = pi_malloc(&c->alloc, (size_t)F * sizeof *ids);
+    float *ones = pi_malloc(&c->alloc, (size_t)(B * R + 1) * sizeof *ones);
+    uint8_t *stage = NULL;
+    size_t stage_cap = 0;
+    int st = h->yc_host && h->yd_host && h->layers && ids && ones ? PI_OK : PI_ERR_NOMEM;
+    if (st < 0)
+        pi_error_set(&c->err, st, "out of memory");
+    if (st >= 0 && R) {
+        for (int64_t i = 0; i < B * R; i++)
+            ones[i] = 1.0f;
+        st = h->be->upload(h->b, h->ones, ones, (size_t)(B * R) * sizeof *ones);
+        if (st >= 0)
+            st = h->be->sync(h->b);
+    }
+    for (int64_t l = 0; st >= 0 && l < hp->n_layer; l++) {
+        st = setup_layer(c, h, l, ids, &stage, &stage_cap);
+        if (st < 0 && c->err.status >= 0)
+            pi_error_set(&c->err, st, "cannot place layer %lld on the device", (long long)l);
+    }
+    if (st >= 0 && p->output) {
+        st = up_weight(h, &c->output, &h->output);
+        if (st >= 0)
+            st = up_vector(h, &c->output_norm, &h->output_norm);
+        if (st < 0)
+            pi_error_set(&c->err, st, "cannot place the output projection on the device");
+    }
+    if (st >= 0 && p->kv) {
+        struct pi_kv_desc kvd = {hp->n_layer, c->n_ctx, hp->n_head, hp->n_head_kv,
+                                 hp->head_dim_k, hp->head_dim_v};
+        st = h->be->kv_create(h->b, &kvd, &h->kv);
+        if (st < 0)
+            pi_error_set(&c->err, st, "out of device memory for the KV cache");
+    }
+    if (st >= 0)
+        st = h->be->sync(h->b);
+    pi_free(&c->alloc, ids);
+    pi_free(&c->alloc, ones);
+    pi_free(&c->alloc, stage);
+    return st;
+}
+
+int pi_hybrid_create(struct pi_ctx *c, const struct pi_backend_vtable *be, struct pi_backend *b,
+                     struct pi_plan *plan) {
+    struct pi_hybrid *h = pi_calloc(&c->alloc, 1, sizeof *h);
+    if (!h) {
+        be->destroy(b);
+        pi_plan_free(plan);
+        PI_FAIL(&c->err, PI_ERR_NOMEM, "out of memory");
+    }
+    h->alloc = c->alloc;
+    h->be = be;
+    h->b = b;
+    h->plan = plan;
+    c->hy = h;
+    int st = setup_device(c, h);
+    if (st < 0 && c->err.status >= 0)
+        pi_error_set(&c->err, st, "cannot set up the device");
+    return st;
+}

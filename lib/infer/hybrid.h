@@ -1,0 +1,90 @@
+/* hybrid.h -- hybrid CPU/device execution: the public pi_plan (a placement with what
+ * it was made for), building it from a model, and the device side of a context (the
+ * placed weights uploaded to the device backend, its scratch, its KV cache).
+ * forward.c runs the layers; docs/design.md ("Hybrid execution") explains the split. */
+#ifndef PI_INFER_HYBRID_H
+#define PI_INFER_HYBRID_H
+
+#include "backend.h"
+#include "plan/plan.h"
+#include "powerinfer.h"
+
+struct pi_model;
+struct pi_ctx;
+
+struct pi_plan {
+    struct pi_placement pl;   /* what goes where; pl.bytes[] by PI_PART_* */
+    struct pi_allocator alloc;
+    uint64_t budget;          /* the whole budget, bytes */
+    uint64_t scratch;         /* device scratch taken from it first */
+    int source;               /* PI_PLAN_COMPUTED, ... */
+    int whole_layers;         /* dense file: a layer's FFN is all on the device or none */
+    uint64_t model_id, stats_id;
+};
+
+/* How the planner sees a model for a context of n_ctx positions and n_batch tokens
+ * per step. */
+struct pi_plan_shape {
+    int64_t n_ctx, n_batch;
+};
+
+/* Device scratch bytes a hybrid context of this shape allocates (see
+ * pi_hybrid_create). */
+uint64_t pi_hybrid_scratch_bytes(const struct pi_model *m, const struct pi_plan_shape *s);
+
+/* Make the plan for `budget` bytes (already resolved: not PI_DEVICE_BUDGET_AUTO) with
+ * the statistics, plan file and mode of `p`. */
+int pi_hybrid_plan(const struct pi_model *m, const pi_ctx_params *p,
+                   const struct pi_plan_shape *s, uint64_t budget, struct pi_plan **out,
+                   struct pi_error *err);
+
+/* A device backend for p->device (PI_DEVICE_GPU or PI_DEVICE_CPU). */
+int pi_hybrid_backend(const pi_ctx_params *p, const struct pi_backend_config *cfg,
+                      const struct pi_backend_vtable **be, struct pi_backend **b,
+                      struct pi_error *err);
+
+/* The budget p asks for, resolved against the device b (PI_DEVICE_BUDGET_AUTO: free
+ * memory minus 256 MiB, or everything for PI_DEVICE_CPU). */
+uint64_t pi_hybrid_budget(const struct pi_model *m, const pi_ctx_params *p,
+                          const struct pi_plan_shape *s, const struct pi_backend_vtable *be,
+                          struct pi_backend *b);
+
+/* A layer's device part. Weights are device views (data in device memory); the FFN
+ * subset holds the layer's device neurons in ascending id order: gate, up and down
+ * have n_dev rows (down: rows of ffn_down_t; for dense files, whole layers, the
+ * ffn_down matrix itself with down_is_t 0). */
+struct pi_dev_layer {
+    int attn, pred, norm;               /* parts on the device */
+    struct pi_vector attn_norm, ffn_norm;
+    struct pi_weight wq, wk, wv, wo, fc1, fc2;
+    struct pi_weight gate, up, down;
+    int down_is_t;
+    int32_t *map;                       /* device [n_dev]: neuron ids */
+    int64_t n_dev;
+    const uint8_t *on_dev;              /* host [n_ff]: 1 = computed on the device */
+};
+
+struct pi_hybrid {
+    const struct pi_backend_vtable *be;
+    struct pi_backend *b;
+    struct pi_plan *plan;
+    struct pi_kv *kv;                   /* the device's KV cache when plan->pl.kv */
+    struct pi_dev_layer *layers;        /* [n_layer] */
+    struct pi_weight output;
+    struct pi_vector output_norm;
+    /* Device scratch, [n_batch][width] like the context's own. */
+    float *x, *xn, *q, *k, *v, *att, *score, *hid, *gd, *ud, *yd, *yc, *ones, *logits;
+    /* Host scratch: the CPU part's FFN output and the device's, downloaded. */
+    float *yc_host, *yd_host;
+    void **bufs;                        /* every device allocation, freed at the end */
+    size_t n_bufs, cap_bufs;
+    struct pi_allocator alloc;
+};
+
+/* Build the device side of context c from its plan (uploads the placed weights).
+ * Takes ownership of be/b and plan, also on failure. */
+int pi_hybrid_create(struct pi_ctx *c, const struct pi_backend_vtable *be, struct pi_backend *b,
+                     struct pi_plan *plan);
+void pi_hybrid_destroy(struct pi_hybrid *h);
+
+#endif

@@ -1,0 +1,16 @@
+#!/bin/sh
+# tests/gpu/pack.sh BUILD OUT -- copy what tests/gpu/run.sh needs from a GPU build
+# (-Dcuda=enabled) into the flat directory OUT, with the shared libraries a bare GPU
+# machine may lack (cmocka, pcre2), so the checks run where no build tools are:
+#   sh tests/gpu/pack.sh build-gpu .gpubin && (copy the tree) && sh tests/gpu/run.sh .gpubin
+set -eu
+B=$1 O=$2
+mkdir -p "$O"
+cp "$B/tests/test_gpu_kernels" "$B/tests/test_hybrid" "$B/tools/pi-bench" "$B/tools/pi-run" "$O/"
+cp -P "$B"/lib/libpowerinfer.so* "$O/"
+for lib in libcmocka.so.0 libpcre2-8.so.0; do
+    p=$(ldconfig -p | awk -v l="$lib" '$1 == l && /x86-64/ { print $NF; exit }')
+    [ -n "$p" ] && cp -L "$p" "$O/$lib"
+done
+# the binaries look for libpowerinfer in $ORIGIN/../lib; run.sh sets LD_LIBRARY_PATH
+du -sh "$O"

@@ -1,0 +1,80 @@
+#!/bin/sh
+# tests/gpu/run.sh -- every check that needs a GPU, in one go (about 5 minutes on an
+# H200): the kernel conformance table (each GPU op and weight type against the CPU
+# scalar reference on random shapes), the hybrid equality tests on the GPU (every
+# budget gives the CPU-only logits), and pi-bench at a few budgets on a synthetic
+# 1B-shape PowerInfer model. A summary table comes last.
+#
+#   sh tests/gpu/run.sh [BUILD]
+#
+# BUILD: a meson build directory configured with -Dcuda=enabled (or -Dhip=enabled);
+# made as build-gpu when missing. Or a flat directory holding test_gpu_kernels,
+# test_hybrid, pi-bench and libpowerinfer.so.* (what tests/gpu/pack.sh writes, for a
+# machine without the build tools). Environment: PI_GPU_MODEL, a PowerInfer model for
+# pi-bench (default: generated into $TMPDIR with tools/bench/make_synthetic_powerinfer.py,
+# which needs numpy and gguf); PI_GPU_BUDGETS (GiB list, default 0,0.1,0.25,0.5,auto);
+# PI_GPU_LOG, a directory for the logs (default $TMPDIR/pi-gpu).
+set -u
+here=$(cd "$(dirname "$0")/../.." && pwd)
+B=${1:-build-gpu}
+log=${PI_GPU_LOG:-${TMPDIR:-/tmp}/pi-gpu}
+mkdir -p "$log"
+
+if [ -f "$B/build.ninja" ] || [ ! -e "$B" ]; then
+    if [ ! -f "$B/build.ninja" ]; then
+        meson setup "$B" "$here" -Dcuda=enabled -Dbuildtype=release || exit 1
+    fi
+    ninja -C "$B" || exit 1
+    kernels=$B/tests/test_gpu_kernels hybrid=$B/tests/test_hybrid bench=$B/tools/pi-bench
+else
+    kernels=$B/test_gpu_kernels hybrid=$B/test_hybrid bench=$B/pi-bench
+    export LD_LIBRARY_PATH="$B${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+fi
+
+command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,driver_version \
+    --format=csv,noheader | tee "$log/gpu.txt"
+
+t0=$(date +%s)
+"$kernels" >"$log/kernels.txt" 2>&1
+k_rc=$?
+tail -n 40 "$log/kernels.txt"
+t1=$(date +%s)
+"$hybrid" --gpu >"$log/hybrid.txt" 2>&1
+h_rc=$?
+grep -E '^#|ERROR|FAILED|PASSED' "$log/hybrid.txt"
+t2=$(date +%s)
+
+model=${PI_GPU_MODEL:-}
+if [ -z "$model" ]; then
+    model=${TMPDIR:-/tmp}/pi-gpu-synth-1b
+    if [ ! -f "$model.powerinfer.gguf" ]; then
+        python3 "$here/tools/bench/make_synthetic_powerinfer.py" --preset 1b -o "$model" \
+            >"$log/synth.txt" 2>&1 || { tail -n 5 "$log/synth.txt"; model=; }
+    fi
+    [ -n "$model" ] && model=$model.powerinfer.gguf
+fi
+b_rc=77
+if [ -n "$model" ]; then
+    threads=$(nproc 2>/dev/null || echo 4)
+    [ "$threads" -gt 8 ] && threads=8
+    "$bench" -m "$model" -t "$threads" -p 64 -n 64 -r 3 --no-bandwidth --device gpu \
+        --vram-budget "${PI_GPU_BUDGETS:-0,0.1,0.25,0.5,auto}" >"$log/bench.txt" 2>&1
+    b_rc=$?
+    "$bench" -m "$model" -t "$threads" -p 64 -n 64 -r 3 --no-bandwidth \
+        >"$log/bench-cpu.txt" 2>&1
+fi
+t3=$(date +%s)
+
+word() { case $1 in 0) echo pass ;; 77) echo skip ;; *) echo "FAIL ($1)" ;; esac; }
+echo
+echo "== pi-bench, CPU only =="
+[ -f "$log/bench-cpu.txt" ] && cat "$log/bench-cpu.txt"
+echo "== pi-bench, hybrid =="
+[ -f "$log/bench.txt" ] && cat "$log/bench.txt"
+echo
+echo "| check | result | seconds |"
+echo "|---|---|--:|"
+echo "| kernel conformance (test_gpu_kernels) | $(word $k_rc) | $((t1 - t0)) |"
+echo "| hybrid = CPU-only logits (test_hybrid --gpu) | $(word $h_rc) | $((t2 - t1)) |"
+echo "| pi-bench at budgets | $(word $b_rc) | $((t3 - t2)) |"
+[ $k_rc -eq 0 ] && [ $h_rc -eq 0 ] && [ $b_rc -eq 0 ]
