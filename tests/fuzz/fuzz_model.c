@@ -1,7 +1,8 @@
 /* libFuzzer harness: the whole model open path (GGUF reader + description builder)
  * over arbitrary bytes, through pi_model_open_buffer, then every query; for small
  * models that open, two decode steps in one FFN mode (chosen by the input's last byte),
- * with or without diagnostic statistics; and
+ * with or without diagnostic statistics, on the CPU or split with a CPU backend acting
+ * as the device at a budget the byte also picks (the plan described too); and
  * the activation-statistics reader on the same bytes. */
 #include <stddef.h>
 #include <stdint.h>
@@ -23,6 +24,16 @@ static void decode_a_little(const pi_model *m, uint8_t pick) {
     cp.n_threads = 1;
     cp.sparse_mode = pick % 4u;
     cp.stats = pick & 4 ? PI_STATS_DIAGNOSTIC : PI_STATS_OFF;
+    if (pick & 8) { /* hybrid: a fraction (pick >> 4) / 15 of "everything" */
+        cp.device = PI_DEVICE_CPU;
+        pi_plan *all;
+        if (pi_model_plan(m, &cp, &all) != PI_OK)
+            return;
+        char text[256];
+        (void)pi_plan_describe(all, text, sizeof text);
+        cp.device_budget = pi_plan_bytes(all, PI_PLAN_N_PARTS) / 15u * (uint64_t)(pick >> 4);
+        pi_plan_free(all);
+    }
     pi_ctx *c;
     if (pi_ctx_create(m, &cp, &c) != PI_OK)
         return;
