@@ -388,10 +388,10 @@ int64_t pi_plan_describe(const pi_plan *pl, char *buf, size_t cap) {
     static const char *const src[] = {"computed", "read from a file", "computed, cache written",
                                       "computed, cache not written"};
     const uint64_t used = p->total + pl->scratch;
-    const int gib = pl->budget >= (1ull << 30);
+    const int gb = pl->budget >= (1ull << 30), gu = used >= (1ull << 30);
     put(buf, cap, &len, "plan: budget %.2f %s, %.2f %s on the device (%s)\n",
-        (double)pl->budget / (gib ? GIB : MIB), gib ? "GiB" : "MiB",
-        (double)used / (gib ? GIB : MIB), gib ? "GiB" : "MiB",
+        (double)pl->budget / (gb ? GIB : MIB), gb ? "GiB" : "MiB",
+        (double)used / (gu ? GIB : MIB), gu ? "GiB" : "MiB",
         src[pl->source >= 0 && pl->source < 4 ? pl->source : 0]);
     put(buf, cap, &len, "  %-10s %10.1f MiB\n", "scratch", (double)pl->scratch / MIB);
     put(buf, cap, &len, "  %-10s %10.1f MiB  %lld/%lld layers\n", "attention",

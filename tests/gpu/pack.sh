@@ -6,8 +6,10 @@
 set -eu
 B=$1 O=$2
 mkdir -p "$O"
-cp "$B/tests/test_gpu_kernels" "$B/tests/test_hybrid" "$B/tools/pi-bench" "$B/tools/pi-run" "$O/"
-cp -P "$B"/lib/libpowerinfer.so* "$O/"
+cp "$B/tests/gpu/test_gpu_kernels" "$B/tests/test_hybrid" "$B/tools/pi-bench" "$B/tools/pi-run" "$O/"
+for f in "$B"/lib/libpowerinfer.so*; do
+    [ -d "$f" ] || cp -P "$f" "$O/"
+done
 for lib in libcmocka.so.0 libpcre2-8.so.0; do
     p=$(ldconfig -p | awk -v l="$lib" '$1 == l && /x86-64/ { print $NF; exit }')
     [ -n "$p" ] && cp -L "$p" "$O/$lib"

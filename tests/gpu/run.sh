@@ -25,7 +25,7 @@ if [ -f "$B/build.ninja" ] || [ ! -e "$B" ]; then
         meson setup "$B" "$here" -Dcuda=enabled -Dbuildtype=release || exit 1
     fi
     ninja -C "$B" || exit 1
-    kernels=$B/tests/test_gpu_kernels hybrid=$B/tests/test_hybrid bench=$B/tools/pi-bench
+    kernels=$B/tests/gpu/test_gpu_kernels hybrid=$B/tests/test_hybrid bench=$B/tools/pi-bench
 else
     kernels=$B/test_gpu_kernels hybrid=$B/test_hybrid bench=$B/pi-bench
     export LD_LIBRARY_PATH="$B${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
