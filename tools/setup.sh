@@ -9,7 +9,7 @@ SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"
 need=""
 for p in meson ninja-build pkg-config gcc g++ clang libcmocka-dev libclang-rt-14-dev libpcre2-dev \
-         abigail-tools; do
+         abigail-tools hipcc rocm-device-libs libamdhip64-dev; do
     dpkg -s "$p" >/dev/null 2>&1 || need="$need $p"
 done
 python3 -m pip --version >/dev/null 2>&1 || need="$need python3 python3-pip"

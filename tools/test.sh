@@ -2,9 +2,11 @@
 # The whole test suite, as CI runs it:
 #   1. install dependencies (tools/setup.sh);
 #   2. release build with gcc, `meson test` (every suite);
-#   3. clang build with AddressSanitizer + UndefinedBehaviorSanitizer and the libFuzzer
-#      harnesses, `meson test` again, then each fuzzer for a bounded time
-#      (PI_FUZZ_SECONDS, default 60) over the committed corpus and generated models.
+#   3. the CUDA and HIP builds (compiled; GPU tests skip without a GPU), the ABI check,
+#      ThreadSanitizer runs, then a clang build with AddressSanitizer +
+#      UndefinedBehaviorSanitizer and the libFuzzer harnesses, `meson test` again, then
+#      each fuzzer for a bounded time (PI_FUZZ_SECONDS, default 60) over the committed
+#      corpus and generated models.
 # Pass --quick to do only steps 1 and 2.
 set -eu
 cd "$(dirname "$0")/.."
@@ -29,6 +31,18 @@ PI_PYTHON_INSTALLED=1 PI_LIBRARY="$PWD/build/lib/libpowerinfer.so" \
     PI_TEST_MODEL="$(python3 ../smollm2_path.py)" cargo test --offline)
 
 [ "${1:-}" = "--quick" ] && exit 0
+
+# The GPU backends compile: CUDA with the toolkit's nvcc (sm_80/86/89/90 + PTX) and HIP
+# with Debian's hipcc (gfx90a, gfx1030). With no GPU here their kernel test skips (77)
+# and everything else, hybrid runs with a CPU device included, must pass as in build/.
+# tests/gpu/run.sh is the check on a real GPU.
+PATH="$PATH:/usr/local/cuda/bin"
+[ -d build-cuda ] || meson setup build-cuda -Dcuda=enabled
+meson compile -C build-cuda
+meson test -C build-cuda --print-errorlogs --no-suite python
+[ -d build-hip ] || meson setup build-hip -Dhip=enabled
+meson compile -C build-hip
+meson test -C build-hip --print-errorlogs --no-suite python
 
 # The binary interface against the committed libabigail dump (a gcc -O0 -g library in
 # build-abi/), and N contexts on one model in N threads under ThreadSanitizer.
