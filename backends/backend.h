@@ -17,7 +17,7 @@
  *
  * Optional members may be NULL; the fallback is stated next to each. A backend used
  * only as the hybrid executor's device (lib/infer/forward.c) needs: create, destroy,
- * n_threads, buf_*, upload, download, sync, kv_*, matmul, matmul_t, rmsnorm, rope,
+ * n_threads, buf_*, upload, download, sync, kv_* (all of them), matmul, matmul_t, rmsnorm, rope,
  * kv_store, attention, ffn_act, ffn_act_masked, add; matmul_rows, matmul_t_rows and
  * get_rows are needed only by the main (CPU) backend. */
 #ifndef PI_BACKEND_H
@@ -97,9 +97,19 @@ struct pi_backend_vtable {
      * (pi_type_is_computable). The executor keeps other weights on the host. */
     int (*supports)(const struct pi_backend *b, uint32_t type);
 
-    /* KV cache; entries beyond the positions written are never read. */
+    /* KV cache; entries beyond the positions written are never read. Its "layers" are
+     * slots: a context with several sequences asks for n_layer * n_seq of them and
+     * uses slot layer * n_seq + seq (kv_store and attention never mix slots). */
     int (*kv_create)(struct pi_backend *b, const struct pi_kv_desc *d, struct pi_kv **out);
     void (*kv_destroy)(struct pi_backend *b, struct pi_kv *kv);
+    /* Copy positions pos0 .. pos0 + n - 1 of slot `layer` out of the cache (kv_get,
+     * waits for queued ops) or into it (kv_set, done when it returns): k [n][n_head_kv *
+     * head_dim_k] and v [n][n_head_kv * head_dim_v], F16 bits, host memory. PI_OK or
+     * the first error. */
+    int (*kv_get)(struct pi_backend *b, struct pi_kv *kv, int64_t layer, int64_t pos0, int64_t n,
+                  uint16_t *k, uint16_t *v);
+    int (*kv_set)(struct pi_backend *b, struct pi_kv *kv, int64_t layer, int64_t pos0, int64_t n,
+                  const uint16_t *k, const uint16_t *v);
 
     /* ---- ops ---- */
     /* y[t][r] = sum_i W[r][i] * x[t][i]; x [n_tok][n_in], y [n_tok][n_out]. */

@@ -575,6 +575,11 @@ typedef struct pi_ctx_params {
      * NULL (default): plan in memory. Since: 0.1 */
     const char *plan_path;
     uint32_t plan_file;
+    /* Sequences the context holds (independent conversations sharing the weights and
+     * decoded together by pi_ctx_decode_batch), ids 0 .. n_seq_max - 1, each up to
+     * n_ctx positions. Default 1; at most 256. The KV cache holds n_seq_max * n_ctx
+     * positions (memory is touched only as positions are used). Since: 0.1 */
+    uint32_t n_seq_max;
 } pi_ctx_params;
 
 /* pi_ctx_params.device. */
@@ -684,6 +689,96 @@ PI_API int pi_ctx_reset(pi_ctx *ctx);
  * point). PI_OK, PI_ERR_INVALID_ARG, PI_ERR_RANGE (n_keep above the position).
  * Logits are cleared. Since: 0.1 */
 PI_API int pi_ctx_truncate(pi_ctx *ctx, int64_t n_keep);
+
+/* ---- Several sequences in one context ---------------------------------------------
+ *
+ * A context holds n_seq_max sequences (pi_ctx_params). Each has its own positions
+ * 0 .. len-1 and cache; pi_ctx_decode and the single-sequence calls above act on
+ * sequence 0 (pi_ctx_reset clears all). A batch appends tokens to any sequences in one
+ * call: its matrix products run over all its tokens at once (what a server with many
+ * clients wants), attention stays within each sequence.
+ *
+ * State after a failing call: every call below either succeeds or leaves every
+ * sequence's length, cache contents that matter and the last logits as they were
+ * (positions a failed call wrote beyond a sequence's length are never read). The one
+ * exception is a device failing in the middle of pi_ctx_seq_copy or _remove (a GPU
+ * error): the target sequence is then shortened to what is intact (copy: empty;
+ * remove: positions before p0), and the message says so. */
+
+/* One token of a batch: append `token` to sequence `seq` at position `pos`, which must
+ * be the sequence's next position (its length, plus the entries of the same sequence
+ * earlier in the batch), or -1 for "the next". `logits` non-zero: keep this entry's
+ * logits (pi_ctx_batch_logits). 16 bytes. */
+typedef struct pi_batch_entry {
+    int32_t token;
+    int32_t seq;
+    int32_t pos;
+    uint32_t logits;
+} pi_batch_entry;
+
+/* Decode `n` entries (borrowed for the call) in one call. Returns PI_OK;
+ * PI_ERR_INVALID_ARG (NULL, n 0, a token outside the vocabulary, a seq outside
+ * 0..n_seq_max-1, a pos that is not the sequence's next); PI_ERR_RANGE (a sequence
+ * would exceed n_ctx); PI_ERR_ABORTED (the abort callback; nothing changed);
+ * PI_ERR_NOMEM. pi_ctx_logits then returns the logits of the last entry that asked
+ * for them. Since: 0.1 */
+PI_API int pi_ctx_decode_batch(pi_ctx *ctx, const pi_batch_entry *entries, size_t n);
+
+/* The n_vocab logits of entry `i` of the last successful pi_ctx_decode_batch, or NULL
+ * (out of range, or the entry did not ask for logits). Borrowed until the next decode,
+ * state load, reset, truncate or destroy (the seq_* calls keep them). Since: 0.1 */
+PI_API const float *pi_ctx_batch_logits(const pi_ctx *ctx, size_t i);
+
+/* Sequences the context holds. 0 for NULL. Since: 0.1 */
+PI_API uint32_t pi_ctx_n_seq_max(const pi_ctx *ctx);
+
+/* Positions decoded in sequence `seq` (its next position); -1 for NULL or a bad seq.
+ * Since: 0.1 */
+PI_API int64_t pi_ctx_seq_len(const pi_ctx *ctx, int32_t seq);
+
+/* Remove positions p0 .. p1-1 of sequence `seq` (p1 -1: to the end). Later positions
+ * move down by p1 - p0: their cached keys are rotated back (RoPE composes), so the
+ * sequence continues as if the removed tokens had never been there, up to the F16
+ * cache's rounding. PI_OK, PI_ERR_INVALID_ARG (NULL, bad seq), PI_ERR_RANGE
+ * (p0 < 0, p0 > p1, p1 > len). Since: 0.1 */
+PI_API int pi_ctx_seq_remove(pi_ctx *ctx, int32_t seq, int64_t p0, int64_t p1);
+
+/* Make sequence `dst` a copy of sequence `src` (its positions and cache): a shared
+ * prompt decoded once, continued several ways. PI_OK, PI_ERR_INVALID_ARG. Since: 0.1 */
+PI_API int pi_ctx_seq_copy(pi_ctx *ctx, int32_t src, int32_t dst);
+
+/* Clear every sequence but `seq`. PI_OK, PI_ERR_INVALID_ARG. Since: 0.1 */
+PI_API int pi_ctx_seq_keep(pi_ctx *ctx, int32_t seq);
+
+/* Clear sequence `seq` (length 0); -1 clears all. PI_OK, PI_ERR_INVALID_ARG.
+ * Since: 0.1 */
+PI_API int pi_ctx_seq_clear(pi_ctx *ctx, int32_t seq);
+
+/* ---- State save and restore ---------------------------------------------------------
+ *
+ * The state of the whole context (seq -1: every sequence's positions and cache, and the
+ * last logits) or of one sequence (its positions and cache), in a versioned binary
+ * format with a checksum that names the model it belongs to (docs/formats.md). Loading
+ * a state of another model, a truncated or corrupted one, or one that does not fit
+ * (n_ctx, n_seq_max) fails with PI_ERR_FORMAT / PI_ERR_RANGE and a message, and
+ * leaves the context as it was. A round trip reproduces the next logits bit for bit. */
+
+/* Write the state into buf (cap bytes); *size receives the bytes needed (also when buf
+ * is NULL or cap too small: then PI_ERR_RANGE). PI_OK, PI_ERR_INVALID_ARG, PI_ERR_RANGE,
+ * PI_ERR_NOMEM. Since: 0.1 */
+PI_API int pi_ctx_state_save(const pi_ctx *ctx, int32_t seq, void *buf, size_t cap,
+                             size_t *size);
+
+/* Restore a state from `size` bytes at buf (borrowed for the call): seq -1 needs a
+ * whole-context state and replaces everything; seq s takes a one-sequence state (of any
+ * sequence) into sequence s. PI_OK, PI_ERR_INVALID_ARG, PI_ERR_FORMAT, PI_ERR_RANGE,
+ * PI_ERR_NOMEM. Since: 0.1 */
+PI_API int pi_ctx_state_load(pi_ctx *ctx, int32_t seq, const void *buf, size_t size);
+
+/* The same through a file, written atomically (temporary name, then rename).
+ * PI_ERR_IO when it cannot be written or read. Since: 0.1 */
+PI_API int pi_ctx_state_save_file(const pi_ctx *ctx, int32_t seq, const char *path);
+PI_API int pi_ctx_state_load_file(pi_ctx *ctx, int32_t seq, const char *path);
 
 /* Change the number of worker threads (restarts them). 0 means the processors
  * available. PI_OK, PI_ERR_INVALID_ARG, PI_ERR_NOMEM, PI_ERR_INTERNAL (the context

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "infer/ctx.h"
+#include "runtime/fp16.h"
 #include "runtime/types.h"
 #include "util/os.h"
 #include "util/params.h"
@@ -16,6 +17,7 @@
 #define MAX_CTX (1 << 20)
 #define DEFAULT_BATCH 256
 #define MAX_THREADS 512
+#define MAX_SEQ 256
 
 int pi_ctx_default_params(pi_ctx_params *p) {
     if (!p)
@@ -68,6 +70,13 @@ void pi_ctx_destroy(pi_ctx *c) {
         pi_free(&a, bufs[i]);
     pi_free(&a, c->idx);
     pi_free(&a, c->mark);
+    for (int i = 0; i < 2; i++) {
+        pi_free(&a, c->rows[i]);
+        pi_free(&a, c->row_of[i]);
+    }
+    pi_free(&a, c->seq_len);
+    pi_free(&a, c->next_pos);
+    pi_free(&a, c->step_tok);
     pi_stats_destroy(c->stats);
     pi_free(&a, c->layers);
     pi_free(&a, c);
@@ -169,8 +178,12 @@ static int setup(struct pi_ctx *c, const pi_ctx_params *p) {
             PI_FAIL(&c->err, PI_ERR_NOMEM, "out of memory for %lld-token scratch",
                     (long long)B);
     }
+    c->n_seq = p->n_seq_max ? p->n_seq_max : 1;
     c->logits = pi_calloc(a, (size_t)hp->n_vocab, sizeof(float));
-    if (!c->logits)
+    c->seq_len = pi_calloc(a, (size_t)c->n_seq, sizeof *c->seq_len);
+    c->next_pos = pi_calloc(a, (size_t)c->n_seq, sizeof *c->next_pos);
+    c->step_tok = pi_calloc(a, (size_t)B, sizeof *c->step_tok);
+    if (!c->logits || !c->seq_len || !c->next_pos || !c->step_tok)
         PI_FAIL(&c->err, PI_ERR_NOMEM, "out of memory");
     PI_TRY(setup_sparse(c, p));
 
@@ -185,7 +198,7 @@ static int setup(struct pi_ctx *c, const pi_ctx_params *p) {
         const struct pi_backend_vtable *dbe;
         struct pi_backend *db;
         struct pi_plan *plan;
-        struct pi_plan_shape shape = {c->n_ctx, c->n_batch};
+        struct pi_plan_shape shape = {c->n_ctx, c->n_batch, c->n_seq};
         cfg.device = (int)p->device_index;
         PI_TRY(pi_hybrid_backend(p, &cfg, &dbe, &db, &c->err));
         st = pi_hybrid_plan(m, p, &shape, pi_hybrid_budget(m, p, &shape, dbe, db), &plan, &c->err);
@@ -197,8 +210,8 @@ static int setup(struct pi_ctx *c, const pi_ctx_params *p) {
         if (plan->pl.kv)
             return PI_OK; /* the KV cache lives on the device */
     }
-    struct pi_kv_desc kvd = {hp->n_layer, c->n_ctx, hp->n_head, hp->n_head_kv, hp->head_dim_k,
-                             hp->head_dim_v};
+    struct pi_kv_desc kvd = {hp->n_layer * c->n_seq, c->n_ctx, hp->n_head, hp->n_head_kv,
+                             hp->head_dim_k, hp->head_dim_v};
     st = c->be->kv_create(c->b, &kvd, &c->kv);
     if (st < 0)
         PI_FAIL(&c->err, st, "out of memory for a KV cache of %lld positions",
@@ -220,6 +233,7 @@ static const char *bad_params(const pi_ctx_params *pp) {
            : p.device_index > 1024   ? "device_index is above 1024"
            : p.plan_file > PI_PLAN_FILE_WRITE ? "plan_file is not a PI_PLAN_FILE_* value"
            : p.plan_file && !p.plan_path ? "plan_file is set but plan_path is NULL"
+           : p.n_seq_max > MAX_SEQ ? "n_seq_max is above 256"
            : NULL;
 }
 
@@ -269,20 +283,104 @@ const pi_model *pi_ctx_model(const pi_ctx *c) {
     return c ? c->model : NULL;
 }
 
+/* Room for the logits rows and row map of a batch of n entries, k of them asking
+ * for logits, in the spare set. */
+static int batch_room(struct pi_ctx *c, size_t n, size_t k) {
+    const int s = !c->cur;
+    const size_t V = (size_t)c->hp->n_vocab;
+    if (n > c->row_of_cap[s]) {
+        int32_t *r = pi_malloc(&c->alloc, n * sizeof *r);
+        if (!r)
+            return PI_ERR_NOMEM;
+        pi_free(&c->alloc, c->row_of[s]);
+        c->row_of[s] = r;
+        c->row_of_cap[s] = n;
+    }
+    if (k > c->rows_cap[s]) {
+        if (k > SIZE_MAX / sizeof(float) / V)
+            return PI_ERR_NOMEM;
+        float *r = pi_malloc(&c->alloc, k * V * sizeof *r);
+        if (!r)
+            return PI_ERR_NOMEM;
+        pi_free(&c->alloc, c->rows[s]);
+        c->rows[s] = r;
+        c->rows_cap[s] = k;
+    }
+    return PI_OK;
+}
+
+/* Check the entries, resolve their positions into pos, and run them. */
+static int decode_entries(struct pi_ctx *c, const pi_batch_entry *e, size_t n, int32_t *pos) {
+    size_t k = 0;
+    for (int64_t s = 0; s < c->n_seq; s++)
+        c->next_pos[s] = c->seq_len[s];
+    for (size_t i = 0; i < n; i++) {
+        if (e[i].token < 0 || e[i].token >= c->hp->n_vocab)
+            PI_FAIL(&c->err, PI_ERR_INVALID_ARG, "entry %zu: token id %d is outside the "
+                    "vocabulary of %lld", i, (int)e[i].token, (long long)c->hp->n_vocab);
+        if (e[i].seq < 0 || e[i].seq >= c->n_seq)
+            PI_FAIL(&c->err, PI_ERR_INVALID_ARG, "entry %zu: sequence %d is outside 0..%lld", i,
+                    (int)e[i].seq, (long long)c->n_seq - 1);
+        const int64_t want = c->next_pos[e[i].seq];
+        if (e[i].pos != -1 && e[i].pos != want)
+            PI_FAIL(&c->err, PI_ERR_INVALID_ARG, "entry %zu: position %d, but sequence %d "
+                    "continues at %lld", i, (int)e[i].pos, (int)e[i].seq, (long long)want);
+        if (want >= c->n_ctx)
+            PI_FAIL(&c->err, PI_ERR_RANGE, "entry %zu: sequence %d would exceed the context "
+                    "of %lld positions", i, (int)e[i].seq, (long long)c->n_ctx);
+        pos[i] = (int32_t)want;
+        c->next_pos[e[i].seq] = want + 1;
+        k += e[i].logits != 0;
+    }
+    if (batch_room(c, n, k) < 0)
+        PI_FAIL(&c->err, PI_ERR_NOMEM, "out of memory for the logits of %zu entries", k);
+    return pi_forward(c, e, pos, (int64_t)n);
+}
+
 int pi_ctx_decode(pi_ctx *c, const int32_t *tokens, size_t n) {
     if (!c)
         return PI_ERR_INVALID_ARG;
     pi_error_clear(&c->err);
     if (!tokens || n == 0)
         PI_FAIL(&c->err, PI_ERR_INVALID_ARG, "pi_ctx_decode: no tokens");
-    for (size_t i = 0; i < n; i++)
-        if (tokens[i] < 0 || tokens[i] >= c->hp->n_vocab)
-            PI_FAIL(&c->err, PI_ERR_INVALID_ARG, "token %zu has id %d, outside the vocabulary "
-                    "of %lld", i, (int)tokens[i], (long long)c->hp->n_vocab);
-    if ((int64_t)n > c->n_ctx - c->pos)
+    if ((int64_t)n > c->n_ctx - c->seq_len[0])
         PI_FAIL(&c->err, PI_ERR_RANGE, "%zu tokens at position %lld exceed the context of %lld",
-                n, (long long)c->pos, (long long)c->n_ctx);
-    return pi_forward(c, tokens, (int64_t)n);
+                n, (long long)c->seq_len[0], (long long)c->n_ctx);
+    pi_batch_entry *e = pi_malloc(&c->alloc, n * sizeof *e);
+    int32_t *pos = pi_malloc(&c->alloc, n * sizeof *pos);
+    int st;
+    if (e && pos) {
+        for (size_t i = 0; i < n; i++)
+            e[i] = (pi_batch_entry){tokens[i], 0, -1, i + 1 == n};
+        st = decode_entries(c, e, n, pos);
+    } else {
+        st = pi_error_set(&c->err, PI_ERR_NOMEM, "out of memory for %zu tokens", n);
+    }
+    pi_free(&c->alloc, e);
+    pi_free(&c->alloc, pos);
+    return st;
+}
+
+int pi_ctx_decode_batch(pi_ctx *c, const pi_batch_entry *e, size_t n) {
+    if (!c)
+        return PI_ERR_INVALID_ARG;
+    pi_error_clear(&c->err);
+    if (!e || n == 0)
+        PI_FAIL(&c->err, PI_ERR_INVALID_ARG, "pi_ctx_decode_batch: no entries");
+    if (n > (size_t)c->n_ctx * (size_t)c->n_seq)
+        PI_FAIL(&c->err, PI_ERR_RANGE, "%zu entries exceed the context's capacity", n);
+    int32_t *pos = pi_malloc(&c->alloc, n * sizeof *pos);
+    if (!pos)
+        PI_FAIL(&c->err, PI_ERR_NOMEM, "out of memory for %zu entries", n);
+    const int st = decode_entries(c, e, n, pos);
+    pi_free(&c->alloc, pos);
+    return st;
+}
+
+const float *pi_ctx_batch_logits(const pi_ctx *c, size_t i) {
+    if (!c || i >= c->n_entries || c->row_of[c->cur][i] < 0)
+        return NULL;
+    return c->rows[c->cur] + (size_t)c->row_of[c->cur][i] * (size_t)c->hp->n_vocab;
 }
 
 const float *pi_ctx_logits(const pi_ctx *c) {
@@ -290,25 +388,160 @@ const float *pi_ctx_logits(const pi_ctx *c) {
 }
 
 int64_t pi_ctx_pos(const pi_ctx *c) {
-    return c ? c->pos : 0;
+    return c ? c->seq_len[0] : 0;
 }
 
 int64_t pi_ctx_n_ctx(const pi_ctx *c) {
     return c ? c->n_ctx : 0;
 }
 
+uint32_t pi_ctx_n_seq_max(const pi_ctx *c) {
+    return c ? (uint32_t)c->n_seq : 0;
+}
+
+int64_t pi_ctx_seq_len(const pi_ctx *c, int32_t seq) {
+    return c && seq >= 0 && seq < c->n_seq ? c->seq_len[seq] : -1;
+}
+
+/* Forget the batch logits (after the cache changed under them). */
+static void drop_logits(struct pi_ctx *c) {
+    c->has_logits = 0;
+    c->n_entries = 0;
+}
+
 int pi_ctx_reset(pi_ctx *c) {
-    return pi_ctx_truncate(c, 0);
+    return pi_ctx_seq_clear(c, -1);
 }
 
 int pi_ctx_truncate(pi_ctx *c, int64_t n_keep) {
     if (!c || n_keep < 0)
         return PI_ERR_INVALID_ARG;
-    if (n_keep > c->pos)
+    if (n_keep > c->seq_len[0])
         PI_FAIL(&c->err, PI_ERR_RANGE, "cannot keep %lld positions of %lld", (long long)n_keep,
-                (long long)c->pos);
-    c->pos = n_keep;
-    c->has_logits = 0;
+                (long long)c->seq_len[0]);
+    c->seq_len[0] = n_keep;
+    drop_logits(c);
+    return PI_OK;
+}
+
+int pi_ctx_seq_clear(pi_ctx *c, int32_t seq) {
+    if (!c || seq < -1 || seq >= c->n_seq)
+        return PI_ERR_INVALID_ARG;
+    for (int64_t s = 0; s < c->n_seq; s++)
+        if (seq == -1 || s == seq)
+            c->seq_len[s] = 0;
+    if (seq == -1)
+        drop_logits(c);
+    return PI_OK;
+}
+
+int pi_ctx_seq_keep(pi_ctx *c, int32_t seq) {
+    if (!c || seq < 0 || seq >= c->n_seq)
+        return PI_ERR_INVALID_ARG;
+    for (int64_t s = 0; s < c->n_seq; s++)
+        if (s != seq)
+            c->seq_len[s] = 0;
+    return PI_OK;
+}
+
+/* The backend that holds the KV cache, and the cache. */
+static void kv_home(const struct pi_ctx *c, const struct pi_backend_vtable **be,
+                    struct pi_backend **b, struct pi_kv **kv) {
+    if (c->hy && c->hy->kv) {
+        *be = c->hy->be;
+        *b = c->hy->b;
+        *kv = c->hy->kv;
+    } else {
+        *be = c->be;
+        *b = c->b;
+        *kv = c->kv;
+    }
+}
+
+int pi_ctx_seq_copy(pi_ctx *c, int32_t src, int32_t dst) {
+    if (!c || src < 0 || src >= c->n_seq || dst < 0 || dst >= c->n_seq)
+        return PI_ERR_INVALID_ARG;
+    const int64_t n = c->seq_len[src];
+    if (src == dst || n == 0) {
+        c->seq_len[dst] = n;
+        return PI_OK;
+    }
+    const struct pi_hparams *hp = c->hp;
+    const size_t per = (size_t)(hp->n_head_kv * (hp->head_dim_k + hp->head_dim_v));
+    uint16_t *buf = pi_malloc(&c->alloc, (size_t)n * per * 2);
+    if (!buf)
+        PI_FAIL(&c->err, PI_ERR_NOMEM, "out of memory copying %lld positions", (long long)n);
+    const struct pi_backend_vtable *be;
+    struct pi_backend *b;
+    struct pi_kv *kv;
+    kv_home(c, &be, &b, &kv);
+    uint16_t *k = buf, *v = buf + (size_t)n * (size_t)(hp->n_head_kv * hp->head_dim_k);
+    int st = PI_OK;
+    for (int64_t l = 0; st >= 0 && l < hp->n_layer; l++) {
+        st = be->kv_get(b, kv, l * c->n_seq + src, 0, n, k, v);
+        if (st >= 0)
+            st = be->kv_set(b, kv, l * c->n_seq + dst, 0, n, k, v);
+    }
+    pi_free(&c->alloc, buf);
+    if (st < 0) { /* dst's cells may be half written: dst is cleared, src is intact */
+        c->seq_len[dst] = 0;
+        PI_FAIL(&c->err, st, "copying sequence %d to %d failed", (int)src, (int)dst);
+    }
+    c->seq_len[dst] = n;
+    return PI_OK;
+}
+
+int pi_ctx_seq_remove(pi_ctx *c, int32_t seq, int64_t p0, int64_t p1) {
+    if (!c || seq < 0 || seq >= c->n_seq)
+        return PI_ERR_INVALID_ARG;
+    const int64_t len = c->seq_len[seq];
+    if (p1 == -1)
+        p1 = len;
+    if (p0 < 0 || p0 > p1 || p1 > len)
+        PI_FAIL(&c->err, PI_ERR_RANGE, "cannot remove positions %lld..%lld of a sequence of "
+                "%lld", (long long)p0, (long long)p1, (long long)len);
+    const int64_t d = p1 - p0, m = len - p1; /* removed, moved */
+    if (d == 0)
+        return PI_OK;
+    if (m > 0) { /* move p1.. down to p0.., keys rotated back by d positions */
+        const struct pi_hparams *hp = c->hp;
+        const int64_t nk = hp->n_head_kv * hp->head_dim_k, nv = hp->n_head_kv * hp->head_dim_v;
+        uint16_t *k = pi_malloc(&c->alloc, (size_t)(m * (nk + nv)) * 2);
+        float *kf = pi_malloc(&c->alloc, (size_t)(m * nk) * sizeof *kf);
+        if (!k || !kf) {
+            pi_free(&c->alloc, k);
+            pi_free(&c->alloc, kf);
+            PI_FAIL(&c->err, PI_ERR_NOMEM, "out of memory moving %lld positions", (long long)m);
+        }
+        uint16_t *v = k + m * nk;
+        const struct pi_backend_vtable *be;
+        struct pi_backend *b;
+        struct pi_kv *kv;
+        kv_home(c, &be, &b, &kv);
+        int st = PI_OK;
+        for (int64_t l = 0; st >= 0 && l < hp->n_layer; l++) {
+            const int64_t slot = l * c->n_seq + seq;
+            st = be->kv_get(b, kv, slot, p1, m, k, v);
+            if (st < 0)
+                break;
+            for (int64_t i = 0; i < m * nk; i++)
+                kf[i] = pi_fp16_to_fp32(k[i]);
+            /* every head of every moved position turns by the angle of position -d */
+            c->be->rope(c->b, kf, 1, m * hp->n_head_kv, hp->head_dim_k, hp->n_rot, -d,
+                        hp->rope_freq_base, hp->rope_scale, 0);
+            for (int64_t i = 0; i < m * nk; i++)
+                k[i] = pi_fp32_to_fp16(kf[i]);
+            st = be->kv_set(b, kv, slot, p0, m, k, v);
+        }
+        pi_free(&c->alloc, k);
+        pi_free(&c->alloc, kf);
+        if (st < 0) { /* some layers moved, some not: the sequence keeps only p0 */
+            c->seq_len[seq] = p0;
+            PI_FAIL(&c->err, st, "moving positions of sequence %d failed; it now ends at %lld",
+                    (int)seq, (long long)p0);
+        }
+    }
+    c->seq_len[seq] = len - d;
     return PI_OK;
 }
 
@@ -368,6 +601,7 @@ int pi_model_plan(const pi_model *model, const pi_ctx_params *params, pi_plan **
     struct pi_plan_shape shape;
     shape.n_ctx = p.n_ctx ? p.n_ctx : (hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096);
     shape.n_batch = p.n_batch ? p.n_batch : DEFAULT_BATCH;
+    shape.n_seq = p.n_seq_max ? p.n_seq_max : 1;
     if (shape.n_batch > shape.n_ctx)
         shape.n_batch = shape.n_ctx;
     const struct pi_backend_vtable *be = pi_backend_cpu();

@@ -149,6 +149,33 @@ static int cpu_kv_create(struct pi_backend *b, const struct pi_kv_desc *d, struc
     return PI_OK;
 }
 
+static int kv_range_ok(const struct pi_kv *kv, int64_t layer, int64_t pos0, int64_t n) {
+    return kv && layer >= 0 && layer < kv->d.n_layer && pos0 >= 0 && n >= 0 &&
+           pos0 + n <= kv->d.n_ctx;
+}
+
+static int cpu_kv_get(struct pi_backend *b, struct pi_kv *kv, int64_t layer, int64_t pos0,
+                      int64_t n, uint16_t *k, uint16_t *v) {
+    (void)b;
+    if (!kv_range_ok(kv, layer, pos0, n))
+        return PI_ERR_INVALID_ARG;
+    const size_t cell = (size_t)layer * (size_t)kv->d.n_ctx + (size_t)pos0;
+    memcpy(k, kv->k + cell * (size_t)kv->nk, (size_t)(n * kv->nk) * 2);
+    memcpy(v, kv->v + cell * (size_t)kv->nv, (size_t)(n * kv->nv) * 2);
+    return PI_OK;
+}
+
+static int cpu_kv_set(struct pi_backend *b, struct pi_kv *kv, int64_t layer, int64_t pos0,
+                      int64_t n, const uint16_t *k, const uint16_t *v) {
+    (void)b;
+    if (!kv_range_ok(kv, layer, pos0, n))
+        return PI_ERR_INVALID_ARG;
+    const size_t cell = (size_t)layer * (size_t)kv->d.n_ctx + (size_t)pos0;
+    memcpy(kv->k + cell * (size_t)kv->nk, k, (size_t)(n * kv->nk) * 2);
+    memcpy(kv->v + cell * (size_t)kv->nv, v, (size_t)(n * kv->nv) * 2);
+    return PI_OK;
+}
+
 static void cpu_kv_destroy(struct pi_backend *b, struct pi_kv *kv) {
     if (!kv)
         return;
@@ -667,6 +694,8 @@ static const struct pi_backend_vtable cpu_vtable = {
     .sync = cpu_sync,
     .kv_create = cpu_kv_create,
     .kv_destroy = cpu_kv_destroy,
+    .kv_get = cpu_kv_get,
+    .kv_set = cpu_kv_set,
     .matmul = cpu_matmul,
     .matmul_t = cpu_matmul_t,
     .matmul_rows = cpu_matmul_rows,

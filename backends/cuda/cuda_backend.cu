@@ -262,6 +262,43 @@ static void cuda_kv_destroy(struct pi_backend *b, struct pi_kv *kv) {
     pi_free(b->alloc, kv);
 }
 
+static int kv_range_ok(const struct pi_kv *kv, int64_t layer, int64_t pos0, int64_t n) {
+    return kv && layer >= 0 && layer < kv->d.n_layer && pos0 >= 0 && n >= 0 &&
+           pos0 + n <= kv->d.n_ctx;
+}
+
+/* kv_get / kv_set: copies on the stream, then a wait (the host buffers are the
+ * caller's once these return). */
+static int cuda_kv_get(struct pi_backend *b, struct pi_kv *kv, int64_t layer, int64_t pos0,
+                       int64_t n, uint16_t *k, uint16_t *v) {
+    if (!kv_range_ok(kv, layer, pos0, n))
+        return PI_ERR_INVALID_ARG;
+    if (!use(b))
+        return b->err;
+    const size_t cell = (size_t)layer * (size_t)kv->d.n_ctx + (size_t)pos0;
+    pi_cuda_note(b, cudaMemcpyAsync(k, kv->k + cell * (size_t)kv->nk, (size_t)(n * kv->nk) * 2,
+                                    cudaMemcpyDeviceToHost, b->stream));
+    pi_cuda_note(b, cudaMemcpyAsync(v, kv->v + cell * (size_t)kv->nv, (size_t)(n * kv->nv) * 2,
+                                    cudaMemcpyDeviceToHost, b->stream));
+    pi_cuda_note(b, cudaStreamSynchronize(b->stream));
+    return b->err;
+}
+
+static int cuda_kv_set(struct pi_backend *b, struct pi_kv *kv, int64_t layer, int64_t pos0,
+                       int64_t n, const uint16_t *k, const uint16_t *v) {
+    if (!kv_range_ok(kv, layer, pos0, n))
+        return PI_ERR_INVALID_ARG;
+    if (!use(b))
+        return b->err;
+    const size_t cell = (size_t)layer * (size_t)kv->d.n_ctx + (size_t)pos0;
+    pi_cuda_note(b, cudaMemcpyAsync(kv->k + cell * (size_t)kv->nk, k, (size_t)(n * kv->nk) * 2,
+                                    cudaMemcpyHostToDevice, b->stream));
+    pi_cuda_note(b, cudaMemcpyAsync(kv->v + cell * (size_t)kv->nv, v, (size_t)(n * kv->nv) * 2,
+                                    cudaMemcpyHostToDevice, b->stream));
+    pi_cuda_note(b, cudaStreamSynchronize(b->stream));
+    return b->err;
+}
+
 /* ---- ops: make the device current, then queue -------------------------------------- */
 
 static void cuda_matmul(struct pi_backend *b, const struct pi_weight *w, const float *x,
@@ -342,6 +379,8 @@ static const struct pi_backend_vtable cuda_vtable = {
     .supports = cuda_supports,
     .kv_create = cuda_kv_create,
     .kv_destroy = cuda_kv_destroy,
+    .kv_get = cuda_kv_get,
+    .kv_set = cuda_kv_set,
     .matmul = cuda_matmul,
     .matmul_t = cuda_matmul_t,
     .matmul_rows = NULL,

@@ -34,14 +34,24 @@ struct pi_ctx {
     pi_abort_fn abort_fn;
     void *abort_user;
     int64_t n_ctx, n_batch;
-    int64_t pos;        /* positions decoded */
-    int has_logits;
+    int64_t n_seq;      /* sequences; KV slot of (layer, seq) = layer * n_seq + seq */
+    int64_t *seq_len;   /* [n_seq] positions decoded per sequence */
+    int has_logits;     /* logits holds the last requested entry's logits */
     struct pi_weight tok_embd, output; /* {n_embd, n_vocab} */
     struct pi_vector output_norm;
     struct pi_layer_w *layers;         /* [n_layer] */
     /* Scratch activations, [n_batch][width]. */
     float *x, *xn, *q, *k, *v, *att, *g, *u;
     float *logits;                     /* [n_vocab] */
+    /* Logits of the last batch: rows [n_rows][n_vocab] for the entries that asked,
+     * row_of[i] = entry i's row or -1; a call fills the spare set and swaps on success. */
+    float *rows[2];
+    int32_t *row_of[2];
+    size_t rows_cap[2], row_of_cap[2];
+    size_t n_entries;                  /* entries of the last batch */
+    int cur;                           /* the set holding the last batch */
+    int32_t *step_tok;                 /* [n_batch] tokens of a step */
+    int64_t *next_pos;                 /* [n_seq] scratch: next position per sequence */
     /* Sparse FFN (PowerInfer files). */
     int mode;                          /* PI_SPARSE_DENSE, _PREDICTOR or _ORACLE */
     float threshold;
@@ -64,8 +74,13 @@ struct pi_ctx {
  * and the dense kernels stream them faster. */
 #define PI_SPARSE_DENSE_UNION 0.6
 
-/* Run the model over tokens[0..n) at positions ctx->pos ...; on success advances the
- * position and fills the logits of the last token. */
-int pi_forward(struct pi_ctx *ctx, const int32_t *tokens, int64_t n);
+/* Rows of the output projection computed at once (a device holds this many rows of
+ * logits). */
+#define PI_LOGIT_CHUNK 16
+
+/* Run the model over a batch (entries validated by the caller, positions resolved in
+ * pos[i]); on success advances each sequence, swaps in the batch's logits and copies
+ * the last requested row to ctx->logits. On failure nothing visible changes. */
+int pi_forward(struct pi_ctx *ctx, const pi_batch_entry *e, const int32_t *pos, int64_t n);
 
 #endif

@@ -315,9 +315,10 @@ static void ffn_device(struct run *r, const struct pi_dev_layer *D) {
     }
 }
 
-/* One step of at most n_batch tokens at positions pos0 ... pos0 + T - 1. When
- * `logits` is non-NULL, the last token's logits are written there. */
-static int step(struct pi_ctx *c, const int32_t *tokens, int64_t T, int64_t pos0, float *logits) {
+/* One step of T <= n_batch entries at positions pos[0..T). The logits of the entries
+ * that ask for them go to consecutive rows of `rows` [..][n_vocab] (host memory). */
+static int step(struct pi_ctx *c, const pi_batch_entry *e, const int32_t *pos, int64_t T,
+                float *rows) {
     const struct pi_hparams *hp = c->hp;
     struct pi_hybrid *hy = c->hy;
     const int64_t E = hp->n_embd, F = hp->n_ff;
@@ -340,7 +341,9 @@ static int step(struct pi_ctx *c, const int32_t *tokens, int64_t T, int64_t pos0
     const struct unit *kvu = unit(&r, hy && hy->kv);
     struct pi_kv *kv = hy && hy->kv ? hy->kv : c->kv;
 
-    c->be->get_rows(c->b, &c->tok_embd, tokens, T, out(&r.x, HOST));  /* x [T][E] */
+    for (int64_t i = 0; i < T; i++)
+        c->step_tok[i] = e[i].token;
+    c->be->get_rows(c->b, &c->tok_embd, c->step_tok, T, out(&r.x, HOST));  /* x [T][E] */
     for (int64_t l = 0; l < hp->n_layer; l++) {
         const struct pi_layer_w *L = &c->layers[l];
         const struct pi_dev_layer *D = hy ? &hy->layers[l] : NULL;
@@ -356,13 +359,22 @@ static int step(struct pi_ctx *c, const int32_t *tokens, int64_t T, int64_t pos0
         a->be->matmul(a->b, W ? &L->wq : &D->wq, xn, T, out(&r.q, a->at));  /* q [T][Hq*D] */
         a->be->matmul(a->b, W ? &L->wk : &D->wk, xn, T, out(&r.k, a->at));  /* k [T][Hkv*D] */
         a->be->matmul(a->b, W ? &L->wv : &D->wv, xn, T, out(&r.v, a->at));  /* v [T][Hkv*Dv] */
-        kvu->be->rope(kvu->b, inout(&r, &r.q, kvu->at), T, hp->n_head, hp->head_dim_k,
-                      hp->n_rot, pos0, hp->rope_freq_base, hp->rope_scale, 0);
-        kvu->be->rope(kvu->b, inout(&r, &r.k, kvu->at), T, hp->n_head_kv, hp->head_dim_k,
-                      hp->n_rot, pos0, hp->rope_freq_base, hp->rope_scale, 0);
-        kvu->be->kv_store(kvu->b, kv, l, pos0, T, r.k.p[kvu->at], in(&r, &r.v, kvu->at));
-        kvu->be->attention(kvu->b, kv, l, r.q.p[kvu->at], T, pos0,
-                           out(&r.att, kvu->at));                           /* att [T][Hq*Dv] */
+        float *q = inout(&r, &r.q, kvu->at), *k = inout(&r, &r.k, kvu->at);
+        const float *v = in(&r, &r.v, kvu->at);
+        float *att = out(&r.att, kvu->at);
+        /* per run of one sequence's consecutive positions: its own cache slot */
+        for (int64_t i0 = 0, i1; i0 < T; i0 = i1) {
+            for (i1 = i0 + 1; i1 < T && e[i1].seq == e[i0].seq && pos[i1] == pos[i1 - 1] + 1;)
+                i1++;
+            const int64_t n = i1 - i0, p0 = pos[i0], slot = l * c->n_seq + e[i0].seq;
+            kvu->be->rope(kvu->b, q + i0 * qd, n, hp->n_head, hp->head_dim_k, hp->n_rot, p0,
+                          hp->rope_freq_base, hp->rope_scale, 0);
+            kvu->be->rope(kvu->b, k + i0 * kd, n, hp->n_head_kv, hp->head_dim_k, hp->n_rot, p0,
+                          hp->rope_freq_base, hp->rope_scale, 0);
+            kvu->be->kv_store(kvu->b, kv, slot, p0, n, k + i0 * kd, v + i0 * vd);
+            kvu->be->attention(kvu->b, kv, slot, q + i0 * qd, n, p0,
+                               att + i0 * ad);                              /* att [T][Hq*Dv] */
+        }
         a->be->matmul(a->b, W ? &L->wo : &D->wo, in(&r, &r.att, a->at), T,
                       out(&r.xn, a->at));                                   /* xn [T][E] */
         a->be->add(a->b, inout(&r, &r.x, a->at), r.xn.p[a->at], T * E);    /* x += attn */
@@ -454,18 +466,28 @@ static int step(struct pi_ctx *c, const int32_t *tokens, int64_t T, int64_t pos0
             PI_FAIL(&c->err, PI_ERR_ABORTED, "decode aborted by the caller");
         }
     }
-    if (logits && r.st >= 0) {
-        const struct unit *o = unit(&r, hy && hy->plan->pl.output);
-        const float *last = in(&r, &r.x, o->at) + (T - 1) * E;
-        float *xn = out(&r.xn, o->at);
-        o->be->rmsnorm(o->b, last, o->at == DEV ? &hy->output_norm : &c->output_norm,
-                       hp->rms_eps, 1, xn);
-        if (o->at == DEV) {
-            o->be->matmul(o->b, &hy->output, xn, 1, hy->logits);
-            int st = o->be->download(o->b, logits, hy->logits, (size_t)hp->n_vocab * sizeof(float));
-            r.st = r.st < 0 ? r.st : st;
-        } else {
-            o->be->matmul(o->b, &c->output, xn, 1, logits);             /* [n_vocab] */
+    /* logits of the entries that ask, PI_LOGIT_CHUNK rows at a time: the rows of x
+     * normalized into consecutive rows of xn, then one product */
+    const struct unit *o = unit(&r, hy && hy->plan->pl.output);
+    const float *x = r.st >= 0 ? in(&r, &r.x, o->at) : NULL;
+    float *xn = out(&r.xn, o->at);
+    const int64_t V = hp->n_vocab;
+    for (int64_t i = 0, n = 0; x && i <= T; i++) {
+        if (i < T && e[i].logits) {
+            o->be->rmsnorm(o->b, x + i * E, o->at == DEV ? &hy->output_norm : &c->output_norm,
+                           hp->rms_eps, 1, xn + n * E);
+            n++;
+        }
+        if (n == PI_LOGIT_CHUNK || (i == T && n)) {
+            if (o->at == DEV) {
+                o->be->matmul(o->b, &hy->output, xn, n, hy->logits);
+                int st = o->be->download(o->b, rows, hy->logits, (size_t)(n * V) * sizeof(float));
+                r.st = r.st < 0 ? r.st : st;
+            } else {
+                o->be->matmul(o->b, &c->output, xn, n, rows);           /* [n][n_vocab] */
+            }
+            rows += n * V;
+            n = 0;
         }
     }
     int st = hy ? hy->be->sync(hy->b) : PI_OK;
@@ -476,15 +498,31 @@ static int step(struct pi_ctx *c, const int32_t *tokens, int64_t T, int64_t pos0
     return c->be->sync(c->b);
 }
 
-int pi_forward(struct pi_ctx *c, const int32_t *tokens, int64_t n) {
-    int64_t done = 0;
-    while (done < n) {
-        int64_t T = n - done < c->n_batch ? n - done : c->n_batch;
-        int last = done + T == n;
-        PI_TRY(step(c, tokens + done, T, c->pos + done, last ? c->logits : NULL));
+int pi_forward(struct pi_ctx *c, const pi_batch_entry *e, const int32_t *pos, int64_t n) {
+    const int spare = !c->cur;
+    const int64_t V = c->hp->n_vocab;
+    float *rows = c->rows[spare];
+    int32_t *row_of = c->row_of[spare];
+    int64_t n_rows = 0;
+    for (int64_t i = 0; i < n; i++)
+        row_of[i] = e[i].logits ? (int32_t)n_rows++ : -1;
+    for (int64_t done = 0; done < n;) {
+        const int64_t T = n - done < c->n_batch ? n - done : c->n_batch;
+        int64_t first = 0;
+        while (first < T && row_of[done + first] < 0)
+            first++;
+        float *dst = rows + (first < T ? (size_t)row_of[done + first] * (size_t)V : 0);
+        PI_TRY(step(c, e + done, pos + done, T, dst));
         done += T;
     }
-    c->pos += n;
-    c->has_logits = 1;
+    /* success: the sequences advance, the batch's logits become the current ones */
+    for (int64_t i = 0; i < n; i++)
+        c->seq_len[e[i].seq] = pos[i] + 1;
+    c->cur = spare;
+    c->n_entries = (size_t)n;
+    if (n_rows) {
+        memcpy(c->logits, rows + (size_t)(n_rows - 1) * (size_t)V, (size_t)V * sizeof(float));
+        c->has_logits = 1;
+    }
     return PI_OK;
 }

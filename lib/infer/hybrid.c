@@ -27,7 +27,7 @@ static uint64_t fnv(uint64_t h, const void *p, size_t n) {
 }
 
 /* The file's size and everything before its tensor data: metadata and tensor table. */
-static uint64_t model_id(const struct pi_model *m) {
+uint64_t pi_model_identity(const struct pi_model *m) {
     uint64_t h = fnv(0xcbf29ce484222325ull, &m->gguf.size, sizeof m->gguf.size);
     return fnv(h, m->gguf.base, (size_t)m->gguf.data_off);
 }
@@ -66,12 +66,12 @@ uint64_t pi_hybrid_scratch_bytes(const struct pi_model *m, const struct pi_plan_
     const uint64_t R = hp->sparse ? (uint64_t)max_rank(m) : 0;
     /* x xn yd yc | q k v att | score gd ud | hid ones, and the logits */
     const uint64_t per_tok = 4 * E + qd + kd + vd + ad + (hp->sparse ? 3 : 2) * F + 2 * R;
-    return 4 * (B * per_tok + (uint64_t)hp->n_vocab);
+    return 4 * (B * per_tok + PI_LOGIT_CHUNK * (uint64_t)hp->n_vocab);
 }
 
-static uint64_t kv_bytes(const struct pi_model *m, int64_t n_ctx) {
+static uint64_t kv_bytes(const struct pi_model *m, const struct pi_plan_shape *s) {
     const struct pi_hparams *hp = &m->desc.hp;
-    return 2ull * (uint64_t)hp->n_layer * (uint64_t)n_ctx *
+    return 2ull * (uint64_t)hp->n_layer * (uint64_t)s->n_seq * (uint64_t)s->n_ctx *
            (uint64_t)(hp->n_head_kv * (hp->head_dim_k + hp->head_dim_v));
 }
 
@@ -122,7 +122,7 @@ static int plan_compute(const struct pi_model *m, const struct pi_plan_shape *s,
     pl->scratch = pi_hybrid_scratch_bytes(m, s);
     pl->whole_layers = !hp->sparse;
     struct pi_plan_input in = {L, F, ls, nb(d->output) + nb(d->output_norm),
-                               kv_bytes(m, s->n_ctx),
+                               kv_bytes(m, s),
                                budget > pl->scratch ? budget - pl->scratch : 0,
                                hp->sparse ? (F < NEURON_GROUP ? F : NEURON_GROUP) : F};
     int st = pi_placement_make(&in, a, &pl->pl, err);
@@ -201,7 +201,7 @@ int pi_hybrid_plan(const struct pi_model *m, const pi_ctx_params *p,
     }
     pl->alloc = *a;
     pl->budget = budget;
-    pl->model_id = model_id(m);
+    pl->model_id = pi_model_identity(m);
     int st = stats_freq(m, p, freq, err);
     const int have = st == 1;
     if (st >= 0) {
@@ -282,7 +282,7 @@ uint64_t pi_hybrid_budget(const struct pi_model *m, const pi_ctx_params *p,
         return info.mem_free > AUTO_RESERVE ? info.mem_free - AUTO_RESERVE : 0;
     /* no memory figure (a CPU device): room for everything */
     const struct pi_model_desc *d = &m->desc;
-    uint64_t all = pi_hybrid_scratch_bytes(m, s) + kv_bytes(m, s->n_ctx) + nb(d->output) +
+    uint64_t all = pi_hybrid_scratch_bytes(m, s) + kv_bytes(m, s) + nb(d->output) +
                    nb(d->output_norm) + 4ull * (uint64_t)d->hp.n_ff * (uint64_t)d->hp.n_layer;
     for (int64_t l = 0; l < d->hp.n_layer; l++) {
         const struct pi_layer_desc *ld = &d->layers[l];
@@ -583,7 +583,7 @@ static int setup_device(struct pi_ctx *c, struct pi_hybrid *h) {
     } bufs[] = {{&h->x, B * E},       {&h->xn, B * E},     {&h->yd, B * E},  {&h->yc, B * E},
                 {&h->q, B * qd},      {&h->k, B * kd},     {&h->v, B * vd},  {&h->att, B * ad},
                 {&h->score, B * F},   {&h->gd, B * F},     {&h->ud, B * F},  {&h->hid, B * R},
-                {&h->ones, B * R},    {&h->logits, hp->n_vocab}};
+                {&h->ones, B * R},    {&h->logits, PI_LOGIT_CHUNK * hp->n_vocab}};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) {
         if (!hp->sparse && bufs[i].p == &h->score)
             continue;
@@ -623,7 +623,7 @@ static int setup_device(struct pi_ctx *c, struct pi_hybrid *h) {
             pi_error_set(&c->err, st, "cannot place the output projection on the device");
     }
     if (st >= 0 && p->kv) {
-        struct pi_kv_desc kvd = {hp->n_layer, c->n_ctx, hp->n_head, hp->n_head_kv,
+        struct pi_kv_desc kvd = {hp->n_layer * c->n_seq, c->n_ctx, hp->n_head, hp->n_head_kv,
                                  hp->head_dim_k, hp->head_dim_v};
         st = h->be->kv_create(h->b, &kvd, &h->kv);
         if (st < 0)

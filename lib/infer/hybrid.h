@@ -25,8 +25,12 @@ struct pi_plan {
 /* How the planner sees a model for a context of n_ctx positions and n_batch tokens
  * per step. */
 struct pi_plan_shape {
-    int64_t n_ctx, n_batch;
+    int64_t n_ctx, n_batch, n_seq;
 };
+
+/* A model's identity: FNV-1a of the file's size and everything before its tensor data
+ * (metadata and tensor table). Plans and context states carry it. */
+uint64_t pi_model_identity(const struct pi_model *m);
 
 /* Device scratch bytes a hybrid context of this shape allocates (see
  * pi_hybrid_create). */

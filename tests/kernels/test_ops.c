@@ -23,7 +23,7 @@ static float rnd(void) {
 }
 
 static struct pi_backend *make(int threads, int64_t width) {
-    struct pi_backend_config cfg = {&pi_default_allocator, threads, 8, width, 0};
+    struct pi_backend_config cfg = {&pi_default_allocator, threads, 8, width, 0, 0};
     struct pi_backend *b;
     assert_int_equal(pi_backend_cpu()->create(&b, &cfg), PI_OK);
     return b;

@@ -76,6 +76,17 @@ class CtxParams(Structure):
         ("plan_stats", c_void_p),
         ("plan_path", c_char_p),
         ("plan_file", c_uint32),
+        # several sequences
+        ("n_seq_max", c_uint32),
+    ]
+
+
+class BatchEntry(Structure):
+    _fields_ = [
+        ("token", c_int32),
+        ("seq", c_int32),
+        ("pos", c_int32),
+        ("logits", c_uint32),
     ]
 
 
@@ -214,6 +225,18 @@ _PROTOTYPES = {
     "pi_ctx_n_ctx": (c_int64, [_H]),
     "pi_ctx_reset": (c_int, [_H]),
     "pi_ctx_truncate": (c_int, [_H, c_int64]),
+    "pi_ctx_decode_batch": (c_int, [_H, POINTER(BatchEntry), c_size_t]),
+    "pi_ctx_batch_logits": (POINTER(c_float), [_H, c_size_t]),
+    "pi_ctx_n_seq_max": (c_uint32, [_H]),
+    "pi_ctx_seq_len": (c_int64, [_H, c_int32]),
+    "pi_ctx_seq_remove": (c_int, [_H, c_int32, c_int64, c_int64]),
+    "pi_ctx_seq_copy": (c_int, [_H, c_int32, c_int32]),
+    "pi_ctx_seq_keep": (c_int, [_H, c_int32]),
+    "pi_ctx_seq_clear": (c_int, [_H, c_int32]),
+    "pi_ctx_state_save": (c_int, [_H, c_int32, c_void_p, c_size_t, POINTER(c_size_t)]),
+    "pi_ctx_state_load": (c_int, [_H, c_int32, c_void_p, c_size_t]),
+    "pi_ctx_state_save_file": (c_int, [_H, c_int32, c_char_p]),
+    "pi_ctx_state_load_file": (c_int, [_H, c_int32, c_char_p]),
     "pi_ctx_set_threads": (c_int, [_H, c_uint32]),
     "pi_ctx_n_threads": (c_uint32, [_H]),
     "pi_ctx_sparse_mode": (c_int, [_H]),

@@ -172,6 +172,16 @@ pub struct pi_ctx_params {
     pub plan_stats: *const pi_stats,
     pub plan_path: *const c_char,
     pub plan_file: u32,
+    pub n_seq_max: u32,
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct pi_batch_entry {
+    pub token: i32,
+    pub seq: i32,
+    pub pos: i32,
+    pub logits: u32,
 }
 
 pub const PI_DEVICE_NONE: c_int = 0;
@@ -424,6 +434,26 @@ extern "C" {
     pub fn pi_ctx_n_ctx(ctx: *const pi_ctx) -> i64;
     pub fn pi_ctx_reset(ctx: *mut pi_ctx) -> c_int;
     pub fn pi_ctx_truncate(ctx: *mut pi_ctx, n_keep: i64) -> c_int;
+    pub fn pi_ctx_decode_batch(ctx: *mut pi_ctx, entries: *const pi_batch_entry, n: usize)
+        -> c_int;
+    pub fn pi_ctx_batch_logits(ctx: *const pi_ctx, i: usize) -> *const f32;
+    pub fn pi_ctx_n_seq_max(ctx: *const pi_ctx) -> u32;
+    pub fn pi_ctx_seq_len(ctx: *const pi_ctx, seq: i32) -> i64;
+    pub fn pi_ctx_seq_remove(ctx: *mut pi_ctx, seq: i32, p0: i64, p1: i64) -> c_int;
+    pub fn pi_ctx_seq_copy(ctx: *mut pi_ctx, src: i32, dst: i32) -> c_int;
+    pub fn pi_ctx_seq_keep(ctx: *mut pi_ctx, seq: i32) -> c_int;
+    pub fn pi_ctx_seq_clear(ctx: *mut pi_ctx, seq: i32) -> c_int;
+    pub fn pi_ctx_state_save(
+        ctx: *const pi_ctx,
+        seq: i32,
+        buf: *mut c_void,
+        cap: usize,
+        size: *mut usize,
+    ) -> c_int;
+    pub fn pi_ctx_state_load(ctx: *mut pi_ctx, seq: i32, buf: *const c_void, size: usize)
+        -> c_int;
+    pub fn pi_ctx_state_save_file(ctx: *const pi_ctx, seq: i32, path: *const c_char) -> c_int;
+    pub fn pi_ctx_state_load_file(ctx: *mut pi_ctx, seq: i32, path: *const c_char) -> c_int;
     pub fn pi_ctx_set_threads(ctx: *mut pi_ctx, n_threads: u32) -> c_int;
     pub fn pi_ctx_n_threads(ctx: *const pi_ctx) -> u32;
     pub fn pi_ctx_sparse_mode(ctx: *const pi_ctx) -> c_int;
@@ -542,6 +572,8 @@ mod tests {
         assert_eq!(offset_of!(pi_ctx_params, plan_stats), 88);
         assert_eq!(offset_of!(pi_ctx_params, plan_path), 96);
         assert_eq!(offset_of!(pi_ctx_params, plan_file), 104);
+        assert_eq!(offset_of!(pi_ctx_params, n_seq_max), 108);
+        assert_eq!(size_of::<pi_batch_entry>(), 16);
 
         assert_eq!(size_of::<pi_layer_stats>(), 104);
         assert_eq!(align_of::<pi_layer_stats>(), 8);

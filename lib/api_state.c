@@ -1,0 +1,277 @@
+/* api_state.c -- save and restore a context's state (every sequence, or one), to
+ * memory and to files. Format (docs/formats.md, "Context state"), little-endian:
+ *
+ *   magic "PISTATE\0", u32 version 1, u32 kind (0: whole context, 1: one sequence),
+ *   u64 model identity, u32 n_layer, u32 K values per position, u32 V values per
+ *   position, u32 n_vocab, u32 sequences that follow, u32 has_logits,
+ *   [f32 logits[n_vocab]]                              (when has_logits)
+ *   per sequence: u32 id, u32 len, then per layer K [len][nk] and V [len][nv] F16
+ *   u64 FNV-1a of everything before it
+ *
+ * A load checks everything (size, checksum, identity, shape, ids, lengths) before it
+ * changes anything. */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "infer/ctx.h"
+
+#define STATE_VERSION 1u
+#define HEADER_BYTES 48u
+static const char MAGIC[8] = {'P', 'I', 'S', 'T', 'A', 'T', 'E', '\0'};
+
+static uint64_t fnv(uint64_t h, const void *p, size_t n) {
+    const uint8_t *s = p;
+    for (size_t i = 0; i < n; i++) {
+        h ^= s[i];
+        h *= 0x100000001b3ull;
+    }
+    return h;
+}
+
+static void put32(uint8_t **p, uint32_t v) {
+    memcpy(*p, &v, 4);
+    *p += 4;
+}
+
+static void put64(uint8_t **p, uint64_t v) {
+    memcpy(*p, &v, 8);
+    *p += 8;
+}
+
+static uint32_t get32(const uint8_t **p) {
+    uint32_t v;
+    memcpy(&v, *p, 4);
+    *p += 4;
+    return v;
+}
+
+static uint64_t get64(const uint8_t **p) {
+    uint64_t v;
+    memcpy(&v, *p, 8);
+    *p += 8;
+    return v;
+}
+
+static void kv_home(const struct pi_ctx *c, const struct pi_backend_vtable **be,
+                    struct pi_backend **b, struct pi_kv **kv) {
+    const int dev = c->hy && c->hy->kv;
+    *be = dev ? c->hy->be : c->be;
+    *b = dev ? c->hy->b : c->b;
+    *kv = dev ? c->hy->kv : c->kv;
+}
+
+static size_t per_pos(const struct pi_hparams *hp) {
+    return (size_t)(hp->n_head_kv * (hp->head_dim_k + hp->head_dim_v)) * 2;
+}
+
+/* Bytes of the state of `seq` (-1: all). */
+static size_t state_size(const struct pi_ctx *c, int32_t seq) {
+    const struct pi_hparams *hp = c->hp;
+    size_t n = HEADER_BYTES + 8;
+    if (seq < 0 && c->has_logits)
+        n += (size_t)hp->n_vocab * 4;
+    for (int64_t s = 0; s < c->n_seq; s++)
+        if (seq < 0 || s == seq)
+            n += 8 + (size_t)hp->n_layer * (size_t)c->seq_len[s] * per_pos(hp);
+    return n;
+}
+
+int pi_ctx_state_save(const pi_ctx *c, int32_t seq, void *buf, size_t cap, size_t *size) {
+    if (!c || !size || seq < -1 || seq >= c->n_seq)
+        return PI_ERR_INVALID_ARG;
+    const struct pi_hparams *hp = c->hp;
+    const size_t need = state_size(c, seq);
+    *size = need;
+    if (!buf || cap < need)
+        return PI_ERR_RANGE;
+    const int64_t nk = hp->n_head_kv * hp->head_dim_k, nv = hp->n_head_kv * hp->head_dim_v;
+    const int whole = seq < 0, logits = whole && c->has_logits;
+    uint8_t *p = buf;
+    memcpy(p, MAGIC, 8);
+    p += 8;
+    put32(&p, STATE_VERSION);
+    put32(&p, whole ? 0u : 1u);
+    put64(&p, pi_model_identity(c->model));
+    put32(&p, (uint32_t)hp->n_layer);
+    put32(&p, (uint32_t)nk);
+    put32(&p, (uint32_t)nv);
+    put32(&p, (uint32_t)hp->n_vocab);
+    put32(&p, whole ? (uint32_t)c->n_seq : 1u);
+    put32(&p, (uint32_t)logits);
+    if (logits) {
+        memcpy(p, c->logits, (size_t)hp->n_vocab * 4);
+        p += (size_t)hp->n_vocab * 4;
+    }
+    const struct pi_backend_vtable *be;
+    struct pi_backend *b;
+    struct pi_kv *kv;
+    kv_home(c, &be, &b, &kv);
+    for (int64_t s = 0; s < c->n_seq; s++) {
+        if (!whole && s != seq)
+            continue;
+        const int64_t len = c->seq_len[s];
+        put32(&p, (uint32_t)s);
+        put32(&p, (uint32_t)len);
+        for (int64_t l = 0; l < hp->n_layer && len; l++) {
+            uint16_t *k = (uint16_t *)(void *)p, *v = k + len * nk;
+            /* p is 4-byte aligned relative to buf; kv_get copies bytes (memcpy) */
+            int st = be->kv_get(b, kv, l * c->n_seq + s, 0, len, k, v);
+            if (st < 0)
+                return st;
+            p += (size_t)len * (size_t)(nk + nv) * 2;
+        }
+    }
+    put64(&p, fnv(0xcbf29ce484222325ull, buf, (size_t)(p - (uint8_t *)buf)));
+    return PI_OK;
+}
+
+int pi_ctx_state_load(pi_ctx *c, int32_t seq, const void *buf, size_t size) {
+    if (!c || !buf || seq < -1 || seq >= c->n_seq)
+        return PI_ERR_INVALID_ARG;
+    pi_error_clear(&c->err);
+    const struct pi_hparams *hp = c->hp;
+    const int64_t nk = hp->n_head_kv * hp->head_dim_k, nv = hp->n_head_kv * hp->head_dim_v;
+    const uint8_t *p = buf, *end = p + size;
+    if (size < HEADER_BYTES + 8 || memcmp(p, MAGIC, 8) != 0)
+        PI_FAIL(&c->err, PI_ERR_FORMAT, "not a libpowerinfer context state (%zu bytes)", size);
+    const uint64_t sum = fnv(0xcbf29ce484222325ull, buf, size - 8);
+    const uint8_t *tail = end - 8;
+    if (get64(&tail) != sum)
+        PI_FAIL(&c->err, PI_ERR_FORMAT, "state checksum mismatch: truncated or corrupted");
+    p += 8;
+    const uint32_t version = get32(&p), kind = get32(&p);
+    const uint64_t id = get64(&p);
+    const uint32_t n_layer = get32(&p), fk = get32(&p), fv = get32(&p), n_vocab = get32(&p);
+    const uint32_t n_seq = get32(&p), has_logits = get32(&p);
+    if (version != STATE_VERSION)
+        PI_FAIL(&c->err, PI_ERR_FORMAT, "state version %u; this library reads %u", version,
+                STATE_VERSION);
+    if (kind > 1 || has_logits > 1 || (kind == 1 && (n_seq != 1 || has_logits)))
+        PI_FAIL(&c->err, PI_ERR_FORMAT, "state header is inconsistent");
+    if ((seq < 0) != (kind == 0))
+        PI_FAIL(&c->err, PI_ERR_INVALID_ARG, seq < 0 ? "a one-sequence state needs a target "
+                "sequence" : "a whole-context state loads only with seq -1");
+    if (id != pi_model_identity(c->model) || n_layer != hp->n_layer || fk != nk || fv != nv ||
+        n_vocab != hp->n_vocab)
+        PI_FAIL(&c->err, PI_ERR_FORMAT, "the state belongs to another model");
+    if (n_seq > (uint32_t)c->n_seq && kind == 0)
+        PI_FAIL(&c->err, PI_ERR_RANGE, "the state holds %u sequences; the context has %lld",
+                n_seq, (long long)c->n_seq);
+    if (has_logits) {
+        if ((size_t)(end - 8 - p) < (size_t)n_vocab * 4)
+            PI_FAIL(&c->err, PI_ERR_FORMAT, "state truncated in its logits");
+        p += (size_t)n_vocab * 4;
+    }
+    /* pass 1: check every sequence record */
+    const uint8_t *recs = p;
+    uint8_t seen[256] = {0}; /* n_seq_max <= 256 */
+    for (uint32_t i = 0; i < n_seq; i++) {
+        if (end - 8 - p < 8)
+            PI_FAIL(&c->err, PI_ERR_FORMAT, "state truncated at sequence %u", i);
+        const uint32_t sid = get32(&p), len = get32(&p);
+        if (kind == 0 && (sid >= (uint32_t)c->n_seq || seen[sid]))
+            PI_FAIL(&c->err, PI_ERR_FORMAT, "state: bad or repeated sequence id %u", sid);
+        if (kind == 0)
+            seen[sid] = 1;
+        if (len > (uint64_t)c->n_ctx)
+            PI_FAIL(&c->err, PI_ERR_RANGE, "state: sequence %u has %u positions; the context "
+                    "holds %lld", sid, len, (long long)c->n_ctx);
+        const uint64_t bytes = (uint64_t)n_layer * len * (uint64_t)(nk + nv) * 2;
+        if ((uint64_t)(end - 8 - p) < bytes)
+            PI_FAIL(&c->err, PI_ERR_FORMAT, "state truncated in sequence %u", sid);
+        p += bytes;
+    }
+    if (p != end - 8)
+        PI_FAIL(&c->err, PI_ERR_FORMAT, "state has %zu stray bytes", (size_t)(end - 8 - p));
+    /* pass 2: apply */
+    const struct pi_backend_vtable *be;
+    struct pi_backend *b;
+    struct pi_kv *kv;
+    kv_home(c, &be, &b, &kv);
+    if (kind == 0)
+        for (int64_t s = 0; s < c->n_seq; s++)
+            c->seq_len[s] = 0;
+    p = recs;
+    for (uint32_t i = 0; i < n_seq; i++) {
+        const uint32_t sid = get32(&p), len = get32(&p);
+        const int64_t dst = kind == 0 ? (int64_t)sid : seq;
+        if (kind == 1)
+            c->seq_len[dst] = 0;
+        for (uint32_t l = 0; l < n_layer && len; l++) {
+            const uint16_t *k = (const uint16_t *)(const void *)p, *v = k + (size_t)len * nk;
+            int st = be->kv_set(b, kv, (int64_t)l * c->n_seq + dst, 0, len, k, v);
+            if (st < 0)
+                PI_FAIL(&c->err, st, "the device failed restoring sequence %lld (now empty)",
+                        (long long)dst);
+            p += (size_t)len * (size_t)(nk + nv) * 2;
+        }
+        c->seq_len[dst] = len;
+    }
+    if (kind == 0) {
+        c->has_logits = (int)has_logits;
+        if (has_logits)
+            memcpy(c->logits, (const uint8_t *)buf + HEADER_BYTES, (size_t)n_vocab * 4);
+        c->n_entries = 0;
+    }
+    return PI_OK;
+}
+
+int pi_ctx_state_save_file(const pi_ctx *c, int32_t seq, const char *path) {
+    if (!c || !path || seq < -1 || seq >= c->n_seq)
+        return PI_ERR_INVALID_ARG;
+    struct pi_ctx *m = (struct pi_ctx *)c; /* the error record only */
+    size_t n = state_size(c, seq);
+    uint8_t *buf = pi_malloc(&m->alloc, n);
+    if (!buf)
+        PI_FAIL(&m->err, PI_ERR_NOMEM, "out of memory for a state of %zu bytes", n);
+    int st = pi_ctx_state_save(c, seq, buf, n, &n);
+    char tmp[4096];
+    if (st >= 0 && snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp)
+        st = pi_error_set(&m->err, PI_ERR_IO, "path too long: %s", path);
+    if (st >= 0) {
+        FILE *fp = fopen(tmp, "wb");
+        if (!fp) {
+            st = pi_error_set(&m->err, PI_ERR_IO, "cannot create %s: %s", tmp, strerror(errno));
+        } else {
+            const int ok = fwrite(buf, 1, n, fp) == n;
+            if (fclose(fp) != 0 || !ok) {
+                remove(tmp);
+                st = pi_error_set(&m->err, PI_ERR_IO, "cannot write %s", tmp);
+            } else if (rename(tmp, path) != 0) {
+                remove(tmp);
+                st = pi_error_set(&m->err, PI_ERR_IO, "cannot rename %s to %s: %s", tmp, path,
+                                  strerror(errno));
+            }
+        }
+    }
+    pi_free(&m->alloc, buf);
+    return st;
+}
+
+int pi_ctx_state_load_file(pi_ctx *c, int32_t seq, const char *path) {
+    if (!c || !path)
+        return PI_ERR_INVALID_ARG;
+    FILE *fp = fopen(path, "rb");
+    if (!fp)
+        PI_FAIL(&c->err, PI_ERR_IO, "cannot open %s: %s", path, strerror(errno));
+    int st = PI_OK;
+    long n = -1;
+    if (fseek(fp, 0, SEEK_END) == 0)
+        n = ftell(fp);
+    uint8_t *buf = NULL;
+    if (n < 0 || fseek(fp, 0, SEEK_SET) != 0) {
+        st = pi_error_set(&c->err, PI_ERR_IO, "cannot read %s", path);
+    } else {
+        buf = pi_malloc(&c->alloc, n ? (size_t)n : 1);
+        if (!buf)
+            st = pi_error_set(&c->err, PI_ERR_NOMEM, "out of memory reading %s", path);
+        else if (fread(buf, 1, (size_t)n, fp) != (size_t)n)
+            st = pi_error_set(&c->err, PI_ERR_IO, "cannot read %s", path);
+    }
+    fclose(fp);
+    if (st >= 0)
+        st = pi_ctx_state_load(c, seq, buf, (size_t)n);
+    pi_free(&c->alloc, buf);
+    return st;
+}
