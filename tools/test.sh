@@ -67,10 +67,13 @@ done
 python3 tools/bench/make_synthetic_powerinfer.py --preset tiny -o "$work/syn" > /dev/null
 build/tools/pi-run -m "$work/syn.powerinfer.gguf" -p "a b c" -n 2 --profile "$work/seeds/stats.gguf" \
     > /dev/null 2>&1
-for f in gguf model; do
+mkdir -p "$work/state" "$work/state-seeds"
+PI_FUZZ_STATE_SEEDS="$work/state-seeds" build-asan/tests/fuzz_state -runs=0 "$work/state-seeds" \
+    > /dev/null 2>&1
+for f in gguf model state; do
     echo "fuzz_$f: ${secs}s"
     build-asan/tests/fuzz_$f -max_total_time="$secs" -max_len=262144 -print_final_stats=1 \
-        "$work/$f" "$work/seeds" tests/corpus/valid tests/corpus/malformed \
+        "$work/$f" "$work/seeds" "$work/state-seeds" tests/corpus/valid tests/corpus/malformed \
         tests/corpus/unsupported > "$work/fuzz_$f.log" 2>&1 || {
         tail -n 40 "$work/fuzz_$f.log"
         echo "fuzz_$f found a failure (reproducer in $work)"

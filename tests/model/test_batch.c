@@ -329,7 +329,7 @@ static void next_logits(pi_ctx *c, const int32_t *seqs, int n, float out[][MAXV]
 static void state_round_trip(pi_model *m, pi_model *other, int device) {
     const int64_t V = pi_model_n_vocab(m);
     pi_ctx *c = make_ctx(m, 3, device, 8);
-    pi_batch_entry e[9];
+    pi_batch_entry e[16];
     int n = 0;
     for (int s = 0; s < 2; s++)
         for (int i = 0; i < PN[s]; i++)
