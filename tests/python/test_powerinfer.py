@@ -725,3 +725,45 @@ def test_hybrid_context_decodes_as_cpu(path):
                 assert greedy_ids(c, PROMPT_IDS, 12) == ref, "budget %r" % (budget,)
             with pytest.raises(ValueError):
                 plan.bytes()  # the context is closed
+
+
+# ---- several sequences and states -------------------------------------------------------
+def test_batch_sequences_and_state(smollm2, tmp_path):
+    a = smollm2.tokenize("The capital of France is")
+    b = smollm2.tokenize("One, two, three,")
+    with pi.Context(smollm2, n_ctx=64, n_threads=2) as alone:
+        alone.decode(b)
+        want_b = alone.logits()
+    with pi.Context(smollm2, n_ctx=64, n_threads=2, n_seq_max=3) as ctx:
+        entries = [(t, 0) for t in a] + [(t, 1, -1, i == len(b) - 1) for i, t in enumerate(b)]
+        ctx.decode_batch(entries)
+        got_b = ctx.batch_logits(len(entries) - 1)
+        assert ctx.batch_logits(0) is None
+        assert argmax(got_b) == argmax(want_b)
+        assert max(abs(x - y) for x, y in zip(got_b, want_b)) < 1e-3 * max(abs(x) for x in want_b)
+        assert (ctx.seq_len(0), ctx.seq_len(1), ctx.seq_len(2)) == (len(a), len(b), 0)
+        ctx.seq_copy(1, 2)
+        assert ctx.seq_len(2) == len(b)
+        state = ctx.save_state()
+        one = ctx.save_state(seq=1)
+        ctx.save_state_file(tmp_path / "ctx.state")
+        ctx.decode_batch([(a[0], 2, -1, True)])
+        want = ctx.batch_logits(0)
+        ctx.seq_remove(1, 1, 2)
+        assert ctx.seq_len(1) == len(b) - 1
+        with pytest.raises(pi.PowerInferError):
+            ctx.decode_batch([(a[0], 5)])
+        with pytest.raises(pi.PowerInferError):
+            ctx.load_state(state[:-1])
+    for source in ("bytes", "file"):
+        with pi.Context(smollm2, n_ctx=64, n_threads=2, n_seq_max=3) as r:
+            if source == "bytes":
+                r.load_state(state)
+            else:
+                r.load_state_file(tmp_path / "ctx.state")
+            r.decode_batch([(a[0], 2, -1, True)])
+            assert list(r.batch_logits(0)) == list(want)  # bit for bit
+    with pi.Context(smollm2, n_ctx=64, n_threads=2, n_seq_max=3) as r:
+        r.load_state(one, seq=2)
+        r.decode_batch([(a[0], 2, -1, True)])
+        assert list(r.batch_logits(0)) == list(want)

@@ -44,7 +44,7 @@ def _enum(value, table, what):
 def ctx_params(*, n_ctx=0, n_threads=0, n_batch=0, f32_activations=False,
                sparse_mode="auto", sparse_threshold=None, stats="off", device="none",
                device_index=0, device_budget=None, plan_stats=None, plan_path=None,
-               plan_file=None):
+               plan_file=None, n_seq_max=1):
     """A CtxParams filled by pi_ctx_default_params, then from the keyword arguments
     (see Context). Used by Context and Model.plan; the errbuf is left to the caller."""
     lib = _lib.lib()
@@ -53,6 +53,7 @@ def ctx_params(*, n_ctx=0, n_threads=0, n_batch=0, f32_activations=False,
     params.n_ctx = int(n_ctx)
     params.n_threads = int(n_threads)
     params.n_batch = int(n_batch)
+    params.n_seq_max = int(n_seq_max)
     params.f32_activations = 1 if f32_activations else 0
     params.sparse_mode = _enum(sparse_mode, SPARSE_MODES, "sparse mode")
     if sparse_threshold is not None:
@@ -124,6 +125,7 @@ class Context(Owner):
                       "cache" (the default with a plan_path: reuse it when it was made
                       for this model, statistics and budget, else plan and rewrite it)
                       or "write" (plan, then write it).
+    n_seq_max:        sequences the context holds (decode_batch, seq_*), default 1.
 
     The Context keeps its model alive; closing the model closes the context. One
     thread at a time (enforced: see the module docstring)."""
@@ -131,14 +133,15 @@ class Context(Owner):
     def __init__(self, model, *, n_ctx=0, n_threads=0, n_batch=0, f32_activations=False,
                  sparse_mode="auto", sparse_threshold=None, stats="off", abort=None,
                  device="none", device_index=0, device_budget=None, plan_stats=None,
-                 plan_path=None, plan_file=None):
+                 plan_path=None, plan_file=None, n_seq_max=1):
         self._handle = None
         lib = _lib.lib()
         params = ctx_params(n_ctx=n_ctx, n_threads=n_threads, n_batch=n_batch,
                             f32_activations=f32_activations, sparse_mode=sparse_mode,
                             sparse_threshold=sparse_threshold, stats=stats, device=device,
                             device_index=device_index, device_budget=device_budget,
-                            plan_stats=plan_stats, plan_path=plan_path, plan_file=plan_file)
+                            plan_stats=plan_stats, plan_path=plan_path, plan_file=plan_file,
+                            n_seq_max=n_seq_max)
         self._abort_error = None
         self._abort_fn = None
         if abort is not None:
@@ -285,6 +288,68 @@ class Context(Owner):
     def reset_stats(self):
         """Zero the statistics (PI_ERR_INVALID_ARG when none are collected)."""
         self._call("pi_ctx_stats_reset")
+
+    # ---- several sequences ----------------------------------------------------------
+    def decode_batch(self, entries):
+        """Decode entries (token, seq[, pos[, logits]]) in one call: pos -1 or omitted
+        is the sequence's next position, logits truthy keeps that entry's logits for
+        batch_logits(i). On failure nothing changes."""
+        items = list(entries)
+        arr = (_lib.BatchEntry * max(len(items), 1))()
+        for i, e in enumerate(items):
+            e = tuple(e)
+            arr[i] = _lib.BatchEntry(int(e[0]), int(e[1]), int(e[2]) if len(e) > 2 else -1,
+                                     1 if len(e) > 3 and e[3] else 0)
+        self._call("pi_ctx_decode_batch", arr, len(items))
+
+    def batch_logits(self, i):
+        """A copy of entry i's logits from the last decode_batch, or None."""
+        p = self._enter()
+        try:
+            ptr = _lib.lib().pi_ctx_batch_logits(p, int(i))
+            return float_array(ptr, self._model.n_vocab, "f") if ptr else None
+        finally:
+            self._busy.release()
+
+    def seq_len(self, seq):
+        """Positions decoded in sequence seq (-1 for a bad id)."""
+        return _lib.lib().pi_ctx_seq_len(self._ptr(), int(seq))
+
+    def seq_remove(self, seq, p0, p1=-1):
+        """Remove positions p0..p1-1 (p1 -1: to the end); later ones move down."""
+        self._call("pi_ctx_seq_remove", int(seq), int(p0), int(p1))
+
+    def seq_copy(self, src, dst):
+        self._call("pi_ctx_seq_copy", int(src), int(dst))
+
+    def seq_keep(self, seq):
+        self._call("pi_ctx_seq_keep", int(seq))
+
+    def seq_clear(self, seq=-1):
+        self._call("pi_ctx_seq_clear", int(seq))
+
+    # ---- state ----------------------------------------------------------------------
+    def save_state(self, seq=-1):
+        """The state of the whole context (seq -1) or of one sequence, as bytes."""
+        lib = _lib.lib()
+        size = ctypes.c_size_t(0)
+        lib.pi_ctx_state_save(self._ptr(), int(seq), None, 0, ctypes.byref(size))
+        buf = ctypes.create_string_buffer(size.value)
+        self._call("pi_ctx_state_save", int(seq), buf, size.value, ctypes.byref(size))
+        return buf.raw[:size.value]
+
+    def load_state(self, data, seq=-1):
+        """Restore a state from bytes (seq -1: a whole-context state; else a
+        one-sequence state into sequence seq). On failure nothing changes."""
+        data = bytes(data)
+        buf = ctypes.create_string_buffer(data, len(data))
+        self._call("pi_ctx_state_load", int(seq), buf, len(data))
+
+    def save_state_file(self, path, seq=-1):
+        self._call("pi_ctx_state_save_file", int(seq), fspath(path))
+
+    def load_state_file(self, path, seq=-1):
+        self._call("pi_ctx_state_load_file", int(seq), fspath(path))
 
     # ---- hybrid execution -----------------------------------------------------------
     @property
