@@ -575,11 +575,13 @@ typedef struct pi_ctx_params {
      * NULL (default): plan in memory. Since: 0.1 */
     const char *plan_path;
     uint32_t plan_file;
+    uint32_t reserved0; /* zero (fills what would be padding, see ABI.md) */
     /* Sequences the context holds (independent conversations sharing the weights and
      * decoded together by pi_ctx_decode_batch), ids 0 .. n_seq_max - 1, each up to
      * n_ctx positions. Default 1; at most 256. The KV cache holds n_seq_max * n_ctx
      * positions (memory is touched only as positions are used). Since: 0.1 */
     uint32_t n_seq_max;
+    uint32_t reserved1; /* zero */
 } pi_ctx_params;
 
 /* pi_ctx_params.device. */

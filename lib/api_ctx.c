@@ -234,6 +234,7 @@ static const char *bad_params(const pi_ctx_params *pp) {
            : p.plan_file > PI_PLAN_FILE_WRITE ? "plan_file is not a PI_PLAN_FILE_* value"
            : p.plan_file && !p.plan_path ? "plan_file is set but plan_path is NULL"
            : p.n_seq_max > MAX_SEQ ? "n_seq_max is above 256"
+           : p.reserved0 || p.reserved1 ? "reserved fields are not zero"
            : NULL;
 }
 

@@ -26,7 +26,8 @@ _Static_assert(sizeof(void *) != 8 || offsetof(pi_ctx_params, device) == 72, "de
 _Static_assert(sizeof(void *) != 8 || offsetof(pi_ctx_params, device_budget) == 80, "budget");
 _Static_assert(sizeof(void *) != 8 || offsetof(pi_ctx_params, plan_stats) == 88, "plan_stats");
 _Static_assert(sizeof(void *) != 8 || offsetof(pi_ctx_params, plan_file) == 104, "plan_file");
-_Static_assert(sizeof(void *) != 8 || sizeof(pi_ctx_params) == 112, "pi_ctx_params size");
+_Static_assert(sizeof(void *) != 8 || offsetof(pi_ctx_params, n_seq_max) == 112, "n_seq_max");
+_Static_assert(sizeof(void *) != 8 || sizeof(pi_ctx_params) == 120, "pi_ctx_params size");
 _Static_assert(sizeof(pi_layer_stats) == 104, "pi_layer_stats size");
 _Static_assert(offsetof(pi_layer_stats, ns_ffn) == 96, "ns_ffn");
 

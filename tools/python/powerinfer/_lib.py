@@ -76,8 +76,10 @@ class CtxParams(Structure):
         ("plan_stats", c_void_p),
         ("plan_path", c_char_p),
         ("plan_file", c_uint32),
+        ("reserved0", c_uint32),
         # several sequences
         ("n_seq_max", c_uint32),
+        ("reserved1", c_uint32),
     ]
 
 

@@ -172,7 +172,9 @@ pub struct pi_ctx_params {
     pub plan_stats: *const pi_stats,
     pub plan_path: *const c_char,
     pub plan_file: u32,
+    pub reserved0: u32,
     pub n_seq_max: u32,
+    pub reserved1: u32,
 }
 
 #[repr(C)]
@@ -560,7 +562,7 @@ mod tests {
         assert_eq!(offset_of!(pi_model_params, log_fn), 8);
         assert_eq!(offset_of!(pi_model_params, errbuf_cap), 56);
 
-        assert_eq!(size_of::<pi_ctx_params>(), 112);
+        assert_eq!(size_of::<pi_ctx_params>(), 120);
         assert_eq!(align_of::<pi_ctx_params>(), 8);
         assert_eq!(offset_of!(pi_ctx_params, f32_activations), 32);
         assert_eq!(offset_of!(pi_ctx_params, sparse_mode), 36);
@@ -572,7 +574,7 @@ mod tests {
         assert_eq!(offset_of!(pi_ctx_params, plan_stats), 88);
         assert_eq!(offset_of!(pi_ctx_params, plan_path), 96);
         assert_eq!(offset_of!(pi_ctx_params, plan_file), 104);
-        assert_eq!(offset_of!(pi_ctx_params, n_seq_max), 108);
+        assert_eq!(offset_of!(pi_ctx_params, n_seq_max), 112);
         assert_eq!(size_of::<pi_batch_entry>(), 16);
 
         assert_eq!(size_of::<pi_layer_stats>(), 104);
