@@ -997,6 +997,12 @@ PI_API void pi_sampler_destroy(pi_sampler *sampler);
  * logits yet). Since: 0.1 */
 PI_API int pi_sample(pi_sampler *sampler, const pi_ctx *ctx, int32_t *token);
 
+/* The same on any n_vocab logits (borrowed for the call), e.g. one entry's of a batch
+ * (pi_ctx_batch_logits): each sequence samples with its own sampler. PI_OK,
+ * PI_ERR_INVALID_ARG (NULL, n_vocab not the sampler's model's). Since: 0.1 */
+PI_API int pi_sample_logits(pi_sampler *sampler, const float *logits, int64_t n_vocab,
+                            int32_t *token);
+
 /* Add a token to the penalty history without sampling (e.g. the prompt).
  * PI_OK, PI_ERR_INVALID_ARG. Since: 0.1 */
 PI_API int pi_sampler_accept(pi_sampler *sampler, int32_t token);

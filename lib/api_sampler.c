@@ -201,8 +201,11 @@ static void top_k(struct cand *c, int64_t n, int64_t k) {
 int pi_sample(pi_sampler *s, const pi_ctx *ctx, int32_t *token) {
     if (!s || !ctx || !token || ctx->model != s->model)
         return PI_ERR_INVALID_ARG;
-    const float *logits = pi_ctx_logits(ctx);
-    if (!logits)
+    return pi_sample_logits(s, pi_ctx_logits(ctx), s->n_vocab, token);
+}
+
+int pi_sample_logits(pi_sampler *s, const float *logits, int64_t n_vocab, int32_t *token) {
+    if (!s || !logits || !token || n_vocab != s->n_vocab)
         return PI_ERR_INVALID_ARG;
     const int64_t n = s->n_vocab;
     for (int64_t i = 0; i < n; i++)

@@ -202,6 +202,43 @@ static void test_seq_ops(void **state) {
     pi_model_close(m);
 }
 
+/* pi_sample_logits: each entry of a batch sampled with its own sampler; greedy picks
+ * the arg max, as pi_sample does on the context's logits. */
+static void test_sample_logits(void **state) {
+    (void)state;
+    pi_model *m = make_model("b-sample", "llama", 0, PI_TYPE_F16);
+    const int64_t V = pi_model_n_vocab(m);
+    pi_ctx *c = make_ctx(m, 2, 0, 8);
+    pi_batch_entry e[2] = {{3, 0, -1, 1}, {9, 1, -1, 1}};
+    assert_int_equal(pi_ctx_decode_batch(c, e, 2), PI_OK);
+    pi_sampler_params sp;
+    pi_sampler_default_params(&sp);
+    sp.temperature = 0.0f;
+    pi_sampler *s;
+    assert_int_equal(pi_sampler_create(m, &sp, &s), PI_OK);
+    for (int i = 0; i < 2; i++) {
+        const float *l = pi_ctx_batch_logits(c, (size_t)i);
+        int32_t t = -1, best = 0;
+        for (int64_t k = 1; k < V; k++)
+            if (l[k] > l[best])
+                best = (int32_t)k;
+        assert_int_equal(pi_sample_logits(s, l, V, &t), PI_OK);
+        assert_int_equal(t, best);
+    }
+    int32_t t0, t1;
+    assert_int_equal(pi_sample(s, c, &t0), PI_OK); /* the last entry's logits */
+    assert_int_equal(pi_sample_logits(s, pi_ctx_batch_logits(c, 1), V, &t1), PI_OK);
+    assert_int_equal(t0, t1);
+    assert_int_equal(pi_sample_logits(s, pi_ctx_batch_logits(c, 0), V - 1, &t0),
+                     PI_ERR_INVALID_ARG);
+    assert_int_equal(pi_sample_logits(s, NULL, V, &t0), PI_ERR_INVALID_ARG);
+    assert_int_equal(pi_sample_logits(NULL, pi_ctx_batch_logits(c, 0), V, &t0),
+                     PI_ERR_INVALID_ARG);
+    pi_sampler_destroy(s);
+    pi_ctx_destroy(c);
+    pi_model_close(m);
+}
+
 static int abort_now(void *user) {
     int *n = user;
     return ++*n > 1; /* after the first layer */
@@ -426,7 +463,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_interleaved), cmocka_unit_test(test_seq_ops),
         cmocka_unit_test(test_bad_batches), cmocka_unit_test(test_batch_alloc_failure),
-        cmocka_unit_test(test_state),
+        cmocka_unit_test(test_state),        cmocka_unit_test(test_sample_logits),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     char cmd[300];

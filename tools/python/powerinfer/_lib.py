@@ -273,6 +273,7 @@ _PROTOTYPES = {
     "pi_sampler_create": (c_int, [_H, POINTER(SamplerParams), _PH]),
     "pi_sampler_destroy": (None, [_H]),
     "pi_sample": (c_int, [_H, _H, POINTER(c_int32)]),
+    "pi_sample_logits": (c_int, [_H, POINTER(c_float), c_int64, POINTER(c_int32)]),
     "pi_sampler_accept": (c_int, [_H, c_int32]),
     "pi_sampler_reset": (c_int, [_H]),
     # quantization

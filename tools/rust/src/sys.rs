@@ -522,6 +522,12 @@ extern "C" {
     ) -> c_int;
     pub fn pi_sampler_destroy(sampler: *mut pi_sampler);
     pub fn pi_sample(sampler: *mut pi_sampler, ctx: *const pi_ctx, token: *mut i32) -> c_int;
+    pub fn pi_sample_logits(
+        sampler: *mut pi_sampler,
+        logits: *const f32,
+        n_vocab: i64,
+        token: *mut i32,
+    ) -> c_int;
     pub fn pi_sampler_accept(sampler: *mut pi_sampler, token: i32) -> c_int;
     pub fn pi_sampler_reset(sampler: *mut pi_sampler) -> c_int;
 
