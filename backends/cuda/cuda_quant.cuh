@@ -66,7 +66,8 @@ template <> struct qtype<PI_TYPE_F32> {
     }
 };
 
-template <> struct qtype<PI_TYPE_F16> {
+/* F16 and BF16: 16-bit values, which H::to_f32 turns into floats. */
+template <typename H> struct qtype_16bit {
     static constexpr int QK = 8, BYTES = 16, NP = 1, SPLIT = 0, FLOAT = 1;
     struct raw {
         uint32_t h[8];
@@ -81,30 +82,59 @@ template <> struct qtype<PI_TYPE_F16> {
     static __device__ __forceinline__ void decode(const raw &r, int p, float v[8]) {
 #pragma unroll
         for (int k = 0; k < 8; k++)
-            v[k] = pi_h2f(r.h[k]);
+            v[k] = H::to_f32(r.h[k]);
     }
 };
 
-template <> struct qtype<PI_TYPE_BF16> {
-    static constexpr int QK = 8, BYTES = 16, NP = 1, SPLIT = 0, FLOAT = 1;
-    struct raw {
-        uint32_t h[8];
-    };
-    static __device__ __forceinline__ raw load(const uint8_t *b, int p, int nv) {
-        raw r;
-#pragma unroll
-        for (int k = 0; k < 8; k++)
-            r.h[k] = k < nv ? ld16(b + 2 * k) : 0u;
-        return r;
-    }
-    static __device__ __forceinline__ void decode(const raw &r, int p, float v[8]) {
-#pragma unroll
-        for (int k = 0; k < 8; k++)
-            v[k] = __uint_as_float(r.h[k] << 16);
+struct f16_bits {
+    static __device__ __forceinline__ float to_f32(uint32_t h) {
+        return pi_h2f(h);
     }
 };
+struct bf16_bits {
+    static __device__ __forceinline__ float to_f32(uint32_t h) {
+        return __uint_as_float(h << 16);
+    }
+};
+
+template <> struct qtype<PI_TYPE_F16> : qtype_16bit<f16_bits> {};
+template <> struct qtype<PI_TYPE_BF16> : qtype_16bit<bf16_bits> {};
 
 /* ---- legacy quants: 32 values per block ---- */
+
+/* A 4- or 5-bit legacy quant q as a float: (q - 2^(BITS-1))*d without a min (Q4_0,
+ * Q5_0), q*d + m with one (Q4_1, Q5_1). q keeps its type (Q4_1's nibbles are unsigned),
+ * so each type converts to float exactly as it did before this helper. */
+template <int BITS, bool MIN, typename Q>
+static __device__ __forceinline__ float split_scale(Q q, float d, float m) {
+    if constexpr (MIN)
+        return __fmul_rn(d, (float)q) + m;
+    else
+        return __fmul_rn(d, (float)((int)q - (1 << (BITS - 1))));
+}
+
+/* The 8 values of piece p of Q4_0, Q4_1, Q5_0 or Q5_1: byte k of qs holds piece values
+ * k (low nibble, block value j = 4p + k) and k + 4 (high nibble, block value j + 16);
+ * with 5 bits, bit j of qh is bit 4 of block value j. BITS and MIN are constants: no
+ * branch is left in the code. */
+template <int BITS, bool MIN>
+static __device__ __forceinline__ void decode_split(uint32_t qs, uint32_t qh, int p, float d,
+                                                    float m, float v[8]) {
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        const int j = 4 * p + k;
+        const uint32_t q = (qs >> (8 * k)) & 0xffu;
+        if constexpr (BITS == 4) {
+            v[k] = split_scale<4, MIN>(q & 0x0f, d, m);
+            v[k + 4] = split_scale<4, MIN>(q >> 4, d, m);
+        } else {
+            const int lo = (int)(q & 0x0f) | (int)(((qh >> j) & 1u) << 4);
+            const int hi = (int)(q >> 4) | (int)(((qh >> (j + 16)) & 1u) << 4);
+            v[k] = split_scale<5, MIN>(lo, d, m);
+            v[k + 4] = split_scale<5, MIN>(hi, d, m);
+        }
+    }
+}
 
 /* Q4_0, 18 B: d f16 | qs[16]; x = (q-8)*d */
 template <> struct qtype<PI_TYPE_Q4_0> {
@@ -116,13 +146,7 @@ template <> struct qtype<PI_TYPE_Q4_0> {
         return {ld16(b), ld32(b + 2 + 4 * p)};
     }
     static __device__ __forceinline__ void decode(const raw &r, int p, float v[8]) {
-        const float d = pi_h2f(r.d);
-#pragma unroll
-        for (int k = 0; k < 4; k++) {
-            const uint32_t q = (r.qs >> (8 * k)) & 0xffu;
-            v[k] = __fmul_rn(d, (float)((int)(q & 0x0f) - 8));
-            v[k + 4] = __fmul_rn(d, (float)((int)(q >> 4) - 8));
-        }
+        decode_split<4, false>(r.qs, 0u, p, pi_h2f(r.d), 0.0f, v);
     }
 };
 
@@ -136,13 +160,7 @@ template <> struct qtype<PI_TYPE_Q4_1> {
         return {ld32(b), ld32(b + 4 + 4 * p)};
     }
     static __device__ __forceinline__ void decode(const raw &r, int p, float v[8]) {
-        const float d = pi_h2f(r.dm & 0xffffu), m = pi_h2f(r.dm >> 16);
-#pragma unroll
-        for (int k = 0; k < 4; k++) {
-            const uint32_t q = (r.qs >> (8 * k)) & 0xffu;
-            v[k] = __fmul_rn(d, (float)(q & 0x0f)) + m;
-            v[k + 4] = __fmul_rn(d, (float)(q >> 4)) + m;
-        }
+        decode_split<4, true>(r.qs, 0u, p, pi_h2f(r.dm & 0xffffu), pi_h2f(r.dm >> 16), v);
     }
 };
 
@@ -156,16 +174,7 @@ template <> struct qtype<PI_TYPE_Q5_0> {
         return {ld16(b), ld32(b + 2), ld32(b + 6 + 4 * p)};
     }
     static __device__ __forceinline__ void decode(const raw &r, int p, float v[8]) {
-        const float d = pi_h2f(r.d);
-#pragma unroll
-        for (int k = 0; k < 4; k++) {
-            const int j = 4 * p + k;
-            const uint32_t q = (r.qs >> (8 * k)) & 0xffu;
-            const int lo = (int)(q & 0x0f) | (int)(((r.qh >> j) & 1u) << 4);
-            const int hi = (int)(q >> 4) | (int)(((r.qh >> (j + 16)) & 1u) << 4);
-            v[k] = __fmul_rn(d, (float)(lo - 16));
-            v[k + 4] = __fmul_rn(d, (float)(hi - 16));
-        }
+        decode_split<5, false>(r.qs, r.qh, p, pi_h2f(r.d), 0.0f, v);
     }
 };
 
@@ -179,16 +188,7 @@ template <> struct qtype<PI_TYPE_Q5_1> {
         return {ld32(b), ld32(b + 4), ld32(b + 8 + 4 * p)};
     }
     static __device__ __forceinline__ void decode(const raw &r, int p, float v[8]) {
-        const float d = pi_h2f(r.dm & 0xffffu), m = pi_h2f(r.dm >> 16);
-#pragma unroll
-        for (int k = 0; k < 4; k++) {
-            const int j = 4 * p + k;
-            const uint32_t q = (r.qs >> (8 * k)) & 0xffu;
-            const int lo = (int)(q & 0x0f) | (int)(((r.qh >> j) & 1u) << 4);
-            const int hi = (int)(q >> 4) | (int)(((r.qh >> (j + 16)) & 1u) << 4);
-            v[k] = __fmul_rn(d, (float)lo) + m;
-            v[k + 4] = __fmul_rn(d, (float)hi) + m;
-        }
+        decode_split<5, true>(r.qs, r.qh, p, pi_h2f(r.dm & 0xffffu), pi_h2f(r.dm >> 16), v);
     }
 };
 
@@ -229,6 +229,16 @@ static __device__ __forceinline__ void scale_min_k4(uint32_t s, int j, int *sc, 
     }
 }
 
+/* Sub-block s of a Q4_K/Q5_K super-block: x = ds*q - dm, from dm (d f16 | dmin f16) and
+ * the packed scale bytes sc (load_scales_k4). */
+static __device__ __forceinline__ void scales_k4(uint32_t dm, uint32_t sc, int s, float *ds,
+                                                 float *dmin) {
+    int scale, mn;
+    scale_min_k4(sc, s, &scale, &mn);
+    *ds = __fmul_rn(pi_h2f(dm & 0xffffu), (float)scale);
+    *dmin = __fmul_rn(pi_h2f(dm >> 16), (float)mn);
+}
+
 /* Q4_K, 144 B: d f16 | dmin f16 | scales[12] | qs[128]. Sub-block s = p/4 uses
  * qs[32(s/2) ..], low nibble for even s; x = (d*sc)*q - dmin*mn. */
 template <> struct qtype<PI_TYPE_Q4_K> {
@@ -243,10 +253,8 @@ template <> struct qtype<PI_TYPE_Q4_K> {
     }
     static __device__ __forceinline__ void decode(const raw &r, int p, float v[8]) {
         const int s = p / 4, shift = 4 * (s & 1);
-        int sc, mn;
-        scale_min_k4(r.sc, s, &sc, &mn);
-        const float ds = __fmul_rn(pi_h2f(r.dm & 0xffffu), (float)sc);
-        const float dm = __fmul_rn(pi_h2f(r.dm >> 16), (float)mn);
+        float ds, dm;
+        scales_k4(r.dm, r.sc, s, &ds, &dm);
 #pragma unroll
         for (int k = 0; k < 8; k++)
             v[k] = __fmul_rn(ds, (float)((byte8(r.q0, r.q1, k) >> shift) & 0x0f)) - dm;
@@ -267,10 +275,8 @@ template <> struct qtype<PI_TYPE_Q5_K> {
     }
     static __device__ __forceinline__ void decode(const raw &r, int p, float v[8]) {
         const int s = p / 4, shift = 4 * (s & 1);
-        int sc, mn;
-        scale_min_k4(r.sc, s, &sc, &mn);
-        const float ds = __fmul_rn(pi_h2f(r.dm & 0xffffu), (float)sc);
-        const float dm = __fmul_rn(pi_h2f(r.dm >> 16), (float)mn);
+        float ds, dm;
+        scales_k4(r.dm, r.sc, s, &ds, &dm);
 #pragma unroll
         for (int k = 0; k < 8; k++) {
             const uint32_t x = ((byte8(r.q0, r.q1, k) >> shift) & 0x0f) |

@@ -164,61 +164,107 @@ static float *dequant(uint32_t type, const uint8_t *w, size_t row_bytes, int64_t
 
 /* Shapes: blocks per row (float types: a row length from it that is no multiple of
  * 8 where possible), rows, tokens. */
-static const struct {
+struct shape {
     int blocks, n_out, n_tok;
-} k_shapes[] = {
+};
+static const struct shape k_shapes[] = {
     {1, 1, 1},   {3, 3, 2},    {5, 37, 7},  {2, 4099, 1},
     {4, 37, 33}, {1, 4099, 7}, {7, 129, 1}, {2, 3, 64},
 };
+#define N_SHAPES (sizeof k_shapes / sizeof k_shapes[0])
 
 static int64_t shape_n_in(uint32_t type, int blocks) {
     const uint32_t bs = pi_type_traits(type)->block_size;
     return bs == 1 ? (int64_t)blocks * 35 : (int64_t)blocks * bs;
 }
 
+/* A weight on the host and on the device, and the output of the op it is tested in. */
+struct wcase {
+    uint32_t type;
+    int64_t n_in, n_out, n_tok;
+    size_t rb;           /* bytes per row */
+    uint8_t *w;          /* [n_out] rows of rb bytes */
+    float *wf;           /* [n_out][n_in]: w dequantized by the scalar reference */
+    void *dw;            /* w on the device */
+    struct pi_weight wt; /* dw, as the ops take it */
+    int64_t n_y;         /* output values per token */
+    float *y, *dy;       /* [n_tok][n_y] on the host and on the device */
+};
+
+/* Random weights (make_weights) of `type` in shape sh, on the host only. */
+static struct wcase wcase_make(uint32_t type, struct shape sh) {
+    struct wcase c = {
+        .type = type, .n_in = shape_n_in(type, sh.blocks), .n_out = sh.n_out, .n_tok = sh.n_tok};
+    c.w = make_weights(type, c.n_in, c.n_out, &c.rb);
+    return c;
+}
+
+/* The rows as they are now, dequantized (wf) and uploaded (dw, wt); room for an output
+ * of n_y values per token (y, dy). */
+static void wcase_upload(struct wcase *c, int64_t n_y) {
+    c->wf = dequant(c->type, c->w, c->rb, c->n_in, c->n_out);
+    c->dw = dev_from(c->w, c->rb * (size_t)c->n_out);
+    c->wt = (struct pi_weight){c->dw, c->type, c->n_in, c->n_out, c->rb};
+    c->n_y = n_y;
+    c->y = malloc((size_t)(c->n_tok * n_y) * sizeof *c->y);
+    c->dy = dev_alloc((size_t)(c->n_tok * n_y) * sizeof *c->y);
+}
+
+/* y from dy, once the op is queued. */
+static void wcase_download(struct wcase *c) {
+    dev_to(c->y, c->dy, (size_t)(c->n_tok * c->n_y) * sizeof *c->y);
+}
+
+static void wcase_free(struct wcase *c) {
+    G->buf_free(gb, c->dw);
+    G->buf_free(gb, c->dy);
+    free(c->w);
+    free(c->wf);
+    free(c->y);
+}
+
+/* The output y[t][o] against double-precision sums over j < n_x of
+ * x[t][j] * wf[o*o_step + j*j_step], with a tolerance relative to the sum of |terms|.
+ * Zero activations add nothing and are skipped: their weights may be NaN (matmul_t). */
+static void check_product(const char *op, const struct wcase *c, const float *x, int64_t n_x,
+                          int64_t o_step, int64_t j_step) {
+    for (int64_t t = 0; t < c->n_tok; t++)
+        for (int64_t o = 0; o < c->n_y; o++) {
+            double s = 0, a = 0;
+            for (int64_t j = 0; j < n_x; j++) {
+                const float xv = x[t * n_x + j];
+                if (xv == 0.0f)
+                    continue;
+                const double p = (double)xv * c->wf[o * o_step + j * j_step];
+                s += p;
+                a += fabs(p);
+            }
+            check(op, c->y[t * c->n_y + o], s, 1e-5 * a + 1e-6, pi_type_traits(c->type)->name,
+                  (long)(t * c->n_y + o));
+        }
+}
+
 static void test_matmul(void **state) {
     (void)state;
-    for (size_t ti = 0; ti < N_TYPES; ti++) {
-        const uint32_t type = k_types[ti];
-        for (size_t si = 0; si < sizeof k_shapes / sizeof k_shapes[0]; si++) {
-            const int64_t n_in = shape_n_in(type, k_shapes[si].blocks);
-            const int64_t n_out = k_shapes[si].n_out, n_tok = k_shapes[si].n_tok;
-            size_t rb;
-            uint8_t *w = make_weights(type, n_in, n_out, &rb);
-            float *wf = dequant(type, w, rb, n_in, n_out);
+    for (size_t ti = 0; ti < N_TYPES; ti++)
+        for (size_t si = 0; si < N_SHAPES; si++) {
+            struct wcase c = wcase_make(k_types[ti], k_shapes[si]);
+            wcase_upload(&c, c.n_out);
+            const int64_t n_in = c.n_in, n_tok = c.n_tok;
             float *x = rnd_floats((size_t)(n_tok * n_in), 1.0f);
             for (int64_t i = 0; i < n_tok * n_in; i += 7)
                 x[i] = 0.0f;
-            float *y = malloc((size_t)(n_tok * n_out) * sizeof *y);
-            void *dw = dev_from(w, rb * (size_t)n_out);
             /* odd shapes also see x 4 bytes past an aligned address (no float4 path) */
             const int64_t off = si % 2;
             float *dx = dev_alloc((size_t)(n_tok * n_in + off) * sizeof *x);
             assert_int_equal(G->upload(gb, dx + off, x, (size_t)(n_tok * n_in) * sizeof *x), PI_OK);
-            float *dy = dev_alloc((size_t)(n_tok * n_out) * sizeof *y);
-            struct pi_weight wt = {dw, type, n_in, n_out, rb};
-            G->matmul(gb, &wt, dx + off, n_tok, dy);
-            dev_to(y, dy, (size_t)(n_tok * n_out) * sizeof *y);
-            for (int64_t t = 0; t < n_tok; t++)
-                for (int64_t r = 0; r < n_out; r++) {
-                    double s = 0, a = 0;
-                    for (int64_t i = 0; i < n_in; i++) {
-                        const double p = (double)wf[r * n_in + i] * x[t * n_in + i];
-                        s += p;
-                        a += fabs(p);
-                    }
-                    check("matmul", y[t * n_out + r], s, 1e-5 * a + 1e-6,
-                          pi_type_traits(type)->name, (long)(t * n_out + r));
-                }
-            G->buf_free(gb, dw);
+            G->matmul(gb, &c.wt, dx + off, n_tok, c.dy);
+            wcase_download(&c);
+            check_product("matmul", &c, x, n_in, n_in, 1);
             G->buf_free(gb, dx);
-            G->buf_free(gb, dy);
-            free(w);
-            free(wf);
+            wcase_free(&c);
             free(x);
-            free(y);
         }
-    }
     assert_int_equal(G->sync(gb), PI_OK);
 }
 
@@ -227,13 +273,10 @@ static void test_matmul(void **state) {
  * bytes 0xff decode to NaN in every type): such rows must not be read. */
 static void test_matmul_t(void **state) {
     (void)state;
-    for (size_t ti = 0; ti < N_TYPES; ti++) {
-        const uint32_t type = k_types[ti];
-        for (size_t si = 0; si < sizeof k_shapes / sizeof k_shapes[0]; si++) {
-            const int64_t n_in = shape_n_in(type, k_shapes[si].blocks);
-            const int64_t n_out = k_shapes[si].n_out, n_tok = k_shapes[si].n_tok;
-            size_t rb;
-            uint8_t *w = make_weights(type, n_in, n_out, &rb);
+    for (size_t ti = 0; ti < N_TYPES; ti++)
+        for (size_t si = 0; si < N_SHAPES; si++) {
+            struct wcase c = wcase_make(k_types[ti], k_shapes[si]);
+            const int64_t n_in = c.n_in, n_out = c.n_out, n_tok = c.n_tok;
             float *x = rnd_floats((size_t)(n_tok * n_out), 1.0f);
             for (int64_t i = 0; i < n_tok * n_out; i++)
                 if (rnd() < 0.0f)
@@ -241,39 +284,17 @@ static void test_matmul_t(void **state) {
             for (int64_t r = 0; r < n_out; r += 5) {
                 for (int64_t t = 0; t < n_tok; t++)
                     x[t * n_out + r] = 0.0f;
-                memset(w + (size_t)r * rb, 0xff, rb);
+                memset(c.w + (size_t)r * c.rb, 0xff, c.rb);
             }
-            float *wf = dequant(type, w, rb, n_in, n_out);
-            float *y = malloc((size_t)(n_tok * n_in) * sizeof *y);
-            void *dw = dev_from(w, rb * (size_t)n_out);
+            wcase_upload(&c, n_in);
             float *dx = dev_from(x, (size_t)(n_tok * n_out) * sizeof *x);
-            float *dy = dev_alloc((size_t)(n_tok * n_in) * sizeof *y);
-            struct pi_weight wt = {dw, type, n_in, n_out, rb};
-            G->matmul_t(gb, &wt, dx, n_tok, dy);
-            dev_to(y, dy, (size_t)(n_tok * n_in) * sizeof *y);
-            for (int64_t t = 0; t < n_tok; t++)
-                for (int64_t i = 0; i < n_in; i++) {
-                    double s = 0, a = 0;
-                    for (int64_t r = 0; r < n_out; r++) {
-                        const float xv = x[t * n_out + r];
-                        if (xv == 0.0f)
-                            continue;
-                        const double p = (double)xv * wf[r * n_in + i];
-                        s += p;
-                        a += fabs(p);
-                    }
-                    check("matmul_t", y[t * n_in + i], s, 1e-5 * a + 1e-6,
-                          pi_type_traits(type)->name, (long)(t * n_in + i));
-                }
-            G->buf_free(gb, dw);
+            G->matmul_t(gb, &c.wt, dx, n_tok, c.dy);
+            wcase_download(&c);
+            check_product("matmul_t", &c, x, n_out, 1, n_in);
             G->buf_free(gb, dx);
-            G->buf_free(gb, dy);
-            free(w);
-            free(wf);
+            wcase_free(&c);
             free(x);
-            free(y);
         }
-    }
     assert_int_equal(G->sync(gb), PI_OK);
 }
 
@@ -283,29 +304,18 @@ static void test_get_rows(void **state) {
     if (!G->get_rows)
         skip();
     for (size_t ti = 0; ti < N_TYPES; ti++) {
-        const uint32_t type = k_types[ti];
-        const int64_t n_in = shape_n_in(type, 3), n_out = 37, n_tok = 9;
-        size_t rb;
-        uint8_t *w = make_weights(type, n_in, n_out, &rb);
-        float *wf = dequant(type, w, rb, n_in, n_out);
-        int32_t ids[9] = {0, 36, 5, 5, 17, 1, 35, 20, 0};
-        float *y = malloc((size_t)(n_tok * n_in) * sizeof *y);
-        void *dw = dev_from(w, rb * (size_t)n_out);
+        struct wcase c = wcase_make(k_types[ti], (struct shape){3, 37, 9});
+        wcase_upload(&c, c.n_in);
+        const int32_t ids[9] = {0, 36, 5, 5, 17, 1, 35, 20, 0};
         int32_t *dids = dev_from(ids, sizeof ids);
-        float *dy = dev_alloc((size_t)(n_tok * n_in) * sizeof *y);
-        struct pi_weight wt = {dw, type, n_in, n_out, rb};
-        G->get_rows(gb, &wt, dids, n_tok, dy);
-        dev_to(y, dy, (size_t)(n_tok * n_in) * sizeof *y);
-        for (int64_t t = 0; t < n_tok; t++)
-            for (int64_t i = 0; i < n_in; i++)
-                check("get_rows", y[t * n_in + i], wf[ids[t] * n_in + i], 0.0,
-                      pi_type_traits(type)->name, (long)(t * n_in + i));
-        G->buf_free(gb, dw);
+        G->get_rows(gb, &c.wt, dids, c.n_tok, c.dy);
+        wcase_download(&c);
+        for (int64_t t = 0; t < c.n_tok; t++)
+            for (int64_t i = 0; i < c.n_in; i++)
+                check("get_rows", c.y[t * c.n_in + i], c.wf[ids[t] * c.n_in + i], 0.0,
+                      pi_type_traits(c.type)->name, (long)(t * c.n_in + i));
         G->buf_free(gb, dids);
-        G->buf_free(gb, dy);
-        free(w);
-        free(wf);
-        free(y);
+        wcase_free(&c);
     }
 }
 

@@ -10,13 +10,14 @@
  * pi_ctx_seq_remove, one-entry batches), which gives the speed-up of batching. */
 #include <errno.h>
 #include <inttypes.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "cli.h"
 #include "powerinfer.h"
+
+const char cli_prog[] = "pi-batched";
 
 static void usage(FILE *out) {
     fprintf(out, "usage: pi-batched -m MODEL -p PROMPT -n N_TOKENS --parallel P [options]\n"
@@ -47,24 +48,6 @@ static void usage(FILE *out) {
                  "  -h, --help              this text\n"
                  "\n"
                  "Exit status: 0, 1 (the model or a decode failed), 2 (bad options).\n");
-}
-
-static void log_stderr(void *user, int level, const char *msg) {
-    (void)user;
-    static const char *const names[] = {"debug", "info", "warn", "error"};
-    fprintf(stderr, "pi-batched: [%s] %s\n", level >= 0 && level <= 3 ? names[level] : "?", msg);
-}
-
-static int fail(const char *what, int st, const char *msg) {
-    fprintf(stderr, "pi-batched: %s: %s%s%s\n", what, pi_status_str(st), msg && *msg ? ": " : "",
-            msg ? msg : "");
-    return 1;
-}
-
-static double now_s(void) {
-    struct timespec ts;
-    timespec_get(&ts, TIME_UTC);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 /* ---- generation ----------------------------------------------------------------------- */
@@ -151,7 +134,7 @@ static int print_sequences(const struct run *r, const struct opts *o) {
     pi_detok *dt = NULL;
     int st = pi_detok_create(r->m, 0, &dt);
     if (st != PI_OK)
-        return fail("cannot create the detokenizer", st, NULL);
+        return cli_fail("cannot create the detokenizer", st, NULL);
     for (int32_t i = 0; i < r->n_seq; i++) {
         printf("--- sequence %d (seed %" PRIu64 ") ---\n%s", i, o->seed + (uint64_t)i, o->prompt);
         for (int32_t k = 0; k < r->len[i]; k++)
@@ -172,19 +155,9 @@ static int64_t total_tokens(const struct run *r) {
 }
 
 static int run(const struct opts *o) {
-    char errbuf[512] = "";
-    pi_model_params mp;
-    pi_model_default_params(&mp);
-    mp.errbuf = errbuf;
-    mp.errbuf_cap = sizeof errbuf;
-    if (o->verbose) {
-        mp.log_fn = log_stderr;
-        mp.log_level = PI_LOG_DEBUG;
-    }
     pi_model *m = NULL;
-    int st = pi_model_open(o->model, &mp, &m);
-    if (st != PI_OK)
-        return fail("cannot open the model", st, errbuf);
+    if (cli_model_open(o->model, o->verbose, &m))
+        return 1;
 
     struct run r;
     memset(&r, 0, sizeof r);
@@ -192,13 +165,13 @@ static int run(const struct opts *o) {
     r.n_vocab = pi_model_n_vocab(m);
     r.n_seq = (int32_t)o->parallel;
     r.n_gen = (int32_t)o->n_predict;
-    int rc = 1;
+    int rc = 1, st;
     int32_t *prompt = NULL, *batch_toks = NULL, *batch_len = NULL;
     float *plogits = NULL;
     size_t plen = strlen(o->prompt);
     r.n_prompt = pi_tokenize(m, o->prompt, plen, NULL, 0, PI_TOKENIZE_ADD_SPECIAL);
     if (r.n_prompt < 0) {
-        fail("cannot tokenize the prompt", (int)r.n_prompt, NULL);
+        cli_fail("cannot tokenize the prompt", (int)r.n_prompt, NULL);
         goto done;
     }
     if (r.n_prompt == 0) {
@@ -229,45 +202,40 @@ static int run(const struct opts *o) {
         sp.min_p = 0.0f;
         sp.seed = o->seed + (uint64_t)i;
         if ((st = pi_sampler_create(m, &sp, &r.smp[i])) != PI_OK) {
-            fail("cannot create a sampler", st, NULL);
+            cli_fail("cannot create a sampler", st, NULL);
             goto done;
         }
     }
     pi_tokenize(m, o->prompt, plen, prompt, (size_t)r.n_prompt, PI_TOKENIZE_ADD_SPECIAL);
 
     pi_ctx_params cp;
-    char cerr[512] = "";
     pi_ctx_default_params(&cp);
     cp.n_ctx = (uint32_t)(r.n_prompt + r.n_gen);
     cp.n_seq_max = (uint32_t)r.n_seq;
     cp.n_threads = (uint32_t)o->n_threads;
-    cp.errbuf = cerr;
-    cp.errbuf_cap = sizeof cerr;
-    if ((st = pi_ctx_create(m, &cp, &r.ctx)) != PI_OK) {
-        fail("cannot create a context", st, cerr);
+    if (cli_ctx_create(m, &cp, &r.ctx))
         goto done;
-    }
 
-    double t0 = now_s();
+    double t0 = cli_now_s();
     if ((st = pi_ctx_decode(r.ctx, prompt, (size_t)r.n_prompt)) != PI_OK) {
-        fail("cannot process the prompt", st, pi_ctx_errmsg(r.ctx));
+        cli_fail("cannot process the prompt", st, pi_ctx_errmsg(r.ctx));
         goto done;
     }
     memcpy(plogits, pi_ctx_logits(r.ctx), (size_t)r.n_vocab * sizeof *plogits);
     r.prompt_logits = plogits;
-    double t_prompt = now_s() - t0;
+    double t_prompt = cli_now_s() - t0;
     for (int32_t i = 1; i < r.n_seq; i++)
         if ((st = pi_ctx_seq_copy(r.ctx, 0, i)) != PI_OK) {
-            fail("cannot copy the prompt", st, pi_ctx_errmsg(r.ctx));
+            cli_fail("cannot copy the prompt", st, pi_ctx_errmsg(r.ctx));
             goto done;
         }
 
-    double t1 = now_s();
+    double t1 = cli_now_s();
     if ((st = generate(&r, 0, r.n_seq, o)) != PI_OK) {
-        fail("batched decode failed", st, pi_ctx_errmsg(r.ctx));
+        cli_fail("batched decode failed", st, pi_ctx_errmsg(r.ctx));
         goto done;
     }
-    double t_batch = now_s() - t1;
+    double t_batch = cli_now_s() - t1;
     int64_t n_batch_tok = total_tokens(&r);
     if (print_sequences(&r, o) != 0)
         goto done;
@@ -281,15 +249,15 @@ static int run(const struct opts *o) {
         /* The same continuations one sequence at a time, from the same prompt cache. */
         memcpy(batch_toks, r.toks, ns * (size_t)r.n_gen * sizeof *batch_toks);
         memcpy(batch_len, r.len, ns * sizeof *batch_len);
-        double t2 = now_s();
+        double t2 = cli_now_s();
         for (int32_t i = 0; i < r.n_seq; i++) {
             if ((st = pi_ctx_seq_remove(r.ctx, i, r.n_prompt, -1)) != PI_OK ||
                 (st = generate(&r, i, i + 1, o)) != PI_OK) {
-                fail("sequential decode failed", st, pi_ctx_errmsg(r.ctx));
+                cli_fail("sequential decode failed", st, pi_ctx_errmsg(r.ctx));
                 goto done;
             }
         }
-        double t_seq = now_s() - t2;
+        double t_seq = cli_now_s() - t2;
         int64_t n_seq_tok = total_tokens(&r);
         int same = 1;
         for (int32_t i = 0; same && i < r.n_seq; i++)
@@ -325,31 +293,6 @@ done:
 
 /* ---- options -------------------------------------------------------------------------- */
 
-static int parse_long(const char *opt, const char *v, long lo, long hi, long *out) {
-    char *end;
-    errno = 0;
-    long x = strtol(v, &end, 10);
-    if (*v == '\0' || *end != '\0' || errno || x < lo || x > hi) {
-        fprintf(stderr, "pi-batched: %s wants an integer in [%ld, %ld], not '%s'\n", opt, lo, hi,
-                v);
-        return -1;
-    }
-    *out = x;
-    return 0;
-}
-
-static int parse_float(const char *opt, const char *v, float lo, float hi, float *out) {
-    char *end;
-    float x = strtof(v, &end);
-    if (*v == '\0' || *end != '\0' || !(x >= lo && x <= hi)) {
-        fprintf(stderr, "pi-batched: %s wants a number in [%g, %g], not '%s'\n", opt, (double)lo,
-                (double)hi, v);
-        return -1;
-    }
-    *out = x;
-    return 0;
-}
-
 /* 0: run; 1: done (help, version); 2: usage error (printed). */
 static int parse_args(int argc, char **argv, struct opts *o) {
     for (int i = 1; i < argc; i++) {
@@ -360,8 +303,7 @@ static int parse_args(int argc, char **argv, struct opts *o) {
             usage(stdout);
             return 1;
         } else if (IS("--version")) {
-            printf("pi-batched (libpowerinfer %s, ABI %u)\n", pi_version_string(),
-                   pi_abi_version());
+            cli_print_version();
             return 1;
         } else if (IS("-v") || IS("--verbose")) {
             o->verbose = 1;
@@ -377,22 +319,22 @@ static int parse_args(int argc, char **argv, struct opts *o) {
         } else if (IS("-p") || IS("--prompt")) {
             o->prompt = v;
         } else if (IS("-n") || IS("--n-predict")) {
-            if (parse_long(a, v, 1, 1 << 20, &o->n_predict))
+            if (cli_parse_long(a, v, 10, 1, 1 << 20, &o->n_predict))
                 return 2;
         } else if (IS("--parallel")) {
-            if (parse_long(a, v, 1, 256, &o->parallel))
+            if (cli_parse_long(a, v, 10, 1, 256, &o->parallel))
                 return 2;
         } else if (IS("-t") || IS("--threads")) {
-            if (parse_long(a, v, 0, 512, &o->n_threads))
+            if (cli_parse_long(a, v, 10, 0, 512, &o->n_threads))
                 return 2;
         } else if (IS("--top-k")) {
-            if (parse_long(a, v, 0, 1 << 30, &o->top_k))
+            if (cli_parse_long(a, v, 10, 0, 1 << 30, &o->top_k))
                 return 2;
         } else if (IS("--temp")) {
-            if (parse_float(a, v, -1e30f, 1e30f, &o->temp))
+            if (cli_parse_float(a, v, -1e30f, 1e30f, &o->temp))
                 return 2;
         } else if (IS("--top-p")) {
-            if (parse_float(a, v, 0.0f, 1.0f, &o->top_p))
+            if (cli_parse_float(a, v, 0.0f, 1.0f, &o->top_p))
                 return 2;
         } else if (IS("--seed")) {
             char *end;

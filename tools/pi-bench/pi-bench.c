@@ -8,16 +8,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "cli.h"
 #include "powerinfer.h"
 #include "telemetry.h"
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
+const char cli_prog[] = "pi-bench";
 
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -68,7 +64,7 @@ static double read_bandwidth(int threads, size_t bytes, int reps) {
         pthread_t th[64];
         struct bw_job jobs[64];
         int nt = threads < 64 ? threads : 64;
-        double t0 = now_s();
+        double t0 = cli_now_s();
         for (int t = 0; t < nt; t++) {
             size_t lo = n / (size_t)nt * (size_t)t, hi = t == nt - 1 ? n : n / (size_t)nt * (size_t)(t + 1);
             jobs[t] = (struct bw_job){buf + lo, hi - lo, 0};
@@ -78,7 +74,7 @@ static double read_bandwidth(int threads, size_t bytes, int reps) {
             pthread_join(th[t], NULL);
             sink += jobs[t].sum;
         }
-        double gbs = (double)bytes / (now_s() - t0) / 1e9;
+        double gbs = (double)bytes / (cli_now_s() - t0) / 1e9;
         best = gbs > best ? gbs : best;
     }
     free(buf);
@@ -200,7 +196,6 @@ static int bench_mode(pi_model *m, int mode, const struct device_opts *dev, uint
     pi_ctx *c = NULL;
     for (int pass = 0; pass < 2; pass++) {
         pi_ctx_params cp;
-        char err[512] = "";
         pi_ctx_default_params(&cp);
         cp.n_threads = (uint32_t)threads;
         cp.n_ctx = (uint32_t)(n_prompt + n_gen + 8);
@@ -211,13 +206,9 @@ static int bench_mode(pi_model *m, int mode, const struct device_opts *dev, uint
         cp.device_index = dev->index;
         cp.device_budget = budget;
         cp.plan_stats = dev->stats;
-        cp.errbuf = err;
-        cp.errbuf_cap = sizeof err;
-        int st = pi_ctx_create(m, &cp, &c);
-        if (st != PI_OK) {
-            fprintf(stderr, "pi-bench: cannot create a context: %s: %s\n", pi_status_str(st), err);
+        if (cli_ctx_create(m, &cp, &c))
             goto done;
-        }
+        int st = PI_OK;
         out->name = mode_name(pi_ctx_sparse_mode(c));
         out->budget = budget;
         if (dev->device == PI_DEVICE_NONE) {
@@ -232,14 +223,14 @@ static int bench_mode(pi_model *m, int mode, const struct device_opts *dev, uint
             pi_ctx_decode(c, toks, (size_t)n_prompt); /* warm-up: touch every weight */
             for (int r = 0; r < reps && st == PI_OK; r++) {
                 pi_ctx_reset(c);
-                double s = now_s();
+                double s = cli_now_s();
                 if ((st = pi_ctx_decode(c, toks, (size_t)n_prompt)) != PI_OK)
                     break;
-                pp[r] = n_prompt / (now_s() - s);
-                s = now_s();
+                pp[r] = n_prompt / (cli_now_s() - s);
+                s = cli_now_s();
                 for (int i = 0; i < n_gen && st == PI_OK; i++)
                     st = pi_ctx_decode(c, &toks[n_prompt + i], 1);
-                tg[r] = n_gen / (now_s() - s);
+                tg[r] = n_gen / (cli_now_s() - s);
             }
             out->pp = summarize(pp, reps);
             out->tg = summarize(tg, reps);
@@ -368,17 +359,15 @@ int main(int argc, char **argv) {
     const int hybrid = dev.device != PI_DEVICE_NONE;
     char err[512] = "";
     pi_model_params mp;
-    pi_model_default_params(&mp);
-    mp.errbuf = err;
-    mp.errbuf_cap = sizeof err;
+    cli_model_params(&mp, err, sizeof err, 0);
     pi_model *m;
-    double t0 = now_s();
+    double t0 = cli_now_s();
     int st = pi_model_open(path, &mp, &m);
     if (st != PI_OK) {
         fprintf(stderr, "pi-bench: %s\n", err);
         return 1;
     }
-    double load_ms = (now_s() - t0) * 1e3;
+    double load_ms = (cli_now_s() - t0) * 1e3;
     pi_stats *plan_stats = NULL;
     if (stats_path) {
         st = pi_stats_load(stats_path, &plan_stats, err, sizeof err);

@@ -22,9 +22,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "cli.h"
 #include "powerinfer.h"
+
+const char cli_prog[] = "pi-perplexity";
 
 static void usage(FILE *out) {
     fprintf(out,
@@ -64,66 +66,6 @@ static void usage(FILE *out) {
             "\n"
             "Progress goes to stderr, one line per window; the result to stdout.\n"
             "Exit status: 0, 1 (a file, the model or the text cannot be used), 2 (bad options).\n");
-}
-
-static void log_stderr(void *user, int level, const char *msg) {
-    (void)user;
-    static const char *const names[] = {"debug", "info", "warn", "error"};
-    fprintf(stderr, "pi-perplexity: [%s] %s\n", level >= 0 && level <= 3 ? names[level] : "?", msg);
-}
-
-static int fail(const char *what, int st, const char *msg) {
-    fprintf(stderr, "pi-perplexity: %s: %s%s%s\n", what, pi_status_str(st), msg && *msg ? ": " : "",
-            msg ? msg : "");
-    return 1;
-}
-
-static double now_s(void) {
-    struct timespec ts;
-    timespec_get(&ts, TIME_UTC);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-/* The whole file, NUL-terminated (*len excludes the NUL); NULL with errno set. */
-static char *read_file(const char *path, size_t *len) {
-    FILE *fp = fopen(path, "rb");
-    if (!fp)
-        return NULL;
-    size_t cap = 1 << 16, n = 0, got;
-    char *buf = malloc(cap);
-    if (!buf) {
-        fclose(fp);
-        errno = ENOMEM;
-        return NULL;
-    }
-    errno = 0;
-    while ((got = fread(buf + n, 1, cap - n - 1, fp)) > 0) {
-        n += got;
-        if (n + 1 == cap) {
-            char *nb = realloc(buf, cap * 2);
-            if (!nb) {
-                free(buf);
-                buf = NULL;
-                errno = ENOMEM;
-                break;
-            }
-            buf = nb;
-            cap *= 2;
-        }
-    }
-    if (buf && ferror(fp)) { /* errno from the failed read (EISDIR for a directory) */
-        free(buf);
-        buf = NULL;
-        errno = errno ? errno : EIO;
-    }
-    int err = errno;
-    fclose(fp);
-    errno = err;
-    if (buf) {
-        buf[n] = '\0';
-        *len = n;
-    }
-    return buf;
 }
 
 /* ---- windows ------------------------------------------------------------------------ */
@@ -226,19 +168,6 @@ struct opts {
     pi_ctx_params cp;
 };
 
-static int parse_long(const char *opt, const char *v, long lo, long hi, long *out) {
-    char *end;
-    errno = 0;
-    long x = strtol(v, &end, 10);
-    if (*v == '\0' || *end != '\0' || errno || x < lo || x > hi) {
-        fprintf(stderr, "pi-perplexity: %s wants an integer in [%ld, %ld], not '%s'\n", opt, lo, hi,
-                v);
-        return -1;
-    }
-    *out = x;
-    return 0;
-}
-
 /* 0: run; 1: done (help, version); 2: usage error (printed). */
 static int parse_args(int argc, char **argv, struct opts *o) {
     for (int i = 1; i < argc; i++) {
@@ -250,8 +179,7 @@ static int parse_args(int argc, char **argv, struct opts *o) {
             usage(stdout);
             return 1;
         } else if (IS("--version")) {
-            printf("pi-perplexity (libpowerinfer %s, ABI %u)\n", pi_version_string(),
-                   pi_abi_version());
+            cli_print_version();
             return 1;
         } else if (IS("-v") || IS("--verbose")) {
             o->verbose = 1;
@@ -267,20 +195,20 @@ static int parse_args(int argc, char **argv, struct opts *o) {
         } else if (IS("-f") || IS("--file")) {
             o->text = v;
         } else if (IS("-c") || IS("--ctx-size")) {
-            if (parse_long(a, v, 4, 1 << 20, &o->n_ctx))
+            if (cli_parse_long(a, v, 10, 4, 1 << 20, &o->n_ctx))
                 return 2;
         } else if (IS("--stride")) {
-            if (parse_long(a, v, 1, 1 << 20, &o->stride))
+            if (cli_parse_long(a, v, 10, 1, 1 << 20, &o->stride))
                 return 2;
         } else if (IS("-b") || IS("--batch-size")) {
-            if (parse_long(a, v, 1, 1 << 16, &o->n_batch))
+            if (cli_parse_long(a, v, 10, 1, 1 << 16, &o->n_batch))
                 return 2;
         } else if (IS("-t") || IS("--threads")) {
-            if (parse_long(a, v, 0, 512, &n))
+            if (cli_parse_long(a, v, 10, 0, 512, &n))
                 return 2;
             o->cp.n_threads = (uint32_t)n;
         } else if (IS("--chunks")) {
-            if (parse_long(a, v, 1, INT32_MAX, &o->chunks))
+            if (cli_parse_long(a, v, 10, 1, INT32_MAX, &o->chunks))
                 return 2;
         } else if (a[0] == '-' && a[1] != '\0') {
             fprintf(stderr, "pi-perplexity: unknown option '%s' (see --help)\n", a);
@@ -321,7 +249,7 @@ static int32_t added_bos(const pi_model *m) {
 
 static int run(const struct opts *o) {
     size_t text_len = 0;
-    char *text = read_file(o->text, &text_len);
+    char *text = cli_read_file(o->text, &text_len);
     if (!text) {
         fprintf(stderr, "pi-perplexity: cannot read '%s': %s\n", o->text, strerror(errno));
         return 1;
@@ -333,23 +261,11 @@ static int run(const struct opts *o) {
     struct window *win = NULL;
     pi_batch_entry *entries = NULL;
 
-    char errbuf[512] = "";
-    pi_model_params mp;
-    pi_model_default_params(&mp);
-    mp.errbuf = errbuf;
-    mp.errbuf_cap = sizeof errbuf;
-    if (o->verbose) {
-        mp.log_fn = log_stderr;
-        mp.log_level = PI_LOG_DEBUG;
-    }
-    int st = pi_model_open(o->model, &mp, &m);
-    if (st != PI_OK) {
-        fail("cannot open the model", st, errbuf);
+    if (cli_model_open(o->model, o->verbose, &m))
         goto done;
-    }
     int64_t n_tok = pi_tokenize(m, text, text_len, NULL, 0, PI_TOKENIZE_ADD_SPECIAL);
     if (n_tok < 0) {
-        fail("cannot tokenize the text", (int)n_tok, NULL);
+        cli_fail("cannot tokenize the text", (int)n_tok, NULL);
         goto done;
     }
     if (n_tok > 0 && !(toks = malloc((size_t)n_tok * sizeof *toks))) {
@@ -379,15 +295,10 @@ static int run(const struct opts *o) {
     }
 
     pi_ctx_params cp = o->cp;
-    char cerr[512] = "";
     cp.n_ctx = (uint32_t)n_ctx;
     cp.n_batch = (uint32_t)o->n_batch;
-    cp.errbuf = cerr;
-    cp.errbuf_cap = sizeof cerr;
-    if ((st = pi_ctx_create(m, &cp, &ctx)) != PI_OK) {
-        fail("cannot create a context", st, cerr);
+    if (cli_ctx_create(m, &cp, &ctx))
         goto done;
-    }
     if (!(entries = malloc((size_t)o->n_batch * sizeof *entries))) {
         fprintf(stderr, "pi-perplexity: out of memory\n");
         goto done;
@@ -398,13 +309,13 @@ static int run(const struct opts *o) {
     int32_t chunk_bos = stride ? -1 : bos;
     int64_t n_vocab = pi_model_n_vocab(m), decoded = 0;
     struct nll_sum acc = {0.0, 0.0, 0};
-    double t0 = now_s();
+    double t0 = cli_now_s();
     for (int64_t k = 0; k < n_win; k++) {
         struct nll_sum before = acc;
-        st = score_window(ctx, toks, &win[k], chunk_bos, (int32_t)o->n_batch, n_vocab, entries,
-                          &acc);
+        int st = score_window(ctx, toks, &win[k], chunk_bos, (int32_t)o->n_batch, n_vocab, entries,
+                              &acc);
         if (st != PI_OK) {
-            fail("decode failed", st, pi_ctx_errmsg(ctx));
+            cli_fail("decode failed", st, pi_ctx_errmsg(ctx));
             goto done;
         }
         decoded += win[k].len;
@@ -413,7 +324,7 @@ static int run(const struct opts *o) {
                 k + 1, n_win, exp(acc.nll / (double)acc.count), acc.nll - before.nll,
                 acc.count - before.count);
     }
-    double secs = now_s() - t0;
+    double secs = cli_now_s() - t0;
 
     double mean = acc.nll / (double)acc.count, ppl = exp(mean);
     double var = acc.nll2 / (double)acc.count - mean * mean;

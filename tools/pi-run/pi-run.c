@@ -2,13 +2,16 @@
  *
  * Text generation from a prompt, and model inspection (--info). */
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "cli.h"
 #include "powerinfer.h"
 #include "telemetry.h"
+
+const char cli_prog[] = "pi-run";
 
 static void usage(FILE *out) {
     fprintf(out,
@@ -75,12 +78,6 @@ static void usage(FILE *out) {
             "  -v, --verbose           log what the library does to stderr\n"
             "  --version               print the library version\n"
             "  -h, --help              this text\n");
-}
-
-static void log_stderr(void *user, int level, const char *msg) {
-    (void)user;
-    static const char *const names[] = {"debug", "info", "warn", "error"};
-    fprintf(stderr, "pi-run: [%s] %s\n", level >= 0 && level <= 3 ? names[level] : "?", msg);
 }
 
 static void human_bytes(uint64_t b, char *buf, size_t cap) {
@@ -192,13 +189,7 @@ static void print_hparams(const pi_model *m) {
 static int info(const char *path, int list_tensors, int verbose) {
     char errbuf[512] = "";
     pi_model_params p;
-    pi_model_default_params(&p);
-    p.errbuf = errbuf;
-    p.errbuf_cap = sizeof errbuf;
-    if (verbose) {
-        p.log_fn = log_stderr;
-        p.log_level = PI_LOG_DEBUG;
-    }
+    cli_model_params(&p, errbuf, sizeof errbuf, verbose);
     pi_model *m = NULL;
     int st = pi_model_open(path, &p, &m);
     int runnable = st == PI_OK;
@@ -240,51 +231,11 @@ struct opts {
     pi_sampler_params sp;
 };
 
-static char *read_file(const char *path, size_t *len) {
-    FILE *fp = fopen(path, "rb");
-    if (!fp)
-        return NULL;
-    size_t cap = 4096, n = 0;
-    char *buf = malloc(cap);
-    size_t got;
-    while (buf && (got = fread(buf + n, 1, cap - n - 1, fp)) > 0) {
-        n += got;
-        if (cap - n - 1 == 0) {
-            char *nb = realloc(buf, cap * 2);
-            if (!nb) {
-                free(buf);
-                buf = NULL;
-                break;
-            }
-            buf = nb;
-            cap *= 2;
-        }
-    }
-    fclose(fp);
-    if (buf) {
-        buf[n] = '\0';
-        *len = n;
-    }
-    return buf;
-}
-
 static int emit(void *user, const char *text, size_t len) {
     (void)user;
     fwrite(text, 1, len, stdout);
     fflush(stdout);
     return 0;
-}
-
-static double ms_since(struct timespec *t0) {
-    struct timespec t1;
-    timespec_get(&t1, TIME_UTC);
-    return (double)(t1.tv_sec - t0->tv_sec) * 1e3 + (double)(t1.tv_nsec - t0->tv_nsec) / 1e6;
-}
-
-static int fail(const char *what, int st, const char *msg) {
-    fprintf(stderr, "pi-run: %s: %s%s%s\n", what, pi_status_str(st), msg && *msg ? ": " : "",
-            msg ? msg : "");
-    return 1;
 }
 
 /* ---- hybrid execution: plan parameters, the summary line, the description ---------- */
@@ -304,7 +255,7 @@ static int plan_params(struct opts *o, pi_ctx_params *cp, pi_stats **stats) {
         char eb[512] = "";
         int st = pi_stats_load(o->plan_stats, stats, eb, sizeof eb);
         if (st != PI_OK)
-            return fail("cannot read the activation statistics", st, eb);
+            return cli_fail("cannot read the activation statistics", st, eb);
         cp->plan_stats = *stats;
     }
     if (o->plan_file) {
@@ -381,7 +332,7 @@ static int plan_print(FILE *out, const pi_plan *pl) {
     char small[4096];
     int64_t n = pi_plan_describe(pl, small, sizeof small);
     if (n < 0)
-        return fail("cannot describe the plan", (int)n, NULL);
+        return cli_fail("cannot describe the plan", (int)n, NULL);
     char *text = small;
     if ((size_t)n >= sizeof small) {
         text = malloc((size_t)n + 1);
@@ -402,19 +353,9 @@ static int plan_print(FILE *out, const pi_plan *pl) {
 
 /* --dry-run: the plan a context would use, without a context or a prompt. */
 static int dry_run(struct opts *o) {
-    char errbuf[512] = "";
-    pi_model_params mp;
-    pi_model_default_params(&mp);
-    mp.errbuf = errbuf;
-    mp.errbuf_cap = sizeof errbuf;
-    if (o->verbose) {
-        mp.log_fn = log_stderr;
-        mp.log_level = PI_LOG_DEBUG;
-    }
     pi_model *m = NULL;
-    int st = pi_model_open(o->model, &mp, &m);
-    if (st != PI_OK)
-        return fail("cannot open the model", st, errbuf);
+    if (cli_model_open(o->model, o->verbose, &m))
+        return 1;
     pi_ctx_params cp = o->cp;
     char cerr[512] = "";
     cp.errbuf = cerr;
@@ -423,10 +364,10 @@ static int dry_run(struct opts *o) {
     pi_plan *pl = NULL;
     int rc = plan_params(o, &cp, &stats);
     if (rc == 0) {
-        st = pi_model_plan(m, &cp, &pl);
+        int st = pi_model_plan(m, &cp, &pl);
         pi_stats_free(stats);
         if (st != PI_OK)
-            rc = fail("cannot plan", st, cerr);
+            rc = cli_fail("cannot plan", st, cerr);
     }
     if (rc == 0) {
         plan_line(stderr, pl, &cp);
@@ -439,27 +380,16 @@ static int dry_run(struct opts *o) {
 
 /* Tokenize, decode the prompt, then sample and stream the continuation. */
 static int generate(struct opts *o) {
-    struct timespec t0;
-    timespec_get(&t0, TIME_UTC);
-    char errbuf[512] = "";
-    pi_model_params mp;
-    pi_model_default_params(&mp);
-    mp.errbuf = errbuf;
-    mp.errbuf_cap = sizeof errbuf;
-    if (o->verbose) {
-        mp.log_fn = log_stderr;
-        mp.log_level = PI_LOG_DEBUG;
-    }
+    const double t0 = cli_now_s();
     pi_model *m = NULL;
-    int st = pi_model_open(o->model, &mp, &m);
-    if (st != PI_OK)
-        return fail("cannot open the model", st, errbuf);
-    double load_ms = ms_since(&t0);
+    if (cli_model_open(o->model, o->verbose, &m))
+        return 1;
+    const double load_ms = (cli_now_s() - t0) * 1e3;
 
     size_t plen = 0;
     char *ptext = NULL;
     if (o->prompt_file) {
-        ptext = read_file(o->prompt_file, &plen);
+        ptext = cli_read_file(o->prompt_file, &plen);
         if (!ptext) {
             pi_model_close(m);
             fprintf(stderr, "pi-run: cannot read '%s'\n", o->prompt_file);
@@ -482,7 +412,7 @@ static int generate(struct opts *o) {
         if (need < 0) {
             free(ptext);
             pi_model_close(m);
-            return fail("--chat: the model's chat template", (int)need, NULL);
+            return cli_fail("--chat: the model's chat template", (int)need, NULL);
         }
         char *chat = malloc((size_t)need + 1);
         if (chat)
@@ -492,7 +422,7 @@ static int generate(struct opts *o) {
         plen = (size_t)need;
         tflags |= PI_TOKENIZE_PARSE_SPECIAL;
     }
-    int rc = 1;
+    int rc = 1, st;
     int32_t *toks = NULL;
     pi_ctx *ctx = NULL;
     pi_sampler *smp = NULL;
@@ -503,7 +433,7 @@ static int generate(struct opts *o) {
     }
     int64_t nt = pi_tokenize(m, ptext, plen, NULL, 0, tflags);
     if (nt < 0) {
-        fail("cannot tokenize the prompt", (int)nt, NULL);
+        cli_fail("cannot tokenize the prompt", (int)nt, NULL);
         goto done;
     }
     if (nt == 0) {
@@ -516,22 +446,17 @@ static int generate(struct opts *o) {
     pi_tokenize(m, ptext, plen, toks, (size_t)nt, tflags);
 
     pi_ctx_params cp = o->cp;
-    char cerr[512] = "";
-    cp.errbuf = cerr;
-    cp.errbuf_cap = sizeof cerr;
     if (o->profile && cp.stats == PI_STATS_OFF)
         cp.stats = pi_model_is_sparse(m) ? PI_STATS_DIAGNOSTIC : PI_STATS_ON;
     {
         pi_stats *plan_stats = NULL;
         if (plan_params(o, &cp, &plan_stats) != 0)
             goto done;
-        st = pi_ctx_create(m, &cp, &ctx);
+        const int failed = cli_ctx_create(m, &cp, &ctx);
         pi_stats_free(plan_stats); /* borrowed for the call only */
         cp.plan_stats = NULL;
-        if (st != PI_OK) {
-            fail("cannot create a context", st, cerr);
+        if (failed)
             goto done;
-        }
     }
     if (pi_ctx_plan(ctx)) {
         plan_line(stderr, pi_ctx_plan(ctx), &cp);
@@ -550,24 +475,23 @@ static int generate(struct opts *o) {
             fprintf(stderr, ", threshold %g\n", (double)pi_ctx_sparse_threshold(ctx));
     }
     if ((st = pi_sampler_create(m, &o->sp, &smp)) != PI_OK) {
-        fail("cannot create the sampler", st, NULL);
+        cli_fail("cannot create the sampler", st, NULL);
         goto done;
     }
     if ((st = pi_detok_create(m, 0, &dt)) != PI_OK) {
-        fail("cannot create the detokenizer", st, NULL);
+        cli_fail("cannot create the detokenizer", st, NULL);
         goto done;
     }
     if (!o->chat) {
         fwrite(ptext, 1, plen, stdout);
         fflush(stdout);
     }
-    struct timespec tp;
-    timespec_get(&tp, TIME_UTC);
+    const double tp = cli_now_s();
     if ((st = pi_ctx_decode(ctx, toks, (size_t)nt)) != PI_OK) {
-        fail("cannot process the prompt", st, pi_ctx_errmsg(ctx));
+        cli_fail("cannot process the prompt", st, pi_ctx_errmsg(ctx));
         goto done;
     }
-    double prompt_ms = ms_since(&tp);
+    const double prompt_ms = (cli_now_s() - tp) * 1e3;
     for (int64_t i = 0; i < nt; i++)
         pi_sampler_accept(smp, toks[i]);
     if (o->dump_logits) {
@@ -583,12 +507,11 @@ static int generate(struct opts *o) {
     }
     long n_gen = 0;
     long limit = o->n_predict < 0 ? (long)(pi_ctx_n_ctx(ctx) - nt) : o->n_predict;
-    struct timespec tg;
-    timespec_get(&tg, TIME_UTC);
+    const double tg = cli_now_s();
     while (n_gen < limit) {
         int32_t tok;
         if ((st = pi_sample(smp, ctx, &tok)) != PI_OK) {
-            fail("sampling failed", st, NULL);
+            cli_fail("sampling failed", st, NULL);
             goto done;
         }
         if (pi_model_token_is_eog(m, tok))
@@ -598,11 +521,11 @@ static int generate(struct opts *o) {
         if (pi_ctx_pos(ctx) >= pi_ctx_n_ctx(ctx))
             break;
         if ((st = pi_ctx_decode(ctx, &tok, 1)) != PI_OK) {
-            fail("decode failed", st, pi_ctx_errmsg(ctx));
+            cli_fail("decode failed", st, pi_ctx_errmsg(ctx));
             goto done;
         }
     }
-    double gen_ms = ms_since(&tg);
+    const double gen_ms = (cli_now_s() - tg) * 1e3;
     pi_detok_flush(dt, emit, NULL);
     printf("\n");
     fflush(stdout);
@@ -617,7 +540,7 @@ static int generate(struct opts *o) {
     if (o->profile) {
         char eb[512] = "";
         if ((st = pi_stats_save(pi_ctx_stats(ctx), o->profile, eb, sizeof eb)) != PI_OK) {
-            fail("cannot write the statistics", st, eb);
+            cli_fail("cannot write the statistics", st, eb);
             goto done;
         }
         fprintf(stderr, "pi-run: wrote activation statistics of %lld positions to %s\n",
@@ -632,28 +555,6 @@ done:
     free(ptext);
     pi_model_close(m);
     return rc;
-}
-
-static int parse_long(const char *opt, const char *v, long lo, long hi, long *out) {
-    char *end;
-    long x = strtol(v, &end, 0);
-    if (*v == '\0' || *end != '\0' || x < lo || x > hi) {
-        fprintf(stderr, "pi-run: %s wants an integer in [%ld, %ld], not '%s'\n", opt, lo, hi, v);
-        return -1;
-    }
-    *out = x;
-    return 0;
-}
-
-static int parse_float(const char *opt, const char *v, float *out) {
-    char *end;
-    float x = strtof(v, &end);
-    if (*v == '\0' || *end != '\0' || x != x) {
-        fprintf(stderr, "pi-run: %s wants a number, not '%s'\n", opt, v);
-        return -1;
-    }
-    *out = x;
-    return 0;
 }
 
 /* --vram-budget: GiB as a decimal number (PowerInfer's unit), 'auto' or a negative
@@ -723,7 +624,7 @@ int main(int argc, char **argv) {
             usage(stdout);
             return 0;
         } else if (IS("--version")) {
-            printf("pi-run (libpowerinfer %s, ABI %u)\n", pi_version_string(), pi_abi_version());
+            cli_print_version();
             return 0;
         } else if (IS("--info")) {
             o.info = 1;
@@ -798,7 +699,7 @@ int main(int argc, char **argv) {
             }
             o.device_set = 1;
         } else if (IS("--device-index")) {
-            if (parse_long(a, v, 0, 1024, &n))
+            if (cli_parse_long(a, v, 0, 0, 1024, &n))
                 return 2;
             o.cp.device_index = (uint32_t)n;
         } else if (IS("--vram-budget")) {
@@ -810,30 +711,30 @@ int main(int argc, char **argv) {
         } else if (IS("--plan")) {
             o.plan_file = v;
         } else if (IS("--sparse-threshold")) {
-            if (parse_float(a, v, &o.cp.sparse_threshold))
+            if (cli_parse_float(a, v, -INFINITY, INFINITY, &o.cp.sparse_threshold))
                 return 2;
             o.cp.sparse_threshold_set = 1;
         } else if (IS("-n") || IS("--n-predict")) {
-            if (parse_long(a, v, -1, 1 << 30, &o.n_predict))
+            if (cli_parse_long(a, v, 0, -1, 1 << 30, &o.n_predict))
                 return 2;
         } else if (IS("-t") || IS("--threads")) {
-            if (parse_long(a, v, 0, 512, &n))
+            if (cli_parse_long(a, v, 0, 0, 512, &n))
                 return 2;
             o.cp.n_threads = (uint32_t)n;
         } else if (IS("-c") || IS("--ctx-size")) {
-            if (parse_long(a, v, 0, 1 << 20, &n))
+            if (cli_parse_long(a, v, 0, 0, 1 << 20, &n))
                 return 2;
             o.cp.n_ctx = (uint32_t)n;
         } else if (IS("-b") || IS("--batch-size")) {
-            if (parse_long(a, v, 1, 1 << 16, &n))
+            if (cli_parse_long(a, v, 0, 1, 1 << 16, &n))
                 return 2;
             o.cp.n_batch = (uint32_t)n;
         } else if (IS("--top-k")) {
-            if (parse_long(a, v, 0, 1 << 30, &n))
+            if (cli_parse_long(a, v, 0, 0, 1 << 30, &n))
                 return 2;
             o.sp.top_k = (int32_t)n;
         } else if (IS("--repeat-last-n")) {
-            if (parse_long(a, v, 0, 1 << 20, &n))
+            if (cli_parse_long(a, v, 0, 0, 1 << 20, &n))
                 return 2;
             o.sp.penalty_last_n = (int32_t)n;
         } else if (IS("--seed")) {
@@ -851,7 +752,7 @@ int main(int argc, char **argv) {
                        : IS("--repeat-penalty") ? &o.sp.repeat_penalty
                        : IS("--frequency-penalty") ? &o.sp.frequency_penalty
                                                    : &o.sp.presence_penalty;
-            if (parse_float(a, v, f))
+            if (cli_parse_float(a, v, -INFINITY, INFINITY, f))
                 return 2;
         } else if (a[0] == '-' && a[1] != '\0') {
             fprintf(stderr, "pi-run: unknown option '%s'\n", a);

@@ -1,0 +1,131 @@
+/* cli.c -- see cli.h. */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime */
+#include "cli.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+int cli_parse_long(const char *opt, const char *v, int base, long lo, long hi, long *out) {
+    char *end;
+    errno = 0;
+    long x = strtol(v, &end, base);
+    if (*v == '\0' || *end != '\0' || errno || x < lo || x > hi) {
+        fprintf(stderr, "%s: %s wants an integer in [%ld, %ld], not '%s'\n", cli_prog, opt, lo, hi,
+                v);
+        return -1;
+    }
+    *out = x;
+    return 0;
+}
+
+int cli_parse_float(const char *opt, const char *v, float lo, float hi, float *out) {
+    char *end;
+    float x = strtof(v, &end);
+    if (*v == '\0' || *end != '\0' || !(x >= lo && x <= hi)) {
+        if (lo == -INFINITY && hi == INFINITY)
+            fprintf(stderr, "%s: %s wants a number, not '%s'\n", cli_prog, opt, v);
+        else
+            fprintf(stderr, "%s: %s wants a number in [%g, %g], not '%s'\n", cli_prog, opt,
+                    (double)lo, (double)hi, v);
+        return -1;
+    }
+    *out = x;
+    return 0;
+}
+
+void cli_print_version(void) {
+    printf("%s (libpowerinfer %s, ABI %u)\n", cli_prog, pi_version_string(), pi_abi_version());
+}
+
+int cli_fail(const char *what, int st, const char *msg) {
+    fprintf(stderr, "%s: %s: %s%s%s\n", cli_prog, what, pi_status_str(st), msg && *msg ? ": " : "",
+            msg ? msg : "");
+    return 1;
+}
+
+void cli_log_stderr(void *user, int level, const char *msg) {
+    (void)user;
+    static const char *const names[] = {"debug", "info", "warn", "error"};
+    fprintf(stderr, "%s: [%s] %s\n", cli_prog, level >= 0 && level <= 3 ? names[level] : "?", msg);
+}
+
+double cli_now_s(void) {
+    struct timespec ts;
+#ifdef CLOCK_MONOTONIC
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+#else
+    timespec_get(&ts, TIME_UTC);
+#endif
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+char *cli_read_file(const char *path, size_t *len) {
+    FILE *fp = fopen(path, "rb");
+    if (!fp)
+        return NULL;
+    size_t cap = 1 << 16, n = 0, got;
+    char *buf = malloc(cap);
+    if (!buf) {
+        fclose(fp);
+        errno = ENOMEM;
+        return NULL;
+    }
+    errno = 0;
+    while ((got = fread(buf + n, 1, cap - n - 1, fp)) > 0) {
+        n += got;
+        if (n + 1 == cap) {
+            char *nb = realloc(buf, cap * 2);
+            if (!nb) {
+                free(buf);
+                buf = NULL;
+                errno = ENOMEM;
+                break;
+            }
+            buf = nb;
+            cap *= 2;
+        }
+    }
+    if (buf && ferror(fp)) { /* errno from the failed read (EISDIR for a directory) */
+        free(buf);
+        buf = NULL;
+        errno = errno ? errno : EIO;
+    }
+    int err = errno;
+    fclose(fp);
+    errno = err;
+    if (buf) {
+        buf[n] = '\0';
+        *len = n;
+    }
+    return buf;
+}
+
+void cli_model_params(pi_model_params *mp, char *errbuf, size_t cap, int verbose) {
+    pi_model_default_params(mp);
+    mp->errbuf = errbuf;
+    mp->errbuf_cap = cap;
+    if (verbose) {
+        mp->log_fn = cli_log_stderr;
+        mp->log_level = PI_LOG_DEBUG;
+    }
+}
+
+int cli_model_open(const char *path, int verbose, pi_model **out) {
+    char errbuf[512] = "";
+    pi_model_params mp;
+    cli_model_params(&mp, errbuf, sizeof errbuf, verbose);
+    int st = pi_model_open(path, &mp, out);
+    return st == PI_OK ? 0 : cli_fail("cannot open the model", st, errbuf);
+}
+
+int cli_ctx_create(const pi_model *m, const pi_ctx_params *cp, pi_ctx **out) {
+    pi_ctx_params p = *cp;
+    char errbuf[512] = "";
+    p.errbuf = errbuf;
+    p.errbuf_cap = sizeof errbuf;
+    int st = pi_ctx_create(m, &p, out);
+    return st == PI_OK ? 0 : cli_fail("cannot create a context", st, errbuf);
+}

@@ -1,0 +1,57 @@
+/* cli.h -- what the command-line tools (pi-run, pi-bench, pi-perplexity, pi-batched)
+ * share: option values, messages to stderr, a clock, reading a file, opening a model
+ * and creating a context. Public API only.
+ *
+ * Every message starts with the tool's name, which each tool defines once:
+ *     const char cli_prog[] = "pi-run";
+ * (a constant, so there is nothing to initialise and nothing to forget). */
+#ifndef PI_TOOLS_CLI_H
+#define PI_TOOLS_CLI_H
+
+#include <stddef.h>
+
+#include "powerinfer.h"
+
+extern const char cli_prog[];
+
+/* The value v of option opt as an integer in [lo, hi], in `base` (strtol's: 10, or 0
+ * for C's 0x and 0 prefixes). Returns 0 and *out, or -1 after printing
+ * "PROG: OPT wants an integer in [LO, HI], not 'V'". */
+int cli_parse_long(const char *opt, const char *v, int base, long lo, long hi, long *out);
+
+/* The value v of option opt as a float in [lo, hi] (NaN never is). Returns 0 and
+ * *out, or -1 after printing "PROG: OPT wants a number in [LO, HI], not 'V'" (without
+ * the range when it is [-inf, inf]). */
+int cli_parse_float(const char *opt, const char *v, float lo, float hi, float *out);
+
+/* Prints "PROG (libpowerinfer VERSION, ABI N)" to stdout: --version. */
+void cli_print_version(void);
+
+/* Prints "PROG: WHAT: STATUS: MSG" (no ": MSG" when msg is NULL or empty) to stderr;
+ * returns 1, the tools' exit status for a failure. */
+int cli_fail(const char *what, int st, const char *msg);
+
+/* A pi_log_fn printing "PROG: [LEVEL] MSG" to stderr (user unused). */
+void cli_log_stderr(void *user, int level, const char *msg);
+
+/* Seconds on a monotonic clock (where the system has one), for intervals. */
+double cli_now_s(void);
+
+/* The whole file, NUL-terminated, malloc'd (*len excludes the NUL). NULL with errno
+ * set when it cannot be opened or read (EISDIR for a directory) or on ENOMEM. */
+char *cli_read_file(const char *path, size_t *len);
+
+/* Default model params writing their message to errbuf[cap]; when verbose, every
+ * message of the library (PI_LOG_DEBUG and up) goes to cli_log_stderr. */
+void cli_model_params(pi_model_params *mp, char *errbuf, size_t cap, int verbose);
+
+/* pi_model_open with cli_model_params. Returns 0 and *out, or 1 (*out NULL) after
+ * printing "PROG: cannot open the model: STATUS: MSG". */
+int cli_model_open(const char *path, int verbose, pi_model **out);
+
+/* pi_ctx_create with *cp (borrowed for the call) and an error buffer of its own.
+ * Returns 0 and *out, or 1 (*out NULL) after printing
+ * "PROG: cannot create a context: STATUS: MSG". */
+int cli_ctx_create(const pi_model *m, const pi_ctx_params *cp, pi_ctx **out);
+
+#endif
