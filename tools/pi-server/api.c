@@ -1,0 +1,712 @@
+/* api.c -- OpenAI's request and response objects, read and written with cJSON.
+ *
+ * Requests are checked field by field: a wrong type, a value out of range or a field we
+ * cannot honour is a 400 naming the parameter, as OpenAI answers. Unknown fields are
+ * ignored (clients send vendor extensions). null is the same as absent. */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cjson/cJSON.h>
+
+#include "server.h"
+
+#define MAX_MESSAGES 4096
+
+void srv_error_set(struct srv_error *err, int status, const char *type, const char *code,
+                   const char *param, const char *fmt, ...) {
+    err->status = status;
+    err->type = type;
+    err->code = code;
+    err->param = param;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err->message, sizeof err->message, fmt, ap);
+    va_end(ap);
+}
+
+static void bad(struct srv_error *err, const char *param, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+
+static void bad(struct srv_error *err, const char *param, const char *fmt, ...) {
+    err->status = 400;
+    err->type = "invalid_request_error";
+    err->code = "invalid_value";
+    err->param = param;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err->message, sizeof err->message, fmt, ap);
+    va_end(ap);
+}
+
+char *api_error_json(const struct srv_error *err) {
+    cJSON *root = cJSON_CreateObject();
+    cJSON *e = cJSON_AddObjectToObject(root, "error");
+    if (!e) {
+        cJSON_Delete(root);
+        return NULL;
+    }
+    cJSON_AddStringToObject(e, "message", err->message);
+    cJSON_AddStringToObject(e, "type", err->type ? err->type : "invalid_request_error");
+    if (err->param)
+        cJSON_AddStringToObject(e, "param", err->param);
+    else
+        cJSON_AddNullToObject(e, "param");
+    if (err->code)
+        cJSON_AddStringToObject(e, "code", err->code);
+    else
+        cJSON_AddNullToObject(e, "code");
+    char *s = cJSON_PrintUnformatted(root);
+    cJSON_Delete(root);
+    return s;
+}
+
+cJSON *api_parse_body(const char *body, size_t len, struct srv_error *err) {
+    if (len == 0) {
+        srv_error_set(err, 400, "invalid_request_error", "invalid_json", NULL,
+                      "The request body is empty; send a JSON object.");
+        return NULL;
+    }
+    if (!utf8_valid(body, len)) {
+        srv_error_set(err, 400, "invalid_request_error", "invalid_json", NULL,
+                      "The request body is not valid UTF-8.");
+        return NULL;
+    }
+    /* cJSON stops at nesting depth CJSON_NESTING_LIMIT (1000), so a deep body cannot
+     * exhaust the stack; require_null_terminated rejects trailing text. The body buffer
+     * is NUL-terminated by the caller. */
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(body, len + 1, &end, 1);
+    if (!root) {
+        size_t at = end && end >= body ? (size_t)(end - body) : 0;
+        srv_error_set(err, 400, "invalid_request_error", "invalid_json", NULL,
+                      "We could not parse the JSON body of your request (near byte %zu).", at);
+        return NULL;
+    }
+    if (!cJSON_IsObject(root)) {
+        cJSON_Delete(root);
+        srv_error_set(err, 400, "invalid_request_error", "invalid_json", NULL,
+                      "The request body must be a JSON object.");
+        return NULL;
+    }
+    return root;
+}
+
+/* ---- fields ------------------------------------------------------------------------- */
+
+static const cJSON *field(const cJSON *obj, const char *name) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, name);
+    return v && !cJSON_IsNull(v) ? v : NULL;
+}
+
+/* A number in [lo, hi]: 1 when present (written to *out), 0 when absent, -1 with *err. */
+static int get_number(const cJSON *obj, const char *name, double lo, double hi, double *out,
+                      struct srv_error *err) {
+    const cJSON *v = field(obj, name);
+    if (!v)
+        return 0;
+    if (!cJSON_IsNumber(v)) {
+        bad(err, name, "'%s' must be a number.", name);
+        return -1;
+    }
+    double x = v->valuedouble;
+    if (!isfinite(x) || x < lo || x > hi) {
+        srv_error_set(err, 400, "invalid_request_error", "invalid_value", name,
+                      "'%s' must be between %g and %g.", name, lo, hi);
+        return -1;
+    }
+    *out = x;
+    return 1;
+}
+
+static int get_int(const cJSON *obj, const char *name, double lo, double hi, int64_t *out,
+                   struct srv_error *err) {
+    double x;
+    int rc = get_number(obj, name, lo, hi, &x, err);
+    if (rc == 1) {
+        if (x != floor(x)) {
+            bad(err, name, "'%s' must be an integer.", name);
+            return -1;
+        }
+        *out = (int64_t)x;
+    }
+    return rc;
+}
+
+static int get_bool(const cJSON *obj, const char *name, int *out, struct srv_error *err) {
+    const cJSON *v = field(obj, name);
+    if (!v)
+        return 0;
+    if (!cJSON_IsBool(v)) {
+        bad(err, name, "'%s' must be a boolean.", name);
+        return -1;
+    }
+    *out = cJSON_IsTrue(v);
+    return 1;
+}
+
+/* ---- prompts ------------------------------------------------------------------------ */
+
+static int32_t *tokenize(const pi_model *m, const char *text, size_t len, uint32_t flags,
+                         size_t *n_out, struct srv_error *err) {
+    int64_t n = pi_tokenize(m, text, len, NULL, 0, flags);
+    if (n < 0) {
+        srv_error_set(err, 500, "server_error", NULL, NULL, "Tokenizing failed: %s.",
+                      pi_status_str((int)n));
+        return NULL;
+    }
+    int32_t *toks = malloc((size_t)(n ? n : 1) * sizeof *toks);
+    if (!toks) {
+        srv_error_set(err, 500, "server_error", NULL, NULL, "Out of memory.");
+        return NULL;
+    }
+    if (n)
+        pi_tokenize(m, text, len, toks, (size_t)n, flags);
+    *n_out = (size_t)n;
+    return toks;
+}
+
+/* The text of a message's content: a string, or an array of {"type":"text","text":..}
+ * parts joined. malloc'd. */
+static char *content_text(const cJSON *content, const char *role, struct srv_error *err) {
+    if (!content) {
+        if (!strcmp(role, "assistant"))
+            return calloc(1, 1);
+        bad(err, "messages", "Each '%s' message needs a 'content'.", role);
+        return NULL;
+    }
+    if (cJSON_IsString(content))
+        return strdup(content->valuestring);
+    if (!cJSON_IsArray(content)) {
+        bad(err, "messages", "A message's 'content' must be a string or an array of parts.");
+        return NULL;
+    }
+    struct srv_buf b = {0};
+    const cJSON *part;
+    cJSON_ArrayForEach(part, content) {
+        const cJSON *type = cJSON_GetObjectItemCaseSensitive(part, "type");
+        const cJSON *text = cJSON_GetObjectItemCaseSensitive(part, "text");
+        if (!cJSON_IsObject(part) || !cJSON_IsString(type) || strcmp(type->valuestring, "text") ||
+            !cJSON_IsString(text)) {
+            buf_free(&b);
+            bad(err, "messages", "Only content parts of type 'text' are supported.");
+            return NULL;
+        }
+        if (buf_append(&b, text->valuestring, strlen(text->valuestring)) != 0) {
+            buf_free(&b);
+            srv_error_set(err, 500, "server_error", NULL, NULL, "Out of memory.");
+            return NULL;
+        }
+    }
+    return b.data ? b.data : calloc(1, 1);
+}
+
+static int32_t *chat_prompt(const struct srv_model_info *mi, const cJSON *req, size_t *n_out,
+                            struct srv_error *err) {
+    const cJSON *msgs = field(req, "messages");
+    if (!msgs) {
+        srv_error_set(err, 400, "invalid_request_error", "missing_required_parameter", "messages",
+                      "Missing required parameter: 'messages'.");
+        return NULL;
+    }
+    int n = cJSON_IsArray(msgs) ? cJSON_GetArraySize(msgs) : -1;
+    if (n < 1 || n > MAX_MESSAGES) {
+        bad(err, "messages", "'messages' must be a non-empty array (at most %d messages).",
+            MAX_MESSAGES);
+        return NULL;
+    }
+    pi_chat_message *pm = calloc((size_t)n, sizeof *pm);
+    char **texts = calloc((size_t)n, sizeof *texts);
+    int32_t *toks = NULL;
+    char *prompt = NULL;
+    if (!pm || !texts) {
+        srv_error_set(err, 500, "server_error", NULL, NULL, "Out of memory.");
+        goto done;
+    }
+    int i = 0;
+    const cJSON *m;
+    cJSON_ArrayForEach(m, msgs) {
+        const cJSON *role = cJSON_IsObject(m) ? cJSON_GetObjectItemCaseSensitive(m, "role") : NULL;
+        if (!cJSON_IsString(role)) {
+            bad(err, "messages", "Each message must be an object with a string 'role'.");
+            goto done;
+        }
+        const char *r = role->valuestring;
+        if (!strcmp(r, "developer"))
+            r = "system";
+        if (strcmp(r, "system") && strcmp(r, "user") && strcmp(r, "assistant")) {
+            bad(err, "messages",
+                "Unsupported role '%.40s': use system, developer, user or assistant.", r);
+            goto done;
+        }
+        texts[i] = content_text(field(m, "content"), r, err);
+        if (!texts[i])
+            goto done;
+        pm[i] = (pi_chat_message){r, texts[i]};
+        i++;
+    }
+    int64_t need = pi_chat_apply(mi->model, mi->chat_format, pm, (size_t)n, 1, NULL, 0);
+    if (need < 0) {
+        srv_error_set(err, 500, "server_error", NULL, NULL, "The chat template failed: %s.",
+                      pi_status_str((int)need));
+        goto done;
+    }
+    prompt = malloc((size_t)need + 1);
+    if (!prompt) {
+        srv_error_set(err, 500, "server_error", NULL, NULL, "Out of memory.");
+        goto done;
+    }
+    pi_chat_apply(mi->model, mi->chat_format, pm, (size_t)n, 1, prompt, (size_t)need + 1);
+    toks = tokenize(mi->model, prompt, (size_t)need,
+                    PI_TOKENIZE_ADD_SPECIAL | PI_TOKENIZE_PARSE_SPECIAL, n_out, err);
+done:
+    if (texts)
+        for (int k = 0; k < n; k++)
+            free(texts[k]);
+    free(texts);
+    free(pm);
+    free(prompt);
+    return toks;
+}
+
+static int32_t *completion_prompt(const struct srv_model_info *mi, const cJSON *req, size_t *n_out,
+                                  struct srv_error *err) {
+    const cJSON *p = field(req, "prompt");
+    if (!p) {
+        srv_error_set(err, 400, "invalid_request_error", "missing_required_parameter", "prompt",
+                      "Missing required parameter: 'prompt'.");
+        return NULL;
+    }
+    if (cJSON_IsArray(p) && cJSON_GetArraySize(p) == 1 && cJSON_IsString(p->child))
+        p = p->child;
+    if (cJSON_IsString(p))
+        return tokenize(mi->model, p->valuestring, strlen(p->valuestring), PI_TOKENIZE_ADD_SPECIAL,
+                        n_out, err);
+    /* An array of token ids. */
+    int n = cJSON_IsArray(p) ? cJSON_GetArraySize(p) : 0;
+    if (n < 1 || !cJSON_IsNumber(p->child)) {
+        bad(err, "prompt",
+            "'prompt' must be a string, an array of one string, or an array of token ids; "
+            "one prompt per request.");
+        return NULL;
+    }
+    int32_t *toks = malloc((size_t)n * sizeof *toks);
+    if (!toks) {
+        srv_error_set(err, 500, "server_error", NULL, NULL, "Out of memory.");
+        return NULL;
+    }
+    int64_t n_vocab = pi_model_n_vocab(mi->model);
+    int i = 0;
+    const cJSON *t;
+    cJSON_ArrayForEach(t, p) {
+        double x = cJSON_IsNumber(t) ? t->valuedouble : -1.0;
+        if (!(x >= 0 && x < (double)n_vocab && x == floor(x))) {
+            free(toks);
+            bad(err, "prompt", "Token ids in 'prompt' must be integers in [0, n_vocab).");
+            return NULL;
+        }
+        toks[i++] = (int32_t)x;
+    }
+    *n_out = (size_t)n;
+    return toks;
+}
+
+/* ---- the job ------------------------------------------------------------------------ */
+
+static int add_stop(struct srv_job *job, const cJSON *s, struct srv_error *err) {
+    if (!cJSON_IsString(s)) {
+        bad(err, "stop", "'stop' must be a string or an array of strings.");
+        return -1;
+    }
+    size_t len = strlen(s->valuestring);
+    if (len == 0)
+        return 0; /* matches nothing */
+    if (len > 256) {
+        bad(err, "stop", "A stop string may have at most 256 bytes.");
+        return -1;
+    }
+    if (!(job->stop[job->n_stop] = strdup(s->valuestring))) {
+        srv_error_set(err, 500, "server_error", NULL, NULL, "Out of memory.");
+        return -1;
+    }
+    job->n_stop++;
+    return 0;
+}
+
+static int get_stops(const cJSON *req, struct srv_job *job, struct srv_error *err) {
+    const cJSON *stop = field(req, "stop");
+    if (!stop || cJSON_IsString(stop))
+        return stop ? add_stop(job, stop, err) : 0;
+    if (!cJSON_IsArray(stop)) {
+        bad(err, "stop", "'stop' must be a string or an array of strings.");
+        return -1;
+    }
+    if (cJSON_GetArraySize(stop) > SRV_MAX_STOP) {
+        bad(err, "stop", "'stop' takes at most %d strings.", SRV_MAX_STOP);
+        return -1;
+    }
+    const cJSON *s;
+    cJSON_ArrayForEach(s, stop) {
+        if (add_stop(job, s, err) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+static uint64_t fresh_seed(void) {
+    static _Atomic uint64_t counter;
+    struct timespec t;
+    clock_gettime(CLOCK_REALTIME, &t);
+    uint64_t x = (uint64_t)t.tv_nsec ^ ((uint64_t)t.tv_sec << 30);
+    return x + 0x9e3779b97f4a7c15ull * ++counter;
+}
+
+struct srv_job *api_make_job(const struct srv_model_info *mi, const cJSON *req, int chat,
+                             int *stream, int *include_usage, struct srv_error *err) {
+    const cJSON *model = field(req, "model");
+    if (model && !cJSON_IsString(model)) {
+        bad(err, "model", "'model' must be a string.");
+        return NULL;
+    }
+    /* Parameters we cannot honour are refused rather than ignored. */
+    static const char *const unsupported[] = {"tools", "functions", "tool_choice", "function_call",
+                                              "suffix"};
+    for (size_t i = 0; i < sizeof unsupported / sizeof *unsupported; i++) {
+        const cJSON *v = field(req, unsupported[i]);
+        if (v && !(cJSON_IsArray(v) && cJSON_GetArraySize(v) == 0) &&
+            !(cJSON_IsString(v) && (!v->valuestring[0] || !strcmp(v->valuestring, "none")))) {
+            srv_error_set(err, 400, "invalid_request_error", "unsupported_parameter",
+                          unsupported[i], "'%s' is not supported by this server.", unsupported[i]);
+            return NULL;
+        }
+    }
+    int flag = 0;
+    if (get_bool(req, "logprobs", &flag, err) < 0)
+        return NULL;
+    if (flag || (!chat && field(req, "logprobs"))) {
+        srv_error_set(err, 400, "invalid_request_error", "unsupported_parameter", "logprobs",
+                      "'logprobs' is not supported by this server.");
+        return NULL;
+    }
+    flag = 0;
+    if (!chat && get_bool(req, "echo", &flag, err) < 0)
+        return NULL;
+    if (flag) {
+        srv_error_set(err, 400, "invalid_request_error", "unsupported_parameter", "echo",
+                      "'echo' is not supported by this server.");
+        return NULL;
+    }
+    /* OpenAI's defaults (temperature 1, top_p 1), and the library's top-k 40 and
+     * min-p 0.05 on top, which the extension fields top_k and min_p (0: off) change;
+     * the library takes no negative penalties. */
+    pi_sampler_params sp;
+    pi_sampler_default_params(&sp);
+    int64_t n = 1, best_of = 1, max_tokens = -1, seed = 0, top_k = sp.top_k;
+    double temperature = 1.0, top_p = 1.0, min_p = sp.min_p, fpen = 0.0, ppen = 0.0;
+    *stream = 0;
+    *include_usage = 0;
+    if (get_int(req, "n", 1, 128, &n, err) < 0 ||
+        get_int(req, "best_of", 1, 1, &best_of, err) < 0 ||
+        get_number(req, "temperature", 0.0, 2.0, &temperature, err) < 0 ||
+        get_number(req, "top_p", 0.0, 1.0, &top_p, err) < 0 ||
+        get_int(req, "top_k", 0, 1 << 20, &top_k, err) < 0 ||
+        get_number(req, "min_p", 0.0, 1.0, &min_p, err) < 0 ||
+        get_number(req, "frequency_penalty", 0.0, 2.0, &fpen, err) < 0 ||
+        get_number(req, "presence_penalty", 0.0, 2.0, &ppen, err) < 0 ||
+        get_bool(req, "stream", stream, err) < 0)
+        return NULL;
+    if ((uint32_t)n > mi->n_slots) {
+        srv_error_set(err, 400, "invalid_request_error", "invalid_value", "n",
+                      "'n' is %lld but this server has %u slots (--parallel).", (long long)n,
+                      mi->n_slots);
+        return NULL;
+    }
+    const char *mt_name =
+        field(req, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
+    if (get_int(req, mt_name, 1, (double)mi->n_ctx, &max_tokens, err) < 0)
+        return NULL;
+    int has_seed = get_int(req, "seed", -9223372036854775808.0, 9223372036854775807.0, &seed, err);
+    if (has_seed < 0)
+        return NULL;
+    const cJSON *so = field(req, "stream_options");
+    if (so) {
+        if (!cJSON_IsObject(so) || get_bool(so, "include_usage", include_usage, err) < 0) {
+            bad(err, "stream_options", "'stream_options' must be an object.");
+            return NULL;
+        }
+    }
+    struct srv_job *job = job_create((int)n);
+    if (!job) {
+        srv_error_set(err, 500, "server_error", NULL, NULL, "Out of memory.");
+        return NULL;
+    }
+    if (get_stops(req, job, err) < 0)
+        goto fail;
+    job->prompt = chat ? chat_prompt(mi, req, &job->n_prompt, err)
+                       : completion_prompt(mi, req, &job->n_prompt, err);
+    if (!job->prompt)
+        goto fail;
+    if (job->n_prompt == 0) {
+        bad(err, chat ? "messages" : "prompt", "The prompt is empty.");
+        goto fail;
+    }
+    if ((int64_t)job->n_prompt >= mi->n_ctx) {
+        srv_error_set(err, 400, "invalid_request_error", "context_length_exceeded",
+                      chat ? "messages" : "prompt",
+                      "This model's context holds %lld tokens per slot; the prompt has %zu.",
+                      (long long)mi->n_ctx, job->n_prompt);
+        goto fail;
+    }
+    if (max_tokens < 0) {
+        max_tokens = mi->default_max_tokens;
+        if (max_tokens > mi->n_ctx - (int64_t)job->n_prompt)
+            max_tokens = mi->n_ctx - (int64_t)job->n_prompt;
+    }
+    job->max_tokens = max_tokens;
+    sp.temperature = (float)temperature;
+    sp.top_p = (float)top_p;
+    sp.top_k = (int32_t)top_k;
+    sp.min_p = (float)min_p;
+    sp.frequency_penalty = (float)fpen;
+    sp.presence_penalty = (float)ppen;
+    /* OpenAI's penalties count everything generated (never the prompt). */
+    sp.penalty_last_n = fpen != 0.0 || ppen != 0.0 ? (int32_t)max_tokens : 0;
+    sp.seed = has_seed ? (uint64_t)seed : fresh_seed();
+    job->sampling = sp;
+    return job;
+fail:
+    job_free(job);
+    return NULL;
+}
+
+/* ---- responses ---------------------------------------------------------------------- */
+
+static const char *finish_name(int f) {
+    switch (f) {
+    case SRV_FINISH_STOP:
+        return "stop";
+    case SRV_FINISH_LENGTH:
+        return "length";
+    default:
+        return NULL;
+    }
+}
+
+static cJSON *response_head(const struct srv_model_info *mi, const char *object, const char *id,
+                            int64_t created) {
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddStringToObject(root, "id", id);
+    cJSON_AddStringToObject(root, "object", object);
+    cJSON_AddNumberToObject(root, "created", (double)created);
+    cJSON_AddStringToObject(root, "model", mi->name);
+    cJSON_AddStringToObject(root, "system_fingerprint", "libpowerinfer");
+    return root;
+}
+
+static void add_usage(cJSON *root, int64_t prompt, int64_t completion) {
+    cJSON *u = cJSON_AddObjectToObject(root, "usage");
+    cJSON_AddNumberToObject(u, "prompt_tokens", (double)prompt);
+    cJSON_AddNumberToObject(u, "completion_tokens", (double)completion);
+    cJSON_AddNumberToObject(u, "total_tokens", (double)(prompt + completion));
+}
+
+static void add_finish(cJSON *obj, int finish) {
+    const char *f = finish_name(finish);
+    if (f)
+        cJSON_AddStringToObject(obj, "finish_reason", f);
+    else
+        cJSON_AddNullToObject(obj, "finish_reason");
+}
+
+char *api_completion_json(const struct srv_model_info *mi, const struct srv_job *job, int chat,
+                          const char *id, int64_t created) {
+    cJSON *root = response_head(mi, chat ? "chat.completion" : "text_completion", id, created);
+    cJSON *choices = cJSON_AddArrayToObject(root, "choices");
+    int64_t completion = 0;
+    for (int i = 0; i < job->n; i++) {
+        const struct srv_choice *ch = &job->choices[i];
+        const char *text = ch->text.data ? ch->text.data : "";
+        cJSON *c = cJSON_CreateObject();
+        cJSON_AddNumberToObject(c, "index", i);
+        if (chat) {
+            cJSON *msg = cJSON_AddObjectToObject(c, "message");
+            cJSON_AddStringToObject(msg, "role", "assistant");
+            cJSON_AddStringToObject(msg, "content", text);
+        } else {
+            cJSON_AddStringToObject(c, "text", text);
+        }
+        cJSON_AddNullToObject(c, "logprobs");
+        add_finish(c, ch->finish);
+        cJSON_AddItemToArray(choices, c);
+        completion += ch->n_tokens;
+    }
+    add_usage(root, (int64_t)job->n_prompt, completion);
+    char *s = cJSON_PrintUnformatted(root);
+    cJSON_Delete(root);
+    return s;
+}
+
+static int append_event(struct srv_buf *out, cJSON *root) {
+    char *s = cJSON_PrintUnformatted(root);
+    cJSON_Delete(root);
+    if (!s)
+        return -1;
+    int rc = buf_printf(out, "data: %s\n\n", s);
+    free(s);
+    return rc;
+}
+
+int api_stream_chunk(struct srv_buf *out, const struct srv_model_info *mi, int chat, const char *id,
+                     int64_t created, int index, const char *text, size_t len, int role,
+                     int finish) {
+    cJSON *root =
+        response_head(mi, chat ? "chat.completion.chunk" : "text_completion", id, created);
+    cJSON *choices = cJSON_AddArrayToObject(root, "choices");
+    cJSON *c = cJSON_CreateObject();
+    cJSON_AddItemToArray(choices, c);
+    cJSON_AddNumberToObject(c, "index", index);
+    char *copy = malloc(len + 1);
+    if (!copy) {
+        cJSON_Delete(root);
+        return -1;
+    }
+    if (len)
+        memcpy(copy, text, len);
+    copy[len] = '\0';
+    if (chat) {
+        cJSON *d = cJSON_AddObjectToObject(c, "delta");
+        if (role)
+            cJSON_AddStringToObject(d, "role", "assistant");
+        if (text || role)
+            cJSON_AddStringToObject(d, "content", copy);
+    } else {
+        cJSON_AddStringToObject(c, "text", copy);
+    }
+    free(copy);
+    cJSON_AddNullToObject(c, "logprobs");
+    add_finish(c, finish);
+    return append_event(out, root);
+}
+
+int api_stream_usage(struct srv_buf *out, const struct srv_model_info *mi, int chat, const char *id,
+                     int64_t created, int64_t prompt_tokens, int64_t completion_tokens) {
+    cJSON *root =
+        response_head(mi, chat ? "chat.completion.chunk" : "text_completion", id, created);
+    cJSON_AddArrayToObject(root, "choices");
+    add_usage(root, prompt_tokens, completion_tokens);
+    return append_event(out, root);
+}
+
+/* ---- tokenize, detokenize, models --------------------------------------------------- */
+
+char *api_tokenize(const struct srv_model_info *mi, const cJSON *req, struct srv_error *err) {
+    const cJSON *content = field(req, "content");
+    if (!cJSON_IsString(content)) {
+        bad(err, "content", "'content' must be a string.");
+        return NULL;
+    }
+    int add_special = 0, parse_special = 0;
+    if (get_bool(req, "add_special", &add_special, err) < 0 ||
+        get_bool(req, "parse_special", &parse_special, err) < 0)
+        return NULL;
+    size_t n = 0;
+    uint32_t flags = (add_special ? PI_TOKENIZE_ADD_SPECIAL : 0u) |
+                     (parse_special ? PI_TOKENIZE_PARSE_SPECIAL : 0u);
+    int32_t *toks =
+        tokenize(mi->model, content->valuestring, strlen(content->valuestring), flags, &n, err);
+    if (!toks)
+        return NULL;
+    cJSON *root = cJSON_CreateObject();
+    cJSON *arr = cJSON_AddArrayToObject(root, "tokens");
+    for (size_t i = 0; i < n; i++)
+        cJSON_AddItemToArray(arr, cJSON_CreateNumber(toks[i]));
+    free(toks);
+    char *s = cJSON_PrintUnformatted(root);
+    cJSON_Delete(root);
+    if (!s)
+        srv_error_set(err, 500, "server_error", NULL, NULL, "Out of memory.");
+    return s;
+}
+
+static int append_text(void *user, const char *text, size_t len) {
+    return buf_append(user, text, len) != 0;
+}
+
+char *api_detokenize(const struct srv_model_info *mi, const cJSON *req, struct srv_error *err) {
+    const cJSON *tokens = field(req, "tokens");
+    if (!cJSON_IsArray(tokens)) {
+        bad(err, "tokens", "'tokens' must be an array of token ids.");
+        return NULL;
+    }
+    int64_t n_vocab = pi_model_n_vocab(mi->model);
+    const cJSON *t;
+    cJSON_ArrayForEach(t, tokens) {
+        double x = cJSON_IsNumber(t) ? t->valuedouble : -1.0;
+        if (!(x >= 0 && x < (double)n_vocab && x == floor(x))) {
+            bad(err, "tokens", "Token ids must be integers in [0, n_vocab).");
+            return NULL;
+        }
+    }
+    pi_detok *dt = NULL;
+    if (pi_detok_create(mi->model, 0, &dt) != PI_OK) {
+        srv_error_set(err, 500, "server_error", NULL, NULL, "Out of memory.");
+        return NULL;
+    }
+    struct srv_buf text = {0};
+    int st = PI_OK;
+    cJSON_ArrayForEach(t, tokens) {
+        if ((st = pi_detok_push(dt, (int32_t)t->valuedouble, append_text, &text)) != PI_OK)
+            break;
+    }
+    if (st == PI_OK)
+        st = pi_detok_flush(dt, append_text, &text);
+    pi_detok_destroy(dt);
+    char *s = NULL;
+    if (st == PI_OK) {
+        cJSON *root = cJSON_CreateObject();
+        cJSON_AddStringToObject(root, "content", text.data ? text.data : "");
+        s = cJSON_PrintUnformatted(root);
+        cJSON_Delete(root);
+    }
+    buf_free(&text);
+    if (!s)
+        srv_error_set(err, 500, "server_error", NULL, NULL, "Detokenizing failed.");
+    return s;
+}
+
+static cJSON *model_object(const struct srv_model_info *mi) {
+    cJSON *m = cJSON_CreateObject();
+    cJSON_AddStringToObject(m, "id", mi->name);
+    cJSON_AddStringToObject(m, "object", "model");
+    cJSON_AddNumberToObject(m, "created", (double)mi->created);
+    cJSON_AddStringToObject(m, "owned_by", "libpowerinfer");
+    cJSON *meta = cJSON_AddObjectToObject(m, "meta");
+    cJSON_AddNumberToObject(meta, "n_ctx", (double)mi->n_ctx);
+    cJSON_AddNumberToObject(meta, "n_slots", mi->n_slots);
+    cJSON_AddNumberToObject(meta, "n_vocab", (double)pi_model_n_vocab(mi->model));
+    cJSON_AddNumberToObject(meta, "n_params", (double)pi_model_n_params(mi->model));
+    cJSON_AddStringToObject(meta, "architecture", pi_model_arch(mi->model));
+    cJSON_AddBoolToObject(meta, "sparse", pi_model_is_sparse(mi->model));
+    return m;
+}
+
+char *api_models_json(const struct srv_model_info *mi, int one) {
+    cJSON *root;
+    if (one) {
+        root = model_object(mi);
+    } else {
+        root = cJSON_CreateObject();
+        cJSON_AddStringToObject(root, "object", "list");
+        cJSON *data = cJSON_AddArrayToObject(root, "data");
+        cJSON_AddItemToArray(data, model_object(mi));
+    }
+    char *s = cJSON_PrintUnformatted(root);
+    cJSON_Delete(root);
+    return s;
+}

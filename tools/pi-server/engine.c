@@ -1,0 +1,570 @@
+/* engine.c -- slots, the request queue and continuous batching.
+ *
+ * One context holds n_slots sequences; slot i is sequence i. A job with n choices
+ * takes n slots at once (first come, first served: a job that does not fit waits,
+ * and so does everything queued behind it, so big jobs cannot starve). Its prompt is
+ * decoded once, in the first ("leading") slot, then copied into the others
+ * (pi_ctx_seq_copy), and every choice goes on with its own sampler.
+ *
+ * Each step of the inference thread builds one batch: the pending token of every
+ * generating slot, then prompt tokens of the slots still reading their prompt, up to
+ * n_batch tokens in all; decodes it with one pi_ctx_decode_batch; samples each slot's
+ * next token from its own row of logits; and appends the text to the job, waking the
+ * connection that streams it. Generating slots never wait behind a long prompt for
+ * more than one step of n_batch tokens.
+ *
+ * Locking: one mutex guards the queue, the slots and the guarded fields of every job.
+ * The inference thread holds it except while decoding. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "server.h"
+
+enum { SLOT_FREE = 0, SLOT_PROMPT, SLOT_WAIT, SLOT_GEN };
+
+struct slot {
+    int32_t seq;
+    int phase;           /* SLOT_* */
+    struct srv_job *job; /* NULL when free */
+    int choice;          /* index into job->choices */
+    size_t n_done;       /* prompt tokens decoded (leading slot) */
+    size_t n_taken;      /* prompt tokens in the batch being decoded */
+    int32_t pending;     /* sampled, to be decoded in the next step (SLOT_GEN) */
+    int64_t logits_at;   /* batch entry whose logits this slot samples from, or -1 */
+    pi_sampler *smp;     /* the choice's own, made when the slot is taken */
+    pi_detok *detok;
+};
+
+struct srv_engine {
+    pi_ctx *ctx;
+    const pi_model *model;
+    int64_t n_ctx, n_vocab;
+    struct srv_engine_config cfg;
+    struct slot *slots;
+    pi_batch_entry *batch; /* [n_batch + n_slots] */
+
+    pthread_mutex_t mu;
+    pthread_cond_t wake; /* new work or stop */
+    struct srv_job *q_head, *q_tail;
+    uint32_t q_len;
+    int stopping, started;
+    pthread_t thread;
+    uint64_t requests, tokens;
+};
+
+/* ---- jobs --------------------------------------------------------------------------- */
+
+struct srv_job *job_create(int n) {
+    struct srv_job *job = calloc(1, sizeof *job);
+    if (!job)
+        return NULL;
+    job->choices = calloc((size_t)n, sizeof *job->choices);
+    if (!job->choices || pthread_cond_init(&job->cond, NULL) != 0) {
+        free(job->choices);
+        free(job);
+        return NULL;
+    }
+    job->n = n;
+    job->refs = 1;
+    return job;
+}
+
+void job_free(struct srv_job *job) {
+    for (int i = 0; i < job->n; i++)
+        buf_free(&job->choices[i].text);
+    for (size_t i = 0; i < job->n_stop; i++)
+        free(job->stop[i]);
+    free(job->choices);
+    free(job->prompt);
+    pthread_cond_destroy(&job->cond);
+    free(job);
+}
+
+static void job_unref_locked(struct srv_job *job) {
+    if (--job->refs == 0)
+        job_free(job);
+}
+
+/* ---- slots -------------------------------------------------------------------------- */
+
+static int discard_text(void *user, const char *text, size_t len) {
+    (void)user;
+    (void)text;
+    (void)len;
+    return 0;
+}
+
+static int append_text(void *user, const char *text, size_t len) {
+    return buf_append(user, text, len) != 0;
+}
+
+static uint32_t free_slots(const struct srv_engine *e) {
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < e->cfg.n_slots; i++)
+        n += e->slots[i].phase == SLOT_FREE;
+    return n;
+}
+
+static void job_done_locked(struct srv_engine *e, struct srv_job *job) {
+    (void)e;
+    job->state = SRV_JOB_DONE;
+    pthread_cond_broadcast(&job->cond);
+    job_unref_locked(job); /* the engine's reference */
+}
+
+/* Give the slot back: its sequence is cleared, its detokenizer reset. The job is done
+ * when its last slot goes. */
+static void release_slot(struct srv_engine *e, struct slot *s) {
+    struct srv_job *job = s->job;
+    pi_ctx_seq_clear(e->ctx, s->seq);
+    pi_detok_flush(s->detok, discard_text, NULL);
+    pi_sampler_destroy(s->smp);
+    s->smp = NULL;
+    s->job = NULL;
+    s->phase = SLOT_FREE;
+    s->n_done = s->n_taken = 0;
+    s->logits_at = -1;
+    if (job && --job->slots_held == 0)
+        job_done_locked(e, job);
+}
+
+/* End a choice. `flush`: bytes of an unfinished UTF-8 sequence the detokenizer holds
+ * come out as U+FFFD (not when a stop string cut the text: they followed it). */
+static void finish_choice(struct srv_engine *e, struct slot *s, int reason, int flush) {
+    struct srv_choice *ch = &s->job->choices[s->choice];
+    if (flush && pi_detok_flush(s->detok, append_text, &ch->text) != PI_OK)
+        reason = SRV_FINISH_ERROR;
+    ch->stable = ch->text.len;
+    ch->finish = reason;
+    pthread_cond_broadcast(&s->job->cond);
+    release_slot(e, s);
+}
+
+/* Fail every choice of the job still running and free its slots. */
+static void fail_job(struct srv_engine *e, struct srv_job *job, const char *why) {
+    if (!job->error[0])
+        snprintf(job->error, sizeof job->error, "%s", why);
+    for (uint32_t i = 0; i < e->cfg.n_slots; i++) {
+        struct slot *s = &e->slots[i];
+        if (s->job == job) {
+            job->choices[s->choice].finish = SRV_FINISH_ERROR;
+            release_slot(e, s);
+        }
+    }
+}
+
+static size_t find_bytes(const char *hay, size_t n, const char *needle, size_t m) {
+    if (m == 0 || m > n)
+        return SIZE_MAX;
+    for (size_t i = 0; i + m <= n; i++)
+        if (hay[i] == needle[0] && memcmp(hay + i, needle, m) == 0)
+            return i;
+    return SIZE_MAX;
+}
+
+/* Look for the stop strings in the text not yet final. A stop string found: the text is
+ * cut where it starts, returns 1. Otherwise `stable` moves up to the longest suffix
+ * that could still begin a stop string. No occurrence can start before `stable`: one
+ * inside the text would have been found, and one running past its end would be a
+ * longer suffix than the one held back. */
+static int scan_stops(const struct srv_job *job, struct srv_choice *ch) {
+    const char *t = ch->text.data ? ch->text.data : "";
+    size_t from = ch->stable, len = ch->text.len, cut = SIZE_MAX;
+    for (size_t i = 0; i < job->n_stop; i++) {
+        size_t at = find_bytes(t + from, len - from, job->stop[i], strlen(job->stop[i]));
+        if (at != SIZE_MAX && from + at < cut)
+            cut = from + at;
+    }
+    if (cut != SIZE_MAX) {
+        ch->text.len = cut;
+        ch->text.data[cut] = '\0';
+        return 1;
+    }
+    size_t hold = 0;
+    for (size_t i = 0; i < job->n_stop; i++) {
+        size_t m = strlen(job->stop[i]);
+        size_t k = m - 1 < len - from ? m - 1 : len - from;
+        for (; k > hold; k--)
+            if (memcmp(t + len - k, job->stop[i], k) == 0)
+                break;
+        if (k > hold)
+            hold = k;
+    }
+    ch->stable = len - hold;
+    return 0;
+}
+
+/* A slot's sampled token: end the choice (end of generation, a stop string, max_tokens,
+ * a full context) or keep it to decode in the next step. */
+static void accept_token(struct srv_engine *e, struct slot *s, int32_t tok) {
+    struct srv_job *job = s->job;
+    struct srv_choice *ch = &job->choices[s->choice];
+    if (job->t_first == 0.0)
+        job->t_first = now_s();
+    if (pi_model_token_is_eog(e->model, tok)) {
+        finish_choice(e, s, SRV_FINISH_STOP, 1);
+        return;
+    }
+    ch->n_tokens++;
+    e->tokens++;
+    if (pi_detok_push(s->detok, tok, append_text, &ch->text) != PI_OK) {
+        fail_job(e, job, "out of memory");
+        return;
+    }
+    if (job->n_stop) {
+        if (scan_stops(job, ch)) {
+            finish_choice(e, s, SRV_FINISH_STOP, 0);
+            return;
+        }
+    } else {
+        ch->stable = ch->text.len;
+    }
+    if (ch->n_tokens >= job->max_tokens || pi_ctx_seq_len(e->ctx, s->seq) >= e->n_ctx) {
+        finish_choice(e, s, SRV_FINISH_LENGTH, 1);
+        return;
+    }
+    s->pending = tok;
+    s->phase = SLOT_GEN;
+    pthread_cond_broadcast(&job->cond);
+}
+
+/* Start queued jobs while enough slots are free, in order. */
+static void assign_locked(struct srv_engine *e) {
+    while (e->q_head && free_slots(e) >= (uint32_t)e->q_head->n) {
+        struct srv_job *job = e->q_head;
+        e->q_head = job->next;
+        if (!e->q_head)
+            e->q_tail = NULL;
+        job->next = NULL;
+        e->q_len--;
+        job->state = SRV_JOB_RUNNING;
+        int c = 0;
+        for (uint32_t i = 0; i < e->cfg.n_slots && c < job->n; i++) {
+            struct slot *s = &e->slots[i];
+            if (s->phase != SLOT_FREE)
+                continue;
+            s->job = job;
+            s->choice = c;
+            s->phase = c == 0 ? SLOT_PROMPT : SLOT_WAIT;
+            s->n_done = s->n_taken = 0;
+            /* The choices of one request differ: seed + index. A slot left without a
+             * sampler (out of memory) fails its job in reap(), on the engine's thread. */
+            pi_sampler_params sp = job->sampling;
+            sp.seed += (uint64_t)c;
+            if (pi_sampler_create(e->model, &sp, &s->smp) != PI_OK)
+                s->smp = NULL;
+            c++;
+        }
+        job->slots_held = job->n;
+    }
+}
+
+/* Free the slots of cancelled jobs, and fail jobs a slot of which has no sampler. Only the
+ * engine's thread touches the context, so this is not done where the slots are taken. */
+static void reap(struct srv_engine *e) {
+    for (uint32_t i = 0; i < e->cfg.n_slots; i++) {
+        struct slot *s = &e->slots[i];
+        if (s->job && s->job->cancelled)
+            release_slot(e, s);
+        else if (s->job && !s->smp)
+            fail_job(e, s->job, "cannot create a sampler (out of memory?)");
+    }
+}
+
+/* The batch of this step; returns its size. */
+static size_t build_batch(struct srv_engine *e) {
+    size_t n = 0;
+    for (uint32_t i = 0; i < e->cfg.n_slots; i++) {
+        struct slot *s = &e->slots[i];
+        s->logits_at = -1;
+        s->n_taken = 0;
+        if (s->phase == SLOT_GEN) {
+            e->batch[n] = (pi_batch_entry){s->pending, s->seq, -1, 1};
+            s->logits_at = (int64_t)n++;
+        }
+    }
+    size_t budget = e->cfg.n_batch > n ? e->cfg.n_batch - n : 0;
+    for (uint32_t i = 0; i < e->cfg.n_slots && budget; i++) {
+        struct slot *s = &e->slots[i];
+        if (s->phase != SLOT_PROMPT)
+            continue;
+        size_t left = s->job->n_prompt - s->n_done;
+        size_t take = left < budget ? left : budget;
+        for (size_t k = 0; k < take; k++) {
+            int last = s->n_done + k + 1 == s->job->n_prompt;
+            e->batch[n] =
+                (pi_batch_entry){s->job->prompt[s->n_done + k], s->seq, -1, (uint32_t)last};
+            if (last)
+                s->logits_at = (int64_t)n;
+            n++;
+        }
+        s->n_taken = take;
+        budget -= take;
+    }
+    return n;
+}
+
+static void after_decode(struct srv_engine *e) {
+    /* Prompts read to the end: copy them into the other slots of their job. */
+    for (uint32_t i = 0; i < e->cfg.n_slots; i++) {
+        struct slot *s = &e->slots[i];
+        if (s->phase != SLOT_PROMPT)
+            continue;
+        s->n_done += s->n_taken;
+        s->n_taken = 0;
+        if (s->n_done < s->job->n_prompt)
+            continue;
+        for (uint32_t j = 0; j < e->cfg.n_slots; j++) {
+            struct slot *f = &e->slots[j];
+            if (f->job != s->job || f->phase != SLOT_WAIT)
+                continue;
+            int st = pi_ctx_seq_copy(e->ctx, s->seq, f->seq);
+            if (st != PI_OK) {
+                fail_job(e, s->job, pi_status_str(st));
+                break;
+            }
+            f->phase = SLOT_GEN;
+            f->logits_at = s->logits_at;
+        }
+    }
+    for (uint32_t i = 0; i < e->cfg.n_slots; i++) {
+        struct slot *s = &e->slots[i];
+        if (!s->job || s->logits_at < 0)
+            continue;
+        const float *logits = pi_ctx_batch_logits(e->ctx, (size_t)s->logits_at);
+        s->logits_at = -1;
+        if (!logits) {
+            fail_job(e, s->job, "no logits for a batch entry");
+            continue;
+        }
+        int32_t tok;
+        if (pi_sample_logits(s->smp, logits, e->n_vocab, &tok) != PI_OK) {
+            fail_job(e, s->job, "sampling failed");
+            continue;
+        }
+        accept_token(e, s, tok);
+    }
+}
+
+/* Every job in the failed batch ends with the library's message. */
+static void fail_batch(struct srv_engine *e, int st) {
+    char why[160];
+    snprintf(why, sizeof why, "decoding failed: %s: %s", pi_status_str(st), pi_ctx_errmsg(e->ctx));
+    for (uint32_t i = 0; i < e->cfg.n_slots; i++) {
+        struct slot *s = &e->slots[i];
+        if (s->job && (s->phase == SLOT_GEN || s->n_taken))
+            fail_job(e, s->job, why);
+    }
+}
+
+static void *run(void *arg) {
+    struct srv_engine *e = arg;
+    pthread_mutex_lock(&e->mu);
+    while (!e->stopping) {
+        reap(e);
+        assign_locked(e);
+        size_t n = build_batch(e);
+        if (n == 0) {
+            pthread_cond_wait(&e->wake, &e->mu);
+            continue;
+        }
+        pthread_mutex_unlock(&e->mu);
+        int st = pi_ctx_decode_batch(e->ctx, e->batch, n);
+        pthread_mutex_lock(&e->mu);
+        if (st != PI_OK)
+            fail_batch(e, st);
+        else
+            after_decode(e);
+    }
+    for (uint32_t i = 0; i < e->cfg.n_slots; i++)
+        if (e->slots[i].job)
+            fail_job(e, e->slots[i].job, "the server is shutting down");
+    while (e->q_head) {
+        struct srv_job *job = e->q_head;
+        e->q_head = job->next;
+        job->next = NULL;
+        snprintf(job->error, sizeof job->error, "the server is shutting down");
+        job_done_locked(e, job);
+    }
+    e->q_tail = NULL;
+    e->q_len = 0;
+    pthread_mutex_unlock(&e->mu);
+    return NULL;
+}
+
+/* ---- the interface -------------------------------------------------------------------- */
+
+int engine_create(pi_ctx *ctx, const struct srv_engine_config *cfg, struct srv_engine **out) {
+    *out = NULL;
+    struct srv_engine *e = calloc(1, sizeof *e);
+    if (!e)
+        return -1;
+    e->ctx = ctx;
+    e->model = pi_ctx_model(ctx);
+    e->n_ctx = pi_ctx_n_ctx(ctx);
+    e->cfg = *cfg;
+    if (e->cfg.n_batch < e->cfg.n_slots)
+        e->cfg.n_batch = e->cfg.n_slots;
+    e->slots = calloc(cfg->n_slots, sizeof *e->slots);
+    e->batch = malloc((e->cfg.n_batch + cfg->n_slots) * sizeof *e->batch);
+    int ok = e->slots && e->batch;
+    if (ok && pthread_mutex_init(&e->mu, NULL) != 0)
+        ok = 0;
+    if (ok && pthread_cond_init(&e->wake, NULL) != 0) {
+        pthread_mutex_destroy(&e->mu);
+        ok = 0;
+    }
+    if (!ok) {
+        free(e->slots);
+        free(e->batch);
+        free(e);
+        return -1;
+    }
+    e->n_vocab = pi_model_n_vocab(e->model);
+    for (uint32_t i = 0; i < cfg->n_slots; i++) {
+        struct slot *s = &e->slots[i];
+        s->seq = (int32_t)i;
+        s->logits_at = -1;
+        if (pi_detok_create(e->model, 0, &s->detok) != PI_OK) {
+            engine_destroy(e);
+            return -1;
+        }
+    }
+    *out = e;
+    return 0;
+}
+
+int engine_start(struct srv_engine *e) {
+    if (pthread_create(&e->thread, NULL, run, e) != 0)
+        return -1;
+    e->started = 1;
+    return 0;
+}
+
+void engine_stop(struct srv_engine *e) {
+    if (!e || !e->started)
+        return;
+    pthread_mutex_lock(&e->mu);
+    e->stopping = 1;
+    pthread_cond_signal(&e->wake);
+    pthread_mutex_unlock(&e->mu);
+    pthread_join(e->thread, NULL);
+    e->started = 0;
+}
+
+void engine_destroy(struct srv_engine *e) {
+    if (!e)
+        return;
+    engine_stop(e);
+    for (uint32_t i = 0; i < e->cfg.n_slots; i++) {
+        pi_sampler_destroy(e->slots[i].smp);
+        pi_detok_destroy(e->slots[i].detok);
+    }
+    pthread_cond_destroy(&e->wake);
+    pthread_mutex_destroy(&e->mu);
+    free(e->slots);
+    free(e->batch);
+    free(e);
+}
+
+int engine_submit(struct srv_engine *e, struct srv_job *job) {
+    pthread_mutex_lock(&e->mu);
+    int rc = 0;
+    if (e->stopping) {
+        rc = SRV_ERR_STOPPING;
+    } else if ((e->q_head || free_slots(e) < (uint32_t)job->n) && e->q_len >= e->cfg.queue_max) {
+        rc = SRV_ERR_BUSY;
+    } else {
+        job->state = SRV_JOB_QUEUED;
+        job->t_submit = now_s();
+        job->refs++;
+        if (e->q_tail)
+            e->q_tail->next = job;
+        else
+            e->q_head = job;
+        e->q_tail = job;
+        e->q_len++;
+        e->requests++;
+        /* Take the slots now, so that a burst of requests sees the real queue length. */
+        assign_locked(e);
+        pthread_cond_signal(&e->wake);
+    }
+    pthread_mutex_unlock(&e->mu);
+    return rc;
+}
+
+void engine_cancel(struct srv_engine *e, struct srv_job *job) {
+    pthread_mutex_lock(&e->mu);
+    if (job->state == SRV_JOB_QUEUED && !job->cancelled) {
+        struct srv_job **pp = &e->q_head, *prev = NULL;
+        while (*pp && *pp != job) {
+            prev = *pp;
+            pp = &(*pp)->next;
+        }
+        if (*pp) {
+            *pp = job->next;
+            if (e->q_tail == job)
+                e->q_tail = prev;
+            job->next = NULL;
+            e->q_len--;
+            job->cancelled = 1;
+            job_done_locked(e, job);
+            /* A job behind it may fit now. */
+            assign_locked(e);
+            pthread_cond_signal(&e->wake);
+        }
+    } else if (job->state == SRV_JOB_RUNNING) {
+        job->cancelled = 1;
+        pthread_cond_signal(&e->wake);
+    }
+    job->cancelled = 1;
+    pthread_mutex_unlock(&e->mu);
+}
+
+void engine_release(struct srv_engine *e, struct srv_job *job) {
+    if (!job)
+        return;
+    pthread_mutex_lock(&e->mu);
+    job_unref_locked(job);
+    pthread_mutex_unlock(&e->mu);
+}
+
+void engine_lock(struct srv_engine *e) {
+    pthread_mutex_lock(&e->mu);
+}
+
+void engine_unlock(struct srv_engine *e) {
+    pthread_mutex_unlock(&e->mu);
+}
+
+void engine_wait(struct srv_engine *e, struct srv_job *job, int ms) {
+    struct timespec t;
+    clock_gettime(CLOCK_REALTIME, &t);
+    t.tv_sec += ms / 1000;
+    t.tv_nsec += (long)(ms % 1000) * 1000000L;
+    if (t.tv_nsec >= 1000000000L) {
+        t.tv_sec++;
+        t.tv_nsec -= 1000000000L;
+    }
+    pthread_cond_timedwait(&job->cond, &e->mu, &t);
+}
+
+void engine_health(struct srv_engine *e, struct srv_health *out) {
+    pthread_mutex_lock(&e->mu);
+    out->slots_idle = free_slots(e);
+    out->slots_busy = e->cfg.n_slots - out->slots_idle;
+    out->queued = e->q_len;
+    out->requests = e->requests;
+    out->tokens_generated = e->tokens;
+    pthread_mutex_unlock(&e->mu);
+}
+
+uint32_t engine_n_slots(const struct srv_engine *e) {
+    return e->cfg.n_slots;
+}
+
+int64_t engine_n_ctx(const struct srv_engine *e) {
+    return e->n_ctx;
+}

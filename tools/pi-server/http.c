@@ -1,0 +1,663 @@
+/* http.c -- the HTTP front end on libmicrohttpd: routing, limits, authentication,
+ * streaming.
+ *
+ * libmicrohttpd runs one thread per connection, so a handler may block: a
+ * non-streaming completion waits for its job in the access handler, and a streaming
+ * one waits for the next piece of text inside the response's content reader. Both
+ * wait in steps of WAIT_MS and look at the socket between steps: a client that hung up
+ * (an orderly close reads as end of file) has its job cancelled at once, so its slot
+ * is free within about WAIT_MS, even while the job is still queued. libmicrohttpd
+ * itself reports a failed write through the request-completed callback, which cancels
+ * too.
+ *
+ * Every error the handlers produce is OpenAI's error object. Requests that break HTTP
+ * itself (a malformed request line or header, headers beyond the connection's memory
+ * limit) are answered by libmicrohttpd with a 4xx of its own before any handler runs. */
+#include <errno.h>
+#include <netdb.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+#include <microhttpd.h>
+
+#include "server.h"
+
+#define WAIT_MS 100
+
+struct srv_http {
+    struct MHD_Daemon *daemon;
+    struct srv_http_config cfg;
+    const struct srv_model_info *mi;
+    struct srv_engine *engine;
+    int port;
+    atomic_uint_fast64_t next_id;
+    atomic_int active; /* completions submitted and not yet answered */
+};
+
+enum route {
+    R_NONE = 0,
+    R_HEALTH,
+    R_MODELS,
+    R_MODEL,
+    R_CHAT,
+    R_COMPLETIONS,
+    R_TOKENIZE,
+    R_DETOKENIZE,
+    R_ASSET
+};
+
+/* One request; shared by the connection's handler and, for a stream, the response. */
+struct conn {
+    struct srv_http *h;
+    atomic_int refs;
+    enum route route;
+    const struct srv_asset *asset;
+    struct MHD_Connection *mc;
+    char method[16];
+    char *path;     /* as libmicrohttpd decoded it, for routing */
+    char shown[96]; /* the path for messages and the log: printable ASCII, cut */
+    double t0;
+    int status;
+    int fd;
+    struct srv_buf body;
+    int too_large;
+
+    /* completions */
+    struct srv_job *job;
+    int chat, stream, include_usage;
+    char id[48];
+    int64_t created;
+    /* streaming: formatted events not yet handed to libmicrohttpd, and per choice how
+     * far the text went out */
+    struct srv_buf out;
+    size_t out_at;
+    size_t *sent;
+    unsigned char *role_sent, *finish_sent;
+    int finished;
+    int counted; /* in h->active */
+};
+
+static void conn_unref(struct conn *c) {
+    if (atomic_fetch_sub(&c->refs, 1) != 1)
+        return;
+    if (c->job) {
+        engine_cancel(c->h->engine, c->job); /* no-op when it is done */
+        engine_release(c->h->engine, c->job);
+    }
+    buf_free(&c->body);
+    buf_free(&c->out);
+    free(c->sent);
+    free(c->role_sent);
+    free(c->finish_sent);
+    free(c->path);
+    free(c);
+}
+
+/* 1 when the peer closed the connection or it failed. */
+static int peer_gone(int fd) {
+    if (fd < 0)
+        return 0;
+    char ch;
+    ssize_t r = recv(fd, &ch, 1, MSG_PEEK | MSG_DONTWAIT);
+    return r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+}
+
+/* While this connection waits for its job, libmicrohttpd must not count the time as
+ * idleness (it would close the connection once the wait passed --timeout); setting the
+ * timeout again afterwards restarts its clock. */
+static void hold_timeout(struct conn *c, int hold) {
+    MHD_set_connection_option(c->mc, MHD_CONNECTION_OPTION_TIMEOUT,
+                              hold ? 0u : (unsigned)c->h->cfg.timeout_s);
+}
+
+static void printable(const char *in, char *out, size_t cap) {
+    size_t n = 0;
+    for (; *in && n + 4 < cap; in++)
+        out[n++] = *in >= 0x20 && *in < 0x7f ? *in : '?';
+    if (*in) {
+        memcpy(out + n, "...", 3);
+        n += 3;
+    }
+    out[n] = '\0';
+}
+
+/* ---- responses ---------------------------------------------------------------------- */
+
+static enum MHD_Result queue(struct conn *c, struct MHD_Connection *mc, int status,
+                             struct MHD_Response *r) {
+    if (!r)
+        return MHD_NO;
+    MHD_add_response_header(r, "Access-Control-Allow-Origin", "*");
+    c->status = status;
+    enum MHD_Result rc = MHD_queue_response(mc, (unsigned)status, r);
+    MHD_destroy_response(r);
+    return rc;
+}
+
+/* body: malloc'd (freed by libmicrohttpd) or NULL (out of memory). */
+static enum MHD_Result respond_json(struct conn *c, struct MHD_Connection *mc, int status,
+                                    char *body) {
+    static const char oom[] =
+        "{\"error\":{\"message\":\"Out of memory.\",\"type\":\"server_error\",\"param\":null,"
+        "\"code\":null}}";
+    struct MHD_Response *r;
+    if (body) {
+        r = MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
+    } else {
+        status = 500;
+        r = MHD_create_response_from_buffer(sizeof oom - 1, (void *)oom, MHD_RESPMEM_PERSISTENT);
+    }
+    if (r)
+        MHD_add_response_header(r, "Content-Type", "application/json");
+    return queue(c, mc, status, r);
+}
+
+static enum MHD_Result respond_error(struct conn *c, struct MHD_Connection *mc,
+                                     const struct srv_error *err) {
+    char *body = api_error_json(err);
+    if (!body)
+        return respond_json(c, mc, 500, NULL);
+    struct MHD_Response *r =
+        MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
+    if (r) {
+        MHD_add_response_header(r, "Content-Type", "application/json");
+        if (err->status == 405) {
+            MHD_add_response_header(r, "Allow",
+                                    c->route == R_HEALTH || c->route == R_MODELS ||
+                                            c->route == R_MODEL || c->route == R_ASSET
+                                        ? "GET, HEAD, OPTIONS"
+                                        : "POST, OPTIONS");
+        }
+        if (err->status == 503)
+            MHD_add_response_header(r, "Retry-After", "1");
+        if (err->status == 401)
+            MHD_add_response_header(r, "WWW-Authenticate", "Bearer");
+    }
+    return queue(c, mc, err->status, r);
+}
+
+static enum MHD_Result fail(struct conn *c, struct MHD_Connection *mc, int status, const char *type,
+                            const char *code, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 6, 7)))
+#endif
+    ;
+
+static enum MHD_Result fail(struct conn *c, struct MHD_Connection *mc, int status, const char *type,
+                            const char *code, const char *fmt, ...) {
+    struct srv_error err = {status, type, code, NULL, ""};
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err.message, sizeof err.message, fmt, ap);
+    va_end(ap);
+    return respond_error(c, mc, &err);
+}
+
+/* ---- routing ------------------------------------------------------------------------ */
+
+static const struct {
+    const char *path;
+    enum route route;
+    int post; /* 1: POST, 0: GET/HEAD */
+    int auth; /* needs the API key */
+} routes[] = {
+    {"/health", R_HEALTH, 0, 0},
+    {"/v1/models", R_MODELS, 0, 1},
+    {"/v1/chat/completions", R_CHAT, 1, 1},
+    {"/v1/completions", R_COMPLETIONS, 1, 1},
+    {"/tokenize", R_TOKENIZE, 1, 1},
+    {"/detokenize", R_DETOKENIZE, 1, 1},
+};
+
+static int route_of(const char *path, const struct srv_asset **asset, int *post, int *auth) {
+    for (size_t i = 0; i < sizeof routes / sizeof *routes; i++)
+        if (!strcmp(path, routes[i].path)) {
+            *post = routes[i].post;
+            *auth = routes[i].auth;
+            return routes[i].route;
+        }
+    *post = 0;
+    *auth = 1;
+    if (!strncmp(path, "/v1/models/", 11) && path[11])
+        return R_MODEL;
+    *auth = 0;
+    const char *want = !strcmp(path, "/") ? "/index.html" : path;
+    for (size_t i = 0; i < srv_n_assets; i++)
+        if (!strcmp(want, srv_assets[i].path)) {
+            *asset = &srv_assets[i];
+            return R_ASSET;
+        }
+    return R_NONE;
+}
+
+static int key_ok(const char *given, const char *key) {
+    size_t n = strlen(key), m = strlen(given);
+    unsigned diff = (unsigned)(n != m);
+    for (size_t i = 0; i < n; i++)
+        diff |= (unsigned char)key[i] ^ (unsigned char)(i < m ? given[i] : 0);
+    return diff == 0;
+}
+
+/* The first call of a request: route, method, key and declared size are checked before
+ * any body is read. Returns MHD_YES to go on reading, or the result of an early answer
+ * (which sets c->status; libmicrohttpd then closes the connection after it). */
+static enum MHD_Result first_call(struct srv_http *h, struct conn *c, struct MHD_Connection *mc,
+                                  const char *method) {
+    int post = 0, auth = 0;
+    c->route = (enum route)route_of(c->path, &c->asset, &post, &auth);
+    if (!strcmp(method, "OPTIONS")) {
+        struct MHD_Response *r = MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);
+        if (r) {
+            MHD_add_response_header(r, "Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+            MHD_add_response_header(r, "Access-Control-Allow-Headers",
+                                    "Authorization, Content-Type");
+            MHD_add_response_header(r, "Access-Control-Max-Age", "86400");
+        }
+        return queue(c, mc, 204, r);
+    }
+    if (c->route == R_NONE)
+        return fail(c, mc, 404, "invalid_request_error", "unknown_url",
+                    "Unknown request URL: %s %s.", c->method, c->shown);
+    int is_get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
+    if (post ? strcmp(method, "POST") != 0 : !is_get)
+        return fail(c, mc, 405, "invalid_request_error", "method_not_allowed",
+                    "Method %s is not allowed on %s.", c->method, c->shown);
+    if (auth && h->cfg.api_key) {
+        const char *a = MHD_lookup_connection_value(mc, MHD_HEADER_KIND, "Authorization");
+        if (!a || strncasecmp(a, "Bearer ", 7) != 0 || !key_ok(a + 7, h->cfg.api_key))
+            return fail(c, mc, 401, "invalid_request_error", "invalid_api_key",
+                        "Incorrect or missing API key: send 'Authorization: Bearer KEY'.");
+    }
+    const char *cl = MHD_lookup_connection_value(mc, MHD_HEADER_KIND, "Content-Length");
+    if (cl) {
+        char *end;
+        errno = 0;
+        unsigned long long n = strtoull(cl, &end, 10);
+        if (errno || end == cl || n > h->cfg.max_body) {
+            c->too_large = 1;
+            return fail(c, mc, 413, "invalid_request_error", "request_too_large",
+                        "The request body is larger than %zu bytes (--max-body).", h->cfg.max_body);
+        }
+    }
+    return MHD_YES;
+}
+
+/* ---- handlers ----------------------------------------------------------------------- */
+
+static enum MHD_Result do_health(struct srv_http *h, struct conn *c, struct MHD_Connection *mc) {
+    struct srv_health hs;
+    engine_health(h->engine, &hs);
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddStringToObject(root, "status", "ok");
+    cJSON_AddNumberToObject(root, "slots_idle", hs.slots_idle);
+    cJSON_AddNumberToObject(root, "slots_busy", hs.slots_busy);
+    cJSON_AddNumberToObject(root, "queued", hs.queued);
+    cJSON_AddNumberToObject(root, "requests", (double)hs.requests);
+    cJSON_AddNumberToObject(root, "tokens_generated", (double)hs.tokens_generated);
+    char *s = cJSON_PrintUnformatted(root);
+    cJSON_Delete(root);
+    return respond_json(c, mc, 200, s);
+}
+
+static enum MHD_Result do_asset(struct conn *c, struct MHD_Connection *mc) {
+    struct MHD_Response *r = MHD_create_response_from_buffer(c->asset->size, (void *)c->asset->data,
+                                                             MHD_RESPMEM_PERSISTENT);
+    if (r) {
+        MHD_add_response_header(r, "Content-Type", c->asset->mime);
+        MHD_add_response_header(r, "Cache-Control", "no-cache");
+    }
+    return queue(c, mc, 200, r);
+}
+
+/* Append the events the job has ready to c->out. Returns 1 when something was added,
+ * 0 when nothing is ready, -1 when out of memory. Called with the engine locked. */
+static int collect_events(struct conn *c) {
+    const struct srv_model_info *mi = c->h->mi;
+    struct srv_job *job = c->job;
+    size_t before = c->out.len;
+    int rc = 0;
+    for (int i = 0; i < job->n && rc == 0; i++) {
+        struct srv_choice *ch = &job->choices[i];
+        if (c->chat && !c->role_sent[i]) {
+            rc = api_stream_chunk(&c->out, mi, 1, c->id, c->created, i, "", 0, 1, SRV_FINISH_NONE);
+            c->role_sent[i] = 1;
+        }
+        if (rc == 0 && ch->stable > c->sent[i]) {
+            rc = api_stream_chunk(&c->out, mi, c->chat, c->id, c->created, i,
+                                  ch->text.data + c->sent[i], ch->stable - c->sent[i], 0,
+                                  SRV_FINISH_NONE);
+            c->sent[i] = ch->stable;
+        }
+        if (rc == 0 && ch->finish != SRV_FINISH_NONE && ch->finish != SRV_FINISH_ERROR &&
+            !c->finish_sent[i]) {
+            rc = api_stream_chunk(&c->out, mi, c->chat, c->id, c->created, i, NULL, 0, 0,
+                                  ch->finish);
+            c->finish_sent[i] = 1;
+        }
+    }
+    if (rc == 0 && job->state == SRV_JOB_DONE && c->out.len == before) {
+        if (job->error[0]) {
+            struct srv_error err;
+            srv_error_set(&err, 500, "server_error", NULL, NULL, "%s", job->error);
+            char *e = api_error_json(&err);
+            rc = e ? buf_printf(&c->out, "data: %s\n\n", e) : -1;
+            free(e);
+        }
+        if (rc == 0 && c->include_usage) {
+            int64_t completion = 0;
+            for (int i = 0; i < job->n; i++)
+                completion += job->choices[i].n_tokens;
+            rc = api_stream_usage(&c->out, mi, c->chat, c->id, c->created, (int64_t)job->n_prompt,
+                                  completion);
+        }
+        if (rc == 0)
+            rc = buf_append(&c->out, "data: [DONE]\n\n", 14);
+        c->finished = 1;
+    }
+    return rc < 0 ? -1 : c->out.len > before;
+}
+
+static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
+    (void)pos;
+    struct conn *c = cls;
+    while (c->out_at == c->out.len) {
+        c->out.len = c->out_at = 0;
+        if (c->finished)
+            return MHD_CONTENT_READER_END_OF_STREAM;
+        engine_lock(c->h->engine);
+        int rc, held = 0;
+        while ((rc = collect_events(c)) == 0) {
+            if (peer_gone(c->fd)) {
+                rc = -1;
+                break;
+            }
+            if (!held)
+                hold_timeout(c, held = 1);
+            engine_wait(c->h->engine, c->job, WAIT_MS);
+        }
+        engine_unlock(c->h->engine);
+        if (held)
+            hold_timeout(c, 0);
+        if (rc < 0) {
+            engine_cancel(c->h->engine, c->job);
+            return MHD_CONTENT_READER_END_WITH_ERROR;
+        }
+    }
+    size_t n = c->out.len - c->out_at;
+    if (n > max)
+        n = max;
+    memcpy(buf, c->out.data + c->out_at, n);
+    c->out_at += n;
+    return (ssize_t)n;
+}
+
+static void stream_free(void *cls) {
+    conn_unref(cls);
+}
+
+static enum MHD_Result do_completion(struct srv_http *h, struct conn *c, struct MHD_Connection *mc,
+                                     cJSON *req) {
+    struct srv_error err;
+    c->chat = c->route == R_CHAT;
+    c->job = api_make_job(h->mi, req, c->chat, &c->stream, &c->include_usage, &err);
+    if (!c->job)
+        return respond_error(c, mc, &err);
+    if (c->stream) {
+        c->sent = calloc((size_t)c->job->n, sizeof *c->sent);
+        c->role_sent = calloc((size_t)c->job->n, 1);
+        c->finish_sent = calloc((size_t)c->job->n, 1);
+        if (!c->sent || !c->role_sent || !c->finish_sent)
+            return respond_json(c, mc, 500, NULL);
+    }
+    int st = engine_submit(h->engine, c->job);
+    if (st != 0) {
+        struct srv_job *job = c->job;
+        c->job = NULL;
+        job_free(job); /* never seen by the engine */
+        return fail(
+            c, mc, 503, "server_error", st == SRV_ERR_BUSY ? "server_busy" : "shutting_down", "%s",
+            st == SRV_ERR_BUSY ? "Every slot is busy and the queue is full; try again later."
+                               : "The server is shutting down.");
+    }
+    atomic_fetch_add(&h->active, 1);
+    c->counted = 1;
+    uint64_t n = atomic_fetch_add(&h->next_id, 1) + 1;
+    snprintf(c->id, sizeof c->id, "%s-%08llx%08llx", c->chat ? "chatcmpl" : "cmpl",
+             (unsigned long long)(c->t0 * 1e3) & 0xffffffffull, (unsigned long long)n);
+    c->created = (int64_t)time(NULL);
+    if (c->stream) {
+        atomic_fetch_add(&c->refs, 1); /* the response's */
+        struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024,
+                                                                   stream_read, c, stream_free);
+        if (!r) {
+            atomic_fetch_sub(&c->refs, 1);
+            return MHD_NO;
+        }
+        MHD_add_response_header(r, "Content-Type", "text/event-stream");
+        MHD_add_response_header(r, "Cache-Control", "no-cache");
+        MHD_add_response_header(r, "X-Accel-Buffering", "no");
+        return queue(c, mc, 200, r);
+    }
+    /* Non-streaming: wait here (this connection's own thread). */
+    hold_timeout(c, 1);
+    engine_lock(h->engine);
+    while (c->job->state != SRV_JOB_DONE) {
+        if (peer_gone(c->fd)) {
+            engine_unlock(h->engine);
+            engine_cancel(h->engine, c->job);
+            c->status = 499; /* as nginx logs a client that went away */
+            return MHD_NO;
+        }
+        engine_wait(h->engine, c->job, WAIT_MS);
+    }
+    engine_unlock(h->engine);
+    hold_timeout(c, 0);
+    if (c->job->error[0])
+        return fail(c, mc, 500, "server_error", NULL, "%s", c->job->error);
+    return respond_json(c, mc, 200, api_completion_json(h->mi, c->job, c->chat, c->id, c->created));
+}
+
+static enum MHD_Result dispatch(struct srv_http *h, struct conn *c, struct MHD_Connection *mc) {
+    switch (c->route) {
+    case R_HEALTH:
+        return do_health(h, c, mc);
+    case R_MODELS:
+        return respond_json(c, mc, 200, api_models_json(h->mi, 0));
+    case R_MODEL:
+        if (strcmp(c->path + 11, h->mi->name) != 0)
+            return fail(c, mc, 404, "invalid_request_error", "model_not_found",
+                        "The model '%s' does not exist.", c->shown + 11);
+        return respond_json(c, mc, 200, api_models_json(h->mi, 1));
+    case R_ASSET:
+        return do_asset(c, mc);
+    default:
+        break;
+    }
+    if (c->too_large)
+        return fail(c, mc, 413, "invalid_request_error", "request_too_large",
+                    "The request body is larger than %zu bytes (--max-body).", h->cfg.max_body);
+    struct srv_error err;
+    cJSON *req = api_parse_body(c->body.data, c->body.len, &err);
+    if (!req)
+        return respond_error(c, mc, &err);
+    enum MHD_Result rc;
+    char *out = NULL;
+    switch (c->route) {
+    case R_TOKENIZE:
+        out = api_tokenize(h->mi, req, &err);
+        rc = out ? respond_json(c, mc, 200, out) : respond_error(c, mc, &err);
+        break;
+    case R_DETOKENIZE:
+        out = api_detokenize(h->mi, req, &err);
+        rc = out ? respond_json(c, mc, 200, out) : respond_error(c, mc, &err);
+        break;
+    default:
+        rc = do_completion(h, c, mc, req);
+        break;
+    }
+    cJSON_Delete(req);
+    return rc;
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const char *url,
+                                  const char *method, const char *version, const char *upload_data,
+                                  size_t *upload_size, void **ptr) {
+    (void)version;
+    struct srv_http *h = cls;
+    struct conn *c = *ptr;
+    if (!c) {
+        c = calloc(1, sizeof *c);
+        if (!c)
+            return MHD_NO;
+        atomic_init(&c->refs, 1);
+        c->h = h;
+        c->mc = mc;
+        c->t0 = now_s();
+        c->fd = -1;
+        c->path = strdup(url ? url : "/");
+        *ptr = c;
+        if (!c->path)
+            return MHD_NO;
+        printable(c->path, c->shown, sizeof c->shown);
+        printable(method, c->method, sizeof c->method);
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CONNECTION_FD);
+        if (ci)
+            c->fd = ci->connect_fd;
+        return first_call(h, c, mc, method);
+    }
+    if (c->status) {
+        *upload_size = 0; /* answered early: drop what else comes */
+        return MHD_YES;
+    }
+    if (*upload_size) {
+        if (!c->too_large) {
+            if (c->body.len + *upload_size > h->cfg.max_body) {
+                c->too_large = 1;
+                buf_free(&c->body);
+            } else if (buf_append(&c->body, upload_data, *upload_size) != 0) {
+                return MHD_NO;
+            }
+        }
+        *upload_size = 0;
+        return MHD_YES;
+    }
+    return dispatch(h, c, mc);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *mc, void **ptr,
+                         enum MHD_RequestTerminationCode toe) {
+    (void)mc;
+    struct srv_http *h = cls;
+    struct conn *c = *ptr;
+    if (!c)
+        return;
+    *ptr = NULL;
+    if (c->job && toe != MHD_REQUEST_TERMINATED_COMPLETED_OK)
+        engine_cancel(h->engine, c->job);
+    if (c->counted)
+        atomic_fetch_sub(&h->active, 1);
+    if (h->cfg.verbose) {
+        int64_t prompt = 0, completion = 0;
+        if (c->job) {
+            engine_lock(h->engine);
+            prompt = (int64_t)c->job->n_prompt;
+            for (int i = 0; i < c->job->n; i++)
+                completion += c->job->choices[i].n_tokens;
+            engine_unlock(h->engine);
+        }
+        fprintf(stderr, "pi-server: %s %s %d %.1f ms%s", c->method, c->shown,
+                c->status ? c->status : 499, (now_s() - c->t0) * 1e3,
+                toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " (client gone)");
+        if (c->job)
+            fprintf(stderr, " | prompt %lld, completion %lld tokens", (long long)prompt,
+                    (long long)completion);
+        fputc('\n', stderr);
+    }
+    conn_unref(c);
+}
+
+/* ---- start and stop ----------------------------------------------------------------- */
+
+int http_start(const struct srv_http_config *cfg, const struct srv_model_info *mi,
+               struct srv_engine *engine, struct srv_http **out, char *err, size_t cap) {
+    *out = NULL;
+    struct addrinfo hints, *ai = NULL;
+    memset(&hints, 0, sizeof hints);
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+    char port[16];
+    snprintf(port, sizeof port, "%d", cfg->port);
+    int gai = getaddrinfo(cfg->host, port, &hints, &ai);
+    if (gai != 0 || !ai) {
+        snprintf(err, cap, "cannot resolve '%s': %s", cfg->host, gai_strerror(gai));
+        return -1;
+    }
+    struct srv_http *h = calloc(1, sizeof *h);
+    if (!h) {
+        freeaddrinfo(ai);
+        snprintf(err, cap, "out of memory");
+        return -1;
+    }
+    h->cfg = *cfg;
+    h->mi = mi;
+    h->engine = engine;
+    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
+                     MHD_USE_AUTO | MHD_USE_ITC;
+    if (ai->ai_family == AF_INET6)
+        flags |= MHD_USE_IPv6;
+    if (cfg->verbose)
+        flags |= MHD_USE_ERROR_LOG;
+    h->daemon =
+        MHD_start_daemon(flags, (uint16_t)cfg->port, NULL, NULL, on_request, h,
+                         MHD_OPTION_SOCK_ADDR, ai->ai_addr, MHD_OPTION_NOTIFY_COMPLETED,
+                         on_completed, h, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)cfg->timeout_s,
+                         MHD_OPTION_CONNECTION_LIMIT, (unsigned)cfg->max_conns, MHD_OPTION_END);
+    freeaddrinfo(ai);
+    if (!h->daemon) {
+        snprintf(err, cap,
+                 "cannot listen on %s port %d (in use, or not an address of this "
+                 "machine?)",
+                 cfg->host, cfg->port);
+        free(h);
+        return -1;
+    }
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(h->daemon, MHD_DAEMON_INFO_BIND_PORT);
+    h->port = di ? di->port : cfg->port;
+    *out = h;
+    return 0;
+}
+
+int http_port(const struct srv_http *h) {
+    return h->port;
+}
+
+void http_quiesce(struct srv_http *h) {
+    MHD_socket fd = MHD_quiesce_daemon(h->daemon);
+    if (fd != MHD_INVALID_SOCKET)
+        close(fd);
+}
+
+int http_drain(struct srv_http *h, int ms) {
+    struct timespec step = {0, 20 * 1000000L};
+    for (int waited = 0; atomic_load(&h->active) > 0 && waited < ms; waited += 20)
+        nanosleep(&step, NULL);
+    return atomic_load(&h->active);
+}
+
+void http_stop(struct srv_http *h) {
+    if (!h)
+        return;
+    MHD_stop_daemon(h->daemon);
+    free(h);
+}

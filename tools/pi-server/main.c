@@ -1,0 +1,359 @@
+/* pi-server -- an OpenAI-compatible HTTP server for libpowerinfer.
+ *
+ * main.c: options; open the model and one context with --parallel sequences; start the
+ * inference thread (engine.c) and the HTTP front end (http.c); wait for SIGINT or
+ * SIGTERM; stop both and release everything. Uses only the public header. */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "server.h"
+
+static void usage(FILE *out) {
+    fprintf(out,
+            "usage: pi-server -m MODEL.gguf [options]\n"
+            "\n"
+            "An OpenAI-compatible HTTP server: POST /v1/chat/completions, /v1/completions\n"
+            "(streaming or not), GET /v1/models, GET /health, POST /tokenize, /detokenize,\n"
+            "and a chat page at /.\n"
+            "\n"
+            "  -m, --model FILE        model file (GGUF, or PowerInfer GGUF)\n"
+            "  --host ADDR             address to bind (default 127.0.0.1; 0.0.0.0 or :: for all)\n"
+            "  --port N                port (default 8080; 0: any free port, printed at start)\n"
+            "  -np, --parallel N       slots: requests decoded together (default 4)\n"
+            "  --queue N               requests that may wait for a slot (default 16); more\n"
+            "                          are answered 503\n"
+            "  -c, --ctx-size N        positions per slot (default: the model's, at most 4096)\n"
+            "  -b, --batch-size N      most tokens one decode step takes (default 256)\n"
+            "  -t, --threads N         worker threads (default: all processors)\n"
+            "  -n, --max-tokens N      max_tokens when a request gives none (default 256)\n"
+            "  --alias NAME            the model's id in the API (default: the file name)\n"
+            "  --api-key KEY           require 'Authorization: Bearer KEY' on /v1/* and\n"
+            "                          /tokenize, /detokenize\n"
+            "  --api-key-file FILE     the same, the key read from the first line of FILE\n"
+            "  --max-body BYTES        largest request body (default 1048576); more: 413\n"
+            "  --timeout S             close idle connections after S seconds (default 30)\n"
+            "  --max-connections N     open connections at once (default 256)\n"
+            "  --chat-format F         auto (the model's template), chatml, llama2, llama3\n"
+            "  --sparse-mode M         FFN of PowerInfer models: sparse, dense or oracle\n"
+            "  -v, --verbose           log each request, and what the library does, to stderr\n"
+            "  --version               print the library version\n"
+            "  -h, --help              this text\n");
+}
+
+static void log_stderr(void *user, int level, const char *msg) {
+    (void)user;
+    static const char *const names[] = {"debug", "info", "warn", "error"};
+    fprintf(stderr, "pi-server: [%s] %s\n", level >= 0 && level <= 3 ? names[level] : "?", msg);
+}
+
+static int parse_long(const char *opt, const char *v, long lo, long hi, long *out) {
+    char *end;
+    errno = 0;
+    long x = strtol(v, &end, 0);
+    if (*v == '\0' || *end != '\0' || errno || x < lo || x > hi) {
+        fprintf(stderr, "pi-server: %s wants an integer in [%ld, %ld], not '%s'\n", opt, lo, hi, v);
+        return -1;
+    }
+    *out = x;
+    return 0;
+}
+
+struct opts {
+    const char *model, *alias, *api_key_file;
+    char *api_key; /* malloc'd */
+    long n_slots, queue, n_ctx, n_batch, n_threads, max_tokens, max_body, timeout, max_conns;
+    int verbose, chat_format;
+    uint32_t sparse_mode;
+    struct srv_http_config http;
+};
+
+static int read_key(const char *path, char **out) {
+    FILE *fp = fopen(path, "r");
+    if (!fp) {
+        fprintf(stderr, "pi-server: cannot read '%s'\n", path);
+        return -1;
+    }
+    char line[1024];
+    if (!fgets(line, sizeof line, fp))
+        line[0] = '\0';
+    fclose(fp);
+    line[strcspn(line, "\r\n")] = '\0';
+    if (!line[0]) {
+        fprintf(stderr, "pi-server: '%s' holds no key\n", path);
+        return -1;
+    }
+    *out = strdup(line);
+    return *out ? 0 : -1;
+}
+
+/* The id the API shows: --alias, or the file name without directories and ".gguf". */
+static char *model_name(const struct opts *o) {
+    if (o->alias)
+        return strdup(o->alias);
+    const char *base = strrchr(o->model, '/');
+    base = base ? base + 1 : o->model;
+    char *name = strdup(base);
+    if (name) {
+        size_t n = strlen(name);
+        if (n > 5 && !strcmp(name + n - 5, ".gguf"))
+            name[n - 5] = '\0';
+    }
+    return name;
+}
+
+static int serve(struct opts *o) {
+    char errbuf[512] = "";
+    pi_model_params mp;
+    pi_model_default_params(&mp);
+    mp.errbuf = errbuf;
+    mp.errbuf_cap = sizeof errbuf;
+    if (o->verbose) {
+        mp.log_fn = log_stderr;
+        mp.log_level = PI_LOG_INFO;
+    }
+    int rc = 1;
+    pi_model *m = NULL;
+    pi_ctx *ctx = NULL;
+    struct srv_engine *engine = NULL;
+    struct srv_http *http = NULL;
+    char *name = NULL;
+    int st = pi_model_open(o->model, &mp, &m);
+    if (st != PI_OK) {
+        fprintf(stderr, "pi-server: cannot open the model: %s: %s\n", pi_status_str(st), errbuf);
+        return 1;
+    }
+    struct srv_model_info mi;
+    memset(&mi, 0, sizeof mi);
+    mi.model = m;
+    mi.n_slots = (uint32_t)o->n_slots;
+    mi.default_max_tokens = o->max_tokens;
+    mi.created = (int64_t)time(NULL);
+    mi.chat_format = o->chat_format;
+    if (mi.chat_format == PI_CHAT_AUTO) {
+        int f = pi_model_chat_format(m);
+        if (f < 0) {
+            fprintf(stderr, "pi-server: the model has %s chat template; using ChatML\n",
+                    f == PI_ERR_NOT_FOUND ? "no" : "an unknown");
+            f = PI_CHAT_CHATML;
+        }
+        mi.chat_format = f;
+    }
+    name = model_name(o);
+    if (!name)
+        goto done;
+    mi.name = name;
+
+    pi_ctx_params cp;
+    pi_ctx_default_params(&cp);
+    char cerr[512] = "";
+    cp.errbuf = cerr;
+    cp.errbuf_cap = sizeof cerr;
+    cp.n_ctx = (uint32_t)o->n_ctx;
+    cp.n_batch = (uint32_t)o->n_batch;
+    cp.n_threads = (uint32_t)o->n_threads;
+    cp.n_seq_max = (uint32_t)o->n_slots;
+    cp.sparse_mode = o->sparse_mode;
+    if ((st = pi_ctx_create(m, &cp, &ctx)) != PI_OK) {
+        fprintf(stderr, "pi-server: cannot create a context: %s: %s\n", pi_status_str(st), cerr);
+        goto done;
+    }
+    mi.n_ctx = pi_ctx_n_ctx(ctx);
+    struct srv_engine_config ec = {(uint32_t)o->n_slots, (uint32_t)o->queue, (uint32_t)o->n_batch};
+    if (engine_create(ctx, &ec, &engine) != 0 || engine_start(engine) != 0) {
+        fprintf(stderr, "pi-server: cannot start the inference thread\n");
+        goto done;
+    }
+    char err[256] = "";
+    if (http_start(&o->http, &mi, engine, &http, err, sizeof err) != 0) {
+        fprintf(stderr, "pi-server: %s\n", err);
+        goto done;
+    }
+    int v6 = strchr(o->http.host, ':') != NULL;
+    fprintf(stderr,
+            "pi-server: listening on http://%s%s%s:%d (model %s, %ld slots of %lld positions, "
+            "queue %ld, %u threads%s)\n",
+            v6 ? "[" : "", o->http.host, v6 ? "]" : "", http_port(http), name, o->n_slots,
+            (long long)mi.n_ctx, o->queue, pi_ctx_n_threads(ctx),
+            o->http.api_key ? ", API key required" : "");
+    fflush(stderr);
+
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    int sig = 0;
+    sigwait(&set, &sig);
+    fprintf(stderr, "pi-server: %s: shutting down\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    rc = 0;
+    /* No new connections; running and queued jobs end with an error, and their clients
+     * get it (a stream: an error event and [DONE]) before the connections close. */
+    http_quiesce(http);
+    engine_stop(engine);
+    if (http_drain(http, 5000) > 0)
+        fprintf(stderr, "pi-server: closing connections that did not finish in 5 s\n");
+done:
+    engine_stop(engine);
+    http_stop(http);
+    engine_destroy(engine);
+    pi_ctx_destroy(ctx);
+    pi_model_close(m);
+    free(name);
+    return rc;
+}
+
+int main(int argc, char **argv) {
+    struct opts o;
+    memset(&o, 0, sizeof o);
+    o.n_slots = 4;
+    o.queue = 16;
+    o.n_batch = 256;
+    o.max_tokens = 256;
+    o.max_body = 1 << 20;
+    o.timeout = 30;
+    o.max_conns = 256;
+    o.chat_format = PI_CHAT_AUTO;
+    o.http.host = "127.0.0.1";
+    long port = 8080;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        int takes = 1;
+        long *num = NULL;
+        long lo = 0, hi = 0;
+#define IS(s) (!strcmp(a, s))
+        if (IS("-h") || IS("--help")) {
+            usage(stdout);
+            return 0;
+        } else if (IS("--version")) {
+            printf("pi-server (libpowerinfer %s, ABI %u)\n", pi_version_string(), pi_abi_version());
+            return 0;
+        } else if (IS("-v") || IS("--verbose")) {
+            o.verbose = 1;
+            takes = 0;
+        } else if (a[0] == '-' && a[1] != '\0' && !v) {
+            fprintf(stderr, "pi-server: %s needs a value (or is unknown; see --help)\n", a);
+            return 2;
+        } else if (IS("-m") || IS("--model")) {
+            o.model = v;
+        } else if (IS("--host")) {
+            o.http.host = v;
+        } else if (IS("--alias")) {
+            o.alias = v;
+        } else if (IS("--api-key")) {
+            free(o.api_key);
+            if (!*v || !(o.api_key = strdup(v))) {
+                fprintf(stderr, "pi-server: --api-key wants a non-empty key\n");
+                return 2;
+            }
+        } else if (IS("--api-key-file")) {
+            free(o.api_key);
+            o.api_key = NULL;
+            if (read_key(v, &o.api_key) != 0)
+                return 2;
+        } else if (IS("--chat-format")) {
+            o.chat_format = !strcmp(v, "auto")     ? PI_CHAT_AUTO
+                            : !strcmp(v, "chatml") ? PI_CHAT_CHATML
+                            : !strcmp(v, "llama2") ? PI_CHAT_LLAMA2
+                            : !strcmp(v, "llama3") ? PI_CHAT_LLAMA3
+                                                   : -1;
+            if (o.chat_format < 0) {
+                fprintf(stderr, "pi-server: --chat-format wants auto, chatml, llama2 or llama3\n");
+                return 2;
+            }
+        } else if (IS("--sparse-mode")) {
+            if (!strcmp(v, "sparse") || !strcmp(v, "predictor"))
+                o.sparse_mode = PI_SPARSE_PREDICTOR;
+            else if (!strcmp(v, "dense"))
+                o.sparse_mode = PI_SPARSE_DENSE;
+            else if (!strcmp(v, "oracle"))
+                o.sparse_mode = PI_SPARSE_ORACLE;
+            else {
+                fprintf(stderr, "pi-server: --sparse-mode wants sparse, dense or oracle\n");
+                return 2;
+            }
+        } else if (IS("--port")) {
+            num = &port;
+            lo = 0;
+            hi = 65535;
+        } else if (IS("-np") || IS("--parallel")) {
+            num = &o.n_slots;
+            lo = 1;
+            hi = 256;
+        } else if (IS("--queue")) {
+            num = &o.queue;
+            lo = 0;
+            hi = 1 << 16;
+        } else if (IS("-c") || IS("--ctx-size")) {
+            num = &o.n_ctx;
+            lo = 0;
+            hi = 1 << 20;
+        } else if (IS("-b") || IS("--batch-size")) {
+            num = &o.n_batch;
+            lo = 1;
+            hi = 1 << 16;
+        } else if (IS("-t") || IS("--threads")) {
+            num = &o.n_threads;
+            lo = 0;
+            hi = 512;
+        } else if (IS("-n") || IS("--max-tokens")) {
+            num = &o.max_tokens;
+            lo = 1;
+            hi = 1 << 20;
+        } else if (IS("--max-body")) {
+            num = &o.max_body;
+            lo = 1024;
+            hi = 1L << 30;
+        } else if (IS("--timeout")) {
+            num = &o.timeout;
+            lo = 1;
+            hi = 86400;
+        } else if (IS("--max-connections")) {
+            num = &o.max_conns;
+            lo = 1;
+            hi = 65536;
+        } else if (a[0] == '-' && a[1] != '\0') {
+            fprintf(stderr, "pi-server: unknown option '%s'\n", a);
+            usage(stderr);
+            return 2;
+        } else if (!o.model) {
+            o.model = a;
+            takes = 0;
+        } else {
+            fprintf(stderr, "pi-server: unexpected argument '%s'\n", a);
+            return 2;
+        }
+#undef IS
+        if (num && parse_long(a, v, lo, hi, num) != 0) {
+            free(o.api_key);
+            return 2;
+        }
+        i += takes;
+    }
+    if (!o.model) {
+        usage(stderr);
+        free(o.api_key);
+        return 2;
+    }
+    o.http.port = (int)port;
+    o.http.api_key = o.api_key;
+    o.http.max_body = (size_t)o.max_body;
+    o.http.timeout_s = (unsigned)o.timeout;
+    o.http.max_conns = (unsigned)o.max_conns;
+    o.http.verbose = o.verbose;
+
+    /* Signals go to main's sigwait only: block them before any thread starts (threads
+     * inherit the mask). A client that hangs up must not kill the server. */
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    int rc = serve(&o);
+    free(o.api_key);
+    return rc;
+}

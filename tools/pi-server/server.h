@@ -1,0 +1,227 @@
+/* server.h -- the pieces of pi-server and how they meet.
+ *
+ * Module graph (each arrow: "calls"):
+ *
+ *   main.c ──> http.c ──> api.c ──> engine.c ──> libpowerinfer (batch decode,
+ *      │          │          │                     pi_sample_logits, detokenizer)
+ *      │          │          └─> libpowerinfer (tokenizer, chat template), cJSON
+ *      │          └─> libmicrohttpd, assets.c (generated from web/)
+ *      └─> engine.c (create, start, stop)
+ *
+ * Threads: main (parses options, then waits for SIGINT/SIGTERM), libmicrohttpd's
+ * listener and one thread per connection (parse, tokenize, submit, then stream the
+ * job's output), and one inference thread (engine.c) that owns the pi_ctx. Jobs are
+ * shared between a connection thread and the inference thread; every field of a job
+ * below the "guarded" line is read and written under the engine's mutex only. */
+#ifndef PI_SERVER_H
+#define PI_SERVER_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "powerinfer.h"
+
+/* ---- util.c: a growable byte buffer, UTF-8, clocks ---------------------------------- */
+
+struct srv_buf {
+    char *data; /* NUL-terminated when non-NULL */
+    size_t len, cap;
+};
+
+/* Append n bytes; 0 or -1 (out of memory, the buffer unchanged). */
+int buf_append(struct srv_buf *b, const char *s, size_t n);
+int buf_printf(struct srv_buf *b, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+void buf_free(struct srv_buf *b);
+
+/* 1 if s[0..n) is well-formed UTF-8 (no overlongs, surrogates or code points above
+ * U+10FFFF), else 0. */
+int utf8_valid(const char *s, size_t n);
+
+/* Monotonic seconds. */
+double now_s(void);
+
+/* ---- engine.c: slots, the queue, continuous batching -------------------------------- */
+
+enum { SRV_FINISH_NONE = 0, SRV_FINISH_STOP, SRV_FINISH_LENGTH, SRV_FINISH_ERROR };
+enum { SRV_JOB_QUEUED = 0, SRV_JOB_RUNNING, SRV_JOB_DONE };
+#define SRV_MAX_STOP 4
+
+struct srv_choice {
+    struct srv_buf text; /* text so far; a stop string found is cut off with what follows */
+    size_t stable;       /* the first `stable` bytes are final: no stop string can start
+                          * inside them (the rest may be the beginning of one) */
+    int finish;          /* SRV_FINISH_* */
+    int64_t n_tokens;    /* tokens generated */
+};
+
+struct srv_job {
+    /* Set by the connection thread before engine_submit; read-only afterwards. */
+    int32_t *prompt; /* malloc'd */
+    size_t n_prompt;
+    int n;                      /* choices, each in its own slot */
+    int64_t max_tokens;         /* per choice */
+    pi_sampler_params sampling; /* choice i samples with seed + i */
+    char *stop[SRV_MAX_STOP];   /* malloc'd, non-empty */
+    size_t n_stop;
+
+    /* ---- guarded by the engine's mutex ---- */
+    struct srv_choice *choices; /* n of them */
+    int state;                  /* SRV_JOB_* */
+    int cancelled;              /* the client went away: free the slots */
+    char error[160];            /* set with state DONE when decoding failed */
+    double t_submit, t_first;   /* now_s() at submission and at the first token */
+    int refs;                   /* the connection's and, while queued or running, the engine's */
+    int slots_held;             /* slots the job occupies */
+    pthread_cond_t cond;        /* broadcast on new text and when done */
+    struct srv_job *next;       /* queue link */
+};
+
+struct srv_engine_config {
+    uint32_t n_slots;   /* sequences of the context */
+    uint32_t queue_max; /* jobs that may wait for slots */
+    uint32_t n_batch;   /* most tokens one decode step takes */
+};
+
+struct srv_engine;
+
+/* The context is borrowed until engine_destroy and used by the inference thread only. */
+int engine_create(pi_ctx *ctx, const struct srv_engine_config *cfg, struct srv_engine **out);
+int engine_start(struct srv_engine *e);
+/* Stop the inference thread: running and queued jobs end with an error. */
+void engine_stop(struct srv_engine *e);
+void engine_destroy(struct srv_engine *e);
+
+/* A new job with n choices, refs 1 (the caller's). NULL when out of memory. */
+struct srv_job *job_create(int n);
+/* Free a job that was never submitted. */
+void job_free(struct srv_job *job);
+
+/* Hand a job to the engine (it takes a reference). 0; SRV_ERR_BUSY when the queue is
+ * full; SRV_ERR_STOPPING during shutdown. */
+enum { SRV_ERR_BUSY = -100, SRV_ERR_STOPPING = -101 };
+int engine_submit(struct srv_engine *e, struct srv_job *job);
+/* Ask the engine to drop a job (queued or running); safe to call twice. */
+void engine_cancel(struct srv_engine *e, struct srv_job *job);
+/* Drop the caller's reference. */
+void engine_release(struct srv_engine *e, struct srv_job *job);
+
+/* The engine's mutex, for reading the guarded fields of a job. */
+void engine_lock(struct srv_engine *e);
+void engine_unlock(struct srv_engine *e);
+/* With the lock held: wait for news on `job`, at most `ms` milliseconds. */
+void engine_wait(struct srv_engine *e, struct srv_job *job, int ms);
+
+struct srv_health {
+    uint32_t slots_idle, slots_busy, queued;
+    uint64_t requests, tokens_generated;
+};
+void engine_health(struct srv_engine *e, struct srv_health *out);
+uint32_t engine_n_slots(const struct srv_engine *e);
+int64_t engine_n_ctx(const struct srv_engine *e);
+
+/* ---- api.c: the OpenAI requests and responses (JSON) -------------------------------- */
+
+struct srv_model_info {
+    const pi_model *model;
+    const char *name; /* the id /v1/models shows */
+    int chat_format;  /* PI_CHAT_* used for messages */
+    int64_t n_ctx;    /* positions per slot */
+    uint32_t n_slots;
+    int64_t default_max_tokens;
+    int64_t created; /* Unix time the server started */
+};
+
+/* An error for the client: HTTP status and the OpenAI error object's fields. */
+struct srv_error {
+    int status;
+    const char *type;  /* "invalid_request_error", "server_error" */
+    const char *code;  /* may be NULL */
+    const char *param; /* may be NULL */
+    char message[256];
+};
+
+struct cJSON;
+/* Parse a request body (after UTF-8 validation): NULL with *err filled on failure. */
+struct cJSON *api_parse_body(const char *body, size_t len, struct srv_error *err);
+
+/* Build a job from a /v1/chat/completions (chat 1) or /v1/completions body.
+ * *stream and *include_usage receive the streaming options. NULL with *err on failure. */
+struct srv_job *api_make_job(const struct srv_model_info *mi, const struct cJSON *req, int chat,
+                             int *stream, int *include_usage, struct srv_error *err);
+
+/* The response JSON (non-streaming) of a finished job; malloc'd text or NULL. */
+char *api_completion_json(const struct srv_model_info *mi, const struct srv_job *job, int chat,
+                          const char *id, int64_t created);
+
+/* One server-sent event with a delta of choice `index` (text may be NULL for the
+ * role-only first chunk of a chat, finish SRV_FINISH_NONE for none). Appends
+ * "data: {...}\n\n" to out; 0 or -1. */
+int api_stream_chunk(struct srv_buf *out, const struct srv_model_info *mi, int chat, const char *id,
+                     int64_t created, int index, const char *text, size_t len, int role,
+                     int finish);
+/* The final usage-only chunk (stream_options.include_usage). */
+int api_stream_usage(struct srv_buf *out, const struct srv_model_info *mi, int chat, const char *id,
+                     int64_t created, int64_t prompt_tokens, int64_t completion_tokens);
+
+/* The error object as JSON text (malloc'd; a static fallback when out of memory is
+ * never returned: NULL then). */
+char *api_error_json(const struct srv_error *err);
+
+/* /tokenize and /detokenize: response JSON or NULL with *err. */
+char *api_tokenize(const struct srv_model_info *mi, const struct cJSON *req, struct srv_error *err);
+char *api_detokenize(const struct srv_model_info *mi, const struct cJSON *req,
+                     struct srv_error *err);
+
+/* /v1/models (id NULL) or /v1/models/{id}. */
+char *api_models_json(const struct srv_model_info *mi, int one);
+
+void srv_error_set(struct srv_error *err, int status, const char *type, const char *code,
+                   const char *param, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 6, 7)))
+#endif
+    ;
+
+/* ---- http.c: libmicrohttpd front end ---------------------------------------------- */
+
+struct srv_http_config {
+    const char *host;    /* numeric address to bind */
+    int port;            /* 0: any free port */
+    const char *api_key; /* NULL: none required */
+    size_t max_body;     /* bytes */
+    unsigned timeout_s;  /* idle connection timeout */
+    unsigned max_conns;
+    int verbose; /* one log line per request */
+};
+
+struct srv_http;
+/* Bind and start serving. *out NULL and a message in err on failure. */
+int http_start(const struct srv_http_config *cfg, const struct srv_model_info *mi,
+               struct srv_engine *engine, struct srv_http **out, char *err, size_t cap);
+/* The port actually bound. */
+int http_port(const struct srv_http *h);
+/* Stop accepting connections (those open are still served). */
+void http_quiesce(struct srv_http *h);
+/* Wait up to `ms` milliseconds until every submitted completion has been answered;
+ * returns how many are left. */
+int http_drain(struct srv_http *h, int ms);
+/* End every connection and join the threads. */
+void http_stop(struct srv_http *h);
+
+/* ---- assets.c (generated by embed_assets.py from web/) ------------------------------ */
+
+struct srv_asset {
+    const char *path; /* "/index.html" */
+    const char *mime;
+    const unsigned char *data;
+    size_t size;
+};
+extern const struct srv_asset srv_assets[];
+extern const size_t srv_n_assets;
+
+#endif /* PI_SERVER_H */
