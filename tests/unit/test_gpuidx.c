@@ -21,6 +21,7 @@
 #include <cmocka.h>
 
 #include "failalloc.h"
+#include "testfile.h"
 #include "plan/gpuidx.h"
 
 static const char *fixture_dir, *work_dir;
@@ -82,21 +83,6 @@ static void write_bytes(const char *path, const uint8_t *p, size_t n) {
     assert_non_null(fp);
     assert_int_equal(fwrite(p, 1, n, fp), n);
     assert_int_equal(fclose(fp), 0);
-}
-
-static uint8_t *slurp(const char *path, size_t *n) {
-    FILE *fp = fopen(path, "rb");
-    if (!fp)
-        fail_msg("cannot open %s", path);
-    fseek(fp, 0, SEEK_END);
-    long sz = ftell(fp);
-    fseek(fp, 0, SEEK_SET);
-    uint8_t *buf = malloc((size_t)sz);
-    assert_non_null(buf);
-    assert_int_equal(fread(buf, 1, (size_t)sz, fp), (size_t)sz);
-    fclose(fp);
-    *n = (size_t)sz;
-    return buf;
 }
 
 static int is_zeroed(const struct pi_gpuidx *g) {
@@ -226,7 +212,7 @@ static void test_read_errors(void **state) {
 static void test_truncated_and_corrupted(void **state) {
     (void)state;
     size_t n;
-    uint8_t *buf = slurp(fixture("plan-keys.gpuidx"), &n);
+    uint8_t *buf = tf_slurp(fixture("plan-keys.gpuidx"), &n);
     const char *path = work("cut.gpuidx");
     /* The last bucket is 40 ids, 160 bytes: the file ends with data, not padding. */
     for (size_t len = 0; len < n; len++) {
@@ -373,7 +359,7 @@ static void test_write_errors(void **state) {
     write_bytes(stale, (const uint8_t *)"stale", 5);
     assert_int_equal(pi_gpuidx_write(path, &g, &err), PI_OK);
     size_t n;
-    uint8_t *s = slurp(stale, &n);
+    uint8_t *s = tf_slurp(stale, &n);
     assert_int_equal(n, 5);
     free(s);
     remove(stale);

@@ -10,7 +10,10 @@
 #include <string.h>
 #include <time.h>
 
+#include "cli.h"
 #include "server.h"
+
+const char cli_prog[] = "pi-server";
 
 static void usage(FILE *out) {
     fprintf(out,
@@ -42,24 +45,6 @@ static void usage(FILE *out) {
             "  -v, --verbose           log each request, and what the library does, to stderr\n"
             "  --version               print the library version\n"
             "  -h, --help              this text\n");
-}
-
-static void log_stderr(void *user, int level, const char *msg) {
-    (void)user;
-    static const char *const names[] = {"debug", "info", "warn", "error"};
-    fprintf(stderr, "pi-server: [%s] %s\n", level >= 0 && level <= 3 ? names[level] : "?", msg);
-}
-
-static int parse_long(const char *opt, const char *v, long lo, long hi, long *out) {
-    char *end;
-    errno = 0;
-    long x = strtol(v, &end, 0);
-    if (*v == '\0' || *end != '\0' || errno || x < lo || x > hi) {
-        fprintf(stderr, "pi-server: %s wants an integer in [%ld, %ld], not '%s'\n", opt, lo, hi, v);
-        return -1;
-    }
-    *out = x;
-    return 0;
 }
 
 struct opts {
@@ -112,7 +97,7 @@ static int serve(struct opts *o) {
     mp.errbuf = errbuf;
     mp.errbuf_cap = sizeof errbuf;
     if (o->verbose) {
-        mp.log_fn = log_stderr;
+        mp.log_fn = cli_log_stderr;
         mp.log_level = PI_LOG_INFO;
     }
     int rc = 1;
@@ -327,7 +312,7 @@ int main(int argc, char **argv) {
             return 2;
         }
 #undef IS
-        if (num && parse_long(a, v, lo, hi, num) != 0) {
+        if (num && cli_parse_long(a, v, 0, lo, hi, num) != 0) {
             free(o.api_key);
             return 2;
         }
