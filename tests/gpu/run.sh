@@ -26,8 +26,9 @@ if [ -f "$B/build.ninja" ] || [ ! -e "$B" ]; then
     fi
     ninja -C "$B" || exit 1
     kernels=$B/tests/gpu/test_gpu_kernels hybrid=$B/tests/test_hybrid bench=$B/tools/pi-bench
+    batch=$B/tests/test_batch
 else
-    kernels=$B/test_gpu_kernels hybrid=$B/test_hybrid bench=$B/pi-bench
+    kernels=$B/test_gpu_kernels hybrid=$B/test_hybrid bench=$B/pi-bench batch=$B/test_batch
     export LD_LIBRARY_PATH="$B${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 fi
 
@@ -42,10 +43,15 @@ t1=$(date +%s)
 "$hybrid" --gpu >"$log/hybrid.txt" 2>&1
 h_rc=$?
 grep -E '^#|ERROR|FAILED|PASSED' "$log/hybrid.txt"
+"$batch" --gpu >"$log/batch.txt" 2>&1
+s_rc=$?
+grep -E '^#|ERROR|FAILED|PASSED' "$log/batch.txt"
 t2=$(date +%s)
 
 model=${PI_GPU_MODEL:-}
-if [ -z "$model" ]; then
+if [ "${PI_GPU_BUDGETS:-}" = none ]; then
+    model=
+elif [ -z "$model" ]; then
     model=${TMPDIR:-/tmp}/pi-gpu-synth-1b
     if [ ! -f "$model.powerinfer.gguf" ]; then
         python3 "$here/tools/bench/make_synthetic_powerinfer.py" --preset 1b -o "$model" \
@@ -75,6 +81,6 @@ echo
 echo "| check | result | seconds |"
 echo "|---|---|--:|"
 echo "| kernel conformance (test_gpu_kernels) | $(word $k_rc) | $((t1 - t0)) |"
-echo "| hybrid = CPU-only logits (test_hybrid --gpu) | $(word $h_rc) | $((t2 - t1)) |"
+echo "| hybrid = CPU-only logits (test_hybrid --gpu), batches and states with the KV cache on the GPU (test_batch --gpu) | $(word $h_rc), $(word $s_rc) | $((t2 - t1)) |"
 echo "| pi-bench at budgets | $(word $b_rc) | $((t3 - t2)) |"
-[ $k_rc -eq 0 ] && [ $h_rc -eq 0 ] && [ $b_rc -eq 0 ]
+[ $k_rc -eq 0 ] && [ $h_rc -eq 0 ] && [ $s_rc -eq 0 ] && { [ $b_rc -eq 0 ] || [ "${PI_GPU_BUDGETS:-}" = none ]; }

@@ -27,6 +27,7 @@
 
 enum { MAXV = 64 };
 static char g_dir[256];
+static int g_gpu; /* --gpu: the device of split contexts is the GPU (tests/gpu/run.sh) */
 
 static pi_model *make_model(const char *name, const char *arch, int sparse, uint32_t wtype) {
     char p[300];
@@ -52,20 +53,25 @@ static pi_ctx *make_ctx(pi_model *m, uint32_t n_seq, int device, uint32_t n_batc
     cp.n_threads = 2;
     cp.n_batch = n_batch;
     cp.n_seq_max = n_seq;
+    cp.f32_activations = (uint32_t)g_gpu; /* a GPU computes with float activations */
     char err[256] = "";
     cp.errbuf = err;
     cp.errbuf_cap = sizeof err;
     if (device) {
-        cp.device = PI_DEVICE_CPU;
+        cp.device = g_gpu ? PI_DEVICE_GPU : PI_DEVICE_CPU;
         pi_plan *all;
-        assert_int_equal(pi_model_plan(m, &cp, &all), PI_OK);
+        if (pi_model_plan(m, &cp, &all) != PI_OK)
+            exit(g_gpu ? 77 : 1);
         cp.device_budget = pi_plan_bytes(all, PI_PLAN_N_PARTS) -
                            pi_plan_bytes(all, PI_PLAN_NEURONS) / 2;
         pi_plan_free(all);
     }
     pi_ctx *c;
-    if (pi_ctx_create(m, &cp, &c) != PI_OK)
+    if (pi_ctx_create(m, &cp, &c) != PI_OK) {
+        if (g_gpu && device)
+            exit(77); /* no GPU */
         fail_msg("pi_ctx_create: %s", err);
+    }
     if (device) { /* some neurons on the device, some on the host */
         const pi_plan *p = pi_ctx_plan(c);
         int64_t on = 0;
@@ -455,7 +461,8 @@ static void test_state(void **state) {
     pi_model_close(o);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    g_gpu = argc > 1 && !strcmp(argv[1], "--gpu");
     const char *t = getenv("TMPDIR");
     snprintf(g_dir, sizeof g_dir, "%s/pi-batch-XXXXXX", t && *t ? t : "/tmp");
     if (!mkdtemp(g_dir))
@@ -465,7 +472,10 @@ int main(void) {
         cmocka_unit_test(test_bad_batches), cmocka_unit_test(test_batch_alloc_failure),
         cmocka_unit_test(test_state),        cmocka_unit_test(test_sample_logits),
     };
-    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    const struct CMUnitTest gpu[] = {cmocka_unit_test(test_interleaved),
+                                     cmocka_unit_test(test_state)};
+    int rc = g_gpu ? cmocka_run_group_tests(gpu, NULL, NULL)
+                   : cmocka_run_group_tests(tests, NULL, NULL);
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
     if (system(cmd) != 0)
