@@ -226,6 +226,42 @@ def test_bad_http(srv, name, data, expect):
     assert srv.health()["status"] == "ok"
 
 
+@pytest.mark.parametrize("name,path,body,key,status", [
+    ("unauthenticated", COMP, b"x" * 60000, False, 401),
+    ("over the limit", COMP, b"x" * (MAX_BODY + 30000), True, 413),
+    ("unknown path", "/v1/nothing", b"x" * 60000, True, 404),
+], ids=["unauthenticated", "over the limit", "unknown path"])
+def test_refused_body_is_read_first(srv, name, path, body, key, status):
+    """A client that sends its whole body before reading (as http.client does) gets the
+    refusal, not a connection reset: the server drops the body, then answers."""
+    for _ in range(15):
+        st, _, data = srv.request("POST", path, body, key=key)
+        assert st == status, data[:300]
+        assert json.loads(data)["error"]["message"]
+    assert srv.health()["status"] == "ok"
+
+
+def test_refused_endless_body_is_cut(srv):
+    """A refused request whose body goes on past what the server drops (max body + 1 MiB)
+    is closed without an answer and costs nothing more."""
+    head = (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n")
+    s = socket.create_connection(("127.0.0.1", srv.port), timeout=10)
+    sent, cut = 0, False
+    try:
+        s.sendall(head)
+        piece = chunked(b"x" * 65536)[:-5]  # one chunk, no terminator
+        while sent < MAX_BODY + (64 << 20):
+            s.sendall(piece)
+            sent += 65536
+    except OSError:
+        cut = True
+    finally:
+        s.close()
+    assert cut, "the server read %d bytes of a refused body" % sent
+    assert srv.alive()
+    assert srv.health()["status"] == "ok"
+
+
 def test_slow_clients(srv):
     """Connections that send a request a byte at a time, or stall half-way, neither block
     other clients nor stay open past --timeout (2 s here)."""

@@ -70,6 +70,12 @@ struct conn {
     int fd;
     struct srv_buf body;
     int too_large;
+    /* A request refused before its body was read keeps reading and dropping the body
+     * (at most drain_limit() bytes), then answers `refusal`: a client still sending
+     * would otherwise be cut off by a TCP reset before it reads the answer. */
+    int refused;
+    struct srv_error refusal;
+    size_t dropped;
 
     /* completions */
     struct srv_job *job;
@@ -247,6 +253,23 @@ static int key_ok(const char *given, const char *key) {
     return diff == 0;
 }
 
+/* How much body a refused request may still send before the connection is simply
+ * closed: the largest accepted body plus 1 MiB. */
+static size_t drain_limit(const struct srv_http *h) {
+    return h->cfg.max_body + ((size_t)1 << 20);
+}
+
+/* Refuse the request: at once when it has no body to come (or one too big to drop),
+ * else after its body has been read and dropped. */
+static enum MHD_Result refuse(struct conn *c, struct MHD_Connection *mc, int drain,
+                             const struct srv_error *err) {
+    if (!drain)
+        return respond_error(c, mc, err);
+    c->refused = 1;
+    c->refusal = *err;
+    return MHD_YES;
+}
+
 /* The first call of a request: route, method, key and declared size are checked before
  * any body is read. Returns MHD_YES to go on reading, or the result of an early answer
  * (which sets c->status; libmicrohttpd then closes the connection after it). */
@@ -264,29 +287,51 @@ static enum MHD_Result first_call(struct srv_http *h, struct conn *c, struct MHD
         }
         return queue(c, mc, 204, r);
     }
-    if (c->route == R_NONE)
-        return fail(c, mc, 404, "invalid_request_error", "unknown_url",
-                    "Unknown request URL: %s %s.", c->method, c->shown);
-    int is_get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
-    if (post ? strcmp(method, "POST") != 0 : !is_get)
-        return fail(c, mc, 405, "invalid_request_error", "method_not_allowed",
-                    "Method %s is not allowed on %s.", c->method, c->shown);
-    if (auth && h->cfg.api_key) {
-        const char *a = MHD_lookup_connection_value(mc, MHD_HEADER_KIND, "Authorization");
-        if (!a || strncasecmp(a, "Bearer ", 7) != 0 || !key_ok(a + 7, h->cfg.api_key))
-            return fail(c, mc, 401, "invalid_request_error", "invalid_api_key",
-                        "Incorrect or missing API key: send 'Authorization: Bearer KEY'.");
-    }
+    /* The declared body: none, a length, or chunked (length unknown). */
     const char *cl = MHD_lookup_connection_value(mc, MHD_HEADER_KIND, "Content-Length");
+    const char *te = MHD_lookup_connection_value(mc, MHD_HEADER_KIND, "Transfer-Encoding");
+    unsigned long long declared = 0;
+    int bad_length = 0;
     if (cl) {
         char *end;
         errno = 0;
-        unsigned long long n = strtoull(cl, &end, 10);
-        if (errno || end == cl || n > h->cfg.max_body) {
-            c->too_large = 1;
-            return fail(c, mc, 413, "invalid_request_error", "request_too_large",
-                        "The request body is larger than %zu bytes (--max-body).", h->cfg.max_body);
+        declared = strtoull(cl, &end, 10);
+        bad_length = errno != 0 || end == cl || *cl == '-';
+    }
+    int has_body = (cl && declared > 0) || (!cl && te != NULL);
+    int drain = has_body && !bad_length && (!cl || declared <= drain_limit(h));
+    struct srv_error err = {0, "invalid_request_error", NULL, NULL, ""};
+    if (c->route == R_NONE) {
+        err.status = 404;
+        err.code = "unknown_url";
+        snprintf(err.message, sizeof err.message, "Unknown request URL: %s %s.", c->method,
+                 c->shown);
+        return refuse(c, mc, drain, &err);
+    }
+    int is_get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
+    if (post ? strcmp(method, "POST") != 0 : !is_get) {
+        err.status = 405;
+        err.code = "method_not_allowed";
+        snprintf(err.message, sizeof err.message, "Method %s is not allowed on %s.", c->method,
+                 c->shown);
+        return refuse(c, mc, drain, &err);
+    }
+    if (auth && h->cfg.api_key) {
+        const char *a = MHD_lookup_connection_value(mc, MHD_HEADER_KIND, "Authorization");
+        if (!a || strncasecmp(a, "Bearer ", 7) != 0 || !key_ok(a + 7, h->cfg.api_key)) {
+            err.status = 401;
+            err.code = "invalid_api_key";
+            snprintf(err.message, sizeof err.message,
+                     "Incorrect or missing API key: send 'Authorization: Bearer KEY'.");
+            return refuse(c, mc, drain, &err);
         }
+    }
+    if (bad_length || declared > h->cfg.max_body) {
+        c->too_large = 1; /* answered 413 once the body is dropped, or now */
+        if (drain)
+            return MHD_YES;
+        return fail(c, mc, 413, "invalid_request_error", "request_too_large",
+                    "The request body is larger than %zu bytes (--max-body).", h->cfg.max_body);
     }
     return MHD_YES;
 }
@@ -540,17 +585,24 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
         return MHD_YES;
     }
     if (*upload_size) {
-        if (!c->too_large) {
-            if (c->body.len + *upload_size > h->cfg.max_body) {
-                c->too_large = 1;
-                buf_free(&c->body);
-            } else if (buf_append(&c->body, upload_data, *upload_size) != 0) {
-                return MHD_NO;
-            }
+        if (!c->too_large && !c->refused && c->body.len + *upload_size > h->cfg.max_body) {
+            c->too_large = 1;
+            c->dropped = c->body.len;
+            buf_free(&c->body);
         }
+        if (c->too_large || c->refused) {
+            c->dropped += *upload_size;
+            *upload_size = 0;
+            /* a body past what we drop: close without an answer */
+            return c->dropped > drain_limit(h) ? MHD_NO : MHD_YES;
+        }
+        if (buf_append(&c->body, upload_data, *upload_size) != 0)
+            return MHD_NO;
         *upload_size = 0;
         return MHD_YES;
     }
+    if (c->refused)
+        return respond_error(c, mc, &c->refusal);
     return dispatch(h, c, mc);
 }
 
