@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "infer/ctx.h"
+#include "infer/sample.h"
 #include "util/params.h"
 
 #define SAMPLER_PARAMS_MIN_SIZE sizeof(pi_sampler_params)
@@ -183,14 +184,17 @@ static void sift_down(struct cand *h, int64_t k, int64_t i) {
 }
 
 /* Move the k best candidates to the front, sorted best first: a size-k heap over the
- * n candidates (O(n log k)), then a sort of the k. */
+ * n candidates (O(n log k)), then a sort of the k. The rest stay behind them (a
+ * permutation: a later call with a larger k finds them all). */
 static void top_k(struct cand *c, int64_t n, int64_t k) {
     if (k < n) {
         for (int64_t i = k / 2; i-- > 0;)
             sift_down(c, k, i);
         for (int64_t i = k; i < n; i++) {
             if (cand_before(&c[i], &c[0])) {
+                struct cand t = c[0];
                 c[0] = c[i];
+                c[i] = t;
                 sift_down(c, k, 0);
             }
         }
@@ -204,63 +208,127 @@ int pi_sample(pi_sampler *s, const pi_ctx *ctx, int32_t *token) {
     return pi_sample_logits(s, pi_ctx_logits(ctx), s->n_vocab, token);
 }
 
+/* The top-p cut of the sorted c[0..k): the shortest prefix whose probability (over
+ * `sum`, the normaliser at temperature 1) reaches top_p; -1 when c[0..k) does not. */
+static int64_t top_p_cut(const struct cand *c, int64_t k, float top_p, float mx, double sum) {
+    double cum = 0.0;
+    for (int64_t i = 0; i < k; i++) {
+        cum += exp((double)(c[i].logit - mx)) / sum;
+        if (cum >= top_p)
+            return i + 1;
+    }
+    return -1;
+}
+
+/* The min-p cut of the sorted c[0..k): p_i >= min_p * p_max, that is
+ * logit_i - mx >= log(min_p); the first always stays. */
+static int64_t min_p_cut(const struct cand *c, int64_t k, float min_p, float mx) {
+    const double cut = log((double)min_p);
+    int64_t keep = 1;
+    while (keep < k && (double)(c[keep].logit - mx) >= cut)
+        keep++;
+    return keep;
+}
+
+int64_t pi_sampler_candidates(pi_sampler *s, const float *logits, float *mx_out, int *sorted) {
+    const int64_t n = s->n_vocab;
+    struct cand *c = s->cand;
+    for (int64_t i = 0; i < n; i++)
+        c[i] = (struct cand){logits[i], (int32_t)i};
+    if (penalties_active(&s->p))
+        apply_penalties(s);
+    const float top_p = s->p.top_p, min_p = s->p.min_p;
+    *sorted = 1;
+    if (s->p.top_k > 0 && s->p.top_k < n) {
+        int64_t k = s->p.top_k;
+        top_k(c, n, k);
+        const float mx = c[0].logit;
+        *mx_out = mx;
+        if (top_p < 1.0f) {
+            double sum = 0.0;
+            for (int64_t i = 0; i < k; i++)
+                sum += exp((double)(c[i].logit - mx));
+            int64_t keep = top_p_cut(c, k, top_p, mx, sum);
+            if (keep > 0)
+                k = keep;
+        }
+        return min_p > 0.0f ? min_p_cut(c, k, min_p, mx) : k;
+    }
+    /* The whole vocabulary: sort only as far as the cuts reach. */
+    float mx = c[0].logit;
+    for (int64_t i = 1; i < n; i++)
+        if (c[i].logit > mx)
+            mx = c[i].logit;
+    *mx_out = mx;
+    if (top_p >= 1.0f && min_p <= 0.0f) {
+        *sorted = 0; /* nothing is cut: the draw needs no order */
+        return n;
+    }
+    double sum = 0.0; /* over all of them, as with top_k: top-p comes before min-p */
+    if (top_p < 1.0f)
+        for (int64_t i = 0; i < n; i++)
+            sum += exp((double)(c[i].logit - mx));
+    int64_t m = n;
+    if (min_p > 0.0f) { /* the min-p cut is a set: no order needed to take it */
+        const double cut = log((double)min_p);
+        m = 0;
+        for (int64_t i = 0; i < n; i++)
+            if ((double)(c[i].logit - mx) >= cut)
+                c[m++] = c[i];
+    }
+    if (top_p >= 1.0f) {
+        top_k(c, m, m);
+        return m;
+    }
+    /* top-p: the best w in order, w growing until their probability reaches top_p */
+    for (int64_t w = m < 64 ? m : 64;; w = w > m / 8 ? m : w * 8) {
+        top_k(c, m, w);
+        int64_t keep = top_p_cut(c, w, top_p, mx, sum);
+        if (keep > 0)
+            return keep;
+        if (w == m)
+            return m;
+    }
+}
+
 int pi_sample_logits(pi_sampler *s, const float *logits, int64_t n_vocab, int32_t *token) {
     if (!s || !logits || !token || n_vocab != s->n_vocab)
         return PI_ERR_INVALID_ARG;
-    const int64_t n = s->n_vocab;
-    for (int64_t i = 0; i < n; i++)
-        s->cand[i] = (struct cand){logits[i], (int32_t)i};
-    if (penalties_active(&s->p))
-        apply_penalties(s);
-
     int32_t chosen;
     if (s->p.temperature <= 0.0f) {
+        const int64_t n = s->n_vocab;
+        for (int64_t i = 0; i < n; i++)
+            s->cand[i] = (struct cand){logits[i], (int32_t)i};
+        if (penalties_active(&s->p))
+            apply_penalties(s);
         int64_t best = 0;
         for (int64_t i = 1; i < n; i++)
             if (cand_before(&s->cand[i], &s->cand[best]))
                 best = i;
         chosen = s->cand[best].id;
     } else {
-        int64_t k = s->p.top_k > 0 && s->p.top_k < n ? s->p.top_k : n;
-        top_k(s->cand, n, k);
-        /* probabilities at temperature 1 for top-p and min-p */
-        const float mx = s->cand[0].logit;
-        double sum = 0.0;
-        for (int64_t i = 0; i < k; i++)
-            sum += exp((double)(s->cand[i].logit - mx));
-        if (s->p.top_p < 1.0f) {
-            double cum = 0.0;
-            int64_t keep = k;
-            for (int64_t i = 0; i < k; i++) {
-                cum += exp((double)(s->cand[i].logit - mx)) / sum;
-                if (cum >= s->p.top_p) {
-                    keep = i + 1;
-                    break;
-                }
-            }
-            k = keep;
-        }
-        if (s->p.min_p > 0.0f) {
-            /* p_i >= min_p * p_max  <=>  logit_i - mx >= log(min_p) */
-            const double cut = log((double)s->p.min_p);
-            int64_t keep = 1;
-            while (keep < k && (double)(s->cand[keep].logit - mx) >= cut)
-                keep++;
-            k = keep;
-        }
+        float mx;
+        int sorted;
+        const int64_t k = pi_sampler_candidates(s, logits, &mx, &sorted);
+        const struct cand *c = s->cand;
         double total = 0.0;
         for (int64_t i = 0; i < k; i++)
-            total += exp((double)(s->cand[i].logit - mx) / s->p.temperature);
+            total += exp((double)(c[i].logit - mx) / s->p.temperature);
         double r = next_unit(s->rng) * total, acc = 0.0;
-        chosen = s->cand[k - 1].id;
+        chosen = c[k - 1].id;
         for (int64_t i = 0; i < k; i++) {
-            acc += exp((double)(s->cand[i].logit - mx) / s->p.temperature);
+            acc += exp((double)(c[i].logit - mx) / s->p.temperature);
             if (r < acc) {
-                chosen = s->cand[i].id;
+                chosen = c[i].id;
                 break;
             }
         }
     }
     *token = chosen;
     return pi_sampler_accept(s, chosen);
+}
+
+void pi_sampler_candidate_ids(const pi_sampler *s, int64_t k, int32_t *ids) {
+    for (int64_t i = 0; i < k; i++)
+        ids[i] = s->cand[i].id;
 }
