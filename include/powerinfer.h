@@ -738,11 +738,14 @@ PI_API uint32_t pi_ctx_n_seq_max(const pi_ctx *ctx);
  * Since: 0.1 */
 PI_API int64_t pi_ctx_seq_len(const pi_ctx *ctx, int32_t seq);
 
-/* Remove positions p0 .. p1-1 of sequence `seq` (p1 -1: to the end). Later positions
- * move down by p1 - p0: their cached keys are rotated back (RoPE composes), so the
- * sequence continues as if the removed tokens had never been there, up to the F16
- * cache's rounding. PI_OK, PI_ERR_INVALID_ARG (NULL, bad seq), PI_ERR_RANGE
- * (p0 < 0, p0 > p1, p1 > len). Since: 0.1 */
+/* Remove positions p0 .. p1-1 of sequence `seq` (p1 -1: to the end). Removing a tail
+ * leaves the sequence exactly as if it had never gone further. Later positions move down
+ * by p1 - p0 and their cached keys are rotated back (RoPE composes), so positions stay
+ * contiguous and attention sees the right distances; but the cached keys and values of
+ * every layer above the first were computed while the removed tokens were visible, so
+ * the continuation is close to, not equal to, that of a context that never saw them
+ * (context shifting's usual trade-off). PI_OK, PI_ERR_INVALID_ARG (NULL, bad seq),
+ * PI_ERR_RANGE (p0 < 0, p0 > p1, p1 > len). Since: 0.1 */
 PI_API int pi_ctx_seq_remove(pi_ctx *ctx, int32_t seq, int64_t p0, int64_t p1);
 
 /* Make sequence `dst` a copy of sequence `src` (its positions and cache): a shared

@@ -414,9 +414,20 @@ int pi_ctx_reset(pi_ctx *c) {
     return pi_ctx_seq_clear(c, -1);
 }
 
+int pi_ctx_check_seq(const struct pi_ctx *c, int32_t seq, int all_ok, const char *fn) {
+    if ((seq >= 0 && seq < c->n_seq) || (seq == -1 && all_ok))
+        return PI_OK;
+    struct pi_error *err = (struct pi_error *)&c->err;
+    PI_FAIL(err, PI_ERR_INVALID_ARG, "%s: sequence %d is outside 0..%lld%s", fn, (int)seq,
+            (long long)c->n_seq - 1, all_ok ? " (or -1: all)" : "");
+}
+
 int pi_ctx_truncate(pi_ctx *c, int64_t n_keep) {
-    if (!c || n_keep < 0)
+    if (!c)
         return PI_ERR_INVALID_ARG;
+    if (n_keep < 0)
+        PI_FAIL(&c->err, PI_ERR_INVALID_ARG, "pi_ctx_truncate: n_keep %lld is negative",
+                (long long)n_keep);
     if (n_keep > c->seq_len[0])
         PI_FAIL(&c->err, PI_ERR_RANGE, "cannot keep %lld positions of %lld", (long long)n_keep,
                 (long long)c->seq_len[0]);
@@ -426,8 +437,9 @@ int pi_ctx_truncate(pi_ctx *c, int64_t n_keep) {
 }
 
 int pi_ctx_seq_clear(pi_ctx *c, int32_t seq) {
-    if (!c || seq < -1 || seq >= c->n_seq)
+    if (!c)
         return PI_ERR_INVALID_ARG;
+    PI_TRY(pi_ctx_check_seq(c, seq, 1, "pi_ctx_seq_clear"));
     for (int64_t s = 0; s < c->n_seq; s++)
         if (seq == -1 || s == seq)
             c->seq_len[s] = 0;
@@ -437,8 +449,9 @@ int pi_ctx_seq_clear(pi_ctx *c, int32_t seq) {
 }
 
 int pi_ctx_seq_keep(pi_ctx *c, int32_t seq) {
-    if (!c || seq < 0 || seq >= c->n_seq)
+    if (!c)
         return PI_ERR_INVALID_ARG;
+    PI_TRY(pi_ctx_check_seq(c, seq, 0, "pi_ctx_seq_keep"));
     for (int64_t s = 0; s < c->n_seq; s++)
         if (s != seq)
             c->seq_len[s] = 0;
@@ -460,8 +473,10 @@ static void kv_home(const struct pi_ctx *c, const struct pi_backend_vtable **be,
 }
 
 int pi_ctx_seq_copy(pi_ctx *c, int32_t src, int32_t dst) {
-    if (!c || src < 0 || src >= c->n_seq || dst < 0 || dst >= c->n_seq)
+    if (!c)
         return PI_ERR_INVALID_ARG;
+    PI_TRY(pi_ctx_check_seq(c, src, 0, "pi_ctx_seq_copy"));
+    PI_TRY(pi_ctx_check_seq(c, dst, 0, "pi_ctx_seq_copy"));
     const int64_t n = c->seq_len[src];
     if (src == dst || n == 0) {
         c->seq_len[dst] = n;
@@ -493,8 +508,9 @@ int pi_ctx_seq_copy(pi_ctx *c, int32_t src, int32_t dst) {
 }
 
 int pi_ctx_seq_remove(pi_ctx *c, int32_t seq, int64_t p0, int64_t p1) {
-    if (!c || seq < 0 || seq >= c->n_seq)
+    if (!c)
         return PI_ERR_INVALID_ARG;
+    PI_TRY(pi_ctx_check_seq(c, seq, 0, "pi_ctx_seq_remove"));
     const int64_t len = c->seq_len[seq];
     if (p1 == -1)
         p1 = len;

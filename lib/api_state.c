@@ -78,8 +78,9 @@ static size_t state_size(const struct pi_ctx *c, int32_t seq) {
 }
 
 int pi_ctx_state_save(const pi_ctx *c, int32_t seq, void *buf, size_t cap, size_t *size) {
-    if (!c || !size || seq < -1 || seq >= c->n_seq)
+    if (!c || !size)
         return PI_ERR_INVALID_ARG;
+    PI_TRY(pi_ctx_check_seq(c, seq, 1, "pi_ctx_state_save"));
     const struct pi_hparams *hp = c->hp;
     const size_t need = state_size(c, seq);
     *size = need;
@@ -127,8 +128,9 @@ int pi_ctx_state_save(const pi_ctx *c, int32_t seq, void *buf, size_t cap, size_
 }
 
 int pi_ctx_state_load(pi_ctx *c, int32_t seq, const void *buf, size_t size) {
-    if (!c || !buf || seq < -1 || seq >= c->n_seq)
+    if (!c || !buf)
         return PI_ERR_INVALID_ARG;
+    PI_TRY(pi_ctx_check_seq(c, seq, 1, "pi_ctx_state_load"));
     pi_error_clear(&c->err);
     const struct pi_hparams *hp = c->hp;
     const int64_t nk = hp->n_head_kv * hp->head_dim_k, nv = hp->n_head_kv * hp->head_dim_v;
@@ -218,8 +220,9 @@ int pi_ctx_state_load(pi_ctx *c, int32_t seq, const void *buf, size_t size) {
 }
 
 int pi_ctx_state_save_file(const pi_ctx *c, int32_t seq, const char *path) {
-    if (!c || !path || seq < -1 || seq >= c->n_seq)
+    if (!c || !path)
         return PI_ERR_INVALID_ARG;
+    PI_TRY(pi_ctx_check_seq(c, seq, 1, "pi_ctx_state_save_file"));
     struct pi_ctx *m = (struct pi_ctx *)c; /* the error record only */
     size_t n = state_size(c, seq);
     uint8_t *buf = pi_malloc(&m->alloc, n);
@@ -252,6 +255,7 @@ int pi_ctx_state_save_file(const pi_ctx *c, int32_t seq, const char *path) {
 int pi_ctx_state_load_file(pi_ctx *c, int32_t seq, const char *path) {
     if (!c || !path)
         return PI_ERR_INVALID_ARG;
+    PI_TRY(pi_ctx_check_seq(c, seq, 1, "pi_ctx_state_load_file"));
     FILE *fp = fopen(path, "rb");
     if (!fp)
         PI_FAIL(&c->err, PI_ERR_IO, "cannot open %s: %s", path, strerror(errno));

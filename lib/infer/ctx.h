@@ -83,4 +83,9 @@ struct pi_ctx {
  * the last requested row to ctx->logits. On failure nothing visible changes. */
 int pi_forward(struct pi_ctx *ctx, const pi_batch_entry *e, const int32_t *pos, int64_t n);
 
+/* PI_OK when seq names a sequence of c (or is -1 and all_ok: every sequence); else
+ * PI_ERR_INVALID_ARG with "FN: sequence S is outside 0..N-1" as c's message (the error
+ * record is written even through a const handle: it is not the context's state). */
+int pi_ctx_check_seq(const struct pi_ctx *c, int32_t seq, int all_ok, const char *fn);
+
 #endif

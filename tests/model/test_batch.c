@@ -2,8 +2,10 @@
 /* Several sequences in one context, and state save/restore (random test models):
  *  - a batch interleaving three sequences gives each the logits it gets alone, for a
  *    dense and a PowerInfer model, on the CPU and split with a CPU device;
- *  - seq_copy continues identically; seq_remove of a middle range continues like a
- *    context that never saw the range (to F16 rounding); keep, clear, truncate;
+ *  - seq_copy continues identically; seq_remove of a tail exactly, of a middle range
+ *    close to a context that never saw the range (random weights barely attend: a real
+ *    model differs more, see the header); keep, clear, truncate; bad sequence ids
+ *    are refused with a message naming the call;
  *  - every bad batch fails with a message and changes nothing (lengths, logits, the
  *    next logits), also an aborted one and every allocation failure;
  *  - a state round trip (whole context, one sequence into another, memory and file)
@@ -176,7 +178,7 @@ static void test_seq_ops(void **state) {
     step1(c, 0, 13, a, V);
     step1(c, 2, 13, b, V);
     assert_memory_equal(a, b, (size_t)V * sizeof(float));
-    /* remove a middle range: like never having seen it */
+    /* remove a middle range: close to never having seen it */
     pi_ctx *f = make_ctx(m, 1, 0, 16);
     const int32_t fresh[] = {P[0][0], P[0][1], P[0][4], P[0][5], 13, 17};
     assert_int_equal(pi_ctx_decode(f, fresh, 6), PI_OK);
@@ -192,6 +194,18 @@ static void test_seq_ops(void **state) {
     assert_int_equal(pi_ctx_seq_remove(c, 0, 2, 9), PI_ERR_RANGE);
     assert_int_equal(pi_ctx_seq_remove(c, 0, 3, 2), PI_ERR_RANGE);
     assert_int_equal(pi_ctx_seq_remove(c, 9, 0, 1), PI_ERR_INVALID_ARG);
+    assert_non_null(strstr(pi_ctx_errmsg(c), "pi_ctx_seq_remove: sequence 9 is outside"));
+    assert_int_equal(pi_ctx_seq_copy(c, 0, -2), PI_ERR_INVALID_ARG);
+    assert_non_null(strstr(pi_ctx_errmsg(c), "pi_ctx_seq_copy: sequence -2 is outside"));
+    assert_int_equal(pi_ctx_seq_keep(c, 99), PI_ERR_INVALID_ARG);
+    assert_non_null(strstr(pi_ctx_errmsg(c), "pi_ctx_seq_keep: sequence 99"));
+    assert_int_equal(pi_ctx_seq_clear(c, -3), PI_ERR_INVALID_ARG);
+    assert_non_null(strstr(pi_ctx_errmsg(c), "pi_ctx_seq_clear: sequence -3"));
+    size_t ssz;
+    assert_int_equal(pi_ctx_state_save(c, 7, NULL, 0, &ssz), PI_ERR_INVALID_ARG);
+    assert_non_null(strstr(pi_ctx_errmsg(c), "pi_ctx_state_save: sequence 7"));
+    assert_int_equal(pi_ctx_truncate(c, -1), PI_ERR_INVALID_ARG);
+    assert_non_null(strstr(pi_ctx_errmsg(c), "negative"));
     assert_int_equal(pi_ctx_seq_len(c, 0), 3);
     /* keep and clear */
     assert_int_equal(pi_ctx_seq_keep(c, 2), PI_OK);
