@@ -5,8 +5,12 @@
 //!
 //! * [`Model`]: an opened model file (open with [`Model::open`] or [`Model::builder`]);
 //!   metadata, tensors, tokenizer and chat-template queries.
-//! * [`Context`]: one sequence being decoded; borrows its model.
-//! * [`Sampler`]: turns a context's logits into the next token.
+//! * [`Context`]: one sequence being decoded, or several decoded together in batches
+//!   ([`BatchEntry`], [`Context::decode_batch`], the `seq_*` methods); its state saved
+//!   and restored ([`Context::state_save`], [`Context::seq_state_save`], ...); borrows
+//!   its model.
+//! * [`Sampler`]: turns a context's logits (or any logits, e.g. one batch entry's)
+//!   into the next token.
 //! * [`StatsView`] / [`Stats`]: activation statistics of a context, or loaded from a
 //!   side file.
 //! * [`PlanView`] / [`Plan`]: hybrid CPU/device placement, of a context
@@ -52,12 +56,20 @@
 //! ctx.decode(&[1]).unwrap(); // logits are borrowed until the next decode
 //! println!("{}", logits[0]);
 //! ```
+//! ```compile_fail
+//! # let model = powerinfer::Model::open("m.gguf").unwrap();
+//! let mut ctx = powerinfer::Context::builder().n_seq_max(2).build(&model).unwrap();
+//! let row = ctx.batch_logits(0).unwrap();
+//! ctx.seq_clear(1).unwrap(); // so are a batch entry's
+//! println!("{}", row[0]);
+//! ```
 
 pub mod sys;
 
 use std::ffi::{CStr, CString};
 use std::fmt;
 use std::marker::PhantomData;
+use std::ops::{Bound, RangeBounds};
 use std::os::raw::{c_char, c_int, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
@@ -893,7 +905,8 @@ impl Drop for Detokenizer<'_> {
 
 type AbortCallback = dyn Fn() -> bool + Send + Sync;
 
-/// One sequence being decoded. Borrows its model (`'m`); owns its KV cache and worker
+/// One sequence being decoded (or several: [`ContextBuilder::n_seq_max`] and
+/// [`Context::decode_batch`]). Borrows its model (`'m`); owns its KV cache and worker
 /// threads. `Send` (it may move to another thread) but not `Sync`: the header allows
 /// one thread at a time per context.
 pub struct Context<'m> {
@@ -925,6 +938,7 @@ pub struct ContextBuilder<'s> {
     plan_stats: Option<StatsView<'s>>,
     plan_path: Option<PathBuf>,
     plan_file: Option<PlanFile>,
+    n_seq_max: u32,
 }
 
 impl<'s> ContextBuilder<'s> {
@@ -944,6 +958,12 @@ impl<'s> ContextBuilder<'s> {
     /// Most tokens one prefill step processes; 0: 256.
     pub fn n_batch(mut self, n: u32) -> Self {
         self.n_batch = n;
+        self
+    }
+    /// Sequences the context holds (ids `0..n`), each up to `n_ctx` positions, decoded
+    /// together by [`Context::decode_batch`]; 0: 1. At most 256.
+    pub fn n_seq_max(mut self, n: u32) -> Self {
+        self.n_seq_max = n;
         self
     }
     /// Keep activations in f32 for quantized products (slower, closer to a reference).
@@ -1015,6 +1035,7 @@ impl<'s> ContextBuilder<'s> {
         p.n_ctx = self.n_ctx;
         p.n_threads = self.n_threads;
         p.n_batch = self.n_batch;
+        p.n_seq_max = self.n_seq_max;
         p.f32_activations = self.f32_activations as u32;
         if let Some(m) = self.sparse_mode {
             p.sparse_mode = m as u32;
@@ -1248,6 +1269,278 @@ impl Drop for Context<'_> {
 impl fmt::Debug for Context<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Context").field("pos", &self.pos()).field("n_ctx", &self.n_ctx()).finish()
+    }
+}
+
+// =====================================================================================
+// Several sequences in one context; state save and restore
+// =====================================================================================
+
+/// One token of a batch (`pi_batch_entry`): append `token` to sequence `seq` (an id in
+/// `0..n_seq_max`) at the sequence's next position, keeping the entry's logits if
+/// `logits`. Build with [`BatchEntry::new`], then [`BatchEntry::logits`] and
+/// [`BatchEntry::at`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct BatchEntry {
+    pub token: i32,
+    pub seq: i32,
+    /// The position the token must land at: the sequence's length plus the entries of
+    /// the same sequence earlier in the batch (the library refuses any other). `None`
+    /// (and `Some(-1)`): whatever the next position is.
+    pub pos: Option<i32>,
+    /// Keep this entry's logits ([`Context::batch_logits`]).
+    pub logits: bool,
+}
+
+impl BatchEntry {
+    /// `token` appended to `seq` at its next position, without logits.
+    pub fn new(token: i32, seq: i32) -> Self {
+        BatchEntry { token, seq, pos: None, logits: false }
+    }
+    /// Keep (or not) this entry's logits.
+    pub fn logits(mut self, yes: bool) -> Self {
+        self.logits = yes;
+        self
+    }
+    /// Require the token to land at position `pos` of its sequence.
+    pub fn at(mut self, pos: i32) -> Self {
+        self.pos = Some(pos);
+        self
+    }
+
+    fn raw(&self) -> sys::pi_batch_entry {
+        sys::pi_batch_entry {
+            token: self.token,
+            seq: self.seq,
+            pos: self.pos.unwrap_or(-1),
+            logits: self.logits as u32,
+        }
+    }
+}
+
+/// Several sequences and the state calls. A context holds [`Context::n_seq_max`]
+/// sequences, each with its own positions and cache; [`Context::decode`],
+/// [`Context::pos`] and [`Context::truncate`] act on sequence 0, [`Context::reset`]
+/// clears them all, and [`Context::logits`] are the last ones computed (after a batch:
+/// its last entry's that asked for them). A failing call leaves every sequence, and the
+/// logits, as they were.
+///
+/// SAFETY (for every `unsafe` block below unless it says more): as for the methods
+/// above; sequence ids and positions are checked by the library.
+impl Context<'_> {
+    /// Sequences the context holds: ids `0..n_seq_max()`.
+    pub fn n_seq_max(&self) -> u32 {
+        unsafe { sys::pi_ctx_n_seq_max(self.as_ptr()) }
+    }
+
+    /// An error unless `seq` is a sequence of this context. The library refuses a bad id
+    /// of the seq_* and state calls without a message (so pi_ctx_errmsg would still show
+    /// an earlier call's), hence this check before them.
+    fn check_seq(&self, seq: i32, what: &str) -> Result<()> {
+        let n = self.n_seq_max();
+        if seq < 0 || seq as u32 >= n {
+            return Err(Error::invalid(format!(
+                "{what}: sequence {seq} is outside 0..{}",
+                n.saturating_sub(1)
+            )));
+        }
+        Ok(())
+    }
+
+    /// Decode `entries` in one call: their matrix products run over all of them at once,
+    /// attention stays within each sequence. Afterwards [`Context::batch_logits`] gives
+    /// the logits of the entries that asked for them, and [`Context::logits`] those of
+    /// the last such entry. On failure (an empty batch, a token outside the vocabulary, a
+    /// sequence outside `0..n_seq_max`, a wrong position, a sequence past `n_ctx`)
+    /// nothing changes.
+    pub fn decode_batch(&mut self, entries: &[BatchEntry]) -> Result<()> {
+        let raw: Vec<sys::pi_batch_entry> = entries.iter().map(BatchEntry::raw).collect();
+        // SAFETY: raw holds raw.len() entries, borrowed for the call (an empty batch is
+        // refused before the pointer is read).
+        let st = unsafe { sys::pi_ctx_decode_batch(self.raw.as_ptr(), raw.as_ptr(), raw.len()) };
+        self.check(st, "decode a batch")
+    }
+
+    /// The n_vocab logits of entry `i` of the last successful [`Context::decode_batch`];
+    /// `None` if `i` is out of range or the entry did not ask for logits (and after a
+    /// state load, reset or truncate). Borrowed from the context like
+    /// [`Context::logits`]: no decode can run while the slice is alive.
+    pub fn batch_logits(&self, i: usize) -> Option<&[f32]> {
+        let p = unsafe { sys::pi_ctx_batch_logits(self.as_ptr(), i) };
+        if p.is_null() {
+            return None;
+        }
+        let n = self.model.n_vocab().max(0) as usize;
+        // SAFETY: non-NULL batch logits are n_vocab floats owned by the context, valid
+        // until the next decode, state load, reset, truncate or destroy, all of which
+        // need &mut self or self.
+        Some(unsafe { std::slice::from_raw_parts(p, n) })
+    }
+
+    /// Positions decoded in sequence `seq` (its next position).
+    pub fn seq_len(&self, seq: i32) -> Result<i64> {
+        let n = unsafe { sys::pi_ctx_seq_len(self.as_ptr(), seq) };
+        if n < 0 {
+            return Err(self.check_seq(seq, "seq_len").err().unwrap_or_else(|| {
+                Error::new(sys::PI_ERR_INTERNAL, format!("seq_len: {n} for sequence {seq}"))
+            }));
+        }
+        Ok(n)
+    }
+
+    /// Remove `positions` of sequence `seq` (`2..4`, `3..` for a suffix, `..` for all).
+    /// Later positions move down, their cached keys rotated back, and the sequence
+    /// continues without the removed tokens. Removing a suffix is exact; after a middle
+    /// range the later positions' cache still holds what they computed attending to the
+    /// removed tokens, so the result is close to, not equal to, never having decoded them.
+    /// `PI_ERR_RANGE` for a range outside `0..=seq_len(seq)`.
+    pub fn seq_remove(&mut self, seq: i32, positions: impl RangeBounds<i64>) -> Result<()> {
+        self.check_seq(seq, "seq_remove")?;
+        // In i128 so that no bound overflows; an explicit negative end must not reach the
+        // library, where p1 -1 means "to the end".
+        let p0 = match positions.start_bound() {
+            Bound::Included(&p) => p as i128,
+            Bound::Excluded(&p) => p as i128 + 1,
+            Bound::Unbounded => 0,
+        };
+        let p1 = match positions.end_bound() {
+            Bound::Included(&p) => Some(p as i128 + 1),
+            Bound::Excluded(&p) => Some(p as i128),
+            Bound::Unbounded => None,
+        };
+        let fits = |p: i128| (0..=i64::MAX as i128).contains(&p);
+        if !fits(p0) || !p1.map_or(true, fits) {
+            let end = p1.map_or_else(String::new, |p| p.to_string());
+            return Err(Error::new(
+                sys::PI_ERR_RANGE,
+                format!("cannot remove positions {p0}..{end} of sequence {seq}"),
+            ));
+        }
+        let p1 = p1.map_or(-1, |p| p as i64);
+        let st = unsafe { sys::pi_ctx_seq_remove(self.raw.as_ptr(), seq, p0 as i64, p1) };
+        self.check(st, "seq_remove")
+    }
+
+    /// Make sequence `dst` a copy of sequence `src` (positions and cache): a shared
+    /// prompt decoded once, continued several ways.
+    pub fn seq_copy(&mut self, src: i32, dst: i32) -> Result<()> {
+        self.check_seq(src, "seq_copy")?;
+        self.check_seq(dst, "seq_copy")?;
+        let st = unsafe { sys::pi_ctx_seq_copy(self.raw.as_ptr(), src, dst) };
+        self.check(st, "seq_copy")
+    }
+
+    /// Clear every sequence but `seq`.
+    pub fn seq_keep(&mut self, seq: i32) -> Result<()> {
+        self.check_seq(seq, "seq_keep")?;
+        let st = unsafe { sys::pi_ctx_seq_keep(self.raw.as_ptr(), seq) };
+        self.check(st, "seq_keep")
+    }
+
+    /// Clear sequence `seq` (length 0). [`Context::reset`] clears them all.
+    pub fn seq_clear(&mut self, seq: i32) -> Result<()> {
+        self.check_seq(seq, "seq_clear")?;
+        let st = unsafe { sys::pi_ctx_seq_clear(self.raw.as_ptr(), seq) };
+        self.check(st, "seq_clear")
+    }
+
+    /// The state of `seq` (-1: the whole context) in the library's format.
+    fn save_state(&self, seq: i32) -> Result<Vec<u8>> {
+        let mut buf: Vec<u8> = Vec::new();
+        loop {
+            let mut size = 0usize;
+            let p = if buf.is_empty() { ptr::null_mut() } else { buf.as_mut_ptr().cast() };
+            // SAFETY: p is NULL or buf's buf.len() writable bytes; size is written.
+            let st = unsafe { sys::pi_ctx_state_save(self.as_ptr(), seq, p, buf.len(), &mut size) };
+            if st == sys::PI_OK && size <= buf.len() {
+                buf.truncate(size);
+                return Ok(buf);
+            }
+            if st == sys::PI_ERR_RANGE && size > buf.len() {
+                buf.resize(size, 0);
+                continue;
+            }
+            return Err(if st < 0 {
+                self.error(st, "save the state")
+            } else {
+                Error::new(sys::PI_ERR_INTERNAL, "pi_ctx_state_save gave a size above cap")
+            });
+        }
+    }
+
+    /// The state of the whole context: every sequence's positions and cache, and the
+    /// last logits, in a versioned format with a checksum that names the model. Loading
+    /// it into a context of the same model ([`Context::state_load`]) reproduces the next
+    /// logits bit for bit.
+    pub fn state_save(&self) -> Result<Vec<u8>> {
+        self.save_state(-1)
+    }
+
+    /// The state of sequence `seq` alone (positions and cache), for
+    /// [`Context::seq_state_load`] into any sequence of a context of the same model.
+    pub fn seq_state_save(&self, seq: i32) -> Result<Vec<u8>> {
+        self.check_seq(seq, "seq_state_save")?;
+        self.save_state(seq)
+    }
+
+    /// Replace everything with a whole-context state ([`Context::state_save`]). A state
+    /// of another model, a corrupted or truncated one, a one-sequence state or one that
+    /// does not fit (`n_ctx`, `n_seq_max`) is refused (`PI_ERR_FORMAT`,
+    /// `PI_ERR_INVALID_ARG`, `PI_ERR_RANGE`) and the context stays as it was.
+    pub fn state_load(&mut self, state: &[u8]) -> Result<()> {
+        // SAFETY: state is state.len() readable bytes, borrowed for the call.
+        let st = unsafe {
+            sys::pi_ctx_state_load(self.raw.as_ptr(), -1, state.as_ptr().cast(), state.len())
+        };
+        self.check(st, "load the state")
+    }
+
+    /// Load a one-sequence state ([`Context::seq_state_save`], of any sequence) into
+    /// sequence `seq`, replacing it. Refusals as for [`Context::state_load`].
+    pub fn seq_state_load(&mut self, seq: i32, state: &[u8]) -> Result<()> {
+        self.check_seq(seq, "seq_state_load")?;
+        // SAFETY: state is state.len() readable bytes, borrowed for the call.
+        let st = unsafe {
+            sys::pi_ctx_state_load(self.raw.as_ptr(), seq, state.as_ptr().cast(), state.len())
+        };
+        self.check(st, "load the state of a sequence")
+    }
+
+    /// [`Context::state_save`] into a file, written atomically (temporary name, then
+    /// rename).
+    pub fn state_save_file(&self, path: impl AsRef<Path>) -> Result<()> {
+        self.save_state_file(-1, path.as_ref())
+    }
+
+    /// [`Context::seq_state_save`] into a file, written atomically.
+    pub fn seq_state_save_file(&self, seq: i32, path: impl AsRef<Path>) -> Result<()> {
+        self.check_seq(seq, "seq_state_save_file")?;
+        self.save_state_file(seq, path.as_ref())
+    }
+
+    /// [`Context::state_load`] from a file.
+    pub fn state_load_file(&mut self, path: impl AsRef<Path>) -> Result<()> {
+        self.load_state_file(-1, path.as_ref())
+    }
+
+    /// [`Context::seq_state_load`] from a file.
+    pub fn seq_state_load_file(&mut self, seq: i32, path: impl AsRef<Path>) -> Result<()> {
+        self.check_seq(seq, "seq_state_load_file")?;
+        self.load_state_file(seq, path.as_ref())
+    }
+
+    fn save_state_file(&self, seq: i32, path: &Path) -> Result<()> {
+        let cpath = c_path(path)?;
+        // SAFETY: cpath lives for the call.
+        let st = unsafe { sys::pi_ctx_state_save_file(self.as_ptr(), seq, cpath.as_ptr()) };
+        self.check(st, &format!("cannot write the state to {}", path.display()))
+    }
+
+    fn load_state_file(&mut self, seq: i32, path: &Path) -> Result<()> {
+        let cpath = c_path(path)?;
+        // SAFETY: cpath lives for the call.
+        let st = unsafe { sys::pi_ctx_state_load_file(self.raw.as_ptr(), seq, cpath.as_ptr()) };
+        self.check(st, &format!("cannot load the state from {}", path.display()))
     }
 }
 
@@ -1619,6 +1912,29 @@ impl<'m> Sampler<'m> {
         Ok(token)
     }
 
+    /// Choose a token from `logits` (the n_vocab logits of the sampler's model, e.g. one
+    /// entry's [`Context::batch_logits`], so that each sequence samples with its own
+    /// sampler) and add it to the penalty history. A slice of another length is refused.
+    pub fn sample_logits(&mut self, logits: &[f32]) -> Result<i32> {
+        let mut token = -1;
+        // SAFETY: &mut self; logits is logits.len() readable floats borrowed for the
+        // call, and the library reads exactly n_vocab of them only when n_vocab equals
+        // its model's (refusing the call otherwise). An empty slice's dangling pointer
+        // is never read (length 0 is refused).
+        let st = unsafe {
+            sys::pi_sample_logits(
+                self.raw.as_ptr(),
+                logits.as_ptr(),
+                logits.len() as i64,
+                &mut token,
+            )
+        };
+        check(st.into(), || {
+            format!("sample from {} logits (not the model's n_vocab?)", logits.len())
+        })?;
+        Ok(token)
+    }
+
     /// Add `token` to the penalty history without sampling (e.g. the prompt).
     pub fn accept(&mut self, token: i32) -> Result<()> {
         // SAFETY: &mut self.
@@ -1770,6 +2086,15 @@ mod tests {
         let e = Model::open("/nonexistent/dir/model.gguf").unwrap_err();
         assert_eq!(e.status(), sys::PI_ERR_IO, "{e}");
         assert!(!e.message().is_empty());
+    }
+
+    #[test]
+    fn batch_entry_to_raw() {
+        let e = BatchEntry::new(7, 2).raw();
+        assert_eq!((e.token, e.seq, e.pos, e.logits), (7, 2, -1, 0));
+        let e = BatchEntry::new(7, 2).at(5).logits(true).raw();
+        assert_eq!((e.token, e.seq, e.pos, e.logits), (7, 2, 5, 1));
+        assert_eq!(BatchEntry::new(1, 0).logits(true).logits(false), BatchEntry::new(1, 0));
     }
 
     #[test]

@@ -452,8 +452,7 @@ extern "C" {
         cap: usize,
         size: *mut usize,
     ) -> c_int;
-    pub fn pi_ctx_state_load(ctx: *mut pi_ctx, seq: i32, buf: *const c_void, size: usize)
-        -> c_int;
+    pub fn pi_ctx_state_load(ctx: *mut pi_ctx, seq: i32, buf: *const c_void, size: usize) -> c_int;
     pub fn pi_ctx_state_save_file(ctx: *const pi_ctx, seq: i32, path: *const c_char) -> c_int;
     pub fn pi_ctx_state_load_file(ctx: *mut pi_ctx, seq: i32, path: *const c_char) -> c_int;
     pub fn pi_ctx_set_threads(ctx: *mut pi_ctx, n_threads: u32) -> c_int;
