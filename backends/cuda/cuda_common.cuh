@@ -60,6 +60,15 @@ static inline unsigned pi_cuda_grid(const struct pi_backend *b, int64_t n, int t
 
 #define PI_GRID_Y_MAX 65535
 
+/* The grid of a kernel over n_x items (output rows or columns), per_x per block in x,
+ * and n_tok tokens in tiles of `tile` in y, at most PI_GRID_Y_MAX (the kernel strides
+ * over the tiles beyond). */
+static inline dim3 pi_cuda_grid_tiles(int64_t n_x, int64_t per_x, int64_t n_tok, int64_t tile) {
+    const int64_t tiles = (n_tok + tile - 1) / tile;
+    return dim3((unsigned)((n_x + per_x - 1) / per_x),
+                (unsigned)(tiles < PI_GRID_Y_MAX ? tiles : PI_GRID_Y_MAX));
+}
+
 /* ---- device helpers ------------------------------------------------------------ */
 
 /* binary32 -> binary16, round to nearest even; the same bits as pi_fp32_to_fp16. */

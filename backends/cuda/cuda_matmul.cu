@@ -204,16 +204,13 @@ static void matmul_launch(struct pi_backend *b, const struct pi_weight *w, const
     const uint8_t *wd = (const uint8_t *)w->data;
     const int warps = MM_THREADS / b->warp;
     if (n_tok == 1) {
-        const int64_t rows = (int64_t)warps * 2;
-        const unsigned gx = (unsigned)((w->n_out + rows - 1) / rows);
-        k_matmul<T, 1, 2, VEC><<<dim3(gx, 1), MM_THREADS, 0, b->stream>>>(wd, w->row_bytes, w->n_in,
-                                                                          w->n_out, x, n_tok, y);
+        const dim3 grid = pi_cuda_grid_tiles(w->n_out, (int64_t)warps * 2, n_tok, 1);
+        k_matmul<T, 1, 2, VEC>
+            <<<grid, MM_THREADS, 0, b->stream>>>(wd, w->row_bytes, w->n_in, w->n_out, x, n_tok, y);
     } else {
-        const int64_t rows = (int64_t)warps * 4, tiles = (n_tok + 7) / 8;
-        const unsigned gx = (unsigned)((w->n_out + rows - 1) / rows);
-        const unsigned gy = (unsigned)(tiles < PI_GRID_Y_MAX ? tiles : PI_GRID_Y_MAX);
-        k_matmul<T, 8, 4, VEC><<<dim3(gx, gy), MM_THREADS, 0, b->stream>>>(
-            wd, w->row_bytes, w->n_in, w->n_out, x, n_tok, y);
+        const dim3 grid = pi_cuda_grid_tiles(w->n_out, (int64_t)warps * 4, n_tok, 8);
+        k_matmul<T, 8, 4, VEC>
+            <<<grid, MM_THREADS, 0, b->stream>>>(wd, w->row_bytes, w->n_in, w->n_out, x, n_tok, y);
     }
     pi_cuda_launched(b);
 }

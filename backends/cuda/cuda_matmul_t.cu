@@ -146,11 +146,9 @@ __global__ void k_get_rows(const uint8_t *__restrict__ w, size_t row_bytes, int6
 template <uint32_t T>
 static void matmul_t_type(struct pi_backend *b, const struct pi_weight *w, const float *x,
                           int64_t n_tok, float *y) {
-    const int64_t np = qpieces<T>(w->n_in);
-    const unsigned col_blocks = (unsigned)((np + MT_COLS - 1) / MT_COLS);
     const int tt = n_tok == 1 ? 1 : MT_TT;
-    const int64_t tiles = (n_tok + tt - 1) / tt;
-    const unsigned gy = (unsigned)(tiles < PI_GRID_Y_MAX ? tiles : PI_GRID_Y_MAX);
+    const dim3 g = pi_cuda_grid_tiles(qpieces<T>(w->n_in), MT_COLS, n_tok, tt);
+    const unsigned col_blocks = g.x, gy = g.y;
     /* Splits of the rows: about 8 blocks per multiprocessor in all, at least
      * MT_MIN_ROWS rows each, and partial sums that fit the scratch. */
     const int64_t want = (int64_t)b->n_sm * 8;

@@ -6,7 +6,28 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
+
+int cli_common_option(const char *a, const char *v, void (*usage)(FILE *out), int *verbose) {
+    if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+        usage(stdout);
+        return 0;
+    }
+    if (!strcmp(a, "--version")) {
+        cli_print_version();
+        return 0;
+    }
+    if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) {
+        *verbose = 1;
+        return CLI_OPT_TAKEN;
+    }
+    if (a[0] == '-' && a[1] != '\0' && !v) {
+        fprintf(stderr, "%s: %s needs a value (or is unknown; see --help)\n", cli_prog, a);
+        return 2;
+    }
+    return CLI_OPT_OTHER;
+}
 
 int cli_parse_long(const char *opt, const char *v, int base, long lo, long hi, long *out) {
     char *end;

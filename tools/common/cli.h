@@ -1,6 +1,6 @@
-/* cli.h -- what the command-line tools (pi-run, pi-bench, pi-perplexity, pi-batched)
- * share: option values, messages to stderr, a clock, reading a file, opening a model
- * and creating a context. Public API only.
+/* cli.h -- what the command-line tools (pi-run, pi-bench, pi-perplexity, pi-batched,
+ * pi-server) share: the common options, option values, messages to stderr, a clock,
+ * reading a file, opening a model and creating a context. Public API only.
  *
  * Every message starts with the tool's name, which each tool defines once:
  *     const char cli_prog[] = "pi-run";
@@ -9,10 +9,25 @@
 #define PI_TOOLS_CLI_H
 
 #include <stddef.h>
+#include <stdio.h>
 
 #include "powerinfer.h"
 
 extern const char cli_prog[];
+
+/* What cli_common_option answers when the tool is not to exit. */
+enum {
+    CLI_OPT_OTHER = -1, /* not a common option: the tool's own (with its value v, if an option) */
+    CLI_OPT_TAKEN = -2  /* a common option without a value, done: go on with the next argument */
+};
+
+/* The options every tool shares, for the argument a followed by v (NULL when a is the
+ * last one): -h and --help print usage(stdout), --version cli_print_version(), and
+ * return 0; -v and --verbose set *verbose to 1 and return CLI_OPT_TAKEN; any other
+ * option (-X, not "-") without a value prints "PROG: -X needs a value (or is unknown; see
+ * --help)" and returns 2. Otherwise CLI_OPT_OTHER. A result >= 0 is the exit status.
+ * Match the tool's own options that take no value before calling this. */
+int cli_common_option(const char *a, const char *v, void (*usage)(FILE *out), int *verbose);
 
 /* The value v of option opt as an integer in [lo, hi], in `base` (strtol's: 10, or 0
  * for C's 0x and 0 prefixes). Returns 0 and *out, or -1 after printing

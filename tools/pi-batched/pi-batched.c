@@ -293,27 +293,19 @@ done:
 
 /* ---- options -------------------------------------------------------------------------- */
 
-/* 0: run; 1: done (help, version); 2: usage error (printed). */
+/* -1: run; otherwise the exit status: 0 (help, version) or 2 (a usage error, printed). */
 static int parse_args(int argc, char **argv, struct opts *o) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        int takes = 1;
+        int takes = 1, r;
 #define IS(s) (!strcmp(a, s))
-        if (IS("-h") || IS("--help")) {
-            usage(stdout);
-            return 1;
-        } else if (IS("--version")) {
-            cli_print_version();
-            return 1;
-        } else if (IS("-v") || IS("--verbose")) {
-            o->verbose = 1;
-            takes = 0;
-        } else if (IS("--no-sequential")) {
+        if (IS("--no-sequential")) {
             o->no_sequential = 1;
             takes = 0;
-        } else if (a[0] == '-' && a[1] != '\0' && !v) {
-            fprintf(stderr, "pi-batched: %s needs a value (or is unknown; see --help)\n", a);
-            return 2;
+        } else if ((r = cli_common_option(a, v, usage, &o->verbose)) >= 0) {
+            return r;
+        } else if (r == CLI_OPT_TAKEN) {
+            takes = 0;
         } else if (IS("-m") || IS("--model")) {
             o->model = v;
         } else if (IS("-p") || IS("--prompt")) {
@@ -359,7 +351,7 @@ static int parse_args(int argc, char **argv, struct opts *o) {
                         "(see --help)\n");
         return 2;
     }
-    return 0;
+    return -1;
 }
 
 int main(int argc, char **argv) {
@@ -370,7 +362,5 @@ int main(int argc, char **argv) {
     o.top_k = 40;
     o.top_p = 0.95f;
     int r = parse_args(argc, argv, &o);
-    if (r)
-        return r == 1 ? 0 : 2;
-    return run(&o);
+    return r >= 0 ? r : run(&o);
 }

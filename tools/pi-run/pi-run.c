@@ -618,22 +618,13 @@ int main(int argc, char **argv) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         long n;
-        int takes = 1;
+        int takes = 1, r;
 #define IS(s) (!strcmp(a, s))
-        if (IS("-h") || IS("--help")) {
-            usage(stdout);
-            return 0;
-        } else if (IS("--version")) {
-            cli_print_version();
-            return 0;
-        } else if (IS("--info")) {
+        if (IS("--info")) {
             o.info = 1;
             takes = 0;
         } else if (IS("--tensors")) {
             o.tensors = 1;
-            takes = 0;
-        } else if (IS("-v") || IS("--verbose")) {
-            o.verbose = 1;
             takes = 0;
         } else if (IS("--chat")) {
             o.chat = 1;
@@ -659,9 +650,10 @@ int main(int argc, char **argv) {
         } else if (IS("--no-plan-cache")) {
             o.no_plan_cache = 1;
             takes = 0;
-        } else if (a[0] == '-' && a[1] != '\0' && !v) {
-            fprintf(stderr, "pi-run: %s needs a value (or is unknown; see --help)\n", a);
-            return 2;
+        } else if ((r = cli_common_option(a, v, usage, &o.verbose)) >= 0) {
+            return r;
+        } else if (r == CLI_OPT_TAKEN) {
+            takes = 0;
         } else if (IS("-m") || IS("--model")) {
             o.model = v;
         } else if (IS("-p") || IS("--prompt")) {
