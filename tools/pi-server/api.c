@@ -509,11 +509,13 @@ static cJSON *response_head(const struct srv_model_info *mi, const char *object,
     return root;
 }
 
-static void add_usage(cJSON *root, int64_t prompt, int64_t completion) {
+static void add_usage(cJSON *root, int64_t prompt, int64_t cached, int64_t completion) {
     cJSON *u = cJSON_AddObjectToObject(root, "usage");
     cJSON_AddNumberToObject(u, "prompt_tokens", (double)prompt);
     cJSON_AddNumberToObject(u, "completion_tokens", (double)completion);
     cJSON_AddNumberToObject(u, "total_tokens", (double)(prompt + completion));
+    cJSON *d = cJSON_AddObjectToObject(u, "prompt_tokens_details");
+    cJSON_AddNumberToObject(d, "cached_tokens", (double)cached);
 }
 
 static void add_finish(cJSON *obj, int finish) {
@@ -546,7 +548,7 @@ char *api_completion_json(const struct srv_model_info *mi, const struct srv_job 
         cJSON_AddItemToArray(choices, c);
         completion += ch->n_tokens;
     }
-    add_usage(root, (int64_t)job->n_prompt, completion);
+    add_usage(root, (int64_t)job->n_prompt, (int64_t)job->n_cached, completion);
     char *s = cJSON_PrintUnformatted(root);
     cJSON_Delete(root);
     return s;
@@ -595,11 +597,12 @@ int api_stream_chunk(struct srv_buf *out, const struct srv_model_info *mi, int c
 }
 
 int api_stream_usage(struct srv_buf *out, const struct srv_model_info *mi, int chat, const char *id,
-                     int64_t created, int64_t prompt_tokens, int64_t completion_tokens) {
+                     int64_t created, int64_t prompt_tokens, int64_t cached_tokens,
+                     int64_t completion_tokens) {
     cJSON *root =
         response_head(mi, chat ? "chat.completion.chunk" : "text_completion", id, created);
     cJSON_AddArrayToObject(root, "choices");
-    add_usage(root, prompt_tokens, completion_tokens);
+    add_usage(root, prompt_tokens, cached_tokens, completion_tokens);
     return append_event(out, root);
 }
 

@@ -6,6 +6,12 @@
  * decoded once, in the first ("leading") slot, then copied into the others
  * (pi_ctx_seq_copy), and every choice goes on with its own sampler.
  *
+ * Prompt cache: a slot given back keeps its sequence, and the tokens it holds. A new job
+ * leads from the free slot whose tokens share the longest prefix with its prompt (the
+ * least recently used among equals) and decodes only the rest: the next turn of a chat
+ * reads just the new messages. At least the prompt's last token is decoded again, for
+ * its logits. The other choices of a job take the least recently used free slots.
+ *
  * Each step of the inference thread builds one batch: the pending token of every
  * generating slot, then prompt tokens of the slots still reading their prompt, up to
  * n_batch tokens in all; decodes it with one pi_ctx_decode_batch; samples each slot's
@@ -35,6 +41,12 @@ struct slot {
     int64_t logits_at;   /* batch entry whose logits this slot samples from, or -1 */
     pi_sampler *smp;     /* the choice's own, made when the slot is taken */
     pi_detok *detok;
+    /* the tokens the sequence holds (prompt cache), [n_ctx]; written by the engine's
+     * thread only, with the mutex held */
+    int32_t *toks;
+    size_t n_toks;
+    int trim;           /* leading slot: cut the sequence to n_done before the next batch */
+    uint64_t last_used; /* engine step it was last given back at */
 };
 
 struct srv_engine {
@@ -51,7 +63,7 @@ struct srv_engine {
     uint32_t q_len;
     int stopping, started;
     pthread_t thread;
-    uint64_t requests, tokens;
+    uint64_t requests, tokens, steps;
 };
 
 /* ---- jobs --------------------------------------------------------------------------- */
@@ -114,11 +126,17 @@ static void job_done_locked(struct srv_engine *e, struct srv_job *job) {
     job_unref_locked(job); /* the engine's reference */
 }
 
-/* Give the slot back: its sequence is cleared, its detokenizer reset. The job is done
- * when its last slot goes. */
+/* Give the slot back: its detokenizer reset, its sequence kept for the prompt cache
+ * (cleared when the cache is off or the job failed). The job is done when its last slot
+ * goes. */
 static void release_slot(struct srv_engine *e, struct slot *s) {
     struct srv_job *job = s->job;
-    pi_ctx_seq_clear(e->ctx, s->seq);
+    if (!e->cfg.prompt_cache || (job && job->error[0])) {
+        pi_ctx_seq_clear(e->ctx, s->seq);
+        s->n_toks = 0;
+    }
+    s->trim = 0;
+    s->last_used = e->steps;
     pi_detok_flush(s->detok, discard_text, NULL);
     pi_sampler_destroy(s->smp);
     s->smp = NULL;
@@ -230,7 +248,48 @@ static void accept_token(struct srv_engine *e, struct slot *s, int32_t tok) {
     pthread_cond_broadcast(&job->cond);
 }
 
-/* Start queued jobs while enough slots are free, in order. */
+static size_t common_prefix(const int32_t *a, size_t na, const int32_t *b, size_t nb) {
+    size_t n = na < nb ? na : nb, i = 0;
+    while (i < n && a[i] == b[i])
+        i++;
+    return i;
+}
+
+/* The free slot for a new job's prompt (NULL for the other choices of a job). With the
+ * prompt cache: the slot holding the longest conversation that this prompt continues or
+ * repeats (its tokens and the prompt agree up to the shorter), so nothing cached is
+ * lost. Else the prompt starts a conversation and takes the least recently used slot
+ * (an empty one first), reusing whatever prefix that shares, such as a system prompt.
+ * Taking the slot with the longest partial match instead would evict a conversation
+ * that is still going on whenever another one shares its template: two chats would take
+ * turns re-reading each other's history. *reuse: the prompt tokens the slot holds. */
+static struct slot *pick_slot(struct srv_engine *e, const int32_t *prompt, size_t n_prompt,
+                              size_t *reuse) {
+    const int cache = prompt && e->cfg.prompt_cache;
+    struct slot *best = NULL, *lru = NULL;
+    size_t best_n = 0;
+    for (uint32_t i = 0; i < e->cfg.n_slots; i++) {
+        struct slot *s = &e->slots[i];
+        if (s->phase != SLOT_FREE)
+            continue;
+        if (!lru || s->last_used < lru->last_used)
+            lru = s;
+        size_t n = cache ? common_prefix(s->toks, s->n_toks, prompt, n_prompt) : 0;
+        if (n > best_n && n == (s->n_toks < n_prompt ? s->n_toks : n_prompt)) {
+            best = s;
+            best_n = n;
+        }
+    }
+    if (!best) {
+        best = lru;
+        best_n = cache && lru ? common_prefix(lru->toks, lru->n_toks, prompt, n_prompt) : 0;
+    }
+    *reuse = best_n;
+    return best;
+}
+
+/* Start queued jobs while enough slots are free, in order. Runs on any thread: the
+ * context is not touched here (the leading slot's cut waits for the engine's thread). */
 static void assign_locked(struct srv_engine *e) {
     while (e->q_head && free_slots(e) >= (uint32_t)e->q_head->n) {
         struct srv_job *job = e->q_head;
@@ -240,22 +299,24 @@ static void assign_locked(struct srv_engine *e) {
         job->next = NULL;
         e->q_len--;
         job->state = SRV_JOB_RUNNING;
-        int c = 0;
-        for (uint32_t i = 0; i < e->cfg.n_slots && c < job->n; i++) {
-            struct slot *s = &e->slots[i];
-            if (s->phase != SLOT_FREE)
-                continue;
+        for (int c = 0; c < job->n; c++) {
+            size_t reuse;
+            struct slot *s = pick_slot(e, c == 0 ? job->prompt : NULL, job->n_prompt, &reuse);
             s->job = job;
             s->choice = c;
             s->phase = c == 0 ? SLOT_PROMPT : SLOT_WAIT;
-            s->n_done = s->n_taken = 0;
+            /* at least the last prompt token is decoded again, for its logits */
+            s->n_done = reuse < job->n_prompt ? reuse : job->n_prompt - 1;
+            s->n_taken = 0;
+            s->trim = c == 0;
+            if (c == 0)
+                job->n_cached = s->n_done;
             /* The choices of one request differ: seed + index. A slot left without a
              * sampler (out of memory) fails its job in reap(), on the engine's thread. */
             pi_sampler_params sp = job->sampling;
             sp.seed += (uint64_t)c;
             if (pi_sampler_create(e->model, &sp, &s->smp) != PI_OK)
                 s->smp = NULL;
-            c++;
         }
         job->slots_held = job->n;
     }
@@ -278,6 +339,15 @@ static size_t build_batch(struct srv_engine *e) {
     size_t n = 0;
     for (uint32_t i = 0; i < e->cfg.n_slots; i++) {
         struct slot *s = &e->slots[i];
+        if (s->trim) { /* a new prompt: keep the prefix it shares with the cache */
+            s->trim = 0;
+            if (pi_ctx_seq_remove(e->ctx, s->seq, (int64_t)s->n_done, -1) != PI_OK) {
+                pi_ctx_seq_clear(e->ctx, s->seq);
+                s->n_done = 0;
+                s->job->n_cached = 0;
+            }
+            s->n_toks = s->n_done;
+        }
         s->logits_at = -1;
         s->n_taken = 0;
         if (s->phase == SLOT_GEN) {
@@ -307,6 +377,18 @@ static size_t build_batch(struct srv_engine *e) {
 }
 
 static void after_decode(struct srv_engine *e) {
+    e->steps++;
+    /* What the sequences now hold. */
+    for (uint32_t i = 0; i < e->cfg.n_slots; i++) {
+        struct slot *s = &e->slots[i];
+        if (s->phase == SLOT_GEN)
+            s->toks[s->n_toks++] = s->pending;
+        else if (s->phase == SLOT_PROMPT && s->n_taken) {
+            memcpy(s->toks + s->n_toks, s->job->prompt + s->n_done,
+                   s->n_taken * sizeof *s->toks);
+            s->n_toks += s->n_taken;
+        }
+    }
     /* Prompts read to the end: copy them into the other slots of their job. */
     for (uint32_t i = 0; i < e->cfg.n_slots; i++) {
         struct slot *s = &e->slots[i];
@@ -325,6 +407,8 @@ static void after_decode(struct srv_engine *e) {
                 fail_job(e, s->job, pi_status_str(st));
                 break;
             }
+            memcpy(f->toks, s->toks, s->n_toks * sizeof *f->toks);
+            f->n_toks = s->n_toks;
             f->phase = SLOT_GEN;
             f->logits_at = s->logits_at;
         }
@@ -427,7 +511,8 @@ int engine_create(pi_ctx *ctx, const struct srv_engine_config *cfg, struct srv_e
         struct slot *s = &e->slots[i];
         s->seq = (int32_t)i;
         s->logits_at = -1;
-        if (pi_detok_create(e->model, 0, &s->detok) != PI_OK) {
+        s->toks = malloc((size_t)e->n_ctx * sizeof *s->toks);
+        if (!s->toks || pi_detok_create(e->model, 0, &s->detok) != PI_OK) {
             engine_destroy(e);
             return -1;
         }
@@ -461,6 +546,7 @@ void engine_destroy(struct srv_engine *e) {
     for (uint32_t i = 0; i < e->cfg.n_slots; i++) {
         pi_sampler_destroy(e->slots[i].smp);
         pi_detok_destroy(e->slots[i].detok);
+        free(e->slots[i].toks);
     }
     pthread_cond_destroy(&e->wake);
     pthread_mutex_destroy(&e->mu);

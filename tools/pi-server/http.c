@@ -402,7 +402,7 @@ static int collect_events(struct conn *c) {
             for (int i = 0; i < job->n; i++)
                 completion += job->choices[i].n_tokens;
             rc = api_stream_usage(&c->out, mi, c->chat, c->id, c->created, (int64_t)job->n_prompt,
-                                  completion);
+                                  (int64_t)job->n_cached, completion);
         }
         if (rc == 0)
             rc = buf_append(&c->out, "data: [DONE]\n\n", 14);
@@ -619,10 +619,11 @@ static void on_completed(void *cls, struct MHD_Connection *mc, void **ptr,
     if (c->counted)
         atomic_fetch_sub(&h->active, 1);
     if (h->cfg.verbose) {
-        int64_t prompt = 0, completion = 0;
+        int64_t prompt = 0, cached = 0, completion = 0;
         if (c->job) {
             engine_lock(h->engine);
             prompt = (int64_t)c->job->n_prompt;
+            cached = (int64_t)c->job->n_cached;
             for (int i = 0; i < c->job->n; i++)
                 completion += c->job->choices[i].n_tokens;
             engine_unlock(h->engine);
@@ -631,8 +632,8 @@ static void on_completed(void *cls, struct MHD_Connection *mc, void **ptr,
                 c->status ? c->status : 499, (now_s() - c->t0) * 1e3,
                 toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " (client gone)");
         if (c->job)
-            fprintf(stderr, " | prompt %lld, completion %lld tokens", (long long)prompt,
-                    (long long)completion);
+            fprintf(stderr, " | prompt %lld (%lld cached), completion %lld tokens",
+                    (long long)prompt, (long long)cached, (long long)completion);
         fputc('\n', stderr);
     }
     conn_unref(c);

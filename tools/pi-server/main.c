@@ -42,6 +42,8 @@ static void usage(FILE *out) {
             "  --max-connections N     open connections at once (default 256)\n"
             "  --chat-format F         auto (the model's template), chatml, llama2, llama3\n"
             "  --sparse-mode M         FFN of PowerInfer models: sparse, dense or oracle\n"
+            "  --no-prompt-cache       decode every prompt whole (by default a slot keeps its\n"
+            "                          tokens and a new prompt decodes only what differs)\n"
             "  -v, --verbose           log each request, and what the library does, to stderr\n"
             "  --version               print the library version\n"
             "  -h, --help              this text\n");
@@ -51,7 +53,7 @@ struct opts {
     const char *model, *alias, *api_key_file;
     char *api_key; /* malloc'd */
     long n_slots, queue, n_ctx, n_batch, n_threads, max_tokens, max_body, timeout, max_conns;
-    int verbose, chat_format;
+    int verbose, chat_format, no_prompt_cache;
     uint32_t sparse_mode;
     struct srv_http_config http;
 };
@@ -91,26 +93,14 @@ static char *model_name(const struct opts *o) {
 }
 
 static int serve(struct opts *o) {
-    char errbuf[512] = "";
-    pi_model_params mp;
-    pi_model_default_params(&mp);
-    mp.errbuf = errbuf;
-    mp.errbuf_cap = sizeof errbuf;
-    if (o->verbose) {
-        mp.log_fn = cli_log_stderr;
-        mp.log_level = PI_LOG_INFO;
-    }
     int rc = 1;
     pi_model *m = NULL;
     pi_ctx *ctx = NULL;
     struct srv_engine *engine = NULL;
     struct srv_http *http = NULL;
     char *name = NULL;
-    int st = pi_model_open(o->model, &mp, &m);
-    if (st != PI_OK) {
-        fprintf(stderr, "pi-server: cannot open the model: %s: %s\n", pi_status_str(st), errbuf);
+    if (cli_model_open(o->model, o->verbose, &m))
         return 1;
-    }
     struct srv_model_info mi;
     memset(&mi, 0, sizeof mi);
     mi.model = m;
@@ -134,20 +124,16 @@ static int serve(struct opts *o) {
 
     pi_ctx_params cp;
     pi_ctx_default_params(&cp);
-    char cerr[512] = "";
-    cp.errbuf = cerr;
-    cp.errbuf_cap = sizeof cerr;
     cp.n_ctx = (uint32_t)o->n_ctx;
     cp.n_batch = (uint32_t)o->n_batch;
     cp.n_threads = (uint32_t)o->n_threads;
     cp.n_seq_max = (uint32_t)o->n_slots;
     cp.sparse_mode = o->sparse_mode;
-    if ((st = pi_ctx_create(m, &cp, &ctx)) != PI_OK) {
-        fprintf(stderr, "pi-server: cannot create a context: %s: %s\n", pi_status_str(st), cerr);
+    if (cli_ctx_create(m, &cp, &ctx))
         goto done;
-    }
     mi.n_ctx = pi_ctx_n_ctx(ctx);
-    struct srv_engine_config ec = {(uint32_t)o->n_slots, (uint32_t)o->queue, (uint32_t)o->n_batch};
+    struct srv_engine_config ec = {(uint32_t)o->n_slots, (uint32_t)o->queue, (uint32_t)o->n_batch,
+                                   !o->no_prompt_cache};
     if (engine_create(ctx, &ec, &engine) != 0 || engine_start(engine) != 0) {
         fprintf(stderr, "pi-server: cannot start the inference thread\n");
         goto done;
@@ -206,22 +192,17 @@ int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        int takes = 1;
+        int takes = 1, r;
         long *num = NULL;
         long lo = 0, hi = 0;
 #define IS(s) (!strcmp(a, s))
-        if (IS("-h") || IS("--help")) {
-            usage(stdout);
-            return 0;
-        } else if (IS("--version")) {
-            printf("pi-server (libpowerinfer %s, ABI %u)\n", pi_version_string(), pi_abi_version());
-            return 0;
-        } else if (IS("-v") || IS("--verbose")) {
-            o.verbose = 1;
+        if (IS("--no-prompt-cache")) {
+            o.no_prompt_cache = 1;
             takes = 0;
-        } else if (a[0] == '-' && a[1] != '\0' && !v) {
-            fprintf(stderr, "pi-server: %s needs a value (or is unknown; see --help)\n", a);
-            return 2;
+        } else if ((r = cli_common_option(a, v, usage, &o.verbose)) >= 0) {
+            return r;
+        } else if (r == CLI_OPT_TAKEN) {
+            takes = 0;
         } else if (IS("-m") || IS("--model")) {
             o.model = v;
         } else if (IS("--host")) {

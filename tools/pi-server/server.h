@@ -75,6 +75,7 @@ struct srv_job {
     int cancelled;              /* the client went away: free the slots */
     char error[160];            /* set with state DONE when decoding failed */
     double t_submit, t_first;   /* now_s() at submission and at the first token */
+    size_t n_cached;            /* prompt tokens the prompt cache held (not decoded) */
     int refs;                   /* the connection's and, while queued or running, the engine's */
     int slots_held;             /* slots the job occupies */
     pthread_cond_t cond;        /* broadcast on new text and when done */
@@ -85,6 +86,7 @@ struct srv_engine_config {
     uint32_t n_slots;   /* sequences of the context */
     uint32_t queue_max; /* jobs that may wait for slots */
     uint32_t n_batch;   /* most tokens one decode step takes */
+    int prompt_cache;   /* a slot given back keeps its sequence for the next prompt */
 };
 
 struct srv_engine;
@@ -166,7 +168,8 @@ int api_stream_chunk(struct srv_buf *out, const struct srv_model_info *mi, int c
                      int finish);
 /* The final usage-only chunk (stream_options.include_usage). */
 int api_stream_usage(struct srv_buf *out, const struct srv_model_info *mi, int chat, const char *id,
-                     int64_t created, int64_t prompt_tokens, int64_t completion_tokens);
+                     int64_t created, int64_t prompt_tokens, int64_t cached_tokens,
+                     int64_t completion_tokens);
 
 /* The error object as JSON text (malloc'd; a static fallback when out of memory is
  * never returned: NULL then). */
