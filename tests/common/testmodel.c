@@ -174,3 +174,16 @@ int tm_write(const struct tm_spec *s, const char *path) {
     gguf_writer_destroy(c.w);
     return c.status;
 }
+
+int tm_write_split(const char *path, const char *arch, int sparse, uint32_t wtype,
+                   uint32_t seed) {
+    struct tm_spec s;
+    tm_default(&s);
+    s.arch = arch;
+    s.sparse = sparse;
+    s.wtype = wtype;
+    s.n_ff = 128;
+    s.pred_rank = 32;
+    s.seed = seed;
+    return tm_write(&s, path);
+}

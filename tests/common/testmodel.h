@@ -24,5 +24,9 @@ struct tm_spec {
 void tm_default(struct tm_spec *s);
 /* Returns 0 (PI_OK) or a negative status. */
 int tm_write(const struct tm_spec *s, const char *path);
+/* tm_default with arch, sparse, wtype and seed, n_ff 128 and predictor rank 32 (room for
+ * interesting neuron splits): the model of the batch and hybrid tests. */
+int tm_write_split(const char *path, const char *arch, int sparse, uint32_t wtype,
+                   uint32_t seed);
 
 #endif

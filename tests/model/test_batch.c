@@ -34,15 +34,7 @@ static int g_gpu; /* --gpu: the device of split contexts is the GPU (tests/gpu/r
 static pi_model *make_model(const char *name, const char *arch, int sparse, uint32_t wtype) {
     char p[300];
     snprintf(p, sizeof p, "%s/%s.gguf", g_dir, name);
-    struct tm_spec s;
-    tm_default(&s);
-    s.arch = arch;
-    s.sparse = sparse;
-    s.wtype = wtype;
-    s.n_ff = 128;
-    s.pred_rank = 32;
-    s.seed = 5;
-    assert_int_equal(tm_write(&s, p), PI_OK);
+    assert_int_equal(tm_write_split(p, arch, sparse, wtype, 5), PI_OK);
     pi_model *m;
     assert_int_equal(pi_model_open(p, NULL, &m), PI_OK);
     return m;

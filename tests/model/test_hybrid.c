@@ -38,15 +38,7 @@ static void model_path(char *out, size_t cap, const char *name) {
 }
 
 static void write_model(const char *arch, uint32_t wtype, int sparse, const char *path) {
-    struct tm_spec s;
-    tm_default(&s);
-    s.arch = arch;
-    s.sparse = sparse;
-    s.wtype = wtype;
-    s.n_ff = 128;
-    s.pred_rank = 32;
-    s.seed = 11;
-    assert_int_equal(tm_write(&s, path), PI_OK);
+    assert_int_equal(tm_write_split(path, arch, sparse, wtype, 11), PI_OK);
 }
 
 static pi_model *open_model(const char *path) {

