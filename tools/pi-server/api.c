@@ -386,20 +386,22 @@ struct srv_job *api_make_job(const struct srv_model_info *mi, const cJSON *req, 
             return NULL;
         }
     }
-    int flag = 0;
-    if (get_bool(req, "logprobs", &flag, err) < 0)
-        return NULL;
-    if (flag || (!chat && field(req, "logprobs"))) {
-        srv_error_set(err, 400, "invalid_request_error", "unsupported_parameter", "logprobs",
-                      "'logprobs' is not supported by this server.");
-        return NULL;
-    }
-    flag = 0;
-    if (!chat && get_bool(req, "echo", &flag, err) < 0)
-        return NULL;
-    if (flag) {
-        srv_error_set(err, 400, "invalid_request_error", "unsupported_parameter", "echo",
-                      "'echo' is not supported by this server.");
+    /* logprobs: chat takes "logprobs": true and "top_logprobs": N, completions
+     * "logprobs": N (null: none); both N <= 20. */
+    int64_t logprobs = -1, top_logprobs = -1;
+    int echo = 0;
+    if (chat) {
+        int want = 0;
+        if (get_bool(req, "logprobs", &want, err) < 0 ||
+            get_int(req, "top_logprobs", 0, SRV_MAX_TOP_LOGPROBS, &top_logprobs, err) < 0)
+            return NULL;
+        if (top_logprobs >= 0 && !want) {
+            bad(err, "top_logprobs", "'top_logprobs' needs 'logprobs': true.");
+            return NULL;
+        }
+        logprobs = want ? (top_logprobs > 0 ? top_logprobs : 0) : -1;
+    } else if (get_int(req, "logprobs", 0, SRV_MAX_TOP_LOGPROBS, &logprobs, err) < 0 ||
+               get_bool(req, "echo", &echo, err) < 0) {
         return NULL;
     }
     /* OpenAI's defaults (temperature 1, top_p 1), and the library's top-k 40 and
@@ -421,6 +423,13 @@ struct srv_job *api_make_job(const struct srv_model_info *mi, const cJSON *req, 
         get_number(req, "presence_penalty", 0.0, 2.0, &ppen, err) < 0 ||
         get_bool(req, "stream", stream, err) < 0)
         return NULL;
+    if (*stream && (logprobs >= 0 || echo)) {
+        srv_error_set(err, 400, "invalid_request_error", "unsupported_parameter",
+                      echo ? "echo" : "logprobs",
+                      "'%s' is not supported with 'stream' by this server: ask without "
+                      "streaming.", echo ? "echo" : "logprobs");
+        return NULL;
+    }
     if ((uint32_t)n > mi->n_slots) {
         srv_error_set(err, 400, "invalid_request_error", "invalid_value", "n",
                       "'n' is %lld but this server has %u slots (--parallel).", (long long)n,
@@ -429,7 +438,8 @@ struct srv_job *api_make_job(const struct srv_model_info *mi, const cJSON *req, 
     }
     const char *mt_name =
         field(req, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
-    if (get_int(req, mt_name, 1, (double)mi->n_ctx, &max_tokens, err) < 0)
+    /* 0 only with echo: the prompt comes back, scored, and nothing is generated */
+    if (get_int(req, mt_name, echo ? 0 : 1, (double)mi->n_ctx, &max_tokens, err) < 0)
         return NULL;
     int has_seed = get_int(req, "seed", -9223372036854775808.0, 9223372036854775807.0, &seed, err);
     if (has_seed < 0)
@@ -469,6 +479,22 @@ struct srv_job *api_make_job(const struct srv_model_info *mi, const cJSON *req, 
             max_tokens = mi->n_ctx - (int64_t)job->n_prompt;
     }
     job->max_tokens = max_tokens;
+    job->logprobs = (int)logprobs;
+    job->echo = echo;
+    if (logprobs >= 0) {
+        for (int i = 0; i < job->n && max_tokens > 0; i++)
+            if (!(job->choices[i].lp = calloc((size_t)max_tokens, sizeof(struct srv_logprob))))
+                goto oom;
+        if (echo && !(job->prompt_lp = calloc(job->n_prompt, sizeof *job->prompt_lp)))
+            goto oom;
+    }
+    if (echo) {
+        const cJSON *p = field(req, "prompt");
+        if (cJSON_IsArray(p))
+            p = p->child;
+        if (cJSON_IsString(p) && !(job->prompt_text = strdup(p->valuestring)))
+            goto oom;
+    }
     sp.temperature = (float)temperature;
     sp.top_p = (float)top_p;
     sp.top_k = (int32_t)top_k;
@@ -480,12 +506,114 @@ struct srv_job *api_make_job(const struct srv_model_info *mi, const cJSON *req, 
     sp.seed = has_seed ? (uint64_t)seed : fresh_seed();
     job->sampling = sp;
     return job;
+oom:
+    srv_error_set(err, 500, "server_error", NULL, NULL, "Out of memory.");
 fail:
     job_free(job);
     return NULL;
 }
 
 /* ---- responses ---------------------------------------------------------------------- */
+
+static int append_text(void *user, const char *text, size_t len) {
+    return buf_append(user, text, len) != 0;
+}
+
+/* The text of toks[0..n), as the detokenizer gives it (U+FFFD for a broken UTF-8 end). */
+static int detok_tokens(const pi_model *m, const int32_t *toks, size_t n, struct srv_buf *out) {
+    pi_detok *dt = NULL;
+    int st = pi_detok_create(m, 0, &dt);
+    for (size_t i = 0; st == PI_OK && i < n; i++)
+        st = pi_detok_push(dt, toks[i], append_text, out);
+    if (st == PI_OK)
+        st = pi_detok_flush(dt, append_text, out);
+    pi_detok_destroy(dt);
+    if (st == PI_OK && !out->data)
+        st = buf_append(out, "", 0) ? PI_ERR_NOMEM : PI_OK;
+    return st;
+}
+
+/* A token's piece (control tokens as their text): its raw bytes in raw[0..*n), and as
+ * valid UTF-8 (U+FFFD for bytes of a character the token only starts) in *text. */
+static int token_piece(const pi_model *m, int32_t tok, char *raw, size_t cap, size_t *n,
+                       struct srv_buf *text) {
+    int64_t len = pi_token_to_piece(m, tok, raw, cap, PI_PIECE_SPECIAL);
+    if (len < 0)
+        len = 0;
+    *n = (size_t)len < cap - 1 ? (size_t)len : cap - 1;
+    text->len = 0;
+    return utf8_append_lossy(text, raw, *n);
+}
+
+enum { PIECE_CAP = 512 };
+
+/* chat: {"token", "logprob", "bytes"} */
+static cJSON *chat_token_lp(const pi_model *m, int32_t tok, float lp, struct srv_buf *tmp) {
+    char raw[PIECE_CAP];
+    size_t n;
+    cJSON *o = cJSON_CreateObject();
+    if (!o || token_piece(m, tok, raw, sizeof raw, &n, tmp) != 0)
+        return o;
+    cJSON_AddStringToObject(o, "token", tmp->data);
+    cJSON_AddNumberToObject(o, "logprob", lp);
+    cJSON *bytes = cJSON_AddArrayToObject(o, "bytes");
+    for (size_t i = 0; i < n; i++)
+        cJSON_AddItemToArray(bytes, cJSON_CreateNumber((unsigned char)raw[i]));
+    return o;
+}
+
+/* Chat's choices[i].logprobs: {"content": [{token, logprob, bytes, top_logprobs}],
+ * "refusal": null}, for the first n generated tokens. */
+static cJSON *chat_logprobs(const pi_model *m, const struct srv_logprob *lp, size_t n) {
+    struct srv_buf tmp = {0};
+    cJSON *root = cJSON_CreateObject();
+    cJSON *content = cJSON_AddArrayToObject(root, "content");
+    for (size_t i = 0; i < n; i++) {
+        cJSON *o = chat_token_lp(m, lp[i].token, lp[i].logprob, &tmp);
+        cJSON *top = cJSON_AddArrayToObject(o, "top_logprobs");
+        for (int k = 0; k < lp[i].n_top; k++)
+            cJSON_AddItemToArray(top, chat_token_lp(m, lp[i].top_id[k], lp[i].top_lp[k], &tmp));
+        cJSON_AddItemToArray(content, o);
+    }
+    cJSON_AddNullToObject(root, "refusal");
+    buf_free(&tmp);
+    return root;
+}
+
+/* One token of a completion's logprobs: its text, log-probability (lp NULL: null, the
+ * first prompt token) and alternatives, starting at character `offset` of the text. */
+static void completion_token_lp(const pi_model *m, cJSON *tokens, cJSON *lps, cJSON *tops,
+                                cJSON *offsets, int32_t tok, const struct srv_logprob *lp,
+                                size_t offset, struct srv_buf *tmp) {
+    char raw[PIECE_CAP];
+    size_t n;
+    token_piece(m, tok, raw, sizeof raw, &n, tmp);
+    cJSON_AddItemToArray(tokens, cJSON_CreateString(tmp->data ? tmp->data : ""));
+    cJSON_AddItemToArray(lps, lp ? cJSON_CreateNumber(lp->logprob) : cJSON_CreateNull());
+    if (!lp) {
+        cJSON_AddItemToArray(tops, cJSON_CreateNull());
+    } else {
+        cJSON *top = cJSON_CreateObject();
+        for (int k = 0; k < lp->n_top; k++) {
+            token_piece(m, lp->top_id[k], raw, sizeof raw, &n, tmp);
+            if (tmp->data && !cJSON_GetObjectItemCaseSensitive(top, tmp->data))
+                cJSON_AddNumberToObject(top, tmp->data, lp->top_lp[k]);
+        }
+        cJSON_AddItemToArray(tops, top);
+    }
+    cJSON_AddItemToArray(offsets, cJSON_CreateNumber((double)offset));
+}
+
+/* How many of a choice's generated tokens produced its text: a stop string cuts the
+ * text, and the tokens after the cut go too (a token the cut passes through stays). */
+static size_t tokens_in_text(const struct srv_choice *ch) {
+    size_t n = 0, start = 0;
+    while (n < (size_t)ch->n_tokens && (start < ch->text.len || ch->lp[n].text_end <= ch->text.len)) {
+        start = ch->lp[n].text_end;
+        n++;
+    }
+    return n;
+}
 
 static const char *finish_name(int f) {
     switch (f) {
@@ -526,11 +654,60 @@ static void add_finish(cJSON *obj, int finish) {
         cJSON_AddNullToObject(obj, "finish_reason");
 }
 
+/* A completion's choices[i].logprobs: {tokens, token_logprobs, top_logprobs,
+ * text_offset} over the echoed prompt (prompt_text[0..prompt_len) is its text) and the
+ * generated tokens that made the text; offsets count characters. */
+static cJSON *completion_logprobs(const struct srv_model_info *mi, const struct srv_job *job,
+                                  const struct srv_choice *ch, const char *prompt_text,
+                                  size_t prompt_len) {
+    cJSON *root = cJSON_CreateObject();
+    cJSON *tokens = cJSON_AddArrayToObject(root, "tokens");
+    cJSON *lps = cJSON_AddArrayToObject(root, "token_logprobs");
+    cJSON *tops = cJSON_AddArrayToObject(root, "top_logprobs");
+    cJSON *offsets = cJSON_AddArrayToObject(root, "text_offset");
+    struct srv_buf tmp = {0};
+    char raw[PIECE_CAP];
+    size_t base = 0; /* characters before the generated text */
+    if (job->echo) {
+        size_t at = 0; /* bytes of the prompt's text the pieces so far cover */
+        for (size_t i = 0; i < job->n_prompt; i++) {
+            size_t off = utf8_chars(prompt_text, at < prompt_len ? at : prompt_len);
+            completion_token_lp(mi->model, tokens, lps, tops, offsets, job->prompt[i],
+                                i ? &job->prompt_lp[i] : NULL, off, &tmp);
+            size_t n;
+            token_piece(mi->model, job->prompt[i], raw, sizeof raw, &n, &tmp);
+            at += n;
+        }
+        base = utf8_chars(prompt_text, prompt_len);
+    }
+    const char *text = ch->text.data ? ch->text.data : "";
+    size_t keep = tokens_in_text(ch);
+    for (size_t i = 0; i < keep; i++) {
+        size_t start = i ? ch->lp[i - 1].text_end : 0;
+        start = start < ch->text.len ? start : ch->text.len;
+        completion_token_lp(mi->model, tokens, lps, tops, offsets, ch->lp[i].token, &ch->lp[i],
+                            base + utf8_chars(text, start), &tmp);
+    }
+    buf_free(&tmp);
+    return root;
+}
+
 char *api_completion_json(const struct srv_model_info *mi, const struct srv_job *job, int chat,
                           const char *id, int64_t created) {
     cJSON *root = response_head(mi, chat ? "chat.completion" : "text_completion", id, created);
     cJSON *choices = cJSON_AddArrayToObject(root, "choices");
     int64_t completion = 0;
+    /* echo: the prompt as sent, or the text of its token ids */
+    struct srv_buf prompt = {0};
+    if (job->echo && !job->prompt_text &&
+        detok_tokens(mi->model, job->prompt, job->n_prompt, &prompt) != PI_OK) {
+        buf_free(&prompt);
+        cJSON_Delete(root);
+        return NULL;
+    }
+    const char *ptext = job->prompt_text ? job->prompt_text : prompt.data ? prompt.data : "";
+    const size_t plen = strlen(ptext);
+    struct srv_buf full = {0};
     for (int i = 0; i < job->n; i++) {
         const struct srv_choice *ch = &job->choices[i];
         const char *text = ch->text.data ? ch->text.data : "";
@@ -540,14 +717,26 @@ char *api_completion_json(const struct srv_model_info *mi, const struct srv_job 
             cJSON *msg = cJSON_AddObjectToObject(c, "message");
             cJSON_AddStringToObject(msg, "role", "assistant");
             cJSON_AddStringToObject(msg, "content", text);
+        } else if (job->echo) {
+            full.len = 0;
+            if (buf_append(&full, ptext, plen) == 0 && buf_append(&full, text, ch->text.len) == 0)
+                cJSON_AddStringToObject(c, "text", full.data);
         } else {
             cJSON_AddStringToObject(c, "text", text);
         }
-        cJSON_AddNullToObject(c, "logprobs");
+        if (job->logprobs < 0)
+            cJSON_AddNullToObject(c, "logprobs");
+        else if (chat)
+            cJSON_AddItemToObject(c, "logprobs",
+                                  chat_logprobs(mi->model, ch->lp, tokens_in_text(ch)));
+        else
+            cJSON_AddItemToObject(c, "logprobs", completion_logprobs(mi, job, ch, ptext, plen));
         add_finish(c, ch->finish);
         cJSON_AddItemToArray(choices, c);
         completion += ch->n_tokens;
     }
+    buf_free(&full);
+    buf_free(&prompt);
     add_usage(root, (int64_t)job->n_prompt, (int64_t)job->n_cached, completion);
     char *s = cJSON_PrintUnformatted(root);
     cJSON_Delete(root);
@@ -635,10 +824,6 @@ char *api_tokenize(const struct srv_model_info *mi, const cJSON *req, struct srv
     if (!s)
         srv_error_set(err, 500, "server_error", NULL, NULL, "Out of memory.");
     return s;
-}
-
-static int append_text(void *user, const char *text, size_t len) {
-    return buf_append(user, text, len) != 0;
 }
 
 char *api_detokenize(const struct srv_model_info *mi, const cJSON *req, struct srv_error *err) {

@@ -21,6 +21,7 @@
  *
  * Locking: one mutex guards the queue, the slots and the guarded fields of every job.
  * The inference thread holds it except while decoding. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,6 +38,7 @@ struct slot {
     int choice;          /* index into job->choices */
     size_t n_done;       /* prompt tokens decoded (leading slot) */
     size_t n_taken;      /* prompt tokens in the batch being decoded */
+    size_t taken_at;     /* batch entry of the first of them */
     int32_t pending;     /* sampled, to be decoded in the next step (SLOT_GEN) */
     int64_t logits_at;   /* batch entry whose logits this slot samples from, or -1 */
     pi_sampler *smp;     /* the choice's own, made when the slot is taken */
@@ -84,8 +86,12 @@ struct srv_job *job_create(int n) {
 }
 
 void job_free(struct srv_job *job) {
-    for (int i = 0; i < job->n; i++)
+    for (int i = 0; i < job->n; i++) {
         buf_free(&job->choices[i].text);
+        free(job->choices[i].lp);
+    }
+    free(job->prompt_lp);
+    free(job->prompt_text);
     for (size_t i = 0; i < job->n_stop; i++)
         free(job->stop[i]);
     free(job->choices);
@@ -214,9 +220,40 @@ static int scan_stops(const struct srv_job *job, struct srv_choice *ch) {
     return 0;
 }
 
+/* The log-probability of `tok` under one row of logits, and the n_top most likely tokens
+ * (larger first, equal ones by lower id). */
+static void logprob_of(const float *row, int64_t n_vocab, int32_t tok, int n_top,
+                       struct srv_logprob *out) {
+    float mx = row[0];
+    for (int64_t i = 1; i < n_vocab; i++)
+        mx = row[i] > mx ? row[i] : mx;
+    double sum = 0.0;
+    for (int64_t i = 0; i < n_vocab; i++)
+        sum += exp((double)(row[i] - mx));
+    const double lse = (double)mx + log(sum);
+    out->token = tok;
+    out->logprob = (float)((double)row[tok] - lse);
+    out->n_top = 0;
+    for (int64_t i = 0; i < n_vocab && n_top > 0; i++) {
+        int k = out->n_top;
+        if (k == n_top && !(row[i] > row[out->top_id[k - 1]]))
+            continue;
+        if (k < n_top)
+            out->n_top++;
+        else
+            k--;
+        for (; k > 0 && row[i] > row[out->top_id[k - 1]]; k--)
+            out->top_id[k] = out->top_id[k - 1];
+        out->top_id[k] = (int32_t)i;
+    }
+    for (int k = 0; k < out->n_top; k++)
+        out->top_lp[k] = (float)((double)row[out->top_id[k]] - lse);
+}
+
 /* A slot's sampled token: end the choice (end of generation, a stop string, max_tokens,
- * a full context) or keep it to decode in the next step. */
-static void accept_token(struct srv_engine *e, struct slot *s, int32_t tok) {
+ * a full context) or keep it to decode in the next step. `row`: the logits it was
+ * sampled from. */
+static void accept_token(struct srv_engine *e, struct slot *s, int32_t tok, const float *row) {
     struct srv_job *job = s->job;
     struct srv_choice *ch = &job->choices[s->choice];
     if (job->t_first == 0.0)
@@ -230,6 +267,11 @@ static void accept_token(struct srv_engine *e, struct slot *s, int32_t tok) {
     if (pi_detok_push(s->detok, tok, append_text, &ch->text) != PI_OK) {
         fail_job(e, job, "out of memory");
         return;
+    }
+    if (job->logprobs >= 0) { /* room for max_tokens entries was made with the job */
+        struct srv_logprob *lp = &ch->lp[ch->n_tokens - 1];
+        logprob_of(row, e->n_vocab, tok, job->logprobs, lp);
+        lp->text_end = ch->text.len;
     }
     if (job->n_stop) {
         if (scan_stops(job, ch)) {
@@ -305,8 +347,9 @@ static void assign_locked(struct srv_engine *e) {
             s->job = job;
             s->choice = c;
             s->phase = c == 0 ? SLOT_PROMPT : SLOT_WAIT;
-            /* at least the last prompt token is decoded again, for its logits */
-            s->n_done = reuse < job->n_prompt ? reuse : job->n_prompt - 1;
+            /* at least the last prompt token is decoded again, for its logits; all of
+             * it when each position is to be scored */
+            s->n_done = job->prompt_lp ? 0 : reuse < job->n_prompt ? reuse : job->n_prompt - 1;
             s->n_taken = 0;
             s->trim = c == 0;
             if (c == 0)
@@ -362,10 +405,12 @@ static size_t build_batch(struct srv_engine *e) {
             continue;
         size_t left = s->job->n_prompt - s->n_done;
         size_t take = left < budget ? left : budget;
+        const int every = s->job->prompt_lp != NULL; /* each position scores the next */
+        s->taken_at = n;
         for (size_t k = 0; k < take; k++) {
             int last = s->n_done + k + 1 == s->job->n_prompt;
-            e->batch[n] =
-                (pi_batch_entry){s->job->prompt[s->n_done + k], s->seq, -1, (uint32_t)last};
+            e->batch[n] = (pi_batch_entry){s->job->prompt[s->n_done + k], s->seq, -1,
+                                           (uint32_t)(last || every)};
             if (last)
                 s->logits_at = (int64_t)n;
             n++;
@@ -394,6 +439,14 @@ static void after_decode(struct srv_engine *e) {
         struct slot *s = &e->slots[i];
         if (s->phase != SLOT_PROMPT)
             continue;
+        struct srv_job *job = s->job;
+        for (size_t k = 0; job->prompt_lp && k < s->n_taken; k++) {
+            const size_t next = s->n_done + k + 1;
+            const float *row = pi_ctx_batch_logits(e->ctx, s->taken_at + k);
+            if (next < job->n_prompt && row)
+                logprob_of(row, e->n_vocab, job->prompt[next], job->logprobs,
+                           &job->prompt_lp[next]);
+        }
         s->n_done += s->n_taken;
         s->n_taken = 0;
         if (s->n_done < s->job->n_prompt)
@@ -423,12 +476,16 @@ static void after_decode(struct srv_engine *e) {
             fail_job(e, s->job, "no logits for a batch entry");
             continue;
         }
+        if (s->job->max_tokens == 0) { /* echo only: the prompt, scored */
+            finish_choice(e, s, SRV_FINISH_LENGTH, 1);
+            continue;
+        }
         int32_t tok;
         if (pi_sample_logits(s->smp, logits, e->n_vocab, &tok) != PI_OK) {
             fail_job(e, s->job, "sampling failed");
             continue;
         }
-        accept_token(e, s, tok);
+        accept_token(e, s, tok, logits);
     }
 }
 

@@ -42,6 +42,13 @@ void buf_free(struct srv_buf *b);
  * U+10FFFF), else 0. */
 int utf8_valid(const char *s, size_t n);
 
+/* Append s[0..n) to b with each byte that does not start a well-formed UTF-8 sequence
+ * replaced by U+FFFD; 0 or -1 (out of memory). */
+int utf8_append_lossy(struct srv_buf *b, const char *s, size_t n);
+
+/* Code points in the well-formed UTF-8 s[0..n) (continuation bytes not counted). */
+size_t utf8_chars(const char *s, size_t n);
+
 /* Monotonic seconds. */
 double now_s(void);
 
@@ -50,6 +57,18 @@ double now_s(void);
 enum { SRV_FINISH_NONE = 0, SRV_FINISH_STOP, SRV_FINISH_LENGTH, SRV_FINISH_ERROR };
 enum { SRV_JOB_QUEUED = 0, SRV_JOB_RUNNING, SRV_JOB_DONE };
 #define SRV_MAX_STOP 4
+#define SRV_MAX_TOP_LOGPROBS 20
+
+/* One token's log-probability under the model (log-softmax of its logits: temperature
+ * 1, no penalties), and the most likely alternatives at that position. */
+struct srv_logprob {
+    int32_t token;
+    float logprob;
+    size_t text_end; /* generated tokens: the choice's text length once it was added */
+    int n_top;
+    int32_t top_id[SRV_MAX_TOP_LOGPROBS];
+    float top_lp[SRV_MAX_TOP_LOGPROBS];
+};
 
 struct srv_choice {
     struct srv_buf text; /* text so far; a stop string found is cut off with what follows */
@@ -57,6 +76,7 @@ struct srv_choice {
                           * inside them (the rest may be the beginning of one) */
     int finish;          /* SRV_FINISH_* */
     int64_t n_tokens;    /* tokens generated */
+    struct srv_logprob *lp; /* [n_tokens] when the job wants logprobs (else NULL) */
 };
 
 struct srv_job {
@@ -68,6 +88,10 @@ struct srv_job {
     pi_sampler_params sampling; /* choice i samples with seed + i */
     char *stop[SRV_MAX_STOP];   /* malloc'd, non-empty */
     size_t n_stop;
+    int logprobs;               /* -1: none; else alternatives per token (0..20) */
+    int echo;                   /* completions: the prompt comes back before the text */
+    char *prompt_text;          /* echo: the prompt as sent (NULL: given as token ids) */
+    struct srv_logprob *prompt_lp; /* echo with logprobs: [n_prompt], [0] has none */
 
     /* ---- guarded by the engine's mutex ---- */
     struct srv_choice *choices; /* n of them */

@@ -101,3 +101,30 @@ double now_s(void) {
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
+
+int utf8_append_lossy(struct srv_buf *b, const char *s, size_t n) {
+    const unsigned char *u = (const unsigned char *)s;
+    size_t i = 0;
+    while (i < n) {
+        size_t len = u[i] < 0x80 ? 1 : u[i] < 0xE0 ? 2 : u[i] < 0xF0 ? 3 : 4;
+        if (len <= n - i && utf8_valid(s + i, len)) {
+            if (buf_append(b, s + i, len) != 0)
+                return -1;
+            i += len;
+        } else {
+            if (buf_append(b, "\xEF\xBF\xBD", 3) != 0)
+                return -1;
+            i++;
+        }
+    }
+    if (!b->data) /* an empty string is still a string */
+        return buf_append(b, "", 0);
+    return 0;
+}
+
+size_t utf8_chars(const char *s, size_t n) {
+    size_t c = 0;
+    for (size_t i = 0; i < n; i++)
+        c += ((unsigned char)s[i] & 0xC0) != 0x80;
+    return c;
+}
