@@ -8,20 +8,8 @@ use powerinfer::{sys, BatchEntry, Context, Error, Model, Sampler, SamplerParams,
 use std::ops::Bound;
 use std::path::PathBuf;
 
-fn model_path() -> String {
-    match std::env::var("PI_TEST_MODEL") {
-        Ok(p) if !p.is_empty() => p,
-        _ => panic!(
-            "PI_TEST_MODEL is not set: point it at a small GGUF model, e.g.\n  \
-             PI_TEST_MODEL=$(python3 tools/smollm2_path.py) cargo test --offline"
-        ),
-    }
-}
-
-fn open() -> Model {
-    let path = model_path();
-    Model::open(&path).unwrap_or_else(|e| panic!("cannot open {path}: {e}"))
-}
+mod common;
+use common::open;
 
 /// A context of `n_seq` sequences of 128 positions on two threads.
 fn context(model: &Model, n_seq: u32) -> Context<'_> {

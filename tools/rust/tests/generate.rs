@@ -4,20 +4,8 @@
 
 use powerinfer::{sys, Context, Model, Sampler, SamplerParams, StatsLevel, TokenizeFlags};
 
-fn model_path() -> String {
-    match std::env::var("PI_TEST_MODEL") {
-        Ok(p) if !p.is_empty() => p,
-        _ => panic!(
-            "PI_TEST_MODEL is not set: point it at a small GGUF model, e.g.\n  \
-             PI_TEST_MODEL=$(python3 tools/smollm2_path.py) cargo test --offline"
-        ),
-    }
-}
-
-fn open() -> Model {
-    let path = model_path();
-    Model::open(&path).unwrap_or_else(|e| panic!("cannot open {path}: {e}"))
-}
+mod common;
+use common::{model_path, open};
 
 /// Two threads keep the test quick on a small machine and make results comparable.
 fn context(model: &Model) -> Context<'_> {
