@@ -10,7 +10,7 @@ import os
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, sse_events
 
 FIX = os.path.join(ROOT, "tests", "fixtures", "perplexity")
 COMP = "/v1/completions"
@@ -161,3 +161,55 @@ def test_openai_client_reads_them(server):
                                        messages=[{"role": "user", "content": "Hello"}])
     content = r.choices[0].logprobs.content
     assert content and len(content[0].top_logprobs) == 2
+
+
+def stream(srv, path, body):
+    """The events of a streamed request, as dicts."""
+    import http.client
+    conn = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=120)
+    try:
+        conn.request("POST", path, body=json.dumps(dict(body, stream=True)),
+                     headers=srv.headers())
+        r = conn.getresponse()
+        assert r.status == 200, r.read()
+        return [ev for _, ev in sse_events(r)]
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("stop", [None, ["olor"]])
+def test_streamed_chat_logprobs_equal_the_whole_answer(server, stop):
+    body = {"messages": [{"role": "user", "content": "List three colors."}],
+            "max_tokens": 24, "temperature": 0, "logprobs": True, "top_logprobs": 2,
+            "stop": stop}
+    whole = post(server, CHAT, body)["choices"][0]
+    text, content = "", []
+    for ev in stream(server, CHAT, body):
+        c = ev["choices"][0]
+        text += c["delta"].get("content") or ""
+        if c.get("logprobs"):
+            content += c["logprobs"]["content"]
+    assert text == whole["message"]["content"]
+    assert content == whole["logprobs"]["content"]
+    if stop:  # cut inside " color": the token that holds the cut is kept
+        assert whole["finish_reason"] == "stop" and text.endswith(" c")
+        assert content[-1]["token"].startswith(" c")
+
+
+def test_streamed_completion_logprobs_equal_the_whole_answer(server):
+    body = {"prompt": "The sun rises in the", "max_tokens": 10, "temperature": 0,
+            "logprobs": 3}
+    whole = post(server, COMP, body)["choices"][0]
+    text, tokens, lps, tops, offsets = "", [], [], [], []
+    for ev in stream(server, COMP, body):
+        c = ev["choices"][0]
+        text += c["text"]
+        if c.get("logprobs"):
+            tokens += c["logprobs"]["tokens"]
+            lps += c["logprobs"]["token_logprobs"]
+            tops += c["logprobs"]["top_logprobs"]
+            offsets += c["logprobs"]["text_offset"]
+    assert text == whole["text"]
+    w = whole["logprobs"]
+    assert (tokens, lps, tops, offsets) == (w["tokens"], w["token_logprobs"],
+                                            w["top_logprobs"], w["text_offset"])

@@ -96,7 +96,6 @@ JSON_CASES = [
     ("stop too long", CHAT, chat(stop="x" * 300), 400, "stop"),
     ("tools", CHAT, chat(tools=[{"type": "function", "function": {"name": "f"}}]), 400,
      "tools"),
-    ("logprobs streamed", CHAT, chat(logprobs=True, stream=True), 400, "logprobs"),
     ("top_logprobs without logprobs", CHAT, chat(top_logprobs=2), 400, "top_logprobs"),
     ("top_logprobs 21", CHAT, chat(logprobs=True, top_logprobs=21), 400, "top_logprobs"),
     ("logprobs a string", CHAT, chat(logprobs="yes"), 400, "logprobs"),

@@ -423,11 +423,10 @@ struct srv_job *api_make_job(const struct srv_model_info *mi, const cJSON *req, 
         get_number(req, "presence_penalty", 0.0, 2.0, &ppen, err) < 0 ||
         get_bool(req, "stream", stream, err) < 0)
         return NULL;
-    if (*stream && (logprobs >= 0 || echo)) {
-        srv_error_set(err, 400, "invalid_request_error", "unsupported_parameter",
-                      echo ? "echo" : "logprobs",
-                      "'%s' is not supported with 'stream' by this server: ask without "
-                      "streaming.", echo ? "echo" : "logprobs");
+    if (*stream && echo) {
+        srv_error_set(err, 400, "invalid_request_error", "unsupported_parameter", "echo",
+                      "'echo' is not supported with 'stream' by this server: ask without "
+                      "streaming.");
         return NULL;
     }
     if ((uint32_t)n > mi->n_slots) {
@@ -604,15 +603,18 @@ static void completion_token_lp(const pi_model *m, cJSON *tokens, cJSON *lps, cJ
     cJSON_AddItemToArray(offsets, cJSON_CreateNumber((double)offset));
 }
 
-/* How many of a choice's generated tokens produced its text: a stop string cuts the
- * text, and the tokens after the cut go too (a token the cut passes through stays). */
-static size_t tokens_in_text(const struct srv_choice *ch) {
+size_t api_lp_count(const struct srv_choice *ch, size_t upto, int final) {
     size_t n = 0, start = 0;
-    while (n < (size_t)ch->n_tokens && (start < ch->text.len || ch->lp[n].text_end <= ch->text.len)) {
+    while (n < (size_t)ch->n_tokens &&
+           (ch->lp[n].text_end <= upto || (final && start < ch->text.len))) {
         start = ch->lp[n].text_end;
         n++;
     }
     return n;
+}
+
+static size_t tokens_in_text(const struct srv_choice *ch) {
+    return api_lp_count(ch, ch->text.len, 1);
 }
 
 static const char *finish_name(int f) {
@@ -655,11 +657,11 @@ static void add_finish(cJSON *obj, int finish) {
 }
 
 /* A completion's choices[i].logprobs: {tokens, token_logprobs, top_logprobs,
- * text_offset} over the echoed prompt (prompt_text[0..prompt_len) is its text) and the
- * generated tokens that made the text; offsets count characters. */
+ * text_offset} over the echoed prompt (with echo; prompt_text[0..prompt_len) is its
+ * text) and the generated tokens [from, to); offsets count characters. */
 static cJSON *completion_logprobs(const struct srv_model_info *mi, const struct srv_job *job,
                                   const struct srv_choice *ch, const char *prompt_text,
-                                  size_t prompt_len) {
+                                  size_t prompt_len, size_t from, size_t to) {
     cJSON *root = cJSON_CreateObject();
     cJSON *tokens = cJSON_AddArrayToObject(root, "tokens");
     cJSON *lps = cJSON_AddArrayToObject(root, "token_logprobs");
@@ -668,7 +670,7 @@ static cJSON *completion_logprobs(const struct srv_model_info *mi, const struct 
     struct srv_buf tmp = {0};
     char raw[PIECE_CAP];
     size_t base = 0; /* characters before the generated text */
-    if (job->echo) {
+    if (job && job->echo) {
         size_t at = 0; /* bytes of the prompt's text the pieces so far cover */
         for (size_t i = 0; i < job->n_prompt; i++) {
             size_t off = utf8_chars(prompt_text, at < prompt_len ? at : prompt_len);
@@ -681,8 +683,7 @@ static cJSON *completion_logprobs(const struct srv_model_info *mi, const struct 
         base = utf8_chars(prompt_text, prompt_len);
     }
     const char *text = ch->text.data ? ch->text.data : "";
-    size_t keep = tokens_in_text(ch);
-    for (size_t i = 0; i < keep; i++) {
+    for (size_t i = from; i < to; i++) {
         size_t start = i ? ch->lp[i - 1].text_end : 0;
         start = start < ch->text.len ? start : ch->text.len;
         completion_token_lp(mi->model, tokens, lps, tops, offsets, ch->lp[i].token, &ch->lp[i],
@@ -730,7 +731,8 @@ char *api_completion_json(const struct srv_model_info *mi, const struct srv_job 
             cJSON_AddItemToObject(c, "logprobs",
                                   chat_logprobs(mi->model, ch->lp, tokens_in_text(ch)));
         else
-            cJSON_AddItemToObject(c, "logprobs", completion_logprobs(mi, job, ch, ptext, plen));
+            cJSON_AddItemToObject(c, "logprobs", completion_logprobs(mi, job, ch, ptext, plen, 0,
+                                                                     tokens_in_text(ch)));
         add_finish(c, ch->finish);
         cJSON_AddItemToArray(choices, c);
         completion += ch->n_tokens;
@@ -755,7 +757,7 @@ static int append_event(struct srv_buf *out, cJSON *root) {
 
 int api_stream_chunk(struct srv_buf *out, const struct srv_model_info *mi, int chat, const char *id,
                      int64_t created, int index, const char *text, size_t len, int role,
-                     int finish) {
+                     int finish, const struct srv_choice *ch, size_t lp_from, size_t lp_to) {
     cJSON *root =
         response_head(mi, chat ? "chat.completion.chunk" : "text_completion", id, created);
     cJSON *choices = cJSON_AddArrayToObject(root, "choices");
@@ -780,7 +782,14 @@ int api_stream_chunk(struct srv_buf *out, const struct srv_model_info *mi, int c
         cJSON_AddStringToObject(c, "text", copy);
     }
     free(copy);
-    cJSON_AddNullToObject(c, "logprobs");
+    if (!ch || lp_from >= lp_to)
+        cJSON_AddNullToObject(c, "logprobs");
+    else if (chat)
+        cJSON_AddItemToObject(c, "logprobs",
+                              chat_logprobs(mi->model, ch->lp + lp_from, lp_to - lp_from));
+    else /* streaming has no echo: the job's prompt is not part of the text */
+        cJSON_AddItemToObject(c, "logprobs",
+                              completion_logprobs(mi, NULL, ch, "", 0, lp_from, lp_to));
     add_finish(c, finish);
     return append_event(out, root);
 }

@@ -87,6 +87,7 @@ struct conn {
     struct srv_buf out;
     size_t out_at;
     size_t *sent;
+    size_t *lp_sent; /* per choice, tokens whose logprobs went out */
     unsigned char *role_sent, *finish_sent;
     int finished;
     int counted; /* in h->active */
@@ -102,6 +103,7 @@ static void conn_unref(struct conn *c) {
     buf_free(&c->body);
     buf_free(&c->out);
     free(c->sent);
+    free(c->lp_sent);
     free(c->role_sent);
     free(c->finish_sent);
     free(c->path);
@@ -372,21 +374,26 @@ static int collect_events(struct conn *c) {
     int rc = 0;
     for (int i = 0; i < job->n && rc == 0; i++) {
         struct srv_choice *ch = &job->choices[i];
+        const int done = ch->finish != SRV_FINISH_NONE && ch->finish != SRV_FINISH_ERROR;
         if (c->chat && !c->role_sent[i]) {
-            rc = api_stream_chunk(&c->out, mi, 1, c->id, c->created, i, "", 0, 1, SRV_FINISH_NONE);
+            rc = api_stream_chunk(&c->out, mi, 1, c->id, c->created, i, "", 0, 1, SRV_FINISH_NONE,
+                                  NULL, 0, 0);
             c->role_sent[i] = 1;
         }
+        /* the logprobs of the tokens whose text goes out with this chunk */
+        const size_t lp_to = job->logprobs >= 0 ? api_lp_count(ch, ch->stable, done) : 0;
         if (rc == 0 && ch->stable > c->sent[i]) {
             rc = api_stream_chunk(&c->out, mi, c->chat, c->id, c->created, i,
                                   ch->text.data + c->sent[i], ch->stable - c->sent[i], 0,
-                                  SRV_FINISH_NONE);
+                                  SRV_FINISH_NONE, ch, c->lp_sent[i], lp_to);
             c->sent[i] = ch->stable;
+            c->lp_sent[i] = lp_to > c->lp_sent[i] ? lp_to : c->lp_sent[i];
         }
-        if (rc == 0 && ch->finish != SRV_FINISH_NONE && ch->finish != SRV_FINISH_ERROR &&
-            !c->finish_sent[i]) {
+        if (rc == 0 && done && !c->finish_sent[i]) {
             rc = api_stream_chunk(&c->out, mi, c->chat, c->id, c->created, i, NULL, 0, 0,
-                                  ch->finish);
+                                  ch->finish, ch, c->lp_sent[i], lp_to);
             c->finish_sent[i] = 1;
+            c->lp_sent[i] = lp_to > c->lp_sent[i] ? lp_to : c->lp_sent[i];
         }
     }
     if (rc == 0 && job->state == SRV_JOB_DONE && c->out.len == before) {
@@ -458,9 +465,10 @@ static enum MHD_Result do_completion(struct srv_http *h, struct conn *c, struct 
         return respond_error(c, mc, &err);
     if (c->stream) {
         c->sent = calloc((size_t)c->job->n, sizeof *c->sent);
+        c->lp_sent = calloc((size_t)c->job->n, sizeof *c->lp_sent);
         c->role_sent = calloc((size_t)c->job->n, 1);
         c->finish_sent = calloc((size_t)c->job->n, 1);
-        if (!c->sent || !c->role_sent || !c->finish_sent)
+        if (!c->sent || !c->lp_sent || !c->role_sent || !c->finish_sent)
             return respond_json(c, mc, 500, NULL);
     }
     int st = engine_submit(h->engine, c->job);

@@ -189,7 +189,13 @@ char *api_completion_json(const struct srv_model_info *mi, const struct srv_job 
  * "data: {...}\n\n" to out; 0 or -1. */
 int api_stream_chunk(struct srv_buf *out, const struct srv_model_info *mi, int chat, const char *id,
                      int64_t created, int index, const char *text, size_t len, int role,
-                     int finish);
+                     int finish, const struct srv_choice *ch, size_t lp_from, size_t lp_to);
+/* ... with the logprobs of tokens [lp_from, lp_to) of choice ch (ch NULL or an empty
+ * range: "logprobs": null). */
+/* How many of the choice's generated tokens made its text up to byte `upto` (those
+ * whose text ends there or before); final: all that made the whole text (a stop string
+ * cuts it; a token the cut passes through counts). */
+size_t api_lp_count(const struct srv_choice *ch, size_t upto, int final);
 /* The final usage-only chunk (stream_options.include_usage). */
 int api_stream_usage(struct srv_buf *out, const struct srv_model_info *mi, int chat, const char *id,
                      int64_t created, int64_t prompt_tokens, int64_t cached_tokens,
