@@ -732,6 +732,13 @@ def test_batch_sequences_and_state(smollm2, tmp_path):
         got_b = ctx.batch_logits(len(entries) - 1)
         assert ctx.batch_logits(0) is None
         assert argmax(got_b) == argmax(want_b)
+        greedy = pi.Sampler(smollm2, temperature=0)
+        assert greedy.sample_logits(got_b) == argmax(got_b)
+        with pytest.raises(ValueError):
+            greedy.sample_logits(got_b[:-1])
+        drawn = {pi.Sampler(smollm2, temperature=1.0, top_k=0, top_p=0.9, min_p=0.0,
+                            seed=s).sample_logits(got_b) for s in range(20)}
+        assert len(drawn) > 1 and all(0 <= t < smollm2.n_vocab for t in drawn)
         assert max(abs(x - y) for x, y in zip(got_b, want_b)) < 1e-3 * max(abs(x) for x in want_b)
         assert (ctx.seq_len(0), ctx.seq_len(1), ctx.seq_len(2)) == (len(a), len(b), 0)
         ctx.seq_copy(1, 2)

@@ -67,6 +67,19 @@ class Sampler(Owner):
             ctx._busy.release()
         return tok.value
 
+    def sample_logits(self, logits):
+        """Choose a token from a row of logits (a sequence of n_vocab floats, e.g. from
+        Context.batch_logits) and accept it into the penalty history. ValueError for a
+        row of another length."""
+        n = self._model.n_vocab
+        if len(logits) != n:
+            raise ValueError(f"logits has {len(logits)} values; the model has {n} tokens")
+        row = (ctypes.c_float * n)(*logits)
+        tok = ctypes.c_int32()
+        check(_lib.lib().pi_sample_logits(self._ptr(), row, n, ctypes.byref(tok)),
+              "pi_sample_logits")
+        return tok.value
+
     def accept(self, token):
         """Add tokens (an id or a sequence of ids) to the penalty history."""
         toks = [token] if isinstance(token, int) else token
