@@ -201,7 +201,8 @@ int pi_stats_from_gguf(const struct gguf_file *f, const struct pi_allocator *a,
     PI_TRY(get_u64(f, STATS_ARCH ".feed_forward_length", 1, &nf, err));
     PI_TRY(get_u64(f, STATS_ARCH ".tokens_predicted", 0, &tp, err));
     PI_TRY(get_u64(f, STATS_ARCH ".tokens_observed", 0, &to, err));
-    if (nl == 0 || nl > 4096 || nf == 0 || nl * nf > (uint64_t)MAX_STATS_NEURONS)
+    /* nf is bounded by division: nl * nf could wrap (4 x 2^62 is 0 mod 2^64) */
+    if (nl == 0 || nl > 4096 || nf == 0 || nf > (uint64_t)MAX_STATS_NEURONS / nl)
         PI_FAIL(err, PI_ERR_FORMAT, "statistics shape %llu layers x %llu neurons is out of "
                 "range", (unsigned long long)nl, (unsigned long long)nf);
     if (f->n_tensors != 3 * nl)

@@ -21,6 +21,7 @@
 #include <unistd.h>
 #include <cmocka.h>
 
+#include "model/gguf.h"
 #include "powerinfer.h"
 #include "testfile.h"
 #include "testmodel.h"
@@ -232,6 +233,30 @@ static void test_bad_params(void **state) {
     pi_model_close(m);
 }
 
+/* A statistics file claiming n_layer x n_ff whose 3 * n_layer tensors are F64 {1}. */
+static void write_stats_shape(const char *path, uint64_t n_layer, uint64_t n_ff) {
+    struct gguf_writer *w;
+    assert_int_equal(gguf_writer_create(&pi_default_allocator, &w), PI_OK);
+    assert_int_equal(gguf_writer_add_string(w, "general.architecture", "activation_stats"),
+                     PI_OK);
+    assert_int_equal(gguf_writer_add_scalar(w, "activation_stats.block_count", PI_META_U64,
+                                            &n_layer), PI_OK);
+    assert_int_equal(gguf_writer_add_scalar(w, "activation_stats.feed_forward_length",
+                                            PI_META_U64, &n_ff), PI_OK);
+    static const char *const kind[3] = {"predicted", "active", "both"};
+    const double one = 1.0;
+    const int64_t ne[1] = {1};
+    for (uint64_t l = 0; l < n_layer; l++)
+        for (int k = 0; k < 3; k++) {
+            char name[64];
+            snprintf(name, sizeof name, "blk.%llu.%s", (unsigned long long)l, kind[k]);
+            assert_int_equal(gguf_writer_add_tensor(w, name, PI_TYPE_F64, 1, ne, &one), PI_OK);
+        }
+    struct pi_error err = {0};
+    assert_int_equal(gguf_writer_write_file(w, path, GGUF_MAGIC_GGUF, &err), PI_OK);
+    gguf_writer_destroy(w);
+}
+
 static void test_stats(void **state) {
     (void)state;
     write_model("llama", PI_TYPE_Q8_0, 1, g_tmp);
@@ -321,6 +346,18 @@ static void test_stats(void **state) {
     fclose(fp);
     assert_int_equal(truncate(path, size - 9), 0);
     assert_int_equal(pi_stats_load(path, &ld, err, sizeof err), PI_ERR_FORMAT);
+    /* a shape whose neuron count wraps around 2^64 (4 x 2^62) is out of range; it used
+     * to pass the shape check and overflow in pi_stats_create */
+    write_stats_shape(path, 4, 1ull << 62);
+    err[0] = '\0';
+    assert_int_equal(pi_stats_load(path, &ld, err, sizeof err), PI_ERR_FORMAT);
+    assert_null(ld);
+    assert_non_null(strstr(err, "out of range"));
+    write_stats_shape(path, 4, 1); /* the same file with a sane shape loads */
+    assert_int_equal(pi_stats_load(path, &ld, err, sizeof err), PI_OK);
+    assert_int_equal(pi_stats_n_layer(ld), 4);
+    assert_int_equal(pi_stats_n_ff(ld), 1);
+    pi_stats_free(ld);
     /* saving to an unwritable place fails and leaves nothing */
     assert_int_equal(pi_stats_save(sp, "/nonexistent/dir/s.gguf", err, sizeof err), PI_ERR_IO);
     assert_int_equal(pi_stats_save(NULL, path, err, sizeof err), PI_ERR_INVALID_ARG);
