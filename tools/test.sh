@@ -5,8 +5,8 @@
 #   3. the CUDA and HIP builds (compiled; GPU tests skip without a GPU), the ABI check,
 #      ThreadSanitizer runs, then a clang build with AddressSanitizer +
 #      UndefinedBehaviorSanitizer and the libFuzzer harnesses, `meson test` again, then
-#      each fuzzer for a bounded time (PI_FUZZ_SECONDS, default 60) over the committed
-#      corpus and generated models.
+#      each fuzzer for a bounded time (PI_FUZZ_SECONDS, default 60; the plan fuzzer
+#      PI_FUZZ_PLAN_SECONDS, default 45) over the committed corpus and generated models.
 # Pass --quick to do only steps 1 and 2.
 set -eu
 cd "$(dirname "$0")/.."
@@ -81,6 +81,23 @@ for f in gguf model state; do
     }
     grep -E "stat::number_of_executed_runs|Done" "$work/fuzz_$f.log" | tail -n 2
 done
+# GPU index files and activation statistics (the planner's inputs): fuzz_plan writes valid
+# ones for its two test models, and takes tests/fixtures/gpuidx behind a selector byte.
+# A shorter share (PI_FUZZ_PLAN_SECONDS, default 45, at most PI_FUZZ_SECONDS); UBSan
+# reports stop it, so that they count as failures.
+plan_secs=${PI_FUZZ_PLAN_SECONDS:-$((secs < 45 ? secs : 45))}
+mkdir -p "$work/plan" "$work/plan-seeds"
+PI_FUZZ_PLAN_SEEDS="$work/plan-seeds" build-asan/tests/fuzz_plan -runs=0 "$work/plan-seeds" \
+    > /dev/null 2>&1
+echo "fuzz_plan: ${plan_secs}s"
+UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 build-asan/tests/fuzz_plan \
+    -max_total_time="$plan_secs" -max_len=16384 -print_final_stats=1 "$work/plan" \
+    "$work/plan-seeds" > "$work/fuzz_plan.log" 2>&1 || {
+    tail -n 40 "$work/fuzz_plan.log"
+    echo "fuzz_plan found a failure (reproducer in $work)"
+    exit 1
+}
+grep -E "stat::number_of_executed_runs|Done" "$work/fuzz_plan.log" | tail -n 2
 # The tokenizers over arbitrary bytes, with the real byte-level BPE vocabulary (SmolLM2)
 # and the SentencePiece test vocabulary loaded.
 mkdir -p "$work/tokenize"
@@ -100,4 +117,4 @@ PI_FUZZ_MODEL="$(python3 tools/smollm2_path.py)" PI_FUZZ_SPM_MODEL=tests/fixture
     exit 1
 }
 grep -E "stat::number_of_executed_runs|Done" "$work/fuzz_tokenize.log" | tail -n 2
-echo "fuzzers: 4 passed, 0 failed (gguf, model, state, tokenize)"
+echo "fuzzers: 5 passed, 0 failed (gguf, model, state, plan, tokenize)"
