@@ -55,6 +55,8 @@ meson compile -C build-asan
 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 meson test -C build-asan --print-errorlogs
 
 secs=${PI_FUZZ_SECONDS:-60}
+# A UBSan report stops a fuzzer, so that it counts as a failure.
+export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 work=build-asan/fuzz-work
 rm -rf "$work"
 mkdir -p "$work/seeds" "$work/gguf" "$work/model"
@@ -79,25 +81,24 @@ for f in gguf model state; do
         echo "fuzz_$f found a failure (reproducer in $work)"
         exit 1
     }
-    grep -E "stat::number_of_executed_runs|Done" "$work/fuzz_$f.log" | tail -n 2
+    grep -E "stat::number_of_executed_units|Done" "$work/fuzz_$f.log" | tail -n 2
 done
 # GPU index files and activation statistics (the planner's inputs): fuzz_plan writes valid
 # ones for its two test models, and takes tests/fixtures/gpuidx behind a selector byte.
-# A shorter share (PI_FUZZ_PLAN_SECONDS, default 45, at most PI_FUZZ_SECONDS); UBSan
-# reports stop it, so that they count as failures.
+# A shorter share (PI_FUZZ_PLAN_SECONDS, default 45, at most PI_FUZZ_SECONDS).
 plan_secs=${PI_FUZZ_PLAN_SECONDS:-$((secs < 45 ? secs : 45))}
 mkdir -p "$work/plan" "$work/plan-seeds"
 PI_FUZZ_PLAN_SEEDS="$work/plan-seeds" build-asan/tests/fuzz_plan -runs=0 "$work/plan-seeds" \
     > /dev/null 2>&1
 echo "fuzz_plan: ${plan_secs}s"
-UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 build-asan/tests/fuzz_plan \
+build-asan/tests/fuzz_plan \
     -max_total_time="$plan_secs" -max_len=16384 -print_final_stats=1 "$work/plan" \
     "$work/plan-seeds" > "$work/fuzz_plan.log" 2>&1 || {
     tail -n 40 "$work/fuzz_plan.log"
     echo "fuzz_plan found a failure (reproducer in $work)"
     exit 1
 }
-grep -E "stat::number_of_executed_runs|Done" "$work/fuzz_plan.log" | tail -n 2
+grep -E "stat::number_of_executed_units|Done" "$work/fuzz_plan.log" | tail -n 2
 # The tokenizers over arbitrary bytes, with the real byte-level BPE vocabulary (SmolLM2)
 # and the SentencePiece test vocabulary loaded.
 mkdir -p "$work/tokenize"
@@ -116,5 +117,5 @@ PI_FUZZ_MODEL="$(python3 tools/smollm2_path.py)" PI_FUZZ_SPM_MODEL=tests/fixture
     echo "fuzz_tokenize found a failure (reproducer in $work)"
     exit 1
 }
-grep -E "stat::number_of_executed_runs|Done" "$work/fuzz_tokenize.log" | tail -n 2
+grep -E "stat::number_of_executed_units|Done" "$work/fuzz_tokenize.log" | tail -n 2
 echo "fuzzers: 5 passed, 0 failed (gguf, model, state, plan, tokenize)"
