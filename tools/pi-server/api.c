@@ -3,6 +3,7 @@
  * Requests are checked field by field: a wrong type, a value out of range or a field we
  * cannot honour is a 400 naming the parameter, as OpenAI answers. Unknown fields are
  * ignored (clients send vendor extensions). null is the same as absent. */
+#include <errno.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -359,6 +360,77 @@ static int get_stops(const cJSON *req, struct srv_job *job, struct srv_error *er
     return 0;
 }
 
+/* response_format: {"type": "text"} (nothing), {"type": "json_object"} (*json = 1);
+ * a JSON schema is refused. */
+static int get_response_format(const cJSON *req, int *json, struct srv_error *err) {
+    const cJSON *rf = field(req, "response_format");
+    *json = 0;
+    if (!rf)
+        return 0;
+    const cJSON *type = cJSON_IsObject(rf) ? field(rf, "type") : NULL;
+    if (!cJSON_IsString(type)) {
+        bad(err, "response_format", "'response_format' must be an object with a 'type'.");
+        return -1;
+    }
+    if (!strcmp(type->valuestring, "json_object")) {
+        *json = 1;
+        return 0;
+    }
+    if (!strcmp(type->valuestring, "text"))
+        return 0;
+    if (!strcmp(type->valuestring, "json_schema")) {
+        srv_error_set(err, 400, "invalid_request_error", "unsupported_parameter",
+                      "response_format", "response_format 'json_schema' is not supported by "
+                      "this server; 'json_object' is.");
+        return -1;
+    }
+    bad(err, "response_format", "response_format 'type' must be 'text' or 'json_object'.");
+    return -1;
+}
+
+/* logit_bias: {"token id": bias in [-100, 100], ...}, at most 1024 of them. */
+static int get_logit_bias(const struct srv_model_info *mi, const cJSON *req,
+                          struct srv_job *job, struct srv_error *err) {
+    const cJSON *lb = field(req, "logit_bias");
+    if (!lb)
+        return 0;
+    if (!cJSON_IsObject(lb)) {
+        bad(err, "logit_bias", "'logit_bias' must be an object of token ids to numbers.");
+        return -1;
+    }
+    int n = cJSON_GetArraySize(lb);
+    if (n > 1024) {
+        bad(err, "logit_bias", "'logit_bias' takes at most 1024 tokens.");
+        return -1;
+    }
+    if (n == 0)
+        return 0;
+    job->bias_id = malloc((size_t)n * sizeof *job->bias_id);
+    job->bias = malloc((size_t)n * sizeof *job->bias);
+    if (!job->bias_id || !job->bias) {
+        srv_error_set(err, 500, "server_error", NULL, NULL, "Out of memory.");
+        return -1;
+    }
+    const int64_t n_vocab = pi_model_n_vocab(mi->model);
+    const cJSON *b;
+    cJSON_ArrayForEach(b, lb) {
+        char *end;
+        errno = 0;
+        long long id = strtoll(b->string, &end, 10);
+        if (errno || end == b->string || *end || id < 0 || id >= n_vocab) {
+            bad(err, "logit_bias", "'logit_bias' keys must be token ids in [0, n_vocab).");
+            return -1;
+        }
+        if (!cJSON_IsNumber(b) || !(b->valuedouble >= -100.0 && b->valuedouble <= 100.0)) {
+            bad(err, "logit_bias", "'logit_bias' values must be numbers in [-100, 100].");
+            return -1;
+        }
+        job->bias_id[job->n_bias] = (int32_t)id;
+        job->bias[job->n_bias++] = (float)b->valuedouble;
+    }
+    return 0;
+}
+
 static uint64_t fresh_seed(void) {
     static _Atomic uint64_t counter;
     struct timespec t;
@@ -455,7 +527,8 @@ struct srv_job *api_make_job(const struct srv_model_info *mi, const cJSON *req, 
         srv_error_set(err, 500, "server_error", NULL, NULL, "Out of memory.");
         return NULL;
     }
-    if (get_stops(req, job, err) < 0)
+    if (get_stops(req, job, err) < 0 || get_response_format(req, &job->json, err) < 0 ||
+        get_logit_bias(mi, req, job, err) < 0)
         goto fail;
     job->prompt = chat ? chat_prompt(mi, req, &job->n_prompt, err)
                        : completion_prompt(mi, req, &job->n_prompt, err);

@@ -49,6 +49,8 @@ struct slot {
     size_t n_toks;
     int trim;           /* leading slot: cut the sequence to n_done before the next batch */
     uint64_t last_used; /* engine step it was last given back at */
+    struct jm_state jm; /* response_format json_object: the text so far */
+    float *row;         /* [n_vocab]: logits with logit_bias and the JSON mask applied */
 };
 
 struct srv_engine {
@@ -58,6 +60,11 @@ struct srv_engine {
     struct srv_engine_config cfg;
     struct slot *slots;
     pi_batch_entry *batch; /* [n_batch + n_slots] */
+    /* every token's piece (pieces + piece_at[t], piece_at[t+1] - piece_at[t] bytes) and
+     * whether it ends generation: what the JSON mask tries */
+    char *pieces;
+    size_t *piece_at;
+    unsigned char *eog;
 
     pthread_mutex_t mu;
     pthread_cond_t wake; /* new work or stop */
@@ -92,6 +99,8 @@ void job_free(struct srv_job *job) {
     }
     free(job->prompt_lp);
     free(job->prompt_text);
+    free(job->bias_id);
+    free(job->bias);
     for (size_t i = 0; i < job->n_stop; i++)
         free(job->stop[i]);
     free(job->choices);
@@ -264,6 +273,8 @@ static void accept_token(struct srv_engine *e, struct slot *s, int32_t tok, cons
     }
     ch->n_tokens++;
     e->tokens++;
+    if (job->json)
+        jm_feed(&s->jm, e->pieces + e->piece_at[tok], e->piece_at[tok + 1] - e->piece_at[tok]);
     if (pi_detok_push(s->detok, tok, append_text, &ch->text) != PI_OK) {
         fail_job(e, job, "out of memory");
         return;
@@ -352,6 +363,7 @@ static void assign_locked(struct srv_engine *e) {
             s->n_done = job->prompt_lp ? 0 : reuse < job->n_prompt ? reuse : job->n_prompt - 1;
             s->n_taken = 0;
             s->trim = c == 0;
+            jm_init(&s->jm);
             if (c == 0)
                 job->n_cached = s->n_done;
             /* The choices of one request differ: seed + index. A slot left without a
@@ -421,6 +433,68 @@ static size_t build_batch(struct srv_engine *e) {
     return n;
 }
 
+/* Every token's piece, for the JSON mask. */
+static int make_pieces(struct srv_engine *e) {
+    const int64_t n = e->n_vocab;
+    size_t cap = (size_t)n * 8 + 64, len = 0;
+    e->piece_at = malloc(((size_t)n + 1) * sizeof *e->piece_at);
+    e->eog = malloc((size_t)n);
+    e->pieces = malloc(cap);
+    if (!e->piece_at || !e->eog || !e->pieces)
+        return -1;
+    for (int64_t t = 0; t < n; t++) {
+        char buf[256];
+        int64_t k = pi_token_to_piece(e->model, (int32_t)t, buf, sizeof buf, 0);
+        k = k < 0 ? 0 : k < (int64_t)sizeof buf ? k : (int64_t)sizeof buf - 1;
+        if (len + (size_t)k > cap) {
+            char *p = realloc(e->pieces, cap * 2 + (size_t)k);
+            if (!p)
+                return -1;
+            e->pieces = p;
+            cap = cap * 2 + (size_t)k;
+        }
+        memcpy(e->pieces + len, buf, (size_t)k);
+        e->piece_at[t] = len;
+        len += (size_t)k;
+        e->eog[t] = (unsigned char)pi_model_token_is_eog(e->model, (int32_t)t);
+    }
+    e->piece_at[n] = len;
+    return 0;
+}
+
+/* The row a slot samples from: the model's logits, plus logit_bias, and under
+ * response_format json_object -inf for every token that cannot continue the JSON text
+ * (an end-of-generation token only once the object is complete). NULL when no token can
+ * (then the job fails). */
+static const float *sampling_row(struct srv_engine *e, struct slot *s, const float *logits) {
+    const struct srv_job *job = s->job;
+    if (!job->json && !job->n_bias)
+        return logits;
+    memcpy(s->row, logits, (size_t)e->n_vocab * sizeof *s->row);
+    for (size_t i = 0; i < job->n_bias; i++)
+        s->row[job->bias_id[i]] += job->bias[i];
+    if (!job->json)
+        return s->row;
+    const int done = jm_done(&s->jm);
+    int64_t allowed = 0;
+    for (int64_t t = 0; t < e->n_vocab; t++) {
+        const size_t len = e->piece_at[t + 1] - e->piece_at[t];
+        int ok;
+        if (e->eog[t]) {
+            ok = done;
+        } else if (done || len == 0) {
+            ok = 0; /* complete: only the end; a piece of nothing never moves on */
+        } else {
+            struct jm_state try = s->jm;
+            ok = jm_feed(&try, e->pieces + e->piece_at[t], len);
+        }
+        if (!ok)
+            s->row[t] = -INFINITY;
+        allowed += ok;
+    }
+    return allowed ? s->row : NULL;
+}
+
 static void after_decode(struct srv_engine *e) {
     e->steps++;
     /* What the sequences now hold. */
@@ -480,8 +554,13 @@ static void after_decode(struct srv_engine *e) {
             finish_choice(e, s, SRV_FINISH_LENGTH, 1);
             continue;
         }
+        const float *row = sampling_row(e, s, logits);
+        if (!row) {
+            fail_job(e, s->job, "no token can continue the JSON text (response_format)");
+            continue;
+        }
         int32_t tok;
-        if (pi_sample_logits(s->smp, logits, e->n_vocab, &tok) != PI_OK) {
+        if (pi_sample_logits(s->smp, row, e->n_vocab, &tok) != PI_OK) {
             fail_job(e, s->job, "sampling failed");
             continue;
         }
@@ -564,12 +643,17 @@ int engine_create(pi_ctx *ctx, const struct srv_engine_config *cfg, struct srv_e
         return -1;
     }
     e->n_vocab = pi_model_n_vocab(e->model);
+    if (make_pieces(e) != 0) {
+        engine_destroy(e);
+        return -1;
+    }
     for (uint32_t i = 0; i < cfg->n_slots; i++) {
         struct slot *s = &e->slots[i];
         s->seq = (int32_t)i;
         s->logits_at = -1;
         s->toks = malloc((size_t)e->n_ctx * sizeof *s->toks);
-        if (!s->toks || pi_detok_create(e->model, 0, &s->detok) != PI_OK) {
+        s->row = malloc((size_t)e->n_vocab * sizeof *s->row);
+        if (!s->toks || !s->row || pi_detok_create(e->model, 0, &s->detok) != PI_OK) {
             engine_destroy(e);
             return -1;
         }
@@ -604,7 +688,11 @@ void engine_destroy(struct srv_engine *e) {
         pi_sampler_destroy(e->slots[i].smp);
         pi_detok_destroy(e->slots[i].detok);
         free(e->slots[i].toks);
+        free(e->slots[i].row);
     }
+    free(e->pieces);
+    free(e->piece_at);
+    free(e->eog);
     pthread_cond_destroy(&e->wake);
     pthread_mutex_destroy(&e->mu);
     free(e->slots);

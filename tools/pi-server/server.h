@@ -52,6 +52,25 @@ size_t utf8_chars(const char *s, size_t n);
 /* Monotonic seconds. */
 double now_s(void);
 
+/* ---- jsonmode.c: prefixes of a JSON object, for response_format json_object -------- */
+
+#define JM_MAX_DEPTH 32 /* nesting */
+#define JM_MAX_SPACE 64 /* whitespace bytes in a row between tokens */
+
+struct jm_state {
+    unsigned char mode, num, lit, is_key, top, first_in_array;
+    int count, space, depth;
+    unsigned char stack[JM_MAX_DEPTH];
+};
+
+/* Ready for a text that must be one JSON object (RFC 8259) and whitespace. */
+void jm_init(struct jm_state *s);
+/* Read n more bytes: 1 when the text so far is still the beginning of such a text (or
+ * all of it), 0 when it can no longer be (s is then undefined: feed a copy to try). */
+int jm_feed(struct jm_state *s, const char *bytes, size_t n);
+/* 1 when the object is complete (only whitespace may follow). */
+int jm_done(const struct jm_state *s);
+
 /* ---- engine.c: slots, the queue, continuous batching -------------------------------- */
 
 enum { SRV_FINISH_NONE = 0, SRV_FINISH_STOP, SRV_FINISH_LENGTH, SRV_FINISH_ERROR };
@@ -91,6 +110,10 @@ struct srv_job {
     int logprobs;               /* -1: none; else alternatives per token (0..20) */
     int echo;                   /* completions: the prompt comes back before the text */
     char *prompt_text;          /* echo: the prompt as sent (NULL: given as token ids) */
+    int json;                   /* response_format json_object: only JSON can be sampled */
+    int32_t *bias_id;           /* logit_bias: added to these tokens' logits */
+    float *bias;
+    size_t n_bias;
     struct srv_logprob *prompt_lp; /* echo with logprobs: [n_prompt], [0] has none */
 
     /* ---- guarded by the engine's mutex ---- */
