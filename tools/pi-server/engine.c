@@ -73,6 +73,8 @@ struct srv_engine {
     int stopping, started;
     pthread_t thread;
     uint64_t requests, tokens, steps;
+    uint64_t prompt_tokens, prompt_cached, decoded, failed; /* for /metrics */
+    double decode_s;
 };
 
 /* ---- jobs --------------------------------------------------------------------------- */
@@ -177,8 +179,10 @@ static void finish_choice(struct srv_engine *e, struct slot *s, int reason, int 
 
 /* Fail every choice of the job still running and free its slots. */
 static void fail_job(struct srv_engine *e, struct srv_job *job, const char *why) {
-    if (!job->error[0])
+    if (!job->error[0]) {
         snprintf(job->error, sizeof job->error, "%s", why);
+        e->failed++;
+    }
     for (uint32_t i = 0; i < e->cfg.n_slots; i++) {
         struct slot *s = &e->slots[i];
         if (s->job == job) {
@@ -364,8 +368,11 @@ static void assign_locked(struct srv_engine *e) {
             s->n_taken = 0;
             s->trim = c == 0;
             jm_init(&s->jm);
-            if (c == 0)
+            if (c == 0) {
                 job->n_cached = s->n_done;
+                e->prompt_tokens += job->n_prompt;
+                e->prompt_cached += s->n_done;
+            }
             /* The choices of one request differ: seed + index. A slot left without a
              * sampler (out of memory) fails its job in reap(), on the engine's thread. */
             pi_sampler_params sp = job->sampling;
@@ -398,6 +405,7 @@ static size_t build_batch(struct srv_engine *e) {
             s->trim = 0;
             if (pi_ctx_seq_remove(e->ctx, s->seq, (int64_t)s->n_done, -1) != PI_OK) {
                 pi_ctx_seq_clear(e->ctx, s->seq);
+                e->prompt_cached -= s->n_done;
                 s->n_done = 0;
                 s->job->n_cached = 0;
             }
@@ -591,8 +599,12 @@ static void *run(void *arg) {
             continue;
         }
         pthread_mutex_unlock(&e->mu);
+        const double t0 = now_s();
         int st = pi_ctx_decode_batch(e->ctx, e->batch, n);
+        const double dt = now_s() - t0;
         pthread_mutex_lock(&e->mu);
+        e->decode_s += dt;
+        e->decoded += st == PI_OK ? n : 0;
         if (st != PI_OK)
             fail_batch(e, st);
         else
@@ -789,6 +801,12 @@ void engine_health(struct srv_engine *e, struct srv_health *out) {
     out->queued = e->q_len;
     out->requests = e->requests;
     out->tokens_generated = e->tokens;
+    out->prompt_tokens = e->prompt_tokens;
+    out->prompt_tokens_cached = e->prompt_cached;
+    out->steps = e->steps;
+    out->tokens_decoded = e->decoded;
+    out->failed = e->failed;
+    out->decode_seconds = e->decode_s;
     pthread_mutex_unlock(&e->mu);
 }
 

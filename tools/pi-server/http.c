@@ -46,6 +46,7 @@ struct srv_http {
 enum route {
     R_NONE = 0,
     R_HEALTH,
+    R_METRICS,
     R_MODELS,
     R_MODEL,
     R_CHAT,
@@ -180,7 +181,8 @@ static enum MHD_Result respond_error(struct conn *c, struct MHD_Connection *mc,
         MHD_add_response_header(r, "Content-Type", "application/json");
         if (err->status == 405) {
             MHD_add_response_header(r, "Allow",
-                                    c->route == R_HEALTH || c->route == R_MODELS ||
+                                    c->route == R_HEALTH || c->route == R_METRICS ||
+                                            c->route == R_MODELS ||
                                             c->route == R_MODEL || c->route == R_ASSET
                                         ? "GET, HEAD, OPTIONS"
                                         : "POST, OPTIONS");
@@ -219,6 +221,7 @@ static const struct {
     int auth; /* needs the API key */
 } routes[] = {
     {"/health", R_HEALTH, 0, 0},
+    {"/metrics", R_METRICS, 0, 1},
     {"/v1/models", R_MODELS, 0, 1},
     {"/v1/chat/completions", R_CHAT, 1, 1},
     {"/v1/completions", R_COMPLETIONS, 1, 1},
@@ -353,6 +356,50 @@ static enum MHD_Result do_health(struct srv_http *h, struct conn *c, struct MHD_
     char *s = cJSON_PrintUnformatted(root);
     cJSON_Delete(root);
     return respond_json(c, mc, 200, s);
+}
+
+/* Prometheus' text format (version 0.0.4). */
+static enum MHD_Result do_metrics(struct srv_http *h, struct conn *c, struct MHD_Connection *mc) {
+    struct srv_health hs;
+    engine_health(h->engine, &hs);
+    static const struct {
+        const char *name, *type, *help;
+    } m[] = {
+        {"pi_requests_total", "counter", "Requests accepted for generation."},
+        {"pi_requests_failed_total", "counter", "Requests that ended with an error."},
+        {"pi_prompt_tokens_total", "counter", "Prompt tokens of the requests started."},
+        {"pi_prompt_tokens_cached_total", "counter",
+         "Prompt tokens the prompt cache held (not decoded again)."},
+        {"pi_tokens_generated_total", "counter", "Tokens generated."},
+        {"pi_decode_steps_total", "counter", "Batched decode steps."},
+        {"pi_tokens_decoded_total", "counter", "Tokens the decode steps took (prompt and generated)."},
+        {"pi_decode_seconds_total", "counter", "Seconds spent in decode steps."},
+        {"pi_slots_busy", "gauge", "Slots serving a request."},
+        {"pi_slots_idle", "gauge", "Free slots."},
+        {"pi_requests_queued", "gauge", "Requests waiting for a slot."},
+    };
+    const double v[] = {(double)hs.requests,      (double)hs.failed,
+                        (double)hs.prompt_tokens, (double)hs.prompt_tokens_cached,
+                        (double)hs.tokens_generated, (double)hs.steps,
+                        (double)hs.tokens_decoded, hs.decode_seconds,
+                        (double)hs.slots_busy,    (double)hs.slots_idle,
+                        (double)hs.queued};
+    struct srv_buf out = {0};
+    int rc = 0;
+    for (size_t i = 0; i < sizeof m / sizeof *m && rc == 0; i++)
+        rc = buf_printf(&out, "# HELP %s %s\n# TYPE %s %s\n%s %.17g\n", m[i].name, m[i].help,
+                        m[i].name, m[i].type, m[i].name, v[i]);
+    if (rc != 0) {
+        buf_free(&out);
+        return respond_json(c, mc, 500, NULL);
+    }
+    struct MHD_Response *r =
+        MHD_create_response_from_buffer(out.len, out.data, MHD_RESPMEM_MUST_FREE);
+    if (r)
+        MHD_add_response_header(r, "Content-Type", "text/plain; version=0.0.4");
+    else
+        buf_free(&out);
+    return queue(c, mc, 200, r);
 }
 
 static enum MHD_Result do_asset(struct conn *c, struct MHD_Connection *mc) {
@@ -523,6 +570,8 @@ static enum MHD_Result dispatch(struct srv_http *h, struct conn *c, struct MHD_C
     switch (c->route) {
     case R_HEALTH:
         return do_health(h, c, mc);
+    case R_METRICS:
+        return do_metrics(h, c, mc);
     case R_MODELS:
         return respond_json(c, mc, 200, api_models_json(h->mi, 0));
     case R_MODEL:

@@ -168,6 +168,10 @@ void engine_wait(struct srv_engine *e, struct srv_job *job, int ms);
 struct srv_health {
     uint32_t slots_idle, slots_busy, queued;
     uint64_t requests, tokens_generated;
+    /* for /metrics: prompt tokens of started jobs and how many of them the prompt cache
+     * held; decode steps, the tokens they decoded and the seconds they took */
+    uint64_t prompt_tokens, prompt_tokens_cached, steps, tokens_decoded, failed;
+    double decode_seconds;
 };
 void engine_health(struct srv_engine *e, struct srv_health *out);
 uint32_t engine_n_slots(const struct srv_engine *e);
