@@ -15,19 +15,12 @@
 #include <string.h>
 
 #include "infer/ctx.h"
+#include "util/hash.h"
 
 #define STATE_VERSION 1u
 #define HEADER_BYTES 48u
 static const char MAGIC[8] = {'P', 'I', 'S', 'T', 'A', 'T', 'E', '\0'};
 
-static uint64_t fnv(uint64_t h, const void *p, size_t n) {
-    const uint8_t *s = p;
-    for (size_t i = 0; i < n; i++) {
-        h ^= s[i];
-        h *= 0x100000001b3ull;
-    }
-    return h;
-}
 
 static void put32(uint8_t **p, uint32_t v) {
     memcpy(*p, &v, 4);
@@ -123,7 +116,7 @@ int pi_ctx_state_save(const pi_ctx *c, int32_t seq, void *buf, size_t cap, size_
             p += (size_t)len * (size_t)(nk + nv) * 2;
         }
     }
-    put64(&p, fnv(0xcbf29ce484222325ull, buf, (size_t)(p - (uint8_t *)buf)));
+    put64(&p, pi_fnv1a(PI_FNV1A_INIT, buf, (size_t)(p - (uint8_t *)buf)));
     return PI_OK;
 }
 
@@ -137,7 +130,7 @@ int pi_ctx_state_load(pi_ctx *c, int32_t seq, const void *buf, size_t size) {
     const uint8_t *p = buf, *end = p + size;
     if (size < HEADER_BYTES + 8 || memcmp(p, MAGIC, 8) != 0)
         PI_FAIL(&c->err, PI_ERR_FORMAT, "not a libpowerinfer context state (%zu bytes)", size);
-    const uint64_t sum = fnv(0xcbf29ce484222325ull, buf, size - 8);
+    const uint64_t sum = pi_fnv1a(PI_FNV1A_INIT, buf, size - 8);
     const uint8_t *tail = end - 8;
     if (get64(&tail) != sum)
         PI_FAIL(&c->err, PI_ERR_FORMAT, "state checksum mismatch: truncated or corrupted");

@@ -9,6 +9,7 @@
 #include "infer/ctx.h"
 #include "plan/gpuidx.h"
 #include "runtime/types.h"
+#include "util/hash.h"
 
 #define MIB (1024.0 * 1024.0)
 #define GIB (1024.0 * 1024.0 * 1024.0)
@@ -17,28 +18,20 @@
 
 /* ---- identities (FNV-1a, 64-bit) --------------------------------------------------- */
 
-static uint64_t fnv(uint64_t h, const void *p, size_t n) {
-    const uint8_t *s = p;
-    for (size_t i = 0; i < n; i++) {
-        h ^= s[i];
-        h *= 0x100000001b3ull;
-    }
-    return h;
-}
 
 /* The file's size and everything before its tensor data: metadata and tensor table. */
 uint64_t pi_model_identity(const struct pi_model *m) {
-    uint64_t h = fnv(0xcbf29ce484222325ull, &m->gguf.size, sizeof m->gguf.size);
-    return fnv(h, m->gguf.base, (size_t)m->gguf.data_off);
+    uint64_t h = pi_fnv1a(PI_FNV1A_INIT, &m->gguf.size, sizeof m->gguf.size);
+    return pi_fnv1a(h, m->gguf.base, (size_t)m->gguf.data_off);
 }
 
 /* The frequencies the planner ranks by (0: none). */
 static uint64_t stats_id(const double *const *freq, int64_t n_layer, int64_t n_ff) {
     if (!freq)
         return 0;
-    uint64_t h = 0xcbf29ce484222325ull;
+    uint64_t h = PI_FNV1A_INIT;
     for (int64_t l = 0; l < n_layer; l++)
-        h = fnv(h, freq[l], (size_t)n_ff * sizeof(double));
+        h = pi_fnv1a(h, freq[l], (size_t)n_ff * sizeof(double));
     return h ? h : 1;
 }
 
