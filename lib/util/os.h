@@ -19,8 +19,6 @@ struct pi_file_map {
 int pi_os_map_file(const char *path, struct pi_file_map *map, struct pi_error *err);
 void pi_os_unmap_file(struct pi_file_map *map);
 
-#endif
-
 /* ---- Threads ------------------------------------------------------------------- */
 
 struct pi_thread;
@@ -47,3 +45,5 @@ uint64_t pi_os_time_ns(void);
 void pi_os_cpu_relax(void);
 /* Give the processor to another runnable thread, if any. */
 void pi_os_yield(void);
+
+#endif
