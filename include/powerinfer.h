@@ -99,7 +99,9 @@ enum {
     PI_ERR_NOT_FOUND = -7,   /* no such key, tensor or item                           */
     PI_ERR_TYPE = -8,        /* the item exists but has another type                  */
     PI_ERR_RANGE = -9,       /* an index is out of range, or a value does not fit     */
-    PI_ERR_INTERNAL = -10    /* a bug in the library; please report it                */
+    PI_ERR_INTERNAL = -10,   /* a bug in the library; please report it                */
+    PI_ERR_NUMERIC = -11     /* a computation gave NaN or infinity (the message says  */
+                             /* where); Since: 0.1                                    */
 };
 
 /* A short static English description of a status ("invalid argument", ...).
@@ -581,8 +583,21 @@ typedef struct pi_ctx_params {
      * n_ctx positions. Default 1; at most 256. The KV cache holds n_seq_max * n_ctx
      * positions (memory is touched only as positions are used). Since: 0.1 */
     uint32_t n_seq_max;
-    uint32_t reserved1; /* zero */
+    /* Where decode looks for non-finite values (NaN, infinity), PI_CHECK_*. The
+     * logits of every entry that asks for them are always checked: a non-finite logit
+     * fails the decode with PI_ERR_NUMERIC (the context unchanged) and a message
+     * naming the entry. PI_CHECK_LAYERS also checks the residual stream after each
+     * layer's attention and FFN block, so the message names the first layer and part
+     * that produced one (a debugging aid: it reads every activation once more and
+     * waits for a device after each block). Default PI_CHECK_LOGITS. Since: 0.1 */
+    uint32_t check_numerics;
 } pi_ctx_params;
+
+/* pi_ctx_params.check_numerics. */
+enum {
+    PI_CHECK_LOGITS = 0,
+    PI_CHECK_LAYERS = 1
+};
 
 /* pi_ctx_params.device. */
 enum {
@@ -667,7 +682,8 @@ PI_API const pi_model *pi_ctx_model(const pi_ctx *ctx);
 /* Append `n_tokens` tokens (borrowed for the call) at the current position, run the
  * model over them, and compute the logits of the last one (pi_ctx_logits).
  * Returns PI_OK; PI_ERR_INVALID_ARG (NULL, n_tokens 0, a token id outside the
- * vocabulary); PI_ERR_RANGE (the context would exceed n_ctx); PI_ERR_ABORTED.
+ * vocabulary); PI_ERR_RANGE (the context would exceed n_ctx); PI_ERR_ABORTED;
+ * PI_ERR_NUMERIC (a logit is NaN or infinite: see pi_ctx_params.check_numerics).
  * On failure the context is unchanged: position, cache contents that matter, and
  * the previous logits. Since: 0.1 */
 PI_API int pi_ctx_decode(pi_ctx *ctx, const int32_t *tokens, size_t n_tokens);
@@ -722,8 +738,9 @@ typedef struct pi_batch_entry {
  * PI_ERR_INVALID_ARG (NULL, n 0, a token outside the vocabulary, a seq outside
  * 0..n_seq_max-1, a pos that is not the sequence's next); PI_ERR_RANGE (a sequence
  * would exceed n_ctx); PI_ERR_ABORTED (the abort callback; nothing changed);
- * PI_ERR_NOMEM. pi_ctx_logits then returns the logits of the last entry that asked
- * for them. Since: 0.1 */
+ * PI_ERR_NUMERIC (non-finite logits, as pi_ctx_decode; nothing changed); PI_ERR_NOMEM.
+ * pi_ctx_logits then returns the logits of the last entry that asked for them, or
+ * NULL when no entry asked. Since: 0.1 */
 PI_API int pi_ctx_decode_batch(pi_ctx *ctx, const pi_batch_entry *entries, size_t n);
 
 /* The n_vocab logits of entry `i` of the last successful pi_ctx_decode_batch, or NULL
@@ -996,13 +1013,17 @@ PI_API int pi_sampler_create(const pi_model *model, const pi_sampler_params *par
 PI_API void pi_sampler_destroy(pi_sampler *sampler);
 
 /* Choose the next token from the context's current logits and accept it into the
- * penalty history. Returns PI_OK, PI_ERR_INVALID_ARG (NULL; ctx of another model; no
- * logits yet). Since: 0.1 */
+ * penalty history. A NaN logit counts as -infinity (never chosen while another token
+ * has a number; ties go to the lower id, so the choice stays deterministic) and
+ * +infinity as the largest float. Returns PI_OK, PI_ERR_INVALID_ARG (NULL; ctx of
+ * another model; no logits yet), PI_ERR_NUMERIC (every logit is NaN or -infinity;
+ * nothing is accepted). Since: 0.1 */
 PI_API int pi_sample(pi_sampler *sampler, const pi_ctx *ctx, int32_t *token);
 
 /* The same on any n_vocab logits (borrowed for the call), e.g. one entry's of a batch
  * (pi_ctx_batch_logits): each sequence samples with its own sampler. PI_OK,
- * PI_ERR_INVALID_ARG (NULL, n_vocab not the sampler's model's). Since: 0.1 */
+ * PI_ERR_INVALID_ARG (NULL, n_vocab not the sampler's model's), PI_ERR_NUMERIC (as
+ * pi_sample). Since: 0.1 */
 PI_API int pi_sample_logits(pi_sampler *sampler, const float *logits, int64_t n_vocab,
                             int32_t *token);
 

@@ -41,6 +41,8 @@ const char *pi_status_str(int status) {
         return "out of range";
     case PI_ERR_INTERNAL:
         return "internal error";
+    case PI_ERR_NUMERIC:
+        return "non-finite result (NaN or infinity)";
     default:
         return "unknown status";
     }

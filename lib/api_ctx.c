@@ -96,6 +96,7 @@ static int setup_sparse(struct pi_ctx *c, const pi_ctx_params *p) {
                 "PI_SPARSE_DENSE", c->mode == PI_SPARSE_ORACLE ? "oracle" : "predictor");
     c->threshold = p->sparse_threshold_set ? p->sparse_threshold : hp->sparse_threshold;
     c->stats_level = (int)p->stats;
+    c->check_layers = p->check_numerics == PI_CHECK_LAYERS;
     if (hp->sparse) {
         int64_t rmax = 1;
         for (int64_t l = 0; l < hp->n_layer; l++)
@@ -234,7 +235,8 @@ static const char *bad_params(const pi_ctx_params *pp) {
            : p.plan_file > PI_PLAN_FILE_WRITE ? "plan_file is not a PI_PLAN_FILE_* value"
            : p.plan_file && !p.plan_path ? "plan_file is set but plan_path is NULL"
            : p.n_seq_max > MAX_SEQ ? "n_seq_max is above 256"
-           : p.reserved0 || p.reserved1 ? "reserved fields are not zero"
+           : p.check_numerics > PI_CHECK_LAYERS ? "check_numerics is not a PI_CHECK_* value"
+           : p.reserved0 ? "reserved fields are not zero"
            : NULL;
 }
 
@@ -563,11 +565,16 @@ int pi_ctx_seq_remove(pi_ctx *c, int32_t seq, int64_t p0, int64_t p1) {
 }
 
 int pi_ctx_set_threads(pi_ctx *c, uint32_t n) {
-    if (!c || n > MAX_THREADS)
+    if (!c)
         return PI_ERR_INVALID_ARG;
-    int st = c->be->set_threads(c->b, n ? (int)n : pi_os_n_cpus());
+    pi_error_clear(&c->err);
+    if (n > MAX_THREADS)
+        PI_FAIL(&c->err, PI_ERR_INVALID_ARG, "pi_ctx_set_threads: %u threads is above %d", n,
+                MAX_THREADS);
+    const int want = n ? (int)n : pi_os_n_cpus();
+    int st = c->be->set_threads(c->b, want);
     if (st < 0)
-        PI_FAIL(&c->err, st, "cannot start %u threads", n);
+        PI_FAIL(&c->err, st, "pi_ctx_set_threads: cannot start %d threads", want);
     return PI_OK;
 }
 

@@ -1,6 +1,7 @@
 /* api_sampler.c -- the sampler: penalties -> top-k -> top-p -> min-p -> temperature
  * -> seeded draw (or greedy). All buffers are allocated at creation; sampling a token
  * allocates nothing. */
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -157,6 +158,13 @@ static void apply_penalties(struct pi_sampler *s) {
 }
 
 /* Larger logit first; equal logits by lower id, so results are deterministic. */
+/* The logit as the sampler orders it: NaN as -infinity (never drawn while a number is
+ * left, ties broken by id like any other) and +infinity as FLT_MAX, so that every
+ * comparison is a total order and logit - max stays a number. */
+static float orderable(float v) {
+    return isnan(v) ? -INFINITY : v > FLT_MAX ? FLT_MAX : v;
+}
+
 static int cand_before(const struct cand *a, const struct cand *b) {
     return a->logit > b->logit || (a->logit == b->logit && a->id < b->id);
 }
@@ -234,7 +242,7 @@ int64_t pi_sampler_candidates(pi_sampler *s, const float *logits, float *mx_out,
     const int64_t n = s->n_vocab;
     struct cand *c = s->cand;
     for (int64_t i = 0; i < n; i++)
-        c[i] = (struct cand){logits[i], (int32_t)i};
+        c[i] = (struct cand){orderable(logits[i]), (int32_t)i};
     if (penalties_active(&s->p))
         apply_penalties(s);
     const float top_p = s->p.top_p, min_p = s->p.min_p;
@@ -298,18 +306,22 @@ int pi_sample_logits(pi_sampler *s, const float *logits, int64_t n_vocab, int32_
     if (s->p.temperature <= 0.0f) {
         const int64_t n = s->n_vocab;
         for (int64_t i = 0; i < n; i++)
-            s->cand[i] = (struct cand){logits[i], (int32_t)i};
+            s->cand[i] = (struct cand){orderable(logits[i]), (int32_t)i};
         if (penalties_active(&s->p))
             apply_penalties(s);
         int64_t best = 0;
         for (int64_t i = 1; i < n; i++)
             if (cand_before(&s->cand[i], &s->cand[best]))
                 best = i;
+        if (s->cand[best].logit == -INFINITY)
+            return PI_ERR_NUMERIC; /* every logit is NaN or -infinity */
         chosen = s->cand[best].id;
     } else {
         float mx;
         int sorted;
         const int64_t k = pi_sampler_candidates(s, logits, &mx, &sorted);
+        if (mx == -INFINITY)
+            return PI_ERR_NUMERIC; /* every logit is NaN or -infinity */
         const struct cand *c = s->cand;
         double total = 0.0;
         for (int64_t i = 0; i < k; i++)

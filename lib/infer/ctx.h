@@ -61,6 +61,7 @@ struct pi_ctx {
     int32_t *idx;                      /* [n_ff] neurons computed in this step */
     uint8_t *mark;                     /* [n_ff] */
     int stats_level;                   /* PI_STATS_* */
+    int check_layers;                  /* PI_CHECK_LAYERS: NaN/Inf after each block */
     struct pi_stats *stats;            /* NULL when off */
     struct pi_hybrid *hy;              /* device side; NULL: CPU only */
     pi_trace_fn trace_fn;              /* internal (tests); not called for layers split

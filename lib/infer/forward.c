@@ -10,6 +10,7 @@
  * A step of T tokens computes gate/up rows for the union U of its tokens' sets (all
  * rows, densely, when |U| > PI_SPARSE_DENSE_UNION * F) and masks each token to its own
  * set, so a prompt gives what T one-token steps would give (up to rounding order). */
+#include <math.h>
 #include <string.h>
 
 #include "infer/ctx.h"
@@ -315,6 +316,34 @@ static void ffn_device(struct run *r, const struct pi_dev_layer *D) {
     }
 }
 
+/* The first non-finite value of v[0..n), or -1. */
+static int64_t first_nonfinite(const float *v, int64_t n) {
+    for (int64_t i = 0; i < n; i++)
+        if (!isfinite(v[i]))
+            return i;
+    return -1;
+}
+
+/* PI_CHECK_LAYERS: PI_ERR_NUMERIC if the residual stream x [T][E] holds a NaN or an
+ * infinity after `part` of layer l (its host copy, fetched from the device if stale). */
+static int check_block(struct run *r, const pi_batch_entry *e, const int32_t *pos, int64_t l,
+                       const char *part) {
+    struct pi_ctx *c = r->c;
+    const int64_t E = c->hp->n_embd;
+    const float *x = in(r, &r->x, HOST);
+    if (r->c->hy)
+        r->c->hy->be->sync(r->c->hy->b);
+    c->be->sync(c->b);
+    const int64_t i = r->st < 0 ? -1 : first_nonfinite(x, r->T * E);
+    if (i < 0)
+        return PI_OK;
+    const int64_t t = i / E;
+    PI_FAIL(&c->err, PI_ERR_NUMERIC, "layer %lld, after the %s block: %s in the residual "
+            "stream of entry %lld (sequence %d, position %d), element %lld",
+            (long long)l, part, isnan(x[i]) ? "NaN" : "infinity", (long long)t,
+            (int)e[t].seq, (int)pos[t], (long long)(i % E));
+}
+
 /* One step of T <= n_batch entries at positions pos[0..T). The logits of the entries
  * that ask for them go to consecutive rows of `rows` [..][n_vocab] (host memory). */
 static int step(struct pi_ctx *c, const pi_batch_entry *e, const int32_t *pos, int64_t T,
@@ -378,6 +407,8 @@ static int step(struct pi_ctx *c, const pi_batch_entry *e, const int32_t *pos, i
         a->be->matmul(a->b, W ? &L->wo : &D->wo, in(&r, &r.att, a->at), T,
                       out(&r.xn, a->at));                                   /* xn [T][E] */
         a->be->add(a->b, inout(&r, &r.x, a->at), r.xn.p[a->at], T * E);    /* x += attn */
+        if (c->check_layers)
+            PI_TRY(check_block(&r, e, pos, l, "attention"));
         const uint64_t t1 = now(c);
         /* predictor: s [T][F] from the residual x, before ffn_norm */
         const int diag = c->stats_level == PI_STATS_DIAGNOSTIC;
@@ -460,6 +491,8 @@ static int step(struct pi_ctx *c, const pi_batch_entry *e, const int32_t *pos, i
         }
         if (r.st < 0)
             break;
+        if (c->check_layers)
+            PI_TRY(check_block(&r, e, pos, l, "FFN"));
         if (c->abort_fn && c->abort_fn(c->abort_user)) {
             if (hy)
                 hy->be->sync(hy->b);
@@ -515,14 +548,26 @@ int pi_forward(struct pi_ctx *c, const pi_batch_entry *e, const int32_t *pos, in
         PI_TRY(step(c, e + done, pos + done, T, dst));
         done += T;
     }
+    /* NaN or infinity in a logit (an overflowing layer, a broken file) would reach the
+     * sampler as garbage: the decode fails instead, and the context stays as it was. */
+    for (int64_t i = 0; i < n; i++) {
+        if (row_of[i] < 0)
+            continue;
+        const float *row = rows + (size_t)row_of[i] * (size_t)V;
+        const int64_t j = first_nonfinite(row, V);
+        if (j >= 0)
+            PI_FAIL(&c->err, PI_ERR_NUMERIC, "the logits of entry %lld (sequence %d, "
+                    "position %d) hold %s (token %lld); PI_CHECK_LAYERS names the layer that "
+                    "produced it", (long long)i, (int)e[i].seq, (int)pos[i],
+                    isnan(row[j]) ? "NaN" : "infinity", (long long)j);
+    }
     /* success: the sequences advance, the batch's logits become the current ones */
     for (int64_t i = 0; i < n; i++)
         c->seq_len[e[i].seq] = pos[i] + 1;
     c->cur = spare;
     c->n_entries = (size_t)n;
-    if (n_rows) {
+    c->has_logits = n_rows > 0; /* a batch asking for none leaves none readable */
+    if (n_rows)
         memcpy(c->logits, rows + (size_t)(n_rows - 1) * (size_t)V, (size_t)V * sizeof(float));
-        c->has_logits = 1;
-    }
     return PI_OK;
 }

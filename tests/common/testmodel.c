@@ -85,6 +85,14 @@ static void tensor(struct ctx *c, const char *name, int64_t ne0, int64_t ne1, in
         c->status = PI_ERR_NOMEM;
         return;
     }
+    if (c->s->poison && !strcmp(c->s->poison, name)) {
+        if (type == PI_TYPE_F32) {
+            memcpy(data, &c->s->poison_value, 4);
+        } else if (type == PI_TYPE_F16) {
+            uint16_t h = pi_fp32_to_fp16(c->s->poison_value);
+            memcpy(data, &h, 2);
+        }
+    }
     c->status = gguf_writer_add_tensor(c->w, name, type, nd, ne, data);
     free(data);
 }

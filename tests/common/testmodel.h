@@ -19,6 +19,8 @@ struct tm_spec {
     const char *skip_key;      /* metadata key not to write (suffix after "<arch>.") */
     float threshold;           /* powerinfer.sparse_threshold when sparse */
     uint32_t seed;
+    const char *poison;        /* F32/F16 tensor whose first element is poison_value */
+    float poison_value;
 };
 
 void tm_default(struct tm_spec *s);

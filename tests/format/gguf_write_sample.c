@@ -36,6 +36,7 @@ static const char *status_name(int st) {
     case PI_ERR_TYPE: return "PI_ERR_TYPE";
     case PI_ERR_RANGE: return "PI_ERR_RANGE";
     case PI_ERR_INTERNAL: return "PI_ERR_INTERNAL";
+    case PI_ERR_NUMERIC: return "PI_ERR_NUMERIC";
     default: return "unknown status";
     }
 }

@@ -20,8 +20,9 @@ on the same object.
 """
 
 from ._errors import (PI_ERR_ABORTED, PI_ERR_FORMAT, PI_ERR_INTERNAL, PI_ERR_INVALID_ARG,
-                      PI_ERR_IO, PI_ERR_NOMEM, PI_ERR_NOT_FOUND, PI_ERR_RANGE, PI_ERR_TYPE,
-                      PI_ERR_UNSUPPORTED, PI_OK, STATUS_NAMES, PowerInferError, status_str)
+                      PI_ERR_IO, PI_ERR_NOMEM, PI_ERR_NOT_FOUND, PI_ERR_NUMERIC, PI_ERR_RANGE,
+                      PI_ERR_TYPE, PI_ERR_UNSUPPORTED, PI_OK, STATUS_NAMES, PowerInferError,
+                      status_str)
 from ._lib import LibraryNotFoundError, library_path, load_library
 from .context import DEVICE_BUDGET_AUTO, Context, LayerStats, Stats
 from .generate import generate
@@ -51,5 +52,5 @@ __all__ = [
     "abi_version", "default_sampler_params", "generate", "library_path", "load_library", "quantize",
     "status_str", "type_name", "version", "STATUS_NAMES", "PI_OK", "PI_ERR_INVALID_ARG",
     "PI_ERR_NOMEM", "PI_ERR_IO", "PI_ERR_FORMAT", "PI_ERR_UNSUPPORTED", "PI_ERR_ABORTED",
-    "PI_ERR_NOT_FOUND", "PI_ERR_TYPE", "PI_ERR_RANGE", "PI_ERR_INTERNAL",
+    "PI_ERR_NOT_FOUND", "PI_ERR_TYPE", "PI_ERR_RANGE", "PI_ERR_INTERNAL", "PI_ERR_NUMERIC",
 ]

@@ -79,7 +79,7 @@ class CtxParams(Structure):
         ("reserved0", c_uint32),
         # several sequences
         ("n_seq_max", c_uint32),
-        ("reserved1", c_uint32),
+        ("check_numerics", c_uint32),
     ]
 
 

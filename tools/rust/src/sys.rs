@@ -36,6 +36,7 @@ pub const PI_ERR_NOT_FOUND: c_int = -7;
 pub const PI_ERR_TYPE: c_int = -8;
 pub const PI_ERR_RANGE: c_int = -9;
 pub const PI_ERR_INTERNAL: c_int = -10;
+pub const PI_ERR_NUMERIC: c_int = -11;
 
 // ---- Logging ------------------------------------------------------------------------
 
@@ -174,7 +175,7 @@ pub struct pi_ctx_params {
     pub plan_file: u32,
     pub reserved0: u32,
     pub n_seq_max: u32,
-    pub reserved1: u32,
+    pub check_numerics: u32,
 }
 
 #[repr(C)]
