@@ -8,14 +8,40 @@
 #      each fuzzer for a bounded time (PI_FUZZ_SECONDS, default 60; the plan fuzzer
 #      PI_FUZZ_PLAN_SECONDS, default 45) over the committed corpus and generated models.
 # Pass --quick to do only steps 1 and 2.
+# A skip is a failure unless tests/skip-allowed.txt lists it (tools/check_skips.py reads
+# each build's meson-logs/testlog.json after its `meson test`), and the suites that need
+# optional packages (the Python format tests, pi-server, the browser and openai tests)
+# fail instead of skipping when those are missing (PI_REQUIRE_ALL=1).
 set -eu
 cd "$(dirname "$0")/.."
 sh tools/setup.sh
 export PI_REQUIRE_SMOLLM2=1
+export PI_REQUIRE_ALL=1
+# The SIMD kernel tables this CPU supports must all run in tests/kernels (from
+# /proc/cpuinfo, independently of the library's own cpuid detection).
+simd=
+cpu_has() { grep -qw "$1" /proc/cpuinfo; }
+if cpu_has avx2 && cpu_has fma && cpu_has f16c; then
+    simd=avx2
+    if cpu_has avx512f && cpu_has avx512dq && cpu_has avx512bw && cpu_has avx512vl &&
+        cpu_has avx512_vnni; then
+        simd=avx2,avx512
+    fi
+fi
+export PI_REQUIRE_SIMD="$simd"
 
-[ -d build ] || meson setup build
+# The tests whose absence would go unnoticed: a missing dependency keeps them from being
+# registered at all (pi-server: -Dserver=enabled makes that a configure error instead).
+required="--require server --require python --require real-model --require pi-quantize
+    --require gguf-package-roundtrip --require pt-reader --require activation-stats
+    --require gpuidx-format --require powerinfer-convert --require kernels --require forward"
+
+[ -d build ] || meson setup build -Dserver=enabled
+meson configure build -Dserver=enabled
 meson compile -C build
 meson test -C build --print-errorlogs
+# shellcheck disable=SC2086
+python3 tools/check_skips.py build $required
 
 # The Python package installs from the repository (pip, into a throw-away venv) and its
 # tests pass against the installed copy too (the meson suite 'python' ran them from the
@@ -24,7 +50,10 @@ rm -rf build/pyvenv
 python3 -m venv --system-site-packages build/pyvenv
 build/pyvenv/bin/python -m pip install -q --disable-pip-version-check ./tools/python
 PI_PYTHON_INSTALLED=1 PI_LIBRARY="$PWD/build/lib/libpowerinfer.so" \
-    build/pyvenv/bin/python -m pytest -q -p no:cacheprovider tests/python
+    build/pyvenv/bin/python -m pytest -q -rs -p no:cacheprovider tests/python \
+    > build/pytest-installed.log 2>&1 || { cat build/pytest-installed.log; exit 1; }
+cat build/pytest-installed.log
+python3 tools/check_skips.py --pytest-log build/pytest-installed.log --name python-installed
 
 # Rust bindings (tools/rust: std only, no registry needed) against the library just built
 (cd tools/rust && PI_LIB_DIR="$OLDPWD/build/lib" CARGO_TARGET_DIR="$OLDPWD/build/rust-target" \
@@ -40,9 +69,11 @@ PATH="$PATH:/usr/local/cuda/bin"
 [ -d build-cuda ] || meson setup build-cuda -Dcuda=enabled
 meson compile -C build-cuda
 meson test -C build-cuda --print-errorlogs --no-suite python --no-suite server
+python3 tools/check_skips.py build-cuda --require gpu-kernels
 [ -d build-hip ] || meson setup build-hip -Dhip=enabled
 meson compile -C build-hip
 meson test -C build-hip --print-errorlogs --no-suite python --no-suite server
+python3 tools/check_skips.py build-hip --require gpu-kernels
 
 # The binary interface against the committed libabigail dump (a gcc -O0 -g library in
 # build-abi/), and N contexts on one model in N threads under ThreadSanitizer.
@@ -53,8 +84,24 @@ sh tests/tsan/run.sh . build-tsan
     -Db_sanitize=address,undefined -Db_lundef=false -Dfuzz=true
 meson compile -C build-asan
 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 meson test -C build-asan --print-errorlogs
+python3 tools/check_skips.py build-asan --require server-sanitized --require abi-dump \
+    --require kernels
 
 secs=${PI_FUZZ_SECONDS:-60}
+# A fuzzer passes when it exits 0 having executed at least one input (libFuzzer's
+# final stats); anything else stops the script.
+fuzz_passed=0
+fuzz_names=
+fuzz_result() { # NAME LOG
+    grep -E "stat::number_of_executed_units|Done" "$2" | tail -n 2
+    units=$(sed -n 's/^stat::number_of_executed_units: *\([0-9][0-9]*\).*/\1/p' "$2" | tail -n 1)
+    if [ -z "$units" ] || [ "$units" -eq 0 ]; then
+        echo "$1 executed no inputs (log: $2)"
+        exit 1
+    fi
+    fuzz_passed=$((fuzz_passed + 1))
+    fuzz_names="$fuzz_names${fuzz_names:+, }$1 ($units inputs)"
+}
 # A UBSan report stops a fuzzer, so that it counts as a failure.
 export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 work=build-asan/fuzz-work
@@ -81,7 +128,7 @@ for f in gguf model state; do
         echo "fuzz_$f found a failure (reproducer in $work)"
         exit 1
     }
-    grep -E "stat::number_of_executed_units|Done" "$work/fuzz_$f.log" | tail -n 2
+    fuzz_result "fuzz_$f" "$work/fuzz_$f.log"
 done
 # GPU index files and activation statistics (the planner's inputs): fuzz_plan writes valid
 # ones for its two test models, and takes tests/fixtures/gpuidx behind a selector byte.
@@ -98,7 +145,7 @@ build-asan/tests/fuzz_plan \
     echo "fuzz_plan found a failure (reproducer in $work)"
     exit 1
 }
-grep -E "stat::number_of_executed_units|Done" "$work/fuzz_plan.log" | tail -n 2
+fuzz_result fuzz_plan "$work/fuzz_plan.log"
 # The tokenizers over arbitrary bytes, with the real byte-level BPE vocabulary (SmolLM2)
 # and the SentencePiece test vocabulary loaded.
 mkdir -p "$work/tokenize"
@@ -110,12 +157,16 @@ for i,c in enumerate(items):
     open(os.path.join(sys.argv[1],'s%03d'%i),'w',encoding='utf-8',errors='surrogatepass').write(t)
 " "$work/tokenize" || true
 echo "fuzz_tokenize: ${secs}s"
-PI_FUZZ_MODEL="$(python3 tools/smollm2_path.py)" PI_FUZZ_SPM_MODEL=tests/fixtures/tokenizer/spm_tiny.gguf \
+# without its model every input would be skipped
+smollm2=$(python3 tools/smollm2_path.py)
+[ -f "$smollm2" ] || { echo "fuzz_tokenize: SmolLM2 not found ($smollm2)"; exit 1; }
+PI_FUZZ_MODEL="$smollm2" PI_FUZZ_SPM_MODEL=tests/fixtures/tokenizer/spm_tiny.gguf \
     build-asan/tests/fuzz_tokenize -max_total_time="$secs" -max_len=4096 -timeout=10 \
     -print_final_stats=1 "$work/tokenize" > "$work/fuzz_tokenize.log" 2>&1 || {
     tail -n 40 "$work/fuzz_tokenize.log"
     echo "fuzz_tokenize found a failure (reproducer in $work)"
     exit 1
 }
-grep -E "stat::number_of_executed_units|Done" "$work/fuzz_tokenize.log" | tail -n 2
-echo "fuzzers: 5 passed, 0 failed (gguf, model, state, plan, tokenize)"
+fuzz_result fuzz_tokenize "$work/fuzz_tokenize.log"
+[ "$fuzz_passed" -eq 5 ] || { echo "fuzzers: only $fuzz_passed of 5 ran"; exit 1; }
+echo "fuzzers: $fuzz_passed passed: $fuzz_names"
