@@ -16,7 +16,8 @@ activation-statistics side file, docs/formats.md "Activation statistics side fil
     tensor, NaN, a negative count, counts above --tokens, a malicious pickle, a corrupt
     file.
 
-Exit status: 0 all passed, 1 a check failed, 77 numpy or gguf is missing.
+Exit status: 0 all passed, 1 a check failed, 77 numpy or gguf is missing
+(1 instead when PI_REQUIRE_ALL=1).
 The last line printed is "N passed, N failed".
 """
 import argparse
@@ -34,6 +35,11 @@ try:
     import gguf
     from gguf import GGUFValueType as VT
 except ImportError as e:  # pragma: no cover
+    # tools/test.sh sets PI_REQUIRE_ALL=1: there a missing package is a failure
+    if os.environ.get("PI_REQUIRE_ALL") == "1":
+        print(f"FAIL cannot import numpy/gguf: {e} (PI_REQUIRE_ALL=1; pip install numpy gguf)")
+        print("0 passed, 1 failed")
+        sys.exit(1)
     print(f"SKIP: cannot import numpy/gguf: {e}")
     print("0 passed, 0 failed")
     sys.exit(77)

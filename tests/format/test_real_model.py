@@ -17,8 +17,8 @@ against the `gguf` Python package (the reference implementation of the format).
     under a sparse magic) with a message that names a tensor.
 
 The model file is found by tools/smollm2_path.py. When it (or the gguf package) is
-missing the test is skipped (exit 77), unless PI_REQUIRE_SMOLLM2=1, which makes
-that a failure.
+missing the test is skipped (exit 77), unless PI_REQUIRE_SMOLLM2=1 or PI_REQUIRE_ALL=1,
+which make that a failure.
 
 Exit status: 0 all passed, 1 a check failed, 77 skipped.
 The last line printed is "N passed, N failed".
@@ -38,12 +38,12 @@ import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PATH_TOOL = os.path.join(HERE, "..", "..", "tools", "smollm2_path.py")
-REQUIRE = os.environ.get("PI_REQUIRE_SMOLLM2") == "1"
+REQUIRE = os.environ.get("PI_REQUIRE_SMOLLM2") == "1" or os.environ.get("PI_REQUIRE_ALL") == "1"
 
 
 def skip_or_fail(why):
     if REQUIRE:
-        print(f"FAIL {why} (PI_REQUIRE_SMOLLM2=1)")
+        print(f"FAIL {why} (PI_REQUIRE_SMOLLM2=1 or PI_REQUIRE_ALL=1)")
         print("0 passed, 1 failed")
         sys.exit(1)
     print(f"SKIP: {why}")

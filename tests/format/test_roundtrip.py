@@ -14,7 +14,8 @@ reference implementation of the format).
     identical contents, once its magic is patched back to GGUF;
 (e) GGUFWriter files with non-default alignments read correctly.
 
-Exit status: 0 all passed, 1 a check failed, 77 the gguf package is missing.
+Exit status: 0 all passed, 1 a check failed, 77 the gguf package is missing
+(1 instead when PI_REQUIRE_ALL=1).
 The last line printed is "N passed, N failed".
 """
 import argparse
@@ -31,6 +32,11 @@ try:
     from gguf import GGUFValueType as VT
     from gguf import GGMLQuantizationType as QT
 except ImportError as e:  # pragma: no cover
+    # tools/test.sh sets PI_REQUIRE_ALL=1: there a missing package is a failure
+    if os.environ.get("PI_REQUIRE_ALL") == "1":
+        print(f"FAIL cannot import gguf/numpy: {e} (PI_REQUIRE_ALL=1; pip install numpy gguf)")
+        print("0 passed, 1 failed")
+        sys.exit(1)
     print(f"SKIP: cannot import gguf/numpy: {e}")
     print("0 passed, 0 failed")
     sys.exit(77)
