@@ -11,6 +11,7 @@ Each server is stopped with SIGTERM at the end and must exit 0: under ASan/UBSan
 build-asan run of test_malformed.py) a memory error or a leak makes that exit non-zero."""
 
 import http.client
+import importlib
 import json
 import os
 import re
@@ -28,6 +29,24 @@ sys.path.insert(0, os.path.join(ROOT, "tools"))
 import smollm2_path as smollm2_lookup  # noqa: E402
 
 API_KEY = "test-key-1234"
+# tools/test.sh sets PI_REQUIRE_ALL=1: there a missing package or browser fails the test.
+REQUIRE_ALL = os.environ.get("PI_REQUIRE_ALL") == "1"
+
+
+def skip_unless_required(reason):
+    """pytest.skip(reason), or a failure when PI_REQUIRE_ALL=1, so that CI cannot pass
+    with a suite that did not run."""
+    if REQUIRE_ALL:
+        pytest.fail(f"{reason} (PI_REQUIRE_ALL=1)", pytrace=False)
+    pytest.skip(reason, allow_module_level=True)
+
+
+def import_or_skip(module, reason):
+    """pytest.importorskip, failing instead when PI_REQUIRE_ALL=1."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as e:
+        skip_unless_required(f"cannot import {module} ({e}): {reason}")
 
 
 def server_binary():

@@ -10,7 +10,7 @@ import os
 
 import pytest
 
-from conftest import ROOT, sse_events
+from conftest import ROOT, import_or_skip, sse_events
 
 FIX = os.path.join(ROOT, "tests", "fixtures", "perplexity")
 COMP = "/v1/completions"
@@ -149,7 +149,7 @@ def test_each_choice_has_its_own_logprobs(server):
 
 
 def test_openai_client_reads_them(server):
-    openai = pytest.importorskip("openai")
+    openai = import_or_skip("openai", "pip install openai (tools/setup.sh does)")
     client = openai.OpenAI(base_url=f"http://127.0.0.1:{server.port}/v1",
                            api_key=server.api_key)
     r = client.completions.create(model="x", prompt="Hello, my name is", max_tokens=3,

@@ -4,9 +4,9 @@ exception types."""
 
 import pytest
 
-from conftest import API_KEY
+from conftest import API_KEY, import_or_skip
 
-openai = pytest.importorskip("openai", reason="pip install openai (tools/setup.sh does)")
+openai = import_or_skip("openai", "pip install openai (tools/setup.sh does)")
 
 QUESTION = [{"role": "user", "content": "What are three tips for staying healthy?"}]
 

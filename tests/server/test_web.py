@@ -1,6 +1,7 @@
 """The chat page in headless Chromium (Debian's chromium + chromium-driver, driven by
 selenium with the system chromedriver: nothing is downloaded). Skips only when Chromium
-or its driver is not installed; tools/setup.sh installs both."""
+or its driver is not installed, and fails instead with PI_REQUIRE_ALL=1 (tools/test.sh);
+tools/setup.sh installs both."""
 
 import os
 import shutil
@@ -9,7 +10,7 @@ import time
 
 import pytest
 
-from conftest import API_KEY
+from conftest import API_KEY, import_or_skip, skip_unless_required
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 DRIVER = shutil.which("chromedriver") or ("/usr/bin/chromedriver"
@@ -19,10 +20,9 @@ DRIVER = shutil.which("chromedriver") or ("/usr/bin/chromedriver"
 @pytest.fixture(scope="module")
 def browser():
     if not CHROMIUM or not DRIVER:
-        pytest.skip("chromium and chromium-driver are not installed (apt-get install chromium "
-                    "chromium-driver; tools/setup.sh does)")
-    webdriver = pytest.importorskip("selenium.webdriver",
-                                    reason="pip install selenium (tools/setup.sh does)")
+        skip_unless_required("chromium and chromium-driver are not installed (apt-get install "
+                             "chromium chromium-driver; tools/setup.sh does)")
+    webdriver = import_or_skip("selenium.webdriver", "pip install selenium (tools/setup.sh does)")
     from selenium.webdriver.chrome.service import Service
     # Selenium Manager must not look for (or download) a driver or a browser: both paths
     # are given, and it is told to stay offline.
