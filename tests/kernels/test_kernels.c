@@ -158,13 +158,50 @@ static const struct impl impls[] = {
 };
 #define N_IMPLS (sizeof impls / sizeof impls[0])
 
-/* Fill k for impl i; 0 when this CPU (or this build) cannot run it. */
+/* Fill k for impl i; 0 when this CPU (or this build) cannot run it, with a TAP
+ * diagnostic naming the table, so that a skipped table leaves a trace in the log. */
 static int impl_table(size_t i, struct pi_cpu_kernels *k) {
     unsigned have = pi_cpu_detect();
-    if ((impls[i].flags & have) != impls[i].flags)
+    if ((impls[i].flags & have) != impls[i].flags) {
+        print_message("# skipping the %s table: this CPU lacks it (cpu flags %#x, needs %#x)\n",
+                      impls[i].name, have, impls[i].flags);
         return 0;
+    }
     pi_cpu_kernels_init(k, impls[i].flags);
-    return k->flags == impls[i].flags;
+    if (k->flags != impls[i].flags) {
+        print_message("# skipping the %s table: not in this build (table flags %#x)\n",
+                      impls[i].name, k->flags);
+        return 0;
+    }
+    return 1;
+}
+
+/* PI_REQUIRE_SIMD=avx2,avx512 (tools/test.sh, from /proc/cpuinfo): each named table must
+ * be usable here, so that a detection or build regression cannot quietly turn every
+ * SIMD comparison below into a skip. */
+static void test_required_tables(void **state) {
+    (void)state;
+    const char *req = getenv("PI_REQUIRE_SIMD");
+    char names[128];
+    snprintf(names, sizeof names, "%s", req ? req : "");
+    int n_req = 0;
+    for (char *tok = strtok(names, ", "); tok; tok = strtok(NULL, ", ")) {
+        size_t i = 0;
+        while (i < N_IMPLS && strcmp(impls[i].name, tok) != 0)
+            i++;
+        if (i == N_IMPLS)
+            fail_msg("PI_REQUIRE_SIMD names %s, which is no table here", tok);
+        struct pi_cpu_kernels k;
+        if (!impl_table(i, &k))
+            fail_msg("PI_REQUIRE_SIMD=%s: the %s table cannot run here", req, tok);
+        n_req++;
+    }
+    for (size_t i = 0; i < N_IMPLS; i++) {
+        struct pi_cpu_kernels k;
+        if (impl_table(i, &k))
+            print_message("# the %s table runs\n", impls[i].name);
+    }
+    print_message("# %d table(s) required by PI_REQUIRE_SIMD\n", n_req);
 }
 
 static int block_of(int type) {
@@ -828,6 +865,7 @@ static int run_bench_decode(void) {
 int main(int argc, char **argv) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_vec_bytes),    cmocka_unit_test(test_tables),
+        cmocka_unit_test(test_required_tables),
         cmocka_unit_test(test_quantize),     cmocka_unit_test(test_to_float),
         cmocka_unit_test(test_ref_vs_float), cmocka_unit_test(test_dot_gemm),
         cmocka_unit_test(test_axpy_f16),     cmocka_unit_test(test_dot_f16_rows),
