@@ -398,7 +398,10 @@ enum {
  * is 0) into tokens[0..cap). Returns the number of tokens the text needs, which may
  * exceed cap (then only the first cap are written; call again with a larger array),
  * or PI_ERR_INVALID_ARG (also for len above 256 MiB or unknown flags),
- * PI_ERR_UNSUPPORTED (the model has no tokenizer), PI_ERR_NOMEM. Invalid UTF-8 is
+ * PI_ERR_UNSUPPORTED (the model has no tokenizer), PI_ERR_NOMEM, PI_ERR_RANGE (on
+ * this text a byte-level BPE pre-tokenizer regex needs more than PCRE2's match,
+ * depth or heap limit allows one match: the limits that bound a hostile text's
+ * cost). Invalid UTF-8 is
  * tokenized byte by byte as the model's byte tokens allow; a byte the vocabulary has
  * no token for is dropped (byte-level BPE, as Hugging Face does) or becomes the
  * unknown token (SentencePiece without byte tokens). Since: 0.1 */

@@ -120,10 +120,22 @@ int tok_bpe_init(struct pi_vocab *v, const char *pre, size_t pre_len, const stru
     return status;
 }
 
+int tok_bpe_set_match_limit(struct pi_vocab *v, uint32_t limit) {
+    if (!v->pcre_mctx) {
+        v->pcre_mctx = pcre2_match_context_create(v->pcre_gctx);
+        if (!v->pcre_mctx)
+            return PI_ERR_NOMEM;
+    }
+    pcre2_set_match_limit(v->pcre_mctx, limit);
+    return PI_OK;
+}
+
 void tok_bpe_free(struct pi_vocab *v) {
     for (int i = 0; i < v->n_patterns; i++)
         pcre2_code_free(v->patterns[i]);
     v->n_patterns = 0;
+    pcre2_match_context_free(v->pcre_mctx);
+    v->pcre_mctx = NULL;
     pcre2_general_context_free(v->pcre_gctx);
     v->pcre_gctx = NULL;
 }
@@ -258,12 +270,19 @@ static int split(const struct pi_vocab *v, int level, const char *p, size_t n,
     const pcre2_code *re = v->patterns[level];
     size_t off = 0;
     while (off < n) {
-        int rc = pcre2_match(re, (PCRE2_SPTR)p, n, off, PCRE2_NO_UTF_CHECK, s->match_data, NULL);
+        int rc = pcre2_match(re, (PCRE2_SPTR)p, n, off, PCRE2_NO_UTF_CHECK, s->match_data,
+                             v->pcre_mctx);
         if (rc == PCRE2_ERROR_NOMATCH)
             break;
+        if (rc == PCRE2_ERROR_NOMEMORY)
+            return PI_ERR_NOMEM;
+        /* the text, not the library, is at fault: it needs more backtracking, depth or
+         * heap than PCRE2 allows one match */
+        if (rc == PCRE2_ERROR_MATCHLIMIT || rc == PCRE2_ERROR_DEPTHLIMIT ||
+            rc == PCRE2_ERROR_HEAPLIMIT)
+            return PI_ERR_RANGE;
         if (rc < 0)
-            return rc == PCRE2_ERROR_NOMEMORY || rc == PCRE2_ERROR_HEAPLIMIT ? PI_ERR_NOMEM
-                                                                             : PI_ERR_INTERNAL;
+            return PI_ERR_INTERNAL;
         const PCRE2_SIZE *ov = pcre2_get_ovector_pointer(s->match_data);
         size_t ms = ov[0], me = ov[1];
         if (ms < off || me < ms || me > n)

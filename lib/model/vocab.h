@@ -102,6 +102,7 @@ struct pi_vocab {
     int n_patterns;       /* applied in order, each splitting the last one's pieces */
     void *patterns[PI_VOCAB_MAX_PATTERNS]; /* pcre2_code_8 * */
     void *pcre_gctx;                       /* pcre2_general_context_8 *: allocations via `alloc` */
+    void *pcre_mctx; /* pcre2_match_context_8 * with lowered limits (tests), or NULL: PCRE2's */
 };
 
 /* Read the tokenizer metadata of `f`. With no tokenizer.ggml.model key (or "none" /
@@ -192,6 +193,9 @@ int tok_spm_fragment(const struct pi_vocab *v, const char *text, size_t len, int
                      struct tok_scratch *s, struct tok_out *o);
 int tok_bpe_fragment(const struct pi_vocab *v, const char *text, size_t len, struct tok_scratch *s,
                      struct tok_out *o);
+/* Lower PCRE2's match limit for the pre-tokenizer's regexes (tests: a text that hits the
+ * limit is PI_ERR_RANGE). PI_OK, PI_ERR_NOMEM. */
+int tok_bpe_set_match_limit(struct pi_vocab *v, uint32_t limit);
 /* Compile the pre-tokenizer of `pre` (the value of tokenizer.ggml.pre, may be NULL)
  * into v->patterns. An unknown name falls back to the GPT-2 pattern with a warning. */
 int tok_bpe_init(struct pi_vocab *v, const char *pre, size_t pre_len, const struct pi_logger *lg,

@@ -25,6 +25,7 @@
 #include "failalloc.h"
 #include "model/gguf.h"
 #include "model/model.h"
+#include "model/vocab.h"
 #include "powerinfer.h"
 #include "runtime/fp16.h"
 
@@ -1291,6 +1292,26 @@ static void test_alloc_failure_bpe(void **state) {
     alloc_failure(g_smollm2, "<|im_start|>user\nHello world \xf0\x9f\x8e\x89 and 12345!");
 }
 
+/* A text that defeats PCRE2's limits is the caller's problem, not a library bug: with the
+ * match limit lowered so that every match hits it, tokenizing is PI_ERR_RANGE (it was
+ * PI_ERR_INTERNAL), and the model still tokenizes once the limit is back. */
+static void test_bpe_match_limit(void **state) {
+    (void)state;
+    need_smollm2();
+    pi_model *m = must_open(g_smollm2);
+    const char *text = "Hello world, and 12345 more words";
+    int32_t ids[64];
+    const int64_t n = pi_tokenize(m, text, strlen(text), ids, 64, 0);
+    assert_true(n > 0);
+    struct pi_vocab *v = m->vocab;
+    assert_int_equal(tok_bpe_set_match_limit(v, 1), PI_OK);
+    assert_int_equal(pi_tokenize(m, text, strlen(text), ids, 64, 0), PI_ERR_RANGE);
+    assert_int_equal(pi_tokenize(m, "", 0, ids, 64, 0), 0);
+    assert_int_equal(tok_bpe_set_match_limit(v, 10000000), PI_OK);
+    assert_int_equal(pi_tokenize(m, text, strlen(text), ids, 64, 0), n);
+    pi_model_close(m);
+}
+
 /* ---- threads ------------------------------------------------------------------------ */
 
 struct thread_job {
@@ -1346,6 +1367,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_smollm2_api),       cmocka_unit_test(test_null_and_no_tokenizer),
         cmocka_unit_test(test_hostile_metadata),  cmocka_unit_test(test_alloc_failure_spm),
         cmocka_unit_test(test_alloc_failure_bpe), cmocka_unit_test(test_threads),
+        cmocka_unit_test(test_bpe_match_limit),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
