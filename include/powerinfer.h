@@ -1074,6 +1074,13 @@ typedef struct pi_quantize_params {
      * for the call. Default NULL/0. */
     char *errbuf;
     size_t errbuf_cap;
+    /* Non-zero: weights already quantized to another type (a Q8_0 or Q6_K tensor
+     * asked to become Q4_0) are dequantized and quantized again, which compounds
+     * both roundings. 0 (default): such a file is refused with PI_ERR_UNSUPPORTED
+     * naming the tensor (weights already of the target type are always copied).
+     * Since: 0.1 */
+    uint32_t allow_requantize;
+    uint32_t reserved0; /* zero (fills what would be padding, see ABI.md) */
 } pi_quantize_params;
 
 /* Fill `params` with the defaults, including struct_size.
@@ -1094,7 +1101,8 @@ PI_API int pi_quantize_default_params(pi_quantize_params *params);
  * Returns PI_OK; PI_ERR_INVALID_ARG (NULL path, out_path naming the input file,
  * a type or predictor_type not listed above, struct_size smaller than the first
  * published pi_quantize_params); PI_ERR_UNSUPPORTED (struct_size larger than this
- * library knows and a field it does not know is non-zero); PI_ERR_IO (the input
+ * library knows and a field it does not know is non-zero; a weight already quantized
+ * to another type without allow_requantize); PI_ERR_IO (the input
  * cannot be opened or mapped, the output cannot be created, written (disk full),
  * synced or renamed); PI_ERR_FORMAT (the input is malformed); PI_ERR_NOMEM;
  * PI_ERR_INTERNAL (threads could not start); PI_ERR_ABORTED (progress_fn returned

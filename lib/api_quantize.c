@@ -24,8 +24,9 @@
 #include "util/os.h"
 #include "util/params.h"
 
-/* The size of the first published pi_quantize_params (0.1). */
-#define QUANTIZE_PARAMS_MIN_SIZE sizeof(pi_quantize_params)
+/* The size of the first published pi_quantize_params (0.1): up to errbuf_cap. */
+#define QUANTIZE_PARAMS_MIN_SIZE \
+    (offsetof(pi_quantize_params, errbuf_cap) + sizeof(((pi_quantize_params *)0)->errbuf_cap))
 
 #define CHUNK_ELEMS ((int64_t)1 << 20) /* weights converted per step (4 MiB as float) */
 #define COPY_CHUNK ((uint64_t)16 << 20) /* bytes copied per step */
@@ -61,21 +62,36 @@ static int ends_with(const char *s, const char *suffix) {
     return n >= k && memcmp(s + n - k, suffix, k) == 0;
 }
 
-/* The type tensor t gets in the output; its own type when it is copied. */
-static uint32_t target_type(const struct gguf_tensor *t, const pi_quantize_params *p) {
+static int is_float_type(uint32_t type) {
+    return type == PI_TYPE_F32 || type == PI_TYPE_F16 || type == PI_TYPE_BF16;
+}
+
+/* The type tensor t gets in the output (its own type when it is copied) into *to.
+ * A weight already quantized to another type is converted only with allow_requantize
+ * (its rounding and the new one compound); otherwise PI_ERR_UNSUPPORTED. */
+static int target_type(const struct gguf_tensor *t, const pi_quantize_params *p, uint32_t *to,
+                       struct pi_error *err) {
+    *to = t->type;
     if (t->n_dims < 2 || !ends_with(t->name, ".weight"))
-        return t->type;
-    if (t->type != PI_TYPE_F32 && t->type != PI_TYPE_F16 && t->type != PI_TYPE_BF16)
-        return t->type;
+        return PI_OK;
+    const struct pi_type_traits *tr = pi_type_traits(t->type);
+    if (!tr || !tr->to_float)
+        return PI_OK; /* a type we cannot read: carried over as bytes */
     if (p->keep_output && strcmp(t->name, "output.weight") == 0)
-        return t->type;
-    uint32_t to = p->type;
+        return PI_OK;
+    uint32_t want = p->type;
     if (p->predictor_type && strncmp(t->name, "blk.", 4) == 0 &&
         (ends_with(t->name, ".fc1.weight") || ends_with(t->name, ".fc2.weight")))
-        to = p->predictor_type;
-    if (!pi_type_row_bytes(to, t->ne[0]))
-        return t->type; /* ne[0] is not a multiple of the block size */
-    return to;
+        want = p->predictor_type;
+    if (want == t->type || !pi_type_row_bytes(want, t->ne[0]))
+        return PI_OK; /* already there, or ne[0] is not a multiple of the block size */
+    if (!is_float_type(t->type) && !p->allow_requantize)
+        PI_FAIL(err, PI_ERR_UNSUPPORTED, "tensor %s is already %s: quantizing it to %s would "
+                "round it twice; start from an F32/F16/BF16 file, or set allow_requantize "
+                "(pi-quantize --allow-requantize)", t->name, pi_type_name((int)t->type),
+                pi_type_name((int)want));
+    *to = want;
+    return PI_OK;
 }
 
 /* One chunk of rows: convert each to float in the thread's scratch row, quantize. */
@@ -169,7 +185,7 @@ static int plan(struct run *r) {
     int64_t max_ne0 = 0;
     for (uint64_t i = 0; st == PI_OK && i < f->n_tensors; i++) {
         const struct gguf_tensor *t = &f->tensors[i];
-        r->to[i] = target_type(t, &r->p);
+        PI_TRY(target_type(t, &r->p, &r->to[i], r->err));
         st = gguf_writer_add_tensor_info(r->w, t->name, r->to[i], t->n_dims, t->ne);
         if (r->to[i] == t->type)
             continue;
@@ -340,6 +356,8 @@ int pi_model_quantize(const char *in_path, const char *out_path,
     pi_quantize_default_params(&r.p);
     int st = pi_params_take(params, &r.p, sizeof r.p, QUANTIZE_PARAMS_MIN_SIZE,
                             "pi_quantize_params", &err);
+    if (st == PI_OK && r.p.reserved0)
+        st = pi_error_set(&err, PI_ERR_INVALID_ARG, "pi_quantize_params: reserved0 is not zero");
     if (st == PI_OK && (!in_path || !out_path))
         st = pi_error_set(&err, PI_ERR_INVALID_ARG,
                           "pi_model_quantize: in_path and out_path must not be NULL");

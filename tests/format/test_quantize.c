@@ -28,10 +28,12 @@
 
 /* The layout bindings see (x86-64 and other LP64 targets). */
 _Static_assert(offsetof(pi_quantize_params, struct_size) == 0, "struct_size first");
-_Static_assert(sizeof(void *) != 8 || sizeof(pi_quantize_params) == 56, "size");
+_Static_assert(sizeof(void *) != 8 || sizeof(pi_quantize_params) == 64, "size");
 _Static_assert(sizeof(void *) != 8 || offsetof(pi_quantize_params, n_threads) == 16, "n_threads");
 _Static_assert(sizeof(void *) != 8 || offsetof(pi_quantize_params, progress_fn) == 24, "progress");
 _Static_assert(sizeof(void *) != 8 || offsetof(pi_quantize_params, errbuf_cap) == 48, "errbuf_cap");
+_Static_assert(sizeof(void *) != 8 || offsetof(pi_quantize_params, allow_requantize) == 56,
+               "allow_requantize");
 
 #define FIXTURE_MAGIC 0x51515049u
 
@@ -411,6 +413,79 @@ static void test_threads_and_types(void **state) {
     remove(o3);
 }
 
+/* A file already quantized: to its own type it is copied; to another type it is refused
+ * unless allow_requantize, which dequantizes and quantizes again (before, the Q4_0 blocks
+ * were copied into a file labelled Q8_0). */
+static void test_requantize(void **state) {
+    (void)state;
+    const char *in = sparse_model(), *q4 = path_in_work("rq-q4.gguf");
+    const char *again = path_in_work("rq-q4b.gguf"), *q8 = path_in_work("rq-q8.gguf");
+    pi_quantize_params p;
+    pi_quantize_default_params(&p);
+    assert_int_equal(p.allow_requantize, 0);
+    assert_int_equal(pi_model_quantize(in, q4, &p), PI_OK);
+    assert_int_equal(pi_model_quantize(q4, again, &p), PI_OK); /* same type: a copy */
+    size_t n4, nb;
+    uint8_t *f4 = slurp(q4, &n4), *fb = slurp(again, &nb);
+    assert_int_equal(n4, nb);
+    assert_memory_equal(f4, fb, n4);
+    free(fb);
+    p.type = PI_TYPE_Q8_0;
+    assert_true(expect_fail(q4, q8, &p, PI_ERR_UNSUPPORTED, "is already Q4_0"));
+    assert_int_equal(count_files("rq-q8"), 0);
+    p.allow_requantize = 1;
+    p.errbuf = NULL;
+    assert_int_equal(pi_model_quantize(q4, q8, &p), PI_OK);
+    p.reserved0 = 1;
+    assert_true(expect_fail(q4, q8, &p, PI_ERR_INVALID_ARG, "reserved0"));
+
+    size_t n8;
+    uint8_t *f8 = slurp(q8, &n8);
+    struct gguf_file g4, g8;
+    assert_int_equal(gguf_parse(&g4, f4, n4, &pi_default_allocator, NULL), PI_OK);
+    assert_int_equal(gguf_parse(&g8, f8, n8, &pi_default_allocator, NULL), PI_OK);
+    int64_t v;
+    assert_int_equal(gguf_kv_int(&g8, gguf_find_kv(&g8, "general.file_type"), 0, &v), PI_OK);
+    assert_int_equal(v, 7);
+    int converted = 0;
+    for (uint64_t i = 0; i < g4.n_tensors; i++) {
+        const struct gguf_tensor *a = &g4.tensors[i];
+        const int64_t j = gguf_find_tensor(&g8, a->name);
+        assert_true(j >= 0);
+        const struct gguf_tensor *b = &g8.tensors[j];
+        if (a->type != PI_TYPE_Q4_0) {
+            assert_int_equal(b->type, a->type);
+            continue;
+        }
+        assert_int_equal(b->type, PI_TYPE_Q8_0);
+        converted++;
+        /* the Q8_0 weights are the Q4_0 ones within Q8_0's step (amax / 127) */
+        const int64_t n = a->ne[0] * a->ne[1];
+        float *x = malloc((size_t)n * sizeof *x), *y = malloc((size_t)n * sizeof *y);
+        assert_non_null(x);
+        assert_non_null(y);
+        pi_type_traits(PI_TYPE_Q4_0)->to_float(a->data, x, n);
+        pi_type_traits(PI_TYPE_Q8_0)->to_float(b->data, y, n);
+        for (int64_t k = 0; k < n; k += 32) {
+            float amax = 0.0f;
+            for (int e = 0; e < 32; e++)
+                amax = fabsf(x[k + e]) > amax ? fabsf(x[k + e]) : amax;
+            for (int e = 0; e < 32; e++)
+                assert_true(fabsf(x[k + e] - y[k + e]) <= amax / 127.0f + 1e-7f);
+        }
+        free(x);
+        free(y);
+    }
+    assert_true(converted >= 10); /* 2 layers x (q, k, v, o, gate, up, down_t, fc1, fc2) */
+    gguf_close(&g4);
+    gguf_close(&g8);
+    free(f4);
+    free(f8);
+    remove(q4);
+    remove(again);
+    remove(q8);
+}
+
 int main(int argc, char **argv) {
     if (argc != 4) {
         fprintf(stderr, "usage: %s FIXTURE.bin MALFORMED.gguf WORK_DIR\n", argv[0]);
@@ -424,7 +499,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_fixture),     cmocka_unit_test(test_roundtrip_error),
         cmocka_unit_test(test_stream_writer), cmocka_unit_test(test_params),
         cmocka_unit_test(test_errors),      cmocka_unit_test(test_abort),
-        cmocka_unit_test(test_threads_and_types),
+        cmocka_unit_test(test_threads_and_types), cmocka_unit_test(test_requantize),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

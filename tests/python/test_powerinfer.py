@@ -583,6 +583,19 @@ def test_quantize_errors(tmp_path):
     assert not (tmp_path / "out.gguf").exists()
 
 
+def test_requantize(tmp_path):
+    q8 = tmp_path / "q8.gguf"
+    pi.quantize(FIXTURE_F32, q8, "q8_0")
+    with pytest.raises(pi.PowerInferError) as e:
+        pi.quantize(q8, tmp_path / "q4.gguf", "q4_0")
+    assert e.value.status_name == "PI_ERR_UNSUPPORTED" and "is already Q8_0" in e.value.message
+    pi.quantize(q8, tmp_path / "q4.gguf", "q4_0", allow_requantize=True)
+    with pi.Model(tmp_path / "q4.gguf", log=None) as q:
+        assert q.metadata["general.file_type"] == 2
+        assert "Q8_0" not in {t.type_name for t in q.tensors}
+        assert "Q4_0" in {t.type_name for t in q.tensors}
+
+
 # ---- hybrid execution: placement plans -------------------------------------------------
 # The committed fixtures (no tokenizer: fed token ids): a PowerInfer ReLU-Llama with
 # predictors, and a dense Llama. Device "cpu" is a second CPU backend acting as the

@@ -13,12 +13,15 @@ static void usage(FILE *out) {
             "usage: pi-quantize [options] IN.gguf OUT.gguf TYPE\n"
             "\n"
             "Rewrites IN (GGUF, or PowerInfer GGUF with magic PWRI) as OUT with its 2-D F32,\n"
-            "F16 and BF16 weights quantized to TYPE; everything else is kept as it is.\n"
+            "F16 and BF16 weights quantized to TYPE; everything else is kept as it is. A\n"
+            "weight already quantized to another type is refused unless --allow-requantize.\n"
             "\n"
             "  TYPE                    q4_0, q4_1, q5_0, q5_1 or q8_0 (any case)\n"
             "  --predictor-type T      type of the PowerInfer predictors (fc1, fc2):\n"
             "                          one of the above, f16 or bf16 (default: TYPE)\n"
             "  --keep-output           leave output.weight as it is\n"
+            "  --allow-requantize      dequantize and quantize again weights that are\n"
+            "                          already quantized (both roundings compound)\n"
             "  -t, --threads N         threads (default: all processors; the output\n"
             "                          does not depend on it)\n"
             "  -q, --quiet             no progress on stderr\n"
@@ -81,6 +84,8 @@ int main(int argc, char **argv) {
             return 0;
         } else if (!strcmp(a, "--keep-output")) {
             qp.keep_output = 1;
+        } else if (!strcmp(a, "--allow-requantize")) {
+            qp.allow_requantize = 1;
         } else if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) {
             prog.quiet = 1;
         } else if ((!strcmp(a, "--predictor-type") || !strcmp(a, "-t") ||

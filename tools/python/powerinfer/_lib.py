@@ -145,6 +145,8 @@ class QuantizeParams(Structure):
         ("progress_user", c_void_p),
         ("errbuf", POINTER(c_char)),
         ("errbuf_cap", c_size_t),
+        ("allow_requantize", c_uint32),
+        ("reserved0", c_uint32),
     ]
 
 

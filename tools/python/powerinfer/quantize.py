@@ -21,13 +21,15 @@ def _type_id(t):
 
 
 def quantize(in_path, out_path, type="q4_0", *, predictor_type=None, keep_output=False,
-             n_threads=0, progress=None):
+             n_threads=0, progress=None, allow_requantize=False):
     """pi_model_quantize: write in_path's weights as `type` ("q4_0", "q4_1", "q5_0",
     "q5_1", "q8_0" or a PI_TYPE_* id) into out_path, written to a temporary file and
     renamed only when complete.
 
     predictor_type: type of a PowerInfer file's FFN predictors (one of the above, or
     "f16"/"bf16"); None: the same as type. keep_output: leave output.weight as is.
+    allow_requantize: dequantize and quantize again weights already quantized to another
+    type (otherwise such a file raises PI_ERR_UNSUPPORTED).
     n_threads: 0 for the processors available. progress: callable(fraction); a truthy
     return (or an exception, re-raised) stops it with PI_ERR_ABORTED.
     Raises PowerInferError with the library's message. Thread-safe for distinct files.
@@ -40,6 +42,7 @@ def quantize(in_path, out_path, type="q4_0", *, predictor_type=None, keep_output
         p.predictor_type = _type_id(predictor_type)
     p.keep_output = 1 if keep_output else 0
     p.n_threads = int(n_threads)
+    p.allow_requantize = 1 if allow_requantize else 0
     prog = _Progress(progress)
     if prog.fn is not None:
         p.progress_fn = prog.fn

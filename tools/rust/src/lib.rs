@@ -1972,6 +1972,9 @@ pub struct QuantizeParams {
     pub keep_output: bool,
     /// Threads; 0: the processors available.
     pub n_threads: u32,
+    /// Dequantize and quantize again weights already quantized to another type
+    /// (otherwise such a file is refused with `PI_ERR_UNSUPPORTED`).
+    pub allow_requantize: bool,
 }
 
 impl Default for QuantizeParams {
@@ -1981,6 +1984,7 @@ impl Default for QuantizeParams {
             predictor_type: 0,
             keep_output: false,
             n_threads: 0,
+            allow_requantize: false,
         }
     }
 }
@@ -2002,6 +2006,7 @@ pub fn quantize(
     p.predictor_type = params.predictor_type as u32;
     p.keep_output = params.keep_output as u32;
     p.n_threads = params.n_threads;
+    p.allow_requantize = params.allow_requantize as u32;
     let mut errbuf = vec![0u8; ERRBUF_CAP];
     p.errbuf = errbuf.as_mut_ptr().cast();
     p.errbuf_cap = errbuf.len();

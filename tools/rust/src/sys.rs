@@ -278,6 +278,8 @@ pub struct pi_quantize_params {
     pub progress_user: *mut c_void,
     pub errbuf: *mut c_char,
     pub errbuf_cap: usize,
+    pub allow_requantize: u32,
+    pub reserved0: u32,
 }
 
 // ---- Functions ----------------------------------------------------------------------
