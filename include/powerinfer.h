@@ -182,8 +182,8 @@ enum {
 /* =================================================================================
  * Model
  *
- * A model is a GGUF file mapped into memory (never read wholesale) and validated.
- * Two magics are accepted: "GGUF" (an ordinary, dense model) and "PWRI" (a PowerInfer
+ * A model is a GGUF file mapped into memory (by default; or read into memory, see
+ * pi_model_params.load_mode) and validated. Two magics are accepted: "GGUF" (an ordinary, dense model) and "PWRI" (a PowerInfer
  * sparse model: the same layout, with FFN predictors). Architectures: llama, bamboo.
  * ================================================================================= */
 typedef struct pi_model pi_model;
@@ -214,7 +214,45 @@ typedef struct pi_model_params {
      * fails (there is no handle yet to ask). Borrowed for the call. Default NULL/0. */
     char *errbuf;
     size_t errbuf_cap;
+
+    /* How the file's bytes reach memory, PI_LOAD_*. Default PI_LOAD_MMAP.
+     *
+     * PI_LOAD_MMAP maps the file (shared, read-only): opening is quick, pages are
+     * read on first use and shared with every process mapping the same file, and
+     * the system may drop them under memory pressure and read them again. The
+     * mapping stays tied to the file on disk for the model's lifetime:
+     *   - truncating it (`truncate`, or `cp`/`>` writing over it in place) makes
+     *     the next access to a lost page raise SIGBUS, which kills the process;
+     *   - writing into it in place makes the model silently use the new bytes,
+     *     which no longer match what pi_model_open checked;
+     *   - replacing it by rename (`mv new.gguf model.gguf`, what most download and
+     *     copy tools do when told to) or deleting it is safe: the model keeps the
+     *     old file's bytes until it is closed.
+     * A private mapping (MAP_PRIVATE) would not help: it copies only pages the
+     * process writes, so it shows in-place changes and faults on truncation too.
+     *
+     * PI_LOAD_READ reads the whole file into memory the model owns (allocated
+     * through the model's allocator, aligned as a mapping is) during pi_model_open:
+     * slower to open, and the memory is the process's own, but nothing that later
+     * happens to the file affects the model. Use it when the file may change
+     * while a process runs (a server whose model is updated in place), or on a
+     * file system where mapping is slow or unsupported. A file that shrinks while
+     * it is read is PI_ERR_IO. Since: 0.1 */
+    int32_t load_mode;
+
+    /* Non-zero: lock the model's bytes in RAM (mlock) so that they are never paged
+     * out (with PI_LOAD_MMAP this also reads every page during pi_model_open). When
+     * the system refuses (most often the locked-memory limit, `ulimit -l`), the
+     * model opens anyway, unlocked, and a PI_LOG_WARN message through log_fn says
+     * why. Default 0. Since: 0.1 */
+    int32_t lock_memory;
 } pi_model_params;
+
+/* pi_model_params.load_mode. */
+enum {
+    PI_LOAD_MMAP = 0,
+    PI_LOAD_READ = 1
+};
 
 /* Fill `params` with the defaults, including struct_size.
  * Returns PI_OK, or PI_ERR_INVALID_ARG if params is NULL. Since: 0.1 */
@@ -228,19 +266,22 @@ PI_API int pi_model_default_params(pi_model_params *params);
  * out:    receives the model, or NULL on failure; ownership of the model transfers to
  *         the caller, who releases it with pi_model_close.
  *
- * Returns PI_OK; PI_ERR_INVALID_ARG (NULL path or out, or params->struct_size smaller
- * than the first published pi_model_params); PI_ERR_UNSUPPORTED (struct_size larger
- * than this library knows and a field it does not know is non-zero, or an
- * architecture or tensor type this build cannot run: set metadata_only to inspect
- * such files); PI_ERR_IO (cannot open or map the file); PI_ERR_FORMAT (malformed
- * container, missing or misshaped tensor, bad hyper-parameter); PI_ERR_NOMEM;
+ * Returns PI_OK; PI_ERR_INVALID_ARG (NULL path or out, params->struct_size smaller
+ * than the first published pi_model_params, or a load_mode not listed);
+ * PI_ERR_UNSUPPORTED (struct_size larger than this library knows and a field it does
+ * not know is non-zero, or an architecture or tensor type this build cannot run: set
+ * metadata_only to inspect such files); PI_ERR_IO (cannot open, map or read the file,
+ * or it is not a regular file: a directory, FIFO or device is refused at once, never
+ * waited on); PI_ERR_FORMAT (malformed container, missing or misshaped tensor, bad
+ * hyper-parameter); PI_ERR_NOMEM (also: no memory for a PI_LOAD_READ copy);
  * PI_ERR_ABORTED (progress_fn returned non-zero).
  * On failure the message is written to params->errbuf when given.
  * Since: 0.1 */
 PI_API int pi_model_open(const char *path, const pi_model_params *params, pi_model **out);
 
-/* Release the model and unmap its file. NULL is a no-op. Every object borrowing the
- * model must have been destroyed first. Since: 0.1 */
+/* Release the model and unmap its file (or free its PI_LOAD_READ copy). NULL is a
+ * no-op. Every object borrowing the model must have been destroyed first.
+ * Since: 0.1 */
 PI_API void pi_model_close(pi_model *model);
 
 /* The message of the last failing call on this model, or "" if none failed.
@@ -801,7 +842,10 @@ PI_API int pi_ctx_state_save(const pi_ctx *ctx, int32_t seq, void *buf, size_t c
 PI_API int pi_ctx_state_load(pi_ctx *ctx, int32_t seq, const void *buf, size_t size);
 
 /* The same through a file, written atomically (temporary name, then rename).
- * PI_ERR_IO when it cannot be written or read. Since: 0.1 */
+ * PI_ERR_IO when it cannot be written or read, or when the file to load is not a
+ * regular file (a directory, FIFO or device is refused at once, never waited on or
+ * read); PI_ERR_FORMAT also for a file larger than any state of this context (it is
+ * not read). Since: 0.1 */
 PI_API int pi_ctx_state_save_file(const pi_ctx *ctx, int32_t seq, const char *path);
 PI_API int pi_ctx_state_load_file(pi_ctx *ctx, int32_t seq, const char *path);
 

@@ -2,6 +2,7 @@
  * model/ (GGUF reader, description builder). Query functions never write to the
  * model, so a model can be shared by threads. */
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -10,8 +11,9 @@
 #include "util/params.h"
 
 /* The size of the first published pi_model_params (0.1): every field up to
- * errbuf_cap. Callers compiled against later headers pass larger sizes. */
-#define MODEL_PARAMS_MIN_SIZE sizeof(pi_model_params)
+ * errbuf_cap. Callers compiled against later headers pass larger sizes; the fields
+ * after it (load_mode, lock_memory) keep their defaults for smaller ones. */
+#define MODEL_PARAMS_MIN_SIZE (offsetof(pi_model_params, errbuf_cap) + sizeof(size_t))
 
 int pi_model_default_params(pi_model_params *params) {
     if (!params)
@@ -30,7 +32,12 @@ static void write_errbuf(const pi_model_params *p, const char *msg) {
 static int take_params(const pi_model_params *in, pi_model_params *out,
                        struct pi_error *err) {
     pi_model_default_params(out);
-    return pi_params_take(in, out, sizeof *out, MODEL_PARAMS_MIN_SIZE, "pi_model_params", err);
+    PI_TRY(pi_params_take(in, out, sizeof *out, MODEL_PARAMS_MIN_SIZE, "pi_model_params",
+                          err));
+    if (out->load_mode != PI_LOAD_MMAP && out->load_mode != PI_LOAD_READ)
+        PI_FAIL(err, PI_ERR_INVALID_ARG, "pi_model_params.load_mode %d is not a PI_LOAD_* "
+                "value", (int)out->load_mode);
+    return PI_OK;
 }
 
 static int progress(const pi_model_params *p, float frac, struct pi_error *err) {
@@ -47,9 +54,36 @@ static void tally(struct pi_model *m) {
     }
 }
 
+/* Reading a PI_LOAD_READ file is the first 45% of the progress. */
+static int read_tick(void *user, uint64_t done, uint64_t total) {
+    const pi_model_params *p = user;
+    return p->progress_fn && p->progress_fn(p->progress_user, 0.45f * (float)done / (float)total);
+}
+
+/* The file's bytes, mapped or read, and locked when asked. */
+static int get_bytes(struct pi_model *m, const char *path, const pi_model_params *p,
+                     struct pi_error *err) {
+    const int read = p->load_mode == PI_LOAD_READ;
+    if (read)
+        PI_TRY(pi_os_read_file(path, &m->alloc, read_tick, (void *)p, &m->map, err));
+    else
+        PI_TRY(pi_os_map_file(path, &m->map, err));
+    m->owns_map = 1;
+    pi_log(&m->log, PI_LOG_DEBUG, "%s: %llu bytes %s", path, (unsigned long long)m->map.size,
+           read ? "read into memory" : "mapped");
+    if (p->lock_memory) {
+        struct pi_error lerr;
+        pi_error_clear(&lerr);
+        if (pi_os_lock_file(&m->map, &lerr) < 0)
+            pi_log(&m->log, PI_LOG_WARN, "%s: %s; the model stays unlocked", path, lerr.msg);
+        else
+            pi_log(&m->log, PI_LOG_DEBUG, "%s: locked in memory", path);
+    }
+    return PI_OK;
+}
+
 /* Everything after the bytes are available. */
 static int load(struct pi_model *m, const pi_model_params *p, struct pi_error *err) {
-    PI_TRY(progress(p, 0.0f, err));
     PI_TRY(gguf_parse(&m->gguf, m->map.data, m->map.size, &m->alloc, err));
     PI_TRY(progress(p, 0.5f, err));
     const struct gguf_kv *akv = gguf_find_kv(&m->gguf, "general.architecture");
@@ -106,9 +140,11 @@ static int open_common(const char *path, const void *data, uint64_t size,
         m->alloc = *alloc;
         m->gguf.alloc = &m->alloc;
         m->log = (struct pi_logger){p.log_fn, p.log_user, p.log_level};
+        status = progress(&p, 0.0f, &err);
+    }
+    if (status == PI_OK) {
         if (path) {
-            status = pi_os_map_file(path, &m->map, &err);
-            m->owns_map = status == PI_OK;
+            status = get_bytes(m, path, &p, &err);
         } else {
             m->map.data = data;
             m->map.size = size;

@@ -16,6 +16,7 @@
 
 #include "infer/ctx.h"
 #include "util/hash.h"
+#include "util/os.h"
 
 #define STATE_VERSION 1u
 #define HEADER_BYTES 48u
@@ -245,30 +246,37 @@ int pi_ctx_state_save_file(const pi_ctx *c, int32_t seq, const char *path) {
     return st;
 }
 
+/* The largest state this context can hold: every sequence full, and the logits. */
+static uint64_t max_state_size(const struct pi_ctx *c) {
+    const struct pi_hparams *hp = c->hp;
+    return HEADER_BYTES + 8 + (uint64_t)hp->n_vocab * 4 +
+           (uint64_t)c->n_seq * (8 + (uint64_t)hp->n_layer * (uint64_t)c->n_ctx * per_pos(hp));
+}
+
 int pi_ctx_state_load_file(pi_ctx *c, int32_t seq, const char *path) {
     if (!c || !path)
         return PI_ERR_INVALID_ARG;
     PI_TRY(pi_ctx_check_seq(c, seq, 1, "pi_ctx_state_load_file"));
-    FILE *fp = fopen(path, "rb");
-    if (!fp)
-        PI_FAIL(&c->err, PI_ERR_IO, "cannot open %s: %s", path, strerror(errno));
+    pi_error_clear(&c->err);
+    /* the OS layer refuses directories, FIFOs and devices before reading anything */
+    struct pi_file f;
+    PI_TRY(pi_os_file_open(path, &f, &c->err));
     int st = PI_OK;
-    long n = -1;
-    if (fseek(fp, 0, SEEK_END) == 0)
-        n = ftell(fp);
     uint8_t *buf = NULL;
-    if (n < 0 || fseek(fp, 0, SEEK_SET) != 0) {
-        st = pi_error_set(&c->err, PI_ERR_IO, "cannot read %s", path);
+    if (f.size > max_state_size(c) || f.size >= (uint64_t)SIZE_MAX) {
+        st = pi_error_set(&c->err, PI_ERR_FORMAT, "%s has %llu bytes; a state of this "
+                          "context has at most %llu", path, (unsigned long long)f.size,
+                          (unsigned long long)max_state_size(c));
     } else {
-        buf = pi_malloc(&c->alloc, n ? (size_t)n : 1);
+        buf = pi_malloc(&c->alloc, f.size ? (size_t)f.size : 1);
         if (!buf)
             st = pi_error_set(&c->err, PI_ERR_NOMEM, "out of memory reading %s", path);
-        else if (fread(buf, 1, (size_t)n, fp) != (size_t)n)
-            st = pi_error_set(&c->err, PI_ERR_IO, "cannot read %s", path);
+        else
+            st = pi_os_file_read(&f, 0, buf, (size_t)f.size, path, &c->err);
     }
-    fclose(fp);
+    pi_os_file_close(&f);
     if (st >= 0)
-        st = pi_ctx_state_load(c, seq, buf, (size_t)n);
+        st = pi_ctx_state_load(c, seq, buf, (size_t)f.size);
     pi_free(&c->alloc, buf);
     return st;
 }

@@ -9,14 +9,58 @@
 #include "util/alloc.h"
 #include "util/error.h"
 
-/* A read-only mapping of a whole file. */
+/* ---- Files ---------------------------------------------------------------------
+ *
+ * Files are opened without blocking and only when they are regular: a FIFO, a
+ * device or a directory is refused at once with PI_ERR_IO instead of waiting for a
+ * writer or reading without end. */
+
+/* A regular file open for reading. */
+struct pi_file {
+    int fd;
+    uint64_t size; /* at open */
+};
+
+/* Open `path` (named in messages) for reading. PI_ERR_IO with the reason: cannot open,
+ * a directory, not a regular file. */
+int pi_os_file_open(const char *path, struct pi_file *f, struct pi_error *err);
+/* Exactly n bytes at `offset` into buf (pread, interrupted calls resumed). PI_ERR_IO
+ * with the reason, also when the file ends first ("shorter than it was"). */
+int pi_os_file_read(const struct pi_file *f, uint64_t offset, void *buf, size_t n,
+                    const char *path, struct pi_error *err);
+void pi_os_file_close(struct pi_file *f);
+
+/* The bytes of a whole file, read-only: mapped (pi_os_map_file) or read into memory
+ * (pi_os_read_file). */
 struct pi_file_map {
     const uint8_t *data; /* NULL for an empty file */
     uint64_t size;
+    void *heap;          /* read: the allocation holding data; NULL when mapped */
+    const struct pi_allocator *alloc; /* read: heap's allocator, borrowed until unmap */
+    int locked;          /* pi_os_lock_file succeeded */
 };
 
-/* Map `path` read-only. PI_ERR_IO with the OS reason on failure. */
+/* Map `path` read-only and shared (MAP_SHARED: pages come from the page cache, so a
+ * change of the file on disk shows through, and a truncation makes access fault).
+ * PI_ERR_IO with the OS reason on failure. */
 int pi_os_map_file(const char *path, struct pi_file_map *map, struct pi_error *err);
+
+/* Called between chunks of a long read with the bytes read so far and the total;
+ * non-zero stops the read with PI_ERR_ABORTED. */
+typedef int (*pi_os_read_tick)(void *user, uint64_t done, uint64_t total);
+
+/* Read the whole of `path` into one allocation of `a` (borrowed until unmap), its
+ * start aligned to the page size as a mapping's is. tick may be NULL.
+ * PI_ERR_IO (as pi_os_file_open / _read, or too large for memory), PI_ERR_NOMEM,
+ * PI_ERR_ABORTED. */
+int pi_os_read_file(const char *path, const struct pi_allocator *a, pi_os_read_tick tick,
+                    void *tick_user, struct pi_file_map *map, struct pi_error *err);
+
+/* Lock the bytes of `map` in RAM (mlock). PI_ERR_IO with the reason (typically the
+ * RLIMIT_MEMLOCK limit) when the system refuses; the map stays usable either way. */
+int pi_os_lock_file(struct pi_file_map *map, struct pi_error *err);
+
+/* Unmap or free, and unlock; map is left empty. An empty map is a no-op. */
 void pi_os_unmap_file(struct pi_file_map *map);
 
 /* ---- Threads ------------------------------------------------------------------- */

@@ -15,10 +15,22 @@
 #  include <immintrin.h>
 #endif
 
-int pi_os_map_file(const char *path, struct pi_file_map *map, struct pi_error *err) {
-    map->data = NULL;
-    map->size = 0;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+static const char *kind_of(mode_t mode) {
+    if (S_ISDIR(mode))
+        return "a directory";
+    if (S_ISFIFO(mode))
+        return "a FIFO";
+    if (S_ISCHR(mode) || S_ISBLK(mode))
+        return "a device";
+    return "a socket or another special file";
+}
+
+int pi_os_file_open(const char *path, struct pi_file *f, struct pi_error *err) {
+    f->fd = -1;
+    f->size = 0;
+    /* O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer, before
+     * fstat could tell what it is. */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0)
         PI_FAIL(err, PI_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
     struct stat st;
@@ -29,31 +41,138 @@ int pi_os_map_file(const char *path, struct pi_file_map *map, struct pi_error *e
     }
     if (!S_ISREG(st.st_mode)) {
         close(fd);
-        PI_FAIL(err, PI_ERR_IO, "'%s' is not a regular file", path);
+        PI_FAIL(err, PI_ERR_IO, "'%s' is %s, not a regular file", path, kind_of(st.st_mode));
     }
-    if (st.st_size == 0) {
+    int fl = fcntl(fd, F_GETFL);
+    if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0) {
+        int e = errno;
         close(fd);
+        PI_FAIL(err, PI_ERR_IO, "cannot use '%s': %s", path, strerror(e));
+    }
+    f->fd = fd;
+    f->size = (uint64_t)st.st_size;
+    return PI_OK;
+}
+
+int pi_os_file_read(const struct pi_file *f, uint64_t offset, void *buf, size_t n,
+                    const char *path, struct pi_error *err) {
+    uint8_t *p = buf;
+    while (n > 0) {
+        /* at most 1 GiB a call: more than SSIZE_MAX is undefined (and Linux moves at
+         * most 0x7ffff000 bytes anyway; the loop takes short reads) */
+        size_t chunk = n < ((size_t)1 << 30) ? n : ((size_t)1 << 30);
+        ssize_t got = pread(f->fd, p, chunk, (off_t)offset);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got < 0)
+            PI_FAIL(err, PI_ERR_IO, "cannot read '%s': %s", path, strerror(errno));
+        if (got == 0)
+            PI_FAIL(err, PI_ERR_IO, "'%s' ends at byte %llu: it is shorter than it was when "
+                    "opened (changed on disk?)", path, (unsigned long long)offset);
+        p += got;
+        offset += (uint64_t)got;
+        n -= (size_t)got;
+    }
+    return PI_OK;
+}
+
+void pi_os_file_close(struct pi_file *f) {
+    if (f->fd >= 0)
+        close(f->fd);
+    f->fd = -1;
+}
+
+static void empty_map(struct pi_file_map *map) {
+    memset(map, 0, sizeof *map);
+}
+
+int pi_os_map_file(const char *path, struct pi_file_map *map, struct pi_error *err) {
+    empty_map(map);
+    struct pi_file f;
+    PI_TRY(pi_os_file_open(path, &f, err));
+    if (f.size == 0) {
+        pi_os_file_close(&f);
         return PI_OK;
     }
-    if ((uint64_t)st.st_size > (uint64_t)SIZE_MAX) {
-        close(fd);
+    if (f.size > (uint64_t)SIZE_MAX) {
+        pi_os_file_close(&f);
         PI_FAIL(err, PI_ERR_IO, "'%s' is too large to map on this system", path);
     }
-    void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
+    void *p = mmap(NULL, (size_t)f.size, PROT_READ, MAP_SHARED, f.fd, 0);
     int e = errno;
-    close(fd);
+    pi_os_file_close(&f);
     if (p == MAP_FAILED)
         PI_FAIL(err, PI_ERR_IO, "cannot map '%s': %s", path, strerror(e));
     map->data = p;
-    map->size = (uint64_t)st.st_size;
+    map->size = f.size;
+    return PI_OK;
+}
+
+static size_t page_size(void) {
+    long n = sysconf(_SC_PAGESIZE);
+    return n > 0 ? (size_t)n : 4096;
+}
+
+int pi_os_read_file(const char *path, const struct pi_allocator *a, pi_os_read_tick tick,
+                    void *tick_user, struct pi_file_map *map, struct pi_error *err) {
+    empty_map(map);
+    struct pi_file f;
+    PI_TRY(pi_os_file_open(path, &f, err));
+    const size_t align = page_size();
+    int st = PI_OK;
+    if (f.size > (uint64_t)SIZE_MAX - align) {
+        st = pi_error_set(err, PI_ERR_IO, "'%s' is too large to read into memory on this "
+                          "system", path);
+    } else if (f.size > 0) {
+        map->heap = pi_malloc(a, (size_t)f.size + align - 1);
+        if (!map->heap)
+            st = pi_error_set(err, PI_ERR_NOMEM, "out of memory for a copy of the file "
+                              "(%llu bytes)", (unsigned long long)f.size);
+    }
+    if (map->heap) {
+        map->alloc = a;
+        uint8_t *base = (uint8_t *)(((uintptr_t)map->heap + align - 1) & ~(uintptr_t)(align - 1));
+        /* chunks of 64 MiB: the caller sees progress and may stop a long read */
+        const size_t chunk = (size_t)64 << 20;
+        for (uint64_t done = 0; st == PI_OK && done < f.size;) {
+            size_t n = f.size - done < chunk ? (size_t)(f.size - done) : chunk;
+            st = pi_os_file_read(&f, done, base + done, n, path, err);
+            done += n;
+            if (st == PI_OK && tick && tick(tick_user, done, f.size))
+                st = pi_error_set(err, PI_ERR_ABORTED, "reading the file aborted by the "
+                                  "caller");
+        }
+        map->data = base;
+        map->size = f.size;
+    }
+    pi_os_file_close(&f);
+    if (st < 0)
+        pi_os_unmap_file(map);
+    return st;
+}
+
+int pi_os_lock_file(struct pi_file_map *map, struct pi_error *err) {
+    if (!map->data || map->locked)
+        return PI_OK;
+    if (mlock(map->data, (size_t)map->size) != 0) {
+        int e = errno;
+        PI_FAIL(err, PI_ERR_IO, "cannot lock %llu bytes in memory: %s%s",
+                (unsigned long long)map->size, strerror(e),
+                e == ENOMEM || e == EPERM ? " (raise the locked-memory limit, ulimit -l, "
+                                            "or run with CAP_IPC_LOCK)" : "");
+    }
+    map->locked = 1;
     return PI_OK;
 }
 
 void pi_os_unmap_file(struct pi_file_map *map) {
-    if (map->data)
+    if (map->locked)
+        munlock(map->data, (size_t)map->size);
+    if (map->heap)
+        pi_free(map->alloc, map->heap);
+    else if (map->data)
         munmap((void *)map->data, (size_t)map->size);
-    map->data = NULL;
-    map->size = 0;
+    empty_map(map);
 }
 
 struct pi_thread {

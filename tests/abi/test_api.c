@@ -14,9 +14,12 @@ static const char *g_file;
 
 /* Layout pins: bindings (ctypes, cffi, bindgen) rely on these offsets. */
 _Static_assert(offsetof(pi_model_params, struct_size) == 0, "struct_size first");
-_Static_assert(sizeof(void *) != 8 || sizeof(pi_model_params) == 64, "pi_model_params size");
 _Static_assert(sizeof(void *) != 8 || offsetof(pi_model_params, log_fn) == 8, "log_fn");
 _Static_assert(sizeof(void *) != 8 || offsetof(pi_model_params, errbuf_cap) == 56, "errbuf_cap");
+/* pi_model_params: the first published layout ended after errbuf_cap (64 bytes) */
+_Static_assert(sizeof(void *) != 8 || offsetof(pi_model_params, load_mode) == 64, "load_mode");
+_Static_assert(sizeof(void *) != 8 || offsetof(pi_model_params, lock_memory) == 68, "lock_mem");
+_Static_assert(sizeof(void *) != 8 || sizeof(pi_model_params) == 72, "pi_model_params size");
 /* pi_ctx_params: the first published layout ended after f32_activations (40 bytes) */
 _Static_assert(sizeof(void *) != 8 || offsetof(pi_ctx_params, f32_activations) == 32, "f32_act");
 _Static_assert(sizeof(void *) != 8 || offsetof(pi_ctx_params, sparse_mode) == 36, "sparse_mode");
@@ -140,6 +143,24 @@ static void test_struct_size(void **state) {
     assert_int_equal(pi_model_open(g_file, &big.p, &m), PI_ERR_INVALID_ARG);
     big.p.struct_size = 0;
     assert_int_equal(pi_model_open(g_file, &big.p, &m), PI_ERR_INVALID_ARG);
+    /* The first published size (64 bytes, up to errbuf_cap) is honoured: the fields
+     * after it are not read, so whatever lies there means the defaults (mmap). */
+    big.future[3] = 0;
+    big.p.load_mode = 77;
+    big.p.lock_memory = 1;
+    big.p.struct_size = (uint32_t)(offsetof(pi_model_params, errbuf_cap) + sizeof(size_t));
+    assert_int_equal(pi_model_open(g_file, &big.p, &m), PI_OK);
+    pi_model_close(m);
+    big.p.struct_size = (uint32_t)(offsetof(pi_model_params, errbuf_cap) + sizeof(size_t) - 1);
+    assert_int_equal(pi_model_open(g_file, &big.p, &m), PI_ERR_INVALID_ARG);
+    /* At full size the same load_mode is read, and refused. */
+    big.p.struct_size = (uint32_t)sizeof big.p;
+    assert_int_equal(pi_model_open(g_file, &big.p, &m), PI_ERR_INVALID_ARG);
+    assert_null(m);
+    big.p.load_mode = PI_LOAD_READ;
+    big.p.lock_memory = 0;
+    assert_int_equal(pi_model_open(g_file, &big.p, &m), PI_OK);
+    pi_model_close(m);
 }
 
 int main(int argc, char **argv) {

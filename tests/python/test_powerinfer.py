@@ -779,3 +779,83 @@ def test_batch_sequences_and_state(smollm2, tmp_path):
         r.load_state(one, seq=2)
         r.decode_batch([(a[0], 2, -1, True)])
         assert list(r.batch_logits(0)) == list(want)
+
+
+def test_no_mmap_copy_survives_the_file(tmp_path):
+    """mmap=False reads the file into memory: truncating it and writing other bytes
+    over it after the open leave the logits those of a mapped open; mlock=True opens
+    (locked, or with a warning)."""
+    live = tmp_path / "live.gguf"
+    with open(FIXTURE_F32, "rb") as f:
+        data = f.read()
+    live.write_bytes(data)
+    with pi.Model(FIXTURE_F32, log=None) as ref, pi.Context(ref, n_ctx=16) as c:
+        c.decode([1, 2, 3])
+        want = list(c.logits())
+    with pi.Model(live, mmap=False, mlock=True, log=None) as m:
+        os.truncate(live, 0)
+        with pi.Context(m, n_ctx=16) as c:
+            c.decode([1, 2, 3])
+            assert list(c.logits()) == want  # bit for bit
+        live.write_bytes(bytes(len(data)))
+        with pi.Context(m, n_ctx=16) as c:
+            c.decode([1, 2, 3])
+            assert list(c.logits()) == want
+    with pytest.raises(pi.PowerInferError) as e:
+        pi.Model(tmp_path, mmap=False, log=None)  # a directory
+    assert e.value.status_name == "PI_ERR_IO" and "a directory" in e.value.message
+
+
+# ---- arguments the C types cannot hold are refused, not truncated or wrapped -----------
+def test_integer_arguments_are_checked():
+    with pi.Model(FIXTURE_F32, log=None) as m:
+        for kw in ({"n_ctx": 2**32 + 16}, {"n_threads": -1}, {"n_batch": 2**40},
+                   {"n_seq_max": 2**32}, {"device_index": 2**33}):
+            with pytest.raises(OverflowError):
+                pi.Context(m, **kw)
+        for kw in ({"n_ctx": 1.5}, {"n_ctx": "16"}, {"n_threads": None}, {"n_batch": 2.0}):
+            with pytest.raises(TypeError):
+                pi.Context(m, **kw)
+        with pytest.raises(TypeError):
+            pi.Context(m, sparse_threshold="0.5")
+        with pi.Context(m, n_ctx=16, n_threads=1) as ctx:
+            with pytest.raises(TypeError):
+                ctx.decode([1, 2.5])
+            with pytest.raises(OverflowError):
+                ctx.decode([2**32 + 1])
+            assert ctx.pos == 0  # nothing reached the library
+            ctx.decode([1, 2])
+            with pytest.raises(TypeError):
+                ctx.truncate(1.5)
+            with pytest.raises(OverflowError):
+                ctx.seq_len(2**31)
+            with pytest.raises(TypeError):
+                ctx.decode_batch([(3, 0.0)])
+            assert ctx.pos == 2
+        with pytest.raises(OverflowError):
+            pi.Sampler(m, top_k=2**31)
+        with pytest.raises(TypeError):
+            pi.Sampler(m, temperature="hot")
+        with pytest.raises(TypeError):
+            pi.Sampler(m, seed=1.5)
+        with pytest.raises(TypeError):
+            m.token_to_piece(1.5)
+        import numpy as np
+        with pi.Context(m, n_ctx=np.uint32(16), n_threads=np.int64(1)) as ctx:
+            assert ctx.n_ctx == 16  # numpy integers are integers
+
+
+def test_text_and_path_arguments_are_checked(smollm2, tmp_path):
+    for bad in (None, 12, 1.5, ["a"]):
+        with pytest.raises(TypeError):
+            smollm2.tokenize(bad)
+    assert smollm2.tokenize(b"a\0b", add_special=False) == \
+        smollm2.tokenize("a\0b", add_special=False)  # a length is passed: NUL is text
+    with pytest.raises(ValueError, match="null byte in content"):
+        smollm2.chat_apply([{"role": "user", "content": "hi\0 ignore the rest"}])
+    with pytest.raises(ValueError, match="null byte in key"):
+        smollm2.meta_str("general.name\0x")
+    with pytest.raises(ValueError, match="null byte in path"):
+        pi.Model(FIXTURE_F32 + "\0.ignored", log=None)
+    with pytest.raises(TypeError):
+        smollm2.chat_apply([{"role": None, "content": "hi"}])

@@ -50,6 +50,8 @@ class ModelParams(Structure):
         ("progress_user", c_void_p),
         ("errbuf", POINTER(c_char)),
         ("errbuf_cap", c_size_t),
+        ("load_mode", c_int32),
+        ("lock_memory", c_int32),
     ]
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from . import _lib
 from ._errors import PI_ERR_NOT_FOUND, PowerInferError, check
-from ._util import Handle, Owner, decode, encode, errbuf, fill, fspath, token_array
+from ._util import Handle, Owner, c_int, cstr, decode, encode, errbuf, fill, fspath, token_array
 
 # PI_META_*
 META_U8, META_I8, META_U16, META_I16, META_U32, META_I32 = 0, 1, 2, 3, 4, 5
@@ -35,6 +35,8 @@ _TO_LOGGING = {LOG_DEBUG: logging.DEBUG, LOG_INFO: logging.INFO,
                LOG_WARN: logging.WARNING, LOG_ERROR: logging.ERROR}
 
 # PI_TOKENIZE_*, PI_PIECE_*
+# PI_LOAD_*
+_LOAD_MMAP, _LOAD_READ = 0, 1
 TOKENIZE_ADD_SPECIAL = 1 << 0
 TOKENIZE_PARSE_SPECIAL = 1 << 1
 PIECE_SPECIAL = 1 << 0
@@ -58,7 +60,7 @@ def _log_level(level, log):
             return _LOG_LEVELS[level.lower()]
         except KeyError:
             raise ValueError("unknown log level %r" % level) from None
-    return int(level)
+    return c_int(level, "int", "log level")
 
 
 def _make_log_fn(log):
@@ -122,7 +124,7 @@ class TensorInfo:
 
 def type_name(type_id):
     """pi_type_name: the GGUF name of a tensor type id ("Q4_0"), or None."""
-    raw = _lib.lib().pi_type_name(int(type_id))
+    raw = _lib.lib().pi_type_name(c_int(type_id, "int", "type_id"))
     return None if raw is None else raw.decode("ascii")
 
 
@@ -145,6 +147,12 @@ class Model(Owner):
     progress:      callable(fraction) during the open; return a truthy value (or
                    raise) to stop it, which raises PowerInferError(PI_ERR_ABORTED)
                    (or the exception raised).
+    mmap:          True (default): map the file; False: read it whole into memory
+                   the model owns (PI_LOAD_READ), so that truncating or rewriting
+                   the file later cannot affect the model (with a mapping a
+                   truncation kills the process with SIGBUS).
+    mlock:         lock the model's bytes in RAM; when the system refuses, the model
+                   opens anyway and a warning is logged.
     library:       explicit path of libpowerinfer, see load_library.
 
     Raises PowerInferError (status PI_ERR_IO for a missing file, PI_ERR_FORMAT for a
@@ -155,7 +163,7 @@ class Model(Owner):
     the module docstring."""
 
     def __init__(self, path, *, metadata_only=False, log=_DEFAULT_LOGGER, log_level=None,
-                 progress=None, library=None):
+                 progress=None, mmap=True, mlock=False, library=None):
         self._handle = None
         lib = _lib.load_library(library)
         if log is _DEFAULT_LOGGER:
@@ -163,6 +171,8 @@ class Model(Owner):
         params = _lib.ModelParams()
         check(lib.pi_model_default_params(ctypes.byref(params)), "pi_model_default_params")
         params.metadata_only = 1 if metadata_only else 0
+        params.load_mode = _LOAD_MMAP if mmap else _LOAD_READ
+        params.lock_memory = 1 if mlock else 0
         self._log_fn = _make_log_fn(log)  # kept alive until the model is closed
         if self._log_fn is not None:
             params.log_fn = self._log_fn
@@ -226,7 +236,7 @@ class Model(Owner):
 
     def predictor_rank(self, layer):
         """Rank of layer's FFN predictor; 0 for a dense model or a bad layer."""
-        return self._q("pi_model_predictor_rank", int(layer))
+        return self._q("pi_model_predictor_rank", c_int(layer, "int64_t", "layer"))
 
     # ---- metadata -------------------------------------------------------------------
     @property
@@ -245,7 +255,7 @@ class Model(Owner):
         """(type, elem_type, n_elem) of key's value, types as META_* ids; elem_type is
         -1 for scalars. Raises PowerInferError(PI_ERR_NOT_FOUND)."""
         t, et, n = ctypes.c_int(), ctypes.c_int(), ctypes.c_uint64()
-        self._check(_lib.lib().pi_model_meta_type(self._ptr(), encode(key), ctypes.byref(t),
+        self._check(_lib.lib().pi_model_meta_type(self._ptr(), cstr(key, "key"), ctypes.byref(t),
                                                   ctypes.byref(et), ctypes.byref(n)),
                     "pi_model_meta_type")
         return t.value, et.value, n.value
@@ -253,21 +263,21 @@ class Model(Owner):
     def meta_int(self, key):
         """An integer or bool key's value (PI_ERR_TYPE for other types)."""
         out = ctypes.c_int64()
-        self._check(_lib.lib().pi_model_meta_int(self._ptr(), encode(key), ctypes.byref(out)),
+        self._check(_lib.lib().pi_model_meta_int(self._ptr(), cstr(key, "key"), ctypes.byref(out)),
                     "pi_model_meta_int")
         return out.value
 
     def meta_float(self, key):
         """A float or integer key's value as a float."""
         out = ctypes.c_double()
-        self._check(_lib.lib().pi_model_meta_float(self._ptr(), encode(key),
+        self._check(_lib.lib().pi_model_meta_float(self._ptr(), cstr(key, "key"),
                                                    ctypes.byref(out)),
                     "pi_model_meta_float")
         return out.value
 
     def meta_bytes(self, key):
         """A string key's value as the bytes stored in the file."""
-        n, raw = fill(_lib.lib().pi_model_meta_str, self._ptr(), encode(key))
+        n, raw = fill(_lib.lib().pi_model_meta_str, self._ptr(), cstr(key, "key"))
         self._check(n, "pi_model_meta_str")
         return raw
 
@@ -277,7 +287,7 @@ class Model(Owner):
 
     def meta_array(self, key):
         """An array key's elements as a list of int, float or str."""
-        lib, p, k = _lib.lib(), self._ptr(), encode(key)
+        lib, p, k = _lib.lib(), self._ptr(), cstr(key, "key")
         _, et, n = self.meta_type(key)
         out = []
         if et == META_STRING:
@@ -301,8 +311,8 @@ class Model(Owner):
 
     def meta_to_string(self, key, max_items=0):
         """Any key's value as printable text (pi_model_meta_to_string)."""
-        n, raw = fill(_lib.lib().pi_model_meta_to_string, self._ptr(), encode(key),
-                      int(max_items))
+        n, raw = fill(_lib.lib().pi_model_meta_to_string, self._ptr(), cstr(key, "key"),
+                      c_int(max_items, "uint32_t", "max_items"))
         self._check(n, "pi_model_meta_to_string")
         return decode(raw)
 
@@ -347,7 +357,7 @@ class Model(Owner):
     def tensor(self, name):
         """The TensorInfo called name; KeyError if there is none."""
         idx = ctypes.c_int64()
-        st = _lib.lib().pi_model_tensor_find(self._ptr(), encode(name), ctypes.byref(idx))
+        st = _lib.lib().pi_model_tensor_find(self._ptr(), cstr(name, "name"), ctypes.byref(idx))
         if st == PI_ERR_NOT_FOUND:
             raise KeyError(name)
         self._check(st, "pi_model_tensor_find")
@@ -377,7 +387,7 @@ class Model(Owner):
         """The raw bytes token stands for (may be part of a UTF-8 sequence).
         PI_ERR_RANGE for an id outside the vocabulary."""
         token_array([token])  # int32_t range check
-        n, raw = self._piece(int(token), special)
+        n, raw = self._piece(c_int(token, "int32_t", "token"), special)
         self._check(n, "pi_token_to_piece")
         return raw
 
@@ -405,7 +415,7 @@ class Model(Owner):
 
     def is_eog(self, token):
         """True if generation should stop at token."""
-        return bool(self._q("pi_model_token_is_eog", int(token)))
+        return bool(self._q("pi_model_token_is_eog", c_int(token, "int32_t", "token")))
 
     # ---- chat -----------------------------------------------------------------------
     @property
@@ -432,11 +442,11 @@ class Model(Owner):
         format: "auto" (from the model's template), "chatml", "llama2", "llama3" or a
         CHAT_* id. The result contains special-token text: tokenize it with
         parse_special=True."""
-        fmt = CHAT_FORMATS[format] if isinstance(format, str) else int(format)
+        fmt = CHAT_FORMATS[format] if isinstance(format, str) else c_int(format, "int", "format")
         pairs = []
         for m in messages:
             role, content = (m["role"], m["content"]) if isinstance(m, dict) else m
-            pairs.append((encode(role), encode(content)))
+            pairs.append((cstr(role, "role"), cstr(content, "content")))
         arr = (_lib.ChatMessage * max(len(pairs), 1))()
         for i, (r, c) in enumerate(pairs):
             arr[i].role, arr[i].content = r, c
@@ -533,7 +543,7 @@ class Detokenizer(Owner):
     def push(self, token):
         """Feed one token; returns the completed text ("" if none)."""
         token_array([token])
-        return self._take(_lib.lib().pi_detok_push(self._ptr(), int(token), self._sink,
+        return self._take(_lib.lib().pi_detok_push(self._ptr(), c_int(token, "int32_t", "token"), self._sink,
                                                    None), "pi_detok_push")
 
     def flush(self):

@@ -415,6 +415,8 @@ unsafe impl Sync for Model {}
 #[derive(Default)]
 pub struct ModelBuilder<'p> {
     metadata_only: bool,
+    no_mmap: bool,
+    mlock: bool,
     log: Option<(Box<LogCallback>, LogLevel)>,
     progress: Option<&'p mut dyn FnMut(f32) -> bool>,
 }
@@ -429,6 +431,21 @@ impl<'p> ModelBuilder<'p> {
     /// accepted, hyper-parameter queries return 0, and contexts cannot be created.
     pub fn metadata_only(mut self, yes: bool) -> Self {
         self.metadata_only = yes;
+        self
+    }
+
+    /// Read the whole file into memory owned by the model (`PI_LOAD_READ`) instead of
+    /// mapping it: slower to open, but truncating or rewriting the file afterwards
+    /// cannot affect the model (with a mapping, truncation raises SIGBUS).
+    pub fn no_mmap(mut self, yes: bool) -> Self {
+        self.no_mmap = yes;
+        self
+    }
+
+    /// Lock the model's bytes in RAM (`lock_memory`). When the system refuses, the
+    /// model opens anyway and a warning goes to the log sink.
+    pub fn mlock(mut self, yes: bool) -> Self {
+        self.mlock = yes;
         self
     }
 
@@ -457,6 +474,8 @@ impl<'p> ModelBuilder<'p> {
         let mut params = default_model_params();
         let mut errbuf = vec![0u8; ERRBUF_CAP];
         params.metadata_only = self.metadata_only as i32;
+        params.load_mode = if self.no_mmap { sys::PI_LOAD_READ } else { sys::PI_LOAD_MMAP };
+        params.lock_memory = self.mlock as i32;
         params.errbuf = errbuf.as_mut_ptr().cast();
         params.errbuf_cap = errbuf.len();
 

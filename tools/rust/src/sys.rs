@@ -120,7 +120,12 @@ pub struct pi_model_params {
     pub progress_user: *mut c_void,
     pub errbuf: *mut c_char,
     pub errbuf_cap: usize,
+    pub load_mode: i32,
+    pub lock_memory: i32,
 }
+
+pub const PI_LOAD_MMAP: c_int = 0;
+pub const PI_LOAD_READ: c_int = 1;
 
 // ---- Tokenizer ----------------------------------------------------------------------
 
@@ -564,11 +569,13 @@ mod tests {
     #[test]
     #[cfg(target_pointer_width = "64")]
     fn params_layout_matches_header() {
-        assert_eq!(size_of::<pi_model_params>(), 64);
+        assert_eq!(size_of::<pi_model_params>(), 72);
         assert_eq!(align_of::<pi_model_params>(), 8);
         assert_eq!(offset_of!(pi_model_params, struct_size), 0);
         assert_eq!(offset_of!(pi_model_params, log_fn), 8);
         assert_eq!(offset_of!(pi_model_params, errbuf_cap), 56);
+        assert_eq!(offset_of!(pi_model_params, load_mode), 64);
+        assert_eq!(offset_of!(pi_model_params, lock_memory), 68);
 
         assert_eq!(size_of::<pi_ctx_params>(), 120);
         assert_eq!(align_of::<pi_ctx_params>(), 8);
