@@ -1,6 +1,8 @@
 """Internal helpers: handle ownership, caller buffers, optional numpy."""
 
 import ctypes
+import numbers
+import operator
 import os
 from array import array
 
@@ -83,17 +85,69 @@ class Owner:
             pass
 
 
-def encode(text):
-    """str or bytes or os.PathLike -> bytes for a const char * parameter."""
+_C_RANGES = {
+    "int32_t": (-(1 << 31), (1 << 31) - 1),
+    "uint32_t": (0, (1 << 32) - 1),
+    "int64_t": (-(1 << 63), (1 << 63) - 1),
+    "uint64_t": (0, (1 << 64) - 1),
+    "size_t": (0, (1 << (8 * ctypes.sizeof(ctypes.c_size_t))) - 1),
+    "int": (-(1 << 31), (1 << 31) - 1),
+}
+
+
+def c_int(value, ctype, name):
+    """value as an integer argument of C type ctype. Integers only (int, bool, numpy
+    integers: whatever has __index__): 1.5, "3" and None raise TypeError instead of
+    being truncated or parsed, and a value the C type cannot hold raises OverflowError
+    instead of wrapping (n_ctx=2**32+16 is not 16)."""
+    try:
+        v = operator.index(value)
+    except TypeError:
+        raise TypeError("%s must be an integer, not %s" % (name, type(value).__name__)) \
+            from None
+    lo, hi = _C_RANGES[ctype]
+    if not lo <= v <= hi:
+        raise OverflowError("%s = %d does not fit in %s" % (name, v, ctype))
+    return v
+
+
+def c_float(value, name):
+    """value as a float argument: real numbers only (a str or None is a TypeError)."""
+    if not isinstance(value, numbers.Real):
+        raise TypeError("%s must be a number, not %s" % (name, type(value).__name__))
+    return float(value)
+
+
+def encode(text, name="text"):
+    """str, bytes (bytearray, memoryview) or os.PathLike -> bytes. Anything else, None
+    included, is a TypeError: str(None) would be the text "None"."""
     if isinstance(text, bytes):
         return text
+    if isinstance(text, (bytearray, memoryview)):
+        return bytes(text)
+    if isinstance(text, str):
+        return text.encode("utf-8", "surrogateescape")
     if isinstance(text, os.PathLike):
         return os.fsencode(text)
-    return str(text).encode("utf-8")
+    raise TypeError("%s must be str or bytes, not %s" % (name, type(text).__name__))
+
+
+def cstr(text, name="text"):
+    """encode() for a NUL-terminated const char * parameter: an embedded NUL would
+    silently cut the string there, so it is a ValueError (as in open())."""
+    raw = encode(text, name)
+    if b"\0" in raw:
+        raise ValueError("embedded null byte in %s" % name)
+    return raw
 
 
 def fspath(path):
-    return os.fsencode(os.fspath(path))
+    """A path (str, bytes, os.PathLike) for a const char * parameter; ValueError for an
+    embedded NUL, which the library would see as the end of the path."""
+    raw = os.fsencode(os.fspath(path))
+    if b"\0" in raw:
+        raise ValueError("embedded null byte in path")
+    return raw
 
 
 def decode(raw):
@@ -149,8 +203,5 @@ def token_array(tokens):
     n = len(toks)
     arr = (ctypes.c_int32 * max(n, 1))()
     for i, t in enumerate(toks):
-        t = int(t)
-        if not -0x80000000 <= t <= 0x7FFFFFFF:
-            raise OverflowError("token id %d does not fit in int32_t" % t)
-        arr[i] = t
+        arr[i] = c_int(t, "int32_t", "token id")
     return arr, n

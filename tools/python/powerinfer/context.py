@@ -13,7 +13,8 @@ from dataclasses import dataclass, fields
 
 from . import _lib
 from ._errors import PI_ERR_ABORTED, check
-from ._util import Handle, Owner, decode, errbuf, float_array, fspath, new_float_buffer, token_array
+from ._util import (Handle, Owner, c_float, c_int, decode, errbuf, float_array, fspath,
+                    new_float_buffer, token_array)
 
 # PI_SPARSE_*
 SPARSE_MODES = {"auto": 0, "dense": 1, "predictor": 2, "oracle": 3}
@@ -38,7 +39,7 @@ def _enum(value, table, what):
         except KeyError:
             raise ValueError("unknown %s %r (one of %s)" % (what, value, ", ".join(table))) \
                 from None
-    return int(value)
+    return c_int(value, "uint32_t", what)
 
 
 def ctx_params(*, n_ctx=0, n_threads=0, n_batch=0, f32_activations=False,
@@ -50,18 +51,18 @@ def ctx_params(*, n_ctx=0, n_threads=0, n_batch=0, f32_activations=False,
     lib = _lib.lib()
     params = _lib.CtxParams()
     check(lib.pi_ctx_default_params(ctypes.byref(params)), "pi_ctx_default_params")
-    params.n_ctx = int(n_ctx)
-    params.n_threads = int(n_threads)
-    params.n_batch = int(n_batch)
-    params.n_seq_max = int(n_seq_max)
+    params.n_ctx = c_int(n_ctx, "uint32_t", "n_ctx")
+    params.n_threads = c_int(n_threads, "uint32_t", "n_threads")
+    params.n_batch = c_int(n_batch, "uint32_t", "n_batch")
+    params.n_seq_max = c_int(n_seq_max, "uint32_t", "n_seq_max")
     params.f32_activations = 1 if f32_activations else 0
     params.sparse_mode = _enum(sparse_mode, SPARSE_MODES, "sparse mode")
     if sparse_threshold is not None:
         params.sparse_threshold_set = 1
-        params.sparse_threshold = float(sparse_threshold)
+        params.sparse_threshold = c_float(sparse_threshold, "sparse_threshold")
     params.stats = _enum(stats, STATS_MODES, "stats mode")
     params.device = _enum(device, DEVICES, "device")
-    params.device_index = int(device_index)
+    params.device_index = c_int(device_index, "uint32_t", "device_index")
     if device_budget is not None:
         if isinstance(device_budget, str):
             if device_budget.lower() != "auto":
@@ -69,7 +70,7 @@ def ctx_params(*, n_ctx=0, n_threads=0, n_batch=0, f32_activations=False,
                                  % device_budget)
             params.device_budget = DEVICE_BUDGET_AUTO
         else:
-            budget = int(device_budget)
+            budget = c_int(device_budget, "uint64_t", "device_budget")
             if not 0 <= budget <= DEVICE_BUDGET_AUTO:
                 raise ValueError("device_budget %d is out of range" % budget)
             params.device_budget = budget
@@ -254,11 +255,11 @@ class Context(Owner):
 
     def truncate(self, n_keep):
         """Keep the first n_keep positions (PI_ERR_RANGE above pos); clears logits."""
-        self._call("pi_ctx_truncate", int(n_keep))
+        self._call("pi_ctx_truncate", c_int(n_keep, "int64_t", "n_keep"))
 
     def set_threads(self, n_threads):
         """Restart the workers with n_threads (0: the processors available)."""
-        self._call("pi_ctx_set_threads", int(n_threads))
+        self._call("pi_ctx_set_threads", c_int(n_threads, "uint32_t", "n_threads"))
 
     @property
     def n_threads(self):
@@ -298,7 +299,9 @@ class Context(Owner):
         arr = (_lib.BatchEntry * max(len(items), 1))()
         for i, e in enumerate(items):
             e = tuple(e)
-            arr[i] = _lib.BatchEntry(int(e[0]), int(e[1]), int(e[2]) if len(e) > 2 else -1,
+            arr[i] = _lib.BatchEntry(c_int(e[0], "int32_t", "token"),
+                                     c_int(e[1], "int32_t", "seq"),
+                                     c_int(e[2], "int32_t", "pos") if len(e) > 2 else -1,
                                      1 if len(e) > 3 and e[3] else 0)
         self._call("pi_ctx_decode_batch", arr, len(items))
 
@@ -306,36 +309,37 @@ class Context(Owner):
         """A copy of entry i's logits from the last decode_batch, or None."""
         p = self._enter()
         try:
-            ptr = _lib.lib().pi_ctx_batch_logits(p, int(i))
+            ptr = _lib.lib().pi_ctx_batch_logits(p, c_int(i, "size_t", "index"))
             return float_array(ptr, self._model.n_vocab, "f") if ptr else None
         finally:
             self._busy.release()
 
     def seq_len(self, seq):
         """Positions decoded in sequence seq (-1 for a bad id)."""
-        return _lib.lib().pi_ctx_seq_len(self._ptr(), int(seq))
+        return _lib.lib().pi_ctx_seq_len(self._ptr(), c_int(seq, "int32_t", "seq"))
 
     def seq_remove(self, seq, p0, p1=-1):
         """Remove positions p0..p1-1 (p1 -1: to the end); later ones move down."""
-        self._call("pi_ctx_seq_remove", int(seq), int(p0), int(p1))
+        self._call("pi_ctx_seq_remove", c_int(seq, "int32_t", "seq"), c_int(p0, "int64_t", "p0"),
+                   c_int(p1, "int64_t", "p1"))
 
     def seq_copy(self, src, dst):
-        self._call("pi_ctx_seq_copy", int(src), int(dst))
+        self._call("pi_ctx_seq_copy", c_int(src, "int32_t", "src"), c_int(dst, "int32_t", "dst"))
 
     def seq_keep(self, seq):
-        self._call("pi_ctx_seq_keep", int(seq))
+        self._call("pi_ctx_seq_keep", c_int(seq, "int32_t", "seq"))
 
     def seq_clear(self, seq=-1):
-        self._call("pi_ctx_seq_clear", int(seq))
+        self._call("pi_ctx_seq_clear", c_int(seq, "int32_t", "seq"))
 
     # ---- state ----------------------------------------------------------------------
     def save_state(self, seq=-1):
         """The state of the whole context (seq -1) or of one sequence, as bytes."""
         lib = _lib.lib()
         size = ctypes.c_size_t(0)
-        lib.pi_ctx_state_save(self._ptr(), int(seq), None, 0, ctypes.byref(size))
+        lib.pi_ctx_state_save(self._ptr(), c_int(seq, "int32_t", "seq"), None, 0, ctypes.byref(size))
         buf = ctypes.create_string_buffer(size.value)
-        self._call("pi_ctx_state_save", int(seq), buf, size.value, ctypes.byref(size))
+        self._call("pi_ctx_state_save", c_int(seq, "int32_t", "seq"), buf, size.value, ctypes.byref(size))
         return buf.raw[:size.value]
 
     def load_state(self, data, seq=-1):
@@ -343,13 +347,13 @@ class Context(Owner):
         one-sequence state into sequence seq). On failure nothing changes."""
         data = bytes(data)
         buf = ctypes.create_string_buffer(data, len(data))
-        self._call("pi_ctx_state_load", int(seq), buf, len(data))
+        self._call("pi_ctx_state_load", c_int(seq, "int32_t", "seq"), buf, len(data))
 
     def save_state_file(self, path, seq=-1):
-        self._call("pi_ctx_state_save_file", int(seq), fspath(path))
+        self._call("pi_ctx_state_save_file", c_int(seq, "int32_t", "seq"), fspath(path))
 
     def load_state_file(self, path, seq=-1):
-        self._call("pi_ctx_state_load_file", int(seq), fspath(path))
+        self._call("pi_ctx_state_load_file", c_int(seq, "int32_t", "seq"), fspath(path))
 
     # ---- hybrid execution -----------------------------------------------------------
     @property
@@ -433,7 +437,7 @@ class Stats(Owner):
         """Totals of one layer as a LayerStats (PI_ERR_RANGE for a bad layer)."""
         out = _lib.LayerStats()
         out.struct_size = ctypes.sizeof(_lib.LayerStats)
-        check(_lib.lib().pi_stats_layer(self._ptr(), int(layer), ctypes.byref(out)),
+        check(_lib.lib().pi_stats_layer(self._ptr(), c_int(layer, "int64_t", "layer"), ctypes.byref(out)),
               "pi_stats_layer")
         return LayerStats(**{f.name: getattr(out, f.name) for f in fields(LayerStats)})
 
@@ -446,7 +450,7 @@ class Stats(Owner):
         p = self._ptr()
         n = _lib.lib().pi_stats_n_ff(p)
         arr, ptr = new_float_buffer(n, "d")
-        check(_lib.lib().pi_stats_neurons(p, int(layer),
+        check(_lib.lib().pi_stats_neurons(p, c_int(layer, "int64_t", "layer"),
                                           _enum(kind, NEURON_KINDS, "neuron kind"),
                                           ptr, n), "pi_stats_neurons")
         return arr

@@ -15,7 +15,7 @@ import ctypes
 
 from . import _lib
 from ._errors import PI_ERR_IO, PI_ERR_RANGE, PowerInferError, check
-from ._util import Handle, Owner, _np, decode, errbuf, fill, fspath
+from ._util import Handle, Owner, _np, c_int, decode, errbuf, fill, fspath
 
 # PI_PLAN_* parts
 PLAN_PARTS = {"attention": 0, "predictor": 1, "ffn_norm": 2, "output": 3, "kv_cache": 4,
@@ -35,7 +35,7 @@ def _part(part):
         except KeyError:
             raise ValueError("unknown plan part %r (one of %s, or 'all')"
                              % (part, ", ".join(PLAN_PARTS))) from None
-    return int(part)
+    return c_int(part, "uint32_t", "part")
 
 
 class Plan(Owner):
@@ -128,7 +128,7 @@ class Plan(Owner):
         return self._q("pi_plan_bytes", _part(part))
 
     def _layer(self, layer):
-        layer = int(layer)
+        layer = c_int(layer, "int64_t", "layer")
         if not 0 <= layer < self.n_layer:
             raise PowerInferError(PI_ERR_RANGE, "layer %d of %d" % (layer, self.n_layer),
                                   "pi_plan_layer_neurons")

@@ -4,7 +4,7 @@ import ctypes
 
 from . import _lib
 from ._errors import check
-from ._util import decode, errbuf, fspath
+from ._util import c_int, decode, errbuf, fspath
 from .model import _Progress
 
 QUANT_TYPES = {"q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q8_0": 8, "f16": 1, "bf16": 30}
@@ -17,7 +17,7 @@ def _type_id(t):
         except KeyError:
             raise ValueError("unknown type %r (one of %s)" % (t, ", ".join(QUANT_TYPES))) \
                 from None
-    return int(t)
+    return c_int(t, "uint32_t", "type")
 
 
 def quantize(in_path, out_path, type="q4_0", *, predictor_type=None, keep_output=False,
@@ -41,7 +41,7 @@ def quantize(in_path, out_path, type="q4_0", *, predictor_type=None, keep_output
     if predictor_type is not None:
         p.predictor_type = _type_id(predictor_type)
     p.keep_output = 1 if keep_output else 0
-    p.n_threads = int(n_threads)
+    p.n_threads = c_int(n_threads, "uint32_t", "n_threads")
     p.allow_requantize = 1 if allow_requantize else 0
     prog = _Progress(progress)
     if prog.fn is not None:

@@ -4,11 +4,13 @@ import ctypes
 
 from . import _lib
 from ._errors import check
-from ._util import Handle, Owner, token_array
+from ._util import Handle, Owner, c_float, c_int, token_array
 
 # Fields of pi_sampler_params a caller may set, as keyword arguments.
 SAMPLER_FIELDS = ("temperature", "top_k", "top_p", "min_p", "repeat_penalty",
                   "frequency_penalty", "presence_penalty", "penalty_last_n", "seed")
+# The integer fields and their C types; the others are floats.
+_INT_FIELDS = {"top_k": "int32_t", "penalty_last_n": "int32_t", "seed": "uint64_t"}
 
 
 def default_sampler_params():
@@ -42,7 +44,8 @@ class Sampler(Owner):
                      seed=seed)
         for name, value in given.items():
             if value is not None:
-                setattr(p, name, value)
+                setattr(p, name, c_int(value, _INT_FIELDS[name], name) if name in _INT_FIELDS
+                        else c_float(value, name))
         self.params = {f: getattr(p, f) for f in SAMPLER_FIELDS}
         out = ctypes.c_void_p()
         check(lib.pi_sampler_create(model._ptr(), ctypes.byref(p), ctypes.byref(out)),
