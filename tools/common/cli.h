@@ -23,11 +23,27 @@ enum {
 
 /* The options every tool shares, for the argument a followed by v (NULL when a is the
  * last one): -h and --help print usage(stdout), --version cli_print_version(), and
- * return 0; -v and --verbose set *verbose to 1 and return CLI_OPT_TAKEN; any other
+ * return 0; -v and --verbose set *verbose to 1 and return CLI_OPT_TAKEN; the model
+ * loading options (cli_load_option) return CLI_OPT_TAKEN; any other
  * option (-X, not "-") without a value prints "PROG: -X needs a value (or is unknown; see
  * --help)" and returns 2. Otherwise CLI_OPT_OTHER. A result >= 0 is the exit status.
  * Match the tool's own options that take no value before calling this. */
 int cli_common_option(const char *a, const char *v, void (*usage)(FILE *out), int *verbose);
+
+/* How the tool loads its model, from --no-mmap (read the file into memory:
+ * PI_LOAD_READ, so that changing the file on disk cannot affect the running tool) and
+ * --mlock (keep the model in RAM; a warning, not a failure, when the system refuses).
+ * A tool parses one command line, so these are recorded for the process: returns 1
+ * after recording argument a when it is one of them, else 0. cli_model_params applies
+ * them. */
+int cli_load_option(const char *a);
+
+/* The lines of --help for cli_load_option's options, in the tools' column layout. */
+#define CLI_LOAD_USAGE                                                                     \
+    "  --no-mmap               read the model into memory instead of mapping it: the\n"   \
+    "                          file may then change on disk without affecting the run\n"  \
+    "  --mlock                 lock the model in RAM (never paged out); warns and goes\n" \
+    "                          on when the system refuses (see ulimit -l)\n"
 
 /* The value v of option opt as an integer in [lo, hi], in `base` (strtol's: 10, or 0
  * for C's 0x and 0 prefixes). Returns 0 and *out, or -1 after printing
@@ -52,12 +68,19 @@ void cli_log_stderr(void *user, int level, const char *msg);
 /* Seconds on a monotonic clock (where the system has one), for intervals. */
 double cli_now_s(void);
 
-/* The whole file, NUL-terminated, malloc'd (*len excludes the NUL). NULL with errno
- * set when it cannot be opened or read (EISDIR for a directory) or on ENOMEM. */
+/* The most cli_read_file reads: 64 MiB, a quarter of what pi_tokenize accepts. */
+#define CLI_READ_MAX ((size_t)64 << 20)
+
+/* The whole file, NUL-terminated, malloc'd (*len excludes the NUL): a regular file, or
+ * a pipe or FIFO (such as /dev/stdin) read to its end. NULL with errno set when it
+ * cannot be opened or read (EISDIR for a directory), on ENOMEM, and with EFBIG when it
+ * holds more than CLI_READ_MAX bytes (/dev/zero never ends). */
 char *cli_read_file(const char *path, size_t *len);
 
-/* Default model params writing their message to errbuf[cap]; when verbose, every
- * message of the library (PI_LOG_DEBUG and up) goes to cli_log_stderr. */
+/* Default model params writing their message to errbuf[cap], with the loading options
+ * of cli_load_option; when verbose, every message of the library (PI_LOG_DEBUG and up)
+ * goes to cli_log_stderr; otherwise, with --mlock, its warnings do (the one saying the
+ * model could not be locked). */
 void cli_model_params(pi_model_params *mp, char *errbuf, size_t cap, int verbose);
 
 /* pi_model_open with cli_model_params. Returns 0 and *out, or 1 (*out NULL) after

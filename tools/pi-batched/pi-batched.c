@@ -43,6 +43,7 @@ static void usage(FILE *out) {
                  "                          (default 0.95; 1: off)\n"
                  "  -t, --threads N         worker threads (default: all processors)\n"
                  "  --no-sequential         skip the one-after-another run\n"
+                 CLI_LOAD_USAGE
                  "  -v, --verbose           log what the library does to stderr\n"
                  "  --version               print the library version\n"
                  "  -h, --help              this text\n"

@@ -86,7 +86,7 @@ static void usage(void) {
             "usage: pi-bench -m MODEL.gguf [-t THREADS] [-p PROMPT_TOKENS] [-n GEN_TOKENS]\n"
             "                [-r REPETITIONS] [--sparse-mode LIST] [--no-bandwidth]\n"
             "                [--telemetry] [--device gpu|cpu] [--vram-budget LIST]\n"
-            "                [--device-index N] [--plan-stats FILE]\n"
+            "                [--device-index N] [--plan-stats FILE] [--no-mmap] [--mlock]\n"
             "  Defaults: -p 128 -n 64 -r 5, threads = all processors, modes: the model's\n"
             "  default (sparse for PowerInfer files, dense otherwise), CPU only.\n"
             "  --sparse-mode LIST  comma-separated modes to run one after another on the\n"
@@ -98,7 +98,9 @@ static void usage(void) {
             "  --device D          gpu (the CUDA/HIP backend built in) or cpu (a second CPU\n"
             "                      backend acting as the device); alone: budget auto\n"
             "  --device-index N    which GPU (default 0)\n"
-            "  --plan-stats FILE   activation statistics that rank neurons for the planner\n");
+            "  --plan-stats FILE   activation statistics that rank neurons for the planner\n"
+            "  --no-mmap           read the model into memory instead of mapping it\n"
+            "  --mlock             lock the model in RAM; warns and goes on when refused\n");
 }
 
 struct mode_result {
@@ -271,6 +273,8 @@ int main(int argc, char **argv) {
         const char *a = argv[i];
         if (!strcmp(a, "--no-bandwidth")) {
             probe_bw = 0;
+        } else if (cli_load_option(a)) {
+            /* --no-mmap, --mlock: applied by cli_model_params */
         } else if (!strcmp(a, "--telemetry")) {
             print_tele = 1;
         } else if (i + 1 < argc && (!strcmp(a, "-m") || !strcmp(a, "--model"))) {

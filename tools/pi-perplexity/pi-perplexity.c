@@ -51,7 +51,7 @@ static void usage(FILE *out) {
             "+/- PPL * sd(NLL) / sqrt(N - 1) as llama.cpp prints it.\n"
             "\n"
             "  -m, --model FILE        model file (GGUF, or PowerInfer GGUF)\n"
-            "  -f, --file FILE         the text (UTF-8)\n"
+            "  -f, --file FILE         the text (UTF-8; a file or a pipe, at most 64 MiB)\n"
             "  -c, --ctx-size N        window length in tokens (default 512)\n"
             "  --stride S              sliding windows advancing by S tokens (1 .. N_CTX)\n"
             "  -b, --batch-size N      tokens per decode call (it keeps N x n_vocab logits)\n"
@@ -60,6 +60,7 @@ static void usage(FILE *out) {
             "  --chunks K              score only the first K chunks (windows)\n"
             "  --f32-activations       float activations in products with quantized weights\n"
             "                          (slower; closer to a float reference) instead of 8-bit\n"
+            CLI_LOAD_USAGE
             "  -v, --verbose           log what the library does to stderr\n"
             "  --version               print the library version\n"
             "  -h, --help              this text\n"

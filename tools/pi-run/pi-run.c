@@ -1,6 +1,7 @@
 /* pi-run -- the bundled command-line tool. Uses only the public header.
  *
  * Text generation from a prompt, and model inspection (--info). */
+#include <errno.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -20,7 +21,8 @@ static void usage(FILE *out) {
             "\n"
             "  -m, --model FILE        model file (GGUF, or PowerInfer GGUF with magic PWRI)\n"
             "  -p, --prompt TEXT       prompt\n"
-            "  -f, --file FILE         read the prompt from a file\n"
+            "  -f, --file FILE         read the prompt from a file or a pipe (/dev/stdin);\n"
+            "                          at most 64 MiB\n"
             "  -n, --n-predict N       tokens to generate (default 128; -1: until end of text\n"
             "                          or a full context; 0: only process the prompt)\n"
             "  -t, --threads N         worker threads (default: all processors)\n"
@@ -74,10 +76,12 @@ static void usage(FILE *out) {
             "                          onto the device and no prompt is needed\n"
             "  --info                  print architecture, hyper-parameters, sparse or dense,\n"
             "                          metadata and the tensor table summary\n"
-            "  --tensors               with --info: list every tensor\n"
-            "  -v, --verbose           log what the library does to stderr\n"
-            "  --version               print the library version\n"
-            "  -h, --help              this text\n");
+            "  --tensors               with --info: list every tensor\n");
+    fputs(CLI_LOAD_USAGE
+          "  -v, --verbose           log what the library does to stderr\n"
+          "  --version               print the library version\n"
+          "  -h, --help              this text\n",
+          out);
 }
 
 static void human_bytes(uint64_t b, char *buf, size_t cap) {
@@ -392,7 +396,12 @@ static int generate(struct opts *o) {
         ptext = cli_read_file(o->prompt_file, &plen);
         if (!ptext) {
             pi_model_close(m);
-            fprintf(stderr, "pi-run: cannot read '%s'\n", o->prompt_file);
+            if (errno == EFBIG)
+                fprintf(stderr, "pi-run: '%s' holds more than %zu MiB, the limit for a "
+                        "prompt file\n", o->prompt_file, CLI_READ_MAX >> 20);
+            else
+                fprintf(stderr, "pi-run: cannot read '%s': %s\n", o->prompt_file,
+                        strerror(errno));
             return 1;
         }
     } else {
