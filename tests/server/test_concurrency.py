@@ -66,7 +66,7 @@ def open_stream(port, headers, max_tokens, prompt="1, 2, 3, 4, 5, 6, 7,"):
     body = json.dumps({"prompt": prompt, "max_tokens": max_tokens, "stream": True,
                        "temperature": 0}).encode()
     head = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
-    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n" + head.encode() +
+    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n" + head.encode() +
               b"Content-Length: %d\r\n\r\n" % len(body) + body)
     got = b""
     while b'"text":"' not in got.replace(b'"text":""', b""):
@@ -99,7 +99,7 @@ def test_disconnect_frees_slot(server):
     body = json.dumps({"prompt": "1, 2, 3, 4, 5, 6, 7,", "max_tokens": 1500,
                        "temperature": 0}).encode()
     head = "".join(f"{k}: {v}\r\n" for k, v in server.headers().items())
-    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n" + head.encode() +
+    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n" + head.encode() +
               b"Content-Length: %d\r\n\r\n" % len(body) + body)
     assert wait_for(lambda: server.health()["slots_busy"] == 1)
     s.close()
@@ -130,7 +130,8 @@ def test_queue_full_503_and_queued_disconnect():
         q = socket.create_connection(("127.0.0.1", srv.port), timeout=30)
         body = b'{"prompt": "Hi", "max_tokens": 4}'
         # (the queue is full: this one is refused; B stays queued)
-        q.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " +
+        q.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                  b"Content-Type: application/json\r\nAuthorization: Bearer " +
                   srv.api_key.encode() + b"\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
         assert q.recv(100).startswith(b"HTTP/1.1 503")
         q.close()
@@ -143,7 +144,8 @@ def test_queue_full_503_and_queued_disconnect():
         # A queued request whose client disconnects is dropped from the queue.
         a = open_stream(srv.port, srv.headers(), 900)
         q = socket.create_connection(("127.0.0.1", srv.port), timeout=30)
-        q.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " +
+        q.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                  b"Content-Type: application/json\r\nAuthorization: Bearer " +
                   srv.api_key.encode() + b"\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
         assert wait_for(lambda: srv.health()["queued"] == 1)
         q.close()
@@ -162,7 +164,8 @@ def test_sigterm_mid_stream():
     a = open_stream(srv.port, srv.headers(), 1000)
     q = socket.create_connection(("127.0.0.1", srv.port), timeout=30)
     body = b'{"prompt": "Hi", "max_tokens": 4}'
-    q.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " +
+    q.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                  b"Content-Type: application/json\r\nAuthorization: Bearer " +
               srv.api_key.encode() + b"\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
     assert wait_for(lambda: srv.health()["queued"] == 1)
     t0 = time.monotonic()

@@ -21,8 +21,9 @@ MSG = [{"role": "user", "content": "hi"}]
 
 @pytest.fixture(scope="module")
 def srv():
+    # "Host: x" in the raw requests below: a name this server is told to accept
     s = Server("--parallel", 2, "--queue", 4, "-c", N_CTX, "--max-body", MAX_BODY,
-               "--timeout", 2, "-n", 4)
+               "--timeout", 2, "-n", 4, "--host-allow", "x")
     yield s
     s.finish()
 
@@ -174,9 +175,10 @@ def test_bad_route(srv, name, method, path, headers, status, code):
         assert "allow" in hdrs
 
 
-def post_raw(path, body, extra=b"", key=True):
+def post_raw(path, body, extra=b"", key=True, ctype=b"application/json"):
     auth = b"Authorization: Bearer test-key-1234\r\n" if key else b""
-    return (b"POST " + path.encode() + b" HTTP/1.1\r\nHost: x\r\n" + auth + extra +
+    ct = b"Content-Type: " + ctype + b"\r\n" if ctype else b""
+    return (b"POST " + path.encode() + b" HTTP/1.1\r\nHost: x\r\n" + auth + ct + extra +
             b"Content-Length: %d\r\n\r\n" % len(body) + body)
 
 
@@ -212,12 +214,13 @@ RAW_CASES = [
     ("content-length long", post_raw(COMP, b'{"prompt": "hi"}').replace(
         b"Content-Length: 16", b"Content-Length: 500"), None),
     ("chunked body over the limit", b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
-     b"Authorization: Bearer test-key-1234\r\nTransfer-Encoding: chunked\r\n\r\n" +
+     b"Authorization: Bearer test-key-1234\r\nContent-Type: application/json\r\n"
+     b"Transfer-Encoding: chunked\r\n\r\n" +
      chunked(b"x" * (MAX_BODY + 4096)), {413}),
     ("bad chunk size", b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
      b"Transfer-Encoding: chunked\r\n\r\nzz\r\nabc\r\n0\r\n\r\n", range(400, 500)),
-    ("form content type", post_raw(COMP, b"prompt=hi", b"Content-Type: "
-                                   b"application/x-www-form-urlencoded\r\n"), {400}),
+    ("form content type", post_raw(COMP, b"prompt=hi",
+                                   ctype=b"application/x-www-form-urlencoded"), {415}),
     ("binary body", post_raw(COMP, bytes(range(256)) * 4), {400}),
     ("unauthenticated big body", post_raw(COMP, b"x" * 60000, key=False), {401}),
     ("escaped bytes in the path", b"GET /%ff%fe%00%1b[31m HTTP/1.1\r\nHost: x\r\n\r\n",

@@ -23,6 +23,7 @@ void srv_error_set(struct srv_error *err, int status, const char *type, const ch
     err->type = type;
     err->code = code;
     err->param = param;
+    err->param_text[0] = '\0';
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(err->message, sizeof err->message, fmt, ap);
@@ -40,6 +41,7 @@ static void bad(struct srv_error *err, const char *param, const char *fmt, ...) 
     err->type = "invalid_request_error";
     err->code = "invalid_value";
     err->param = param;
+    err->param_text[0] = '\0';
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(err->message, sizeof err->message, fmt, ap);
@@ -55,8 +57,9 @@ char *api_error_json(const struct srv_error *err) {
     }
     cJSON_AddStringToObject(e, "message", err->message);
     cJSON_AddStringToObject(e, "type", err->type ? err->type : "invalid_request_error");
-    if (err->param)
-        cJSON_AddStringToObject(e, "param", err->param);
+    const char *param = err->param ? err->param : err->param_text[0] ? err->param_text : NULL;
+    if (param)
+        cJSON_AddStringToObject(e, "param", param);
     else
         cJSON_AddNullToObject(e, "param");
     if (err->code)
@@ -66,6 +69,61 @@ char *api_error_json(const struct srv_error *err) {
     char *s = cJSON_PrintUnformatted(root);
     cJSON_Delete(root);
     return s;
+}
+
+/* The escape \u0000 inside a string of the JSON text body[0..len) (already parsed, so
+ * well-formed): its offset, or len when there is none; *key gets the top-level member
+ * whose value holds it ([0..*key_len) of body, the key as written, quotes excluded;
+ * key_len 0 when the NUL is in a top-level key itself). cJSON's strings end at the first
+ * NUL, so such text would silently lose everything after it. */
+static size_t find_nul_escape(const char *body, size_t len, const char **key, size_t *key_len) {
+    int depth = 0, in_str = 0;
+    size_t str_at = 0, last_at = 0, last_len = 0;
+    *key = NULL;
+    *key_len = 0;
+    for (size_t i = 0; i < len; i++) {
+        const char ch = body[i];
+        if (in_str) {
+            if (ch == '\\') {
+                if (i + 5 < len && body[i + 1] == 'u' && !memcmp(body + i + 2, "0000", 4)) {
+                    /* in a key at depth 1 (the next ':' decides), or in a value */
+                    size_t j = i + 6;
+                    while (j < len && body[j] != '"')
+                        j += body[j] == '\\' ? 2 : 1;
+                    j++;
+                    while (j < len && (body[j] == ' ' || body[j] == '\t' || body[j] == '\n' ||
+                                       body[j] == '\r'))
+                        j++;
+                    if (!(depth == 1 && j < len && body[j] == ':')) {
+                        *key = body + last_at;
+                        *key_len = last_len;
+                    }
+                    return i;
+                }
+                i++; /* the escaped character */
+            } else if (ch == '"') {
+                in_str = 0;
+                if (depth == 1) { /* a key, if ':' follows; values are overwritten next */
+                    size_t j = i + 1;
+                    while (j < len && (body[j] == ' ' || body[j] == '\t' || body[j] == '\n' ||
+                                       body[j] == '\r'))
+                        j++;
+                    if (j < len && body[j] == ':') {
+                        last_at = str_at;
+                        last_len = i - str_at;
+                    }
+                }
+            }
+        } else if (ch == '"') {
+            in_str = 1;
+            str_at = i + 1;
+        } else if (ch == '{' || ch == '[') {
+            depth++;
+        } else if (ch == '}' || ch == ']') {
+            depth--;
+        }
+    }
+    return len;
 }
 
 cJSON *api_parse_body(const char *body, size_t len, struct srv_error *err) {
@@ -94,6 +152,24 @@ cJSON *api_parse_body(const char *body, size_t len, struct srv_error *err) {
         cJSON_Delete(root);
         srv_error_set(err, 400, "invalid_request_error", "invalid_json", NULL,
                       "The request body must be a JSON object.");
+        return NULL;
+    }
+    /* Strings are NUL-terminated from here on (cJSON, the tokenizer, the chat template):
+     * a NUL in a string would cut it short without a word, so it is refused. */
+    const char *key;
+    size_t key_len;
+    size_t at = find_nul_escape(body, len, &key, &key_len);
+    if (at < len) {
+        cJSON_Delete(root);
+        srv_error_set(err, 400, "invalid_request_error", "invalid_value", NULL,
+                      "The request holds a NUL character (\\u0000) at byte %zu%s%.*s%s; strings "
+                      "must not contain NUL.",
+                      at, key_len ? " in '" : " in a key", (int)(key_len < 48 ? key_len : 48),
+                      key ? key : "", key_len ? "'" : "");
+        if (key_len && key_len < sizeof err->param_text) {
+            memcpy(err->param_text, key, key_len);
+            err->param_text[key_len] = '\0';
+        }
         return NULL;
     }
     return root;

@@ -12,9 +12,35 @@
  *
  * Every error the handlers produce is OpenAI's error object. Requests that break HTTP
  * itself (a malformed request line or header, headers beyond the connection's memory
- * limit) are answered by libmicrohttpd with a 4xx of its own before any handler runs. */
+ * limit) are answered by libmicrohttpd with a 4xx of its own before any handler runs.
+ *
+ * Browsers. Any web page the user opens can send requests to a server on localhost, so
+ * the defaults keep pages of other origins out: no CORS header unless --cors-origin
+ * names the page's origin exactly (then that origin is echoed, with Vary: Origin, and
+ * its preflight answered; another origin's preflight is refused with 403); POST bodies
+ * must be declared application/json (a page can send text/plain or a form to another
+ * origin without a preflight); and the Host header must name this server, so a DNS
+ * rebinding page (its own name, resolving to 127.0.0.1) is refused with 403.
+ *
+ * Deadlines. libmicrohttpd's --timeout is an idle timeout: every byte restarts it, so a
+ * client sending one byte a second holds a connection (and, at --max-connections, the
+ * server) for ever. Each connection is therefore also registered (the connection
+ * notification callback) with its phase and the time that phase began: the request
+ * head must arrive within --header-timeout of the connection's start or of the end of
+ * its previous request, and the body within --read-timeout of the head. A watchdog
+ * thread looks every WATCH_MS and shuts down the socket of a connection past its
+ * deadline; the connection's own thread then sees the end of the stream and closes it
+ * as it would any client that went away. (With one thread per connection libmicrohttpd
+ * calls no handler before the head is complete, so the head's deadline cannot be kept
+ * from a handler.) The same watchdog cuts a stream whose client does not read: text
+ * the engine produced and the connection has not yet formatted for sending is counted,
+ * and past --max-stream-buffer bytes the job is cancelled (its slot is free at once)
+ * and the socket shut down; each socket's kernel send buffer is fixed (SEND_BUFFER) so
+ * that the kernel does not absorb megabytes first. */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <netdb.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -32,6 +58,28 @@
 #include "server.h"
 
 #define WAIT_MS 100
+#define WATCH_MS 100
+#define SEND_BUFFER (64 * 1024) /* SO_SNDBUF of every connection (the kernel doubles it) */
+
+struct conn;
+
+/* Where a connection is, for its deadlines. */
+enum phase {
+    PH_HEAD,   /* waiting for a request line and headers */
+    PH_BODY,   /* the head is in; reading the body */
+    PH_ANSWER, /* answering (no deadline: a completion may wait for a slot) */
+    PH_STREAM  /* streaming an answer (the --max-stream-buffer cap) */
+};
+
+/* One TCP connection (libmicrohttpd's socket context); fields guarded by srv_http.mu. */
+struct sock {
+    struct sock *prev, *next;
+    int fd;
+    enum phase phase;
+    double since;        /* now_s() when the phase began */
+    struct conn *stream; /* PH_STREAM: the request streamed (holds a reference) */
+    int cut;             /* the watchdog shut the socket down */
+};
 
 struct srv_http {
     struct MHD_Daemon *daemon;
@@ -41,6 +89,15 @@ struct srv_http {
     int port;
     atomic_uint_fast64_t next_id;
     atomic_int active; /* completions submitted and not yet answered */
+    int bound_loopback; /* bound to 127/8 or ::1 */
+    int bound_any;      /* bound to 0.0.0.0 or :: */
+    int any_host;       /* --host-allow '*' */
+
+    pthread_mutex_t mu; /* guards socks and every struct sock */
+    struct sock *socks;
+    pthread_t watchdog;
+    int watchdog_started;
+    atomic_int stopping;
 };
 
 enum route {
@@ -63,6 +120,8 @@ struct conn {
     enum route route;
     const struct srv_asset *asset;
     struct MHD_Connection *mc;
+    struct sock *sock; /* NULL when the connection could not be registered */
+    const char *cors;  /* the request's Origin when --cors-origin allows it (cfg's copy) */
     char method[16];
     char *path;     /* as libmicrohttpd decoded it, for routing */
     char shown[96]; /* the path for messages and the log: printable ASCII, cut */
@@ -120,6 +179,15 @@ static int peer_gone(int fd) {
     return r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
 }
 
+static void set_phase(struct conn *c, enum phase ph) {
+    if (!c->sock)
+        return;
+    pthread_mutex_lock(&c->h->mu);
+    c->sock->phase = ph;
+    c->sock->since = now_s();
+    pthread_mutex_unlock(&c->h->mu);
+}
+
 /* While this connection waits for its job, libmicrohttpd must not count the time as
  * idleness (it would close the connection once the wait passed --timeout); setting the
  * timeout again afterwards restarts its clock. */
@@ -145,7 +213,10 @@ static enum MHD_Result queue(struct conn *c, struct MHD_Connection *mc, int stat
                              struct MHD_Response *r) {
     if (!r)
         return MHD_NO;
-    MHD_add_response_header(r, "Access-Control-Allow-Origin", "*");
+    if (c->cors)
+        MHD_add_response_header(r, "Access-Control-Allow-Origin", c->cors);
+    if (c->h->cfg.n_cors_origins)
+        MHD_add_response_header(r, "Vary", "Origin");
     c->status = status;
     enum MHD_Result rc = MHD_queue_response(mc, (unsigned)status, r);
     MHD_destroy_response(r);
@@ -204,7 +275,7 @@ static enum MHD_Result fail(struct conn *c, struct MHD_Connection *mc, int statu
 
 static enum MHD_Result fail(struct conn *c, struct MHD_Connection *mc, int status, const char *type,
                             const char *code, const char *fmt, ...) {
-    struct srv_error err = {status, type, code, NULL, ""};
+    struct srv_error err = {status, type, code, NULL, "", ""};
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(err.message, sizeof err.message, fmt, ap);
@@ -258,6 +329,83 @@ static int key_ok(const char *given, const char *key) {
     return diff == 0;
 }
 
+/* The name of a Host header value ("name", "name:port", "[v6]" or "[v6]:port") in
+ * out[0..cap), without brackets or port; 0 when it is not of that form. */
+static int host_name(const char *host, char *out, size_t cap) {
+    const char *name = host, *end, *port;
+    if (*host == '[') {
+        name = host + 1;
+        end = strchr(name, ']');
+        if (!end)
+            return 0;
+        port = end + 1;
+    } else {
+        end = strchr(host, ':');
+        if (end && strchr(end + 1, ':'))
+            return 0; /* an IPv6 address must be in brackets */
+        if (!end)
+            end = host + strlen(host);
+        port = end;
+    }
+    if (*port == ':')
+        port += 1 + strspn(port + 1, "0123456789");
+    size_t n = (size_t)(end - name);
+    if (*port || n == 0 || n >= cap)
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)name[i] <= 0x20 || (unsigned char)name[i] >= 0x7f ||
+            strchr("/\\@?#[]", name[i]))
+            return 0;
+    memcpy(out, name, n);
+    out[n] = '\0';
+    return 1;
+}
+
+static int is_ip_literal(const char *name) {
+    unsigned char a[16];
+    return inet_pton(AF_INET, name, a) == 1 || inet_pton(AF_INET6, name, a) == 1;
+}
+
+/* Against DNS rebinding: a page whose own name resolves to this machine sends its name
+ * as Host. Accepted: the bound address, localhost, the loopback addresses when bound to
+ * loopback or to all addresses, any IP address when bound to all addresses (a rebinding
+ * name is never an address), and --host-allow names. */
+static int host_ok(const struct srv_http *h, const char *host) {
+    char name[256];
+    if (!host_name(host, name, sizeof name))
+        return 0;
+    if (h->any_host || !strcasecmp(name, "localhost") || !strcasecmp(name, h->cfg.host))
+        return 1;
+    if ((h->bound_loopback || h->bound_any) && (!strcmp(name, "127.0.0.1") || !strcmp(name, "::1")))
+        return 1;
+    if (h->bound_any && is_ip_literal(name))
+        return 1;
+    for (size_t i = 0; i < h->cfg.n_host_allow; i++)
+        if (!strcasecmp(name, h->cfg.host_allow[i]))
+            return 1;
+    return 0;
+}
+
+/* The configured origin equal to the request's Origin, or NULL. */
+static const char *cors_match(const struct srv_http *h, const char *origin) {
+    for (size_t i = 0; origin && i < h->cfg.n_cors_origins; i++)
+        if (!strcmp(origin, h->cfg.cors_origins[i]))
+            return h->cfg.cors_origins[i];
+    return NULL;
+}
+
+/* application/json, parameters (charset) allowed, any case. */
+static int is_json_type(const char *ct) {
+    if (!ct)
+        return 0;
+    ct += strspn(ct, " \t");
+    if (strncasecmp(ct, "application/json", 16) != 0)
+        return 0;
+    ct += 16;
+    ct += strspn(ct, " \t");
+    return *ct == '\0' || *ct == ';';
+}
+
 /* How much body a refused request may still send before the connection is simply
  * closed: the largest accepted body plus 1 MiB. */
 static size_t drain_limit(const struct srv_http *h) {
@@ -279,20 +427,11 @@ static enum MHD_Result refuse(struct conn *c, struct MHD_Connection *mc, int dra
  * any body is read. Returns MHD_YES to go on reading, or the result of an early answer
  * (which sets c->status; libmicrohttpd then closes the connection after it). */
 static enum MHD_Result first_call(struct srv_http *h, struct conn *c, struct MHD_Connection *mc,
-                                  const char *method) {
+                                  const char *method, const char *version) {
     int post = 0, auth = 0;
     c->route = (enum route)route_of(c->path, &c->asset, &post, &auth);
-    if (!strcmp(method, "OPTIONS")) {
-        struct MHD_Response *r = MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);
-        if (r) {
-            MHD_add_response_header(r, "Access-Control-Allow-Methods", "GET, POST, OPTIONS");
-            MHD_add_response_header(r, "Access-Control-Allow-Headers",
-                                    "Authorization, Content-Type");
-            MHD_add_response_header(r, "Access-Control-Max-Age", "86400");
-        }
-        return queue(c, mc, 204, r);
-    }
-    /* The declared body: none, a length, or chunked (length unknown). */
+    const char *origin = MHD_lookup_connection_value(mc, MHD_HEADER_KIND, MHD_HTTP_HEADER_ORIGIN);
+    c->cors = cors_match(h, origin);
     const char *cl = MHD_lookup_connection_value(mc, MHD_HEADER_KIND, "Content-Length");
     const char *te = MHD_lookup_connection_value(mc, MHD_HEADER_KIND, "Transfer-Encoding");
     unsigned long long declared = 0;
@@ -305,7 +444,51 @@ static enum MHD_Result first_call(struct srv_http *h, struct conn *c, struct MHD
     }
     int has_body = (cl && declared > 0) || (!cl && te != NULL);
     int drain = has_body && !bad_length && (!cl || declared <= drain_limit(h));
-    struct srv_error err = {0, "invalid_request_error", NULL, NULL, ""};
+    struct srv_error err = {0, "invalid_request_error", NULL, NULL, "", ""};
+    /* HTTP/1.0 requests may come without Host (no browser sends one without it);
+     * HTTP/1.1 requires it (RFC 9112, section 3.2: 400). */
+    const char *host = MHD_lookup_connection_value(mc, MHD_HEADER_KIND, MHD_HTTP_HEADER_HOST);
+    if (!host && version && strcmp(version, MHD_HTTP_VERSION_1_0) != 0) {
+        err.status = 400;
+        err.code = "missing_host";
+        snprintf(err.message, sizeof err.message, "HTTP/1.1 requests need a Host header.");
+        return refuse(c, mc, drain, &err);
+    }
+    if (host && !host_ok(h, host)) {
+        char shown[64];
+        printable(host, shown, sizeof shown);
+        err.status = 403;
+        err.code = "host_not_allowed";
+        snprintf(err.message, sizeof err.message,
+                 "Host '%s' is not a name of this server; start it with --host-allow NAME to "
+                 "accept it.",
+                 shown);
+        return refuse(c, mc, drain, &err);
+    }
+    if (!strcmp(method, "OPTIONS")) {
+        if (origin && !c->cors) { /* a preflight from an origin not allowed */
+            char shown[64];
+            printable(origin, shown, sizeof shown);
+            err.status = 403;
+            err.code = "origin_not_allowed";
+            snprintf(err.message, sizeof err.message,
+                     "Origin '%s' may not call this server; start it with --cors-origin ORIGIN "
+                     "to allow it.",
+                     shown);
+            return refuse(c, mc, drain, &err);
+        }
+        struct MHD_Response *r = MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);
+        if (r) {
+            MHD_add_response_header(r, "Allow", "GET, HEAD, POST, OPTIONS");
+            if (c->cors) {
+                MHD_add_response_header(r, "Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+                MHD_add_response_header(r, "Access-Control-Allow-Headers",
+                                        "Authorization, Content-Type");
+                MHD_add_response_header(r, "Access-Control-Max-Age", "600");
+            }
+        }
+        return queue(c, mc, 204, r);
+    }
     if (c->route == R_NONE) {
         err.status = 404;
         err.code = "unknown_url";
@@ -330,6 +513,17 @@ static enum MHD_Result first_call(struct srv_http *h, struct conn *c, struct MHD
                      "Incorrect or missing API key: send 'Authorization: Bearer KEY'.");
             return refuse(c, mc, drain, &err);
         }
+    }
+    const char *ct = MHD_lookup_connection_value(mc, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE);
+    if (post && !is_json_type(ct)) {
+        char shown[64];
+        printable(ct ? ct : "none", shown, sizeof shown);
+        err.status = 415;
+        err.code = "unsupported_media_type";
+        snprintf(err.message, sizeof err.message,
+                 "The body must be JSON sent with 'Content-Type: application/json' (not '%s').",
+                 shown);
+        return refuse(c, mc, drain, &err);
     }
     if (bad_length || declared > h->cfg.max_body) {
         c->too_large = 1; /* answered 413 once the body is dropped, or now */
@@ -545,7 +739,19 @@ static enum MHD_Result do_completion(struct srv_http *h, struct conn *c, struct 
         MHD_add_response_header(r, "Content-Type", "text/event-stream");
         MHD_add_response_header(r, "Cache-Control", "no-cache");
         MHD_add_response_header(r, "X-Accel-Buffering", "no");
-        return queue(c, mc, 200, r);
+        enum MHD_Result qr = queue(c, mc, 200, r);
+        if (qr == MHD_YES && c->sock) {
+            atomic_fetch_add(&c->refs, 1); /* the watchdog's, until the request ends */
+            pthread_mutex_lock(&h->mu);
+            struct conn *old = c->sock->stream;
+            c->sock->stream = c;
+            c->sock->phase = PH_STREAM;
+            c->sock->since = now_s();
+            pthread_mutex_unlock(&h->mu);
+            if (old)
+                conn_unref(old);
+        }
+        return qr;
     }
     /* Non-streaming: wait here (this connection's own thread). */
     hold_timeout(c, 1);
@@ -613,7 +819,6 @@ static enum MHD_Result dispatch(struct srv_http *h, struct conn *c, struct MHD_C
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const char *url,
                                   const char *method, const char *version, const char *upload_data,
                                   size_t *upload_size, void **ptr) {
-    (void)version;
     struct srv_http *h = cls;
     struct conn *c = *ptr;
     if (!c) {
@@ -635,7 +840,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
             MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CONNECTION_FD);
         if (ci)
             c->fd = ci->connect_fd;
-        return first_call(h, c, mc, method);
+        ci = MHD_get_connection_info(mc, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+        c->sock = ci ? ci->socket_context : NULL;
+        set_phase(c, PH_BODY);
+        return first_call(h, c, mc, method, version);
     }
     if (c->status) {
         *upload_size = 0; /* answered early: drop what else comes */
@@ -658,6 +866,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
         *upload_size = 0;
         return MHD_YES;
     }
+    set_phase(c, PH_ANSWER);
     if (c->refused)
         return respond_error(c, mc, &c->refusal);
     return dispatch(h, c, mc);
@@ -673,6 +882,17 @@ static void on_completed(void *cls, struct MHD_Connection *mc, void **ptr,
     *ptr = NULL;
     if (c->job && toe != MHD_REQUEST_TERMINATED_COMPLETED_OK)
         engine_cancel(h->engine, c->job);
+    struct conn *streamed = NULL;
+    if (c->sock) { /* the next request's head is due within --header-timeout */
+        pthread_mutex_lock(&h->mu);
+        streamed = c->sock->stream;
+        c->sock->stream = NULL;
+        c->sock->phase = PH_HEAD;
+        c->sock->since = now_s();
+        pthread_mutex_unlock(&h->mu);
+    }
+    if (streamed)
+        conn_unref(streamed);
     if (c->counted)
         atomic_fetch_sub(&h->active, 1);
     if (h->cfg.verbose) {
@@ -696,7 +916,135 @@ static void on_completed(void *cls, struct MHD_Connection *mc, void **ptr,
     conn_unref(c);
 }
 
+/* ---- deadlines: the connection registry and its watchdog ----------------------------- */
+
+static void on_connection(void *cls, struct MHD_Connection *mc, void **socket_context,
+                          enum MHD_ConnectionNotificationCode toe) {
+    struct srv_http *h = cls;
+    if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CONNECTION_FD);
+        struct sock *s = calloc(1, sizeof *s);
+        if (!s || !ci) {
+            /* a connection without deadlines would undo them: refuse it */
+            free(s);
+            if (ci)
+                shutdown(ci->connect_fd, SHUT_RDWR);
+            *socket_context = NULL;
+            return;
+        }
+        s->fd = ci->connect_fd;
+        /* A fixed send buffer: with the kernel's autotuning a client that does not read
+         * has up to net.ipv4.tcp_wmem's maximum (4 MiB) of a stream buffered for it
+         * before the --max-stream-buffer count even starts. */
+        int sndbuf = SEND_BUFFER;
+        setsockopt(s->fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof sndbuf);
+        s->phase = PH_HEAD;
+        s->since = now_s();
+        pthread_mutex_lock(&h->mu);
+        s->next = h->socks;
+        if (h->socks)
+            h->socks->prev = s;
+        h->socks = s;
+        pthread_mutex_unlock(&h->mu);
+        *socket_context = s;
+        return;
+    }
+    /* Closed: libmicrohttpd closes the socket after this returns, so the watchdog never
+     * shuts down a descriptor that was reused. */
+    struct sock *s = *socket_context;
+    if (!s)
+        return;
+    pthread_mutex_lock(&h->mu);
+    if (s->prev)
+        s->prev->next = s->next;
+    else
+        h->socks = s->next;
+    if (s->next)
+        s->next->prev = s->prev;
+    struct conn *streamed = s->stream;
+    pthread_mutex_unlock(&h->mu);
+    if (streamed)
+        conn_unref(streamed);
+    free(s);
+    *socket_context = NULL;
+}
+
+/* Bytes of text (and logprob records) the stream's job has produced that the
+ * connection has not formatted for sending yet. */
+static size_t stream_unsent(struct srv_http *h, struct conn *c) {
+    size_t n = 0;
+    engine_lock(h->engine);
+    for (int i = 0; i < c->job->n; i++) {
+        const struct srv_choice *ch = &c->job->choices[i];
+        if (ch->text.len > c->sent[i])
+            n += ch->text.len - c->sent[i];
+        if (c->job->logprobs >= 0 && (size_t)ch->n_tokens > c->lp_sent[i])
+            n += ((size_t)ch->n_tokens - c->lp_sent[i]) * sizeof(struct srv_logprob);
+    }
+    engine_unlock(h->engine);
+    return n;
+}
+
+static void *watchdog_main(void *arg) {
+    struct srv_http *h = arg;
+    const struct timespec tick = {0, WATCH_MS * 1000000L};
+    const double head = h->cfg.header_timeout_s, body = h->cfg.read_timeout_s;
+    while (!atomic_load(&h->stopping)) {
+        nanosleep(&tick, NULL);
+        const double now = now_s();
+        pthread_mutex_lock(&h->mu);
+        for (struct sock *s = h->socks; s; s = s->next) {
+            if (s->cut)
+                continue;
+            const char *why = NULL;
+            size_t unsent = 0;
+            if (s->phase == PH_HEAD && head > 0 && now - s->since > head) {
+                why = "no complete request head within --header-timeout";
+            } else if (s->phase == PH_BODY && body > 0 && now - s->since > body) {
+                why = "no complete body within --read-timeout";
+            } else if (s->phase == PH_STREAM && s->stream && h->cfg.max_stream_buffer &&
+                       (unsent = stream_unsent(h, s->stream)) > h->cfg.max_stream_buffer) {
+                why = "the client does not read its stream (--max-stream-buffer)";
+                engine_cancel(h->engine, s->stream->job);
+            }
+            if (!why)
+                continue;
+            s->cut = 1;
+            shutdown(s->fd, SHUT_RDWR);
+            if (h->cfg.verbose) {
+                if (unsent)
+                    fprintf(stderr, "pi-server: connection closed: %s (%zu bytes unsent)\n", why,
+                            unsent);
+                else
+                    fprintf(stderr, "pi-server: connection closed: %s\n", why);
+            }
+        }
+        pthread_mutex_unlock(&h->mu);
+    }
+    return NULL;
+}
+
 /* ---- start and stop ----------------------------------------------------------------- */
+
+/* Whether the address to bind is a loopback or a wildcard one. */
+static void classify_bound(struct srv_http *h) {
+    struct in_addr a4;
+    struct in6_addr a6;
+    if (inet_pton(AF_INET, h->cfg.host, &a4) == 1) {
+        uint32_t a = ntohl(a4.s_addr);
+        h->bound_loopback = (a >> 24) == 127;
+        h->bound_any = a == 0;
+    } else if (inet_pton(AF_INET6, h->cfg.host, &a6) == 1) {
+        h->bound_loopback = IN6_IS_ADDR_LOOPBACK(&a6);
+        h->bound_any = IN6_IS_ADDR_UNSPECIFIED(&a6);
+    } else {
+        h->bound_loopback = !strcasecmp(h->cfg.host, "localhost");
+    }
+    for (size_t i = 0; i < h->cfg.n_host_allow; i++)
+        if (!strcmp(h->cfg.host_allow[i], "*"))
+            h->any_host = 1;
+}
 
 int http_start(const struct srv_http_config *cfg, const struct srv_model_info *mi,
                struct srv_engine *engine, struct srv_http **out, char *err, size_t cap) {
@@ -722,6 +1070,13 @@ int http_start(const struct srv_http_config *cfg, const struct srv_model_info *m
     h->cfg = *cfg;
     h->mi = mi;
     h->engine = engine;
+    classify_bound(h);
+    if (pthread_mutex_init(&h->mu, NULL) != 0) {
+        freeaddrinfo(ai);
+        free(h);
+        snprintf(err, cap, "cannot create a mutex");
+        return -1;
+    }
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
                      MHD_USE_AUTO | MHD_USE_ITC;
     if (ai->ai_family == AF_INET6)
@@ -731,7 +1086,8 @@ int http_start(const struct srv_http_config *cfg, const struct srv_model_info *m
     h->daemon =
         MHD_start_daemon(flags, (uint16_t)cfg->port, NULL, NULL, on_request, h,
                          MHD_OPTION_SOCK_ADDR, ai->ai_addr, MHD_OPTION_NOTIFY_COMPLETED,
-                         on_completed, h, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)cfg->timeout_s,
+                         on_completed, h, MHD_OPTION_NOTIFY_CONNECTION, on_connection, h,
+                         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)cfg->timeout_s,
                          MHD_OPTION_CONNECTION_LIMIT, (unsigned)cfg->max_conns, MHD_OPTION_END);
     freeaddrinfo(ai);
     if (!h->daemon) {
@@ -739,9 +1095,19 @@ int http_start(const struct srv_http_config *cfg, const struct srv_model_info *m
                  "cannot listen on %s port %d (in use, or not an address of this "
                  "machine?)",
                  cfg->host, cfg->port);
+        pthread_mutex_destroy(&h->mu);
         free(h);
         return -1;
     }
+    atomic_init(&h->stopping, 0);
+    if (pthread_create(&h->watchdog, NULL, watchdog_main, h) != 0) {
+        snprintf(err, cap, "cannot start the watchdog thread");
+        MHD_stop_daemon(h->daemon);
+        pthread_mutex_destroy(&h->mu);
+        free(h);
+        return -1;
+    }
+    h->watchdog_started = 1;
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(h->daemon, MHD_DAEMON_INFO_BIND_PORT);
     h->port = di ? di->port : cfg->port;
     *out = h;
@@ -768,6 +1134,11 @@ int http_drain(struct srv_http *h, int ms) {
 void http_stop(struct srv_http *h) {
     if (!h)
         return;
+    if (h->watchdog_started) {
+        atomic_store(&h->stopping, 1);
+        pthread_join(h->watchdog, NULL);
+    }
     MHD_stop_daemon(h->daemon);
+    pthread_mutex_destroy(&h->mu);
     free(h);
 }

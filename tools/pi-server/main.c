@@ -39,7 +39,21 @@ static void usage(FILE *out) {
             "  --api-key-file FILE     the same, the key read from the first line of FILE\n"
             "  --max-body BYTES        largest request body (default 1048576); more: 413\n"
             "  --timeout S             close idle connections after S seconds (default 30)\n"
+            "  --header-timeout S      close a connection whose request line and headers are\n"
+            "                          not complete S seconds after it opened or after its\n"
+            "                          previous request (default 10; 0: no limit)\n"
+            "  --read-timeout S        close a connection whose request body is not complete\n"
+            "                          S seconds after its headers (default 30; 0: no limit)\n"
+            "  --max-stream-buffer B   cut a stream (and free its slot) when its client leaves\n"
+            "                          more than B bytes of generated text unread (default\n"
+            "                          4194304; 0: no limit)\n"
             "  --max-connections N     open connections at once (default 256)\n"
+            "  --cors-origin ORIGIN    let web pages from ORIGIN (e.g. http://localhost:3000)\n"
+            "                          read the answers; repeatable (default: none, only the\n"
+            "                          server's own chat page)\n"
+            "  --host-allow NAME       accept requests whose Host header is NAME (besides the\n"
+            "                          bound address, localhost and 127.0.0.1/::1); repeatable;\n"
+            "                          '*' accepts any (behind a proxy that checks it)\n"
             "  --chat-format F         auto (the model's template), chatml, llama2, llama3\n"
             "  --sparse-mode M         FFN of PowerInfer models: sparse, dense or oracle\n"
             "  --no-prompt-cache       decode every prompt whole (by default a slot keeps its\n"
@@ -53,6 +67,10 @@ struct opts {
     const char *model, *alias, *api_key_file;
     char *api_key; /* malloc'd */
     long n_slots, queue, n_ctx, n_batch, n_threads, max_tokens, max_body, timeout, max_conns;
+    long header_timeout, read_timeout, max_stream_buffer;
+#define MAX_NAMES 32
+    const char *cors[MAX_NAMES], *host_allow[MAX_NAMES]; /* into argv */
+    size_t n_cors, n_host_allow;
     int verbose, chat_format, no_prompt_cache;
     uint32_t sparse_mode;
     struct srv_http_config http;
@@ -186,6 +204,10 @@ int main(int argc, char **argv) {
     o.max_body = 1 << 20;
     o.timeout = 30;
     o.max_conns = 256;
+    o.header_timeout = 10;
+    o.read_timeout = 30;
+    o.max_stream_buffer = 4L << 20;
+
     o.chat_format = PI_CHAT_AUTO;
     o.http.host = "127.0.0.1";
     long port = 8080;
@@ -207,6 +229,27 @@ int main(int argc, char **argv) {
             o.model = v;
         } else if (IS("--host")) {
             o.http.host = v;
+        } else if (IS("--cors-origin")) {
+            /* an origin is scheme://host[:port], as the browser sends it: no path */
+            const char *rest = v ? strstr(v, "://") : NULL;
+            if (!rest || rest == v || !rest[3] || strchr(rest + 3, '/') || o.n_cors == MAX_NAMES) {
+                fprintf(stderr,
+                        "pi-server: --cors-origin wants an origin such as "
+                        "http://localhost:3000 (scheme, host and port; no path; at "
+                        "most %d)\n",
+                        MAX_NAMES);
+                return 2;
+            }
+            o.cors[o.n_cors++] = v;
+        } else if (IS("--host-allow")) {
+            if (!v || !*v || strchr(v, ':') || strchr(v, '/') || o.n_host_allow == MAX_NAMES) {
+                fprintf(stderr,
+                        "pi-server: --host-allow wants a host name without port (at "
+                        "most %d)\n",
+                        MAX_NAMES);
+                return 2;
+            }
+            o.host_allow[o.n_host_allow++] = v;
         } else if (IS("--alias")) {
             o.alias = v;
         } else if (IS("--api-key")) {
@@ -277,6 +320,18 @@ int main(int argc, char **argv) {
             num = &o.timeout;
             lo = 1;
             hi = 86400;
+        } else if (IS("--header-timeout")) {
+            num = &o.header_timeout;
+            lo = 0;
+            hi = 86400;
+        } else if (IS("--read-timeout")) {
+            num = &o.read_timeout;
+            lo = 0;
+            hi = 86400;
+        } else if (IS("--max-stream-buffer")) {
+            num = &o.max_stream_buffer;
+            lo = 0;
+            hi = 1L << 40;
         } else if (IS("--max-connections")) {
             num = &o.max_conns;
             lo = 1;
@@ -310,6 +365,13 @@ int main(int argc, char **argv) {
     o.http.timeout_s = (unsigned)o.timeout;
     o.http.max_conns = (unsigned)o.max_conns;
     o.http.verbose = o.verbose;
+    o.http.cors_origins = o.cors;
+    o.http.n_cors_origins = o.n_cors;
+    o.http.host_allow = o.host_allow;
+    o.http.n_host_allow = o.n_host_allow;
+    o.http.header_timeout_s = (unsigned)o.header_timeout;
+    o.http.read_timeout_s = (unsigned)o.read_timeout;
+    o.http.max_stream_buffer = (size_t)o.max_stream_buffer;
 
     /* Signals go to main's sigwait only: block them before any thread starts (threads
      * inherit the mask). A client that hangs up must not kill the server. */

@@ -196,6 +196,7 @@ struct srv_error {
     const char *code;  /* may be NULL */
     const char *param; /* may be NULL */
     char message[256];
+    char param_text[64]; /* the param when it names a field of the request (param NULL) */
 };
 
 struct cJSON;
@@ -257,6 +258,17 @@ struct srv_http_config {
     unsigned timeout_s;  /* idle connection timeout */
     unsigned max_conns;
     int verbose; /* one log line per request */
+    /* Browsers: the origins that may read answers (CORS; none by default), and Host
+     * names accepted besides the bound address, localhost and the loopback addresses
+     * ("*": any). Both borrowed until http_stop. */
+    const char *const *cors_origins;
+    size_t n_cors_origins;
+    const char *const *host_allow;
+    size_t n_host_allow;
+    unsigned header_timeout_s; /* request line and headers, from the connection's start
+                                * or the end of its previous request */
+    unsigned read_timeout_s;   /* the body, from the end of the headers */
+    size_t max_stream_buffer;  /* bytes a stream may have produced and not yet sent */
 };
 
 struct srv_http;
