@@ -393,7 +393,7 @@ static void test_lock_memory(void **state) {
 
 static void on_alarm(int sig) {
     (void)sig;
-    static const char msg[] = "test_load: an open blocked (FIFO?)\n";
+    static const char msg[] = "test_load_modes: an open blocked (FIFO?)\n";
     (void)!write(2, msg, sizeof msg - 1);
     _exit(1);
 }
