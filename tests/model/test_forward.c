@@ -4,9 +4,16 @@
  * batch size; decode failures leave the context unchanged.
  *
  * Usage: test_forward MODEL.gguf REF.bin TOLERANCE [MODEL REF TOL ...]
+ *            [--f32-activations MODEL REF TOL ...] [--act8 MODEL REF TOL ...]
  * REF.bin: u32 n_tokens, u32 n_vocab, i32 tokens[n_tokens],
  *          f32 logits[n_tokens][n_vocab] (logits after each prefix).
- * TOLERANCE: the largest |ours - reference| allowed, relative to max |reference|. */
+ * TOLERANCE: the largest |ours - reference| allowed, relative to max |reference|.
+ * Triples after --f32-activations run with pi_ctx_params.f32_activations = 1, against
+ * the references with an F16-rounded KV cache (.kv16.ref.bin). Triples after --act8 run
+ * in the default mode against the references that also round each quantized product's
+ * input to 8 bits as our integer dot products do (.act8.ref.bin), where up to
+ * MAX_TIE_FLIPS checked positions may exceed the tolerance: see tests/meson.build for
+ * the bounds and why. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -22,12 +29,22 @@
 struct ref {
     const char *model_path;
     double tol;
+    uint32_t f32_activations;
+    int max_flips; /* positions allowed past tol (MAX_TIE_FLIPS for --act8, else 0) */
     uint32_t n_tok, n_vocab;
     int32_t *tokens;
     float *logits;
 };
 
-static struct ref g_refs[32];
+/* An activation within float32 rounding of a rounding boundary of the 8-bit quantizer
+ * (x / d = k + 0.5) lands on the other side of it in the float64 reference: that input
+ * then differs by a whole step d, at one token. It happens about once per model here
+ * (decode and prefill sum in different orders, so they flip at different tokens) and
+ * moves that position's logits by up to ~1e-2 of max |logit|; a kernel error moves
+ * every position. */
+#define MAX_TIE_FLIPS 3
+
+static struct ref g_refs[64];
 static int g_n_refs;
 
 static int load_ref(struct ref *r, const char *path) {
@@ -75,9 +92,10 @@ static pi_model *open_model(const struct ref *r) {
     return m;
 }
 
-static pi_ctx *new_ctx(pi_model *m, uint32_t threads, uint32_t batch) {
+static pi_ctx *new_ctx(const struct ref *r, pi_model *m, uint32_t threads, uint32_t batch) {
     pi_ctx_params cp;
     pi_ctx_default_params(&cp);
+    cp.f32_activations = r->f32_activations;
     cp.n_threads = threads;
     cp.n_batch = batch;
     cp.n_ctx = 64;
@@ -86,13 +104,21 @@ static pi_ctx *new_ctx(pi_model *m, uint32_t threads, uint32_t batch) {
     return c;
 }
 
+/* flips: positions past the tolerance so far (NULL: none allowed) */
 static void check(const struct ref *r, const float *got, uint32_t pos, const char *how,
-                  double *worst) {
+                  double *worst, int *flips) {
     double e = rel_err(got, r->logits + (size_t)pos * r->n_vocab, r->n_vocab);
     *worst = e > *worst ? e : *worst;
-    if (e > r->tol)
-        fail_msg("%s %s position %u: relative error %.3g > %.3g", r->model_path, how, pos, e,
-                 r->tol);
+    if (e <= r->tol)
+        return;
+    if (flips && *flips < r->max_flips) {
+        ++*flips;
+        printf("# %s %s position %u: relative error %.3g > %.3g, a rounding tie (%d of at "
+               "most %d)\n", r->model_path, how, pos, e, r->tol, *flips, r->max_flips);
+        return;
+    }
+    fail_msg("%s %s position %u: relative error %.3g > %.3g", r->model_path, how, pos, e,
+             r->tol);
 }
 
 /* Prefill of every prefix length is too slow to matter; check the whole prompt, then
@@ -103,28 +129,32 @@ static void test_against_reference(void **state) {
         const struct ref *r = &g_refs[i];
         pi_model *m = open_model(r);
         double worst = 0.0;
+        int flips = 0;
 
-        pi_ctx *c = new_ctx(m, 2, 0);
+        pi_ctx *c = new_ctx(r, m, 2, 0);
         assert_null(pi_ctx_logits(c));
         assert_int_equal(pi_ctx_decode(c, r->tokens, r->n_tok), PI_OK);
         assert_int_equal(pi_ctx_pos(c), r->n_tok);
-        check(r, pi_ctx_logits(c), r->n_tok - 1, "prefill", &worst);
+        check(r, pi_ctx_logits(c), r->n_tok - 1, "prefill", &worst, &flips);
 
         assert_int_equal(pi_ctx_reset(c), PI_OK);
         for (uint32_t t = 0; t < r->n_tok; t++) {
             assert_int_equal(pi_ctx_decode(c, &r->tokens[t], 1), PI_OK);
-            check(r, pi_ctx_logits(c), t, "decode", &worst);
+            check(r, pi_ctx_logits(c), t, "decode", &worst, &flips);
         }
 
         assert_int_equal(pi_ctx_truncate(c, 5), PI_OK);
         assert_null(pi_ctx_logits(c));
         assert_int_equal(pi_ctx_decode(c, r->tokens + 5, 6), PI_OK);
-        check(r, pi_ctx_logits(c), 10, "truncate+prefill", &worst);
+        check(r, pi_ctx_logits(c), 10, "truncate+prefill", &worst, &flips);
         assert_int_equal(pi_ctx_decode(c, r->tokens + 11, r->n_tok - 11), PI_OK);
-        check(r, pi_ctx_logits(c), r->n_tok - 1, "mixed", &worst);
+        check(r, pi_ctx_logits(c), r->n_tok - 1, "mixed", &worst, &flips);
         pi_ctx_destroy(c);
-        printf("# %s: worst relative error %.3g (tolerance %.3g)\n", r->model_path, worst,
-               r->tol);
+        const char *mode = r->f32_activations ? " (f32 activations)"
+                           : r->max_flips       ? " (8-bit reference)"
+                                                : "";
+        printf("# %s%s: worst relative error %.3g (tolerance %.3g, %d past it)\n",
+               r->model_path, mode, worst, r->tol, flips);
         pi_model_close(m);
     }
 }
@@ -138,7 +168,7 @@ static void test_threads_and_batches(void **state) {
         pi_model *m = open_model(r);
         float *base = malloc(4 * (size_t)r->n_vocab);
         for (uint32_t threads = 1; threads <= 3; threads++) {
-            pi_ctx *c = new_ctx(m, threads, 0);
+            pi_ctx *c = new_ctx(r, m, threads, 0);
             assert_int_equal(pi_ctx_decode(c, r->tokens, r->n_tok), PI_OK);
             if (threads == 1)
                 memcpy(base, pi_ctx_logits(c), 4 * (size_t)r->n_vocab);
@@ -146,7 +176,7 @@ static void test_threads_and_batches(void **state) {
                 assert_memory_equal(base, pi_ctx_logits(c), 4 * (size_t)r->n_vocab);
             pi_ctx_destroy(c);
         }
-        pi_ctx *c = new_ctx(m, 2, 3); /* steps of 3 tokens */
+        pi_ctx *c = new_ctx(r, m, 2, 3); /* steps of 3 tokens */
         assert_int_equal(pi_ctx_decode(c, r->tokens, r->n_tok), PI_OK);
         double e = rel_err(pi_ctx_logits(c), base, r->n_vocab);
         if (e > 1e-3)
@@ -199,7 +229,7 @@ static void test_failures_leave_context_unchanged(void **state) {
     budget = 1000;
     assert_int_equal(pi_ctx_decode(c, r->tokens + 8, 4), PI_OK);
     double worst = 0;
-    check(r, pi_ctx_logits(c), 11, "after abort", &worst);
+    check(r, pi_ctx_logits(c), 11, "after abort", &worst, NULL);
     free(saved);
     pi_ctx_destroy(c);
 
@@ -226,7 +256,7 @@ static void test_sampler(void **state) {
     (void)state;
     const struct ref *r = &g_refs[0];
     pi_model *m = open_model(r);
-    pi_ctx *c = new_ctx(m, 2, 0);
+    pi_ctx *c = new_ctx(r, m, 2, 0);
     assert_int_equal(pi_ctx_decode(c, r->tokens, 4), PI_OK);
     pi_sampler_params sp;
     pi_sampler_default_params(&sp);
@@ -304,10 +334,25 @@ static void test_chat_formats(void **state) {
 }
 
 int main(int argc, char **argv) {
-    for (int i = 1; i + 2 < argc + 0 && g_n_refs < 32; i += 3) {
+    uint32_t f32_act = 0;
+    int max_flips = 0;
+    for (int i = 1; i < argc; i += 3) {
+        if (strcmp(argv[i], "--f32-activations") == 0 || strcmp(argv[i], "--act8") == 0) {
+            f32_act = argv[i][2] == 'f';
+            max_flips = f32_act ? 0 : MAX_TIE_FLIPS;
+            i -= 2;
+            continue;
+        }
+        if (i + 2 >= argc || g_n_refs == 64) {
+            fprintf(stderr, "bad arguments at %s (MODEL REF TOL triples, at most 64)\n",
+                    argv[i]);
+            return 99;
+        }
         struct ref *r = &g_refs[g_n_refs];
         r->model_path = argv[i];
         r->tol = atof(argv[i + 2]);
+        r->f32_activations = f32_act;
+        r->max_flips = max_flips;
         if (load_ref(r, argv[i + 1]) != 0) {
             fprintf(stderr, "cannot read %s\n", argv[i + 1]);
             return 99;
