@@ -58,6 +58,7 @@ static void usage(FILE *out) {
             "  --sparse-mode M         FFN of PowerInfer models: sparse, dense or oracle\n"
             "  --no-prompt-cache       decode every prompt whole (by default a slot keeps its\n"
             "                          tokens and a new prompt decodes only what differs)\n"
+            CLI_LOAD_USAGE
             "  -v, --verbose           log each request, and what the library does, to stderr\n"
             "  --version               print the library version\n"
             "  -h, --help              this text\n");
