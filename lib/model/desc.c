@@ -92,7 +92,7 @@ static int get_arch_float(const struct reader *r, const char *name, float def, f
 }
 
 static int read_hparams(struct reader *r, struct pi_hparams *hp, const struct pi_logger *lg) {
-    const int64_t big = (int64_t)1 << 24;
+    const int64_t big = PI_MAX_WIDTH;
     PI_TRY(get_int(r, "block_count", -1, 1, PI_MAX_LAYERS, &hp->n_layer));
     PI_TRY(get_int(r, "embedding_length", -1, 1, big, &hp->n_embd));
     PI_TRY(get_int(r, "feed_forward_length", -1, 1, big, &hp->n_ff));
@@ -111,6 +111,13 @@ static int read_hparams(struct reader *r, struct pi_hparams *hp, const struct pi
     PI_TRY(get_int(r, "attention.key_length", hp->n_embd / hp->n_head, 1, big,
                    &hp->head_dim_k));
     PI_TRY(get_int(r, "attention.value_length", hp->head_dim_k, 1, big, &hp->head_dim_v));
+    /* n_head <= n_embd <= 2^24 and head dims <= 2^24: the products fit an int64_t */
+    const int64_t qd = hp->n_head * hp->head_dim_k, ad = hp->n_head * hp->head_dim_v;
+    if (qd > big || ad > big)
+        PI_FAIL(r->err, PI_ERR_FORMAT, "attention.head_count %lld x key_length %lld / "
+                "value_length %lld gives rows of %lld values, above the limit of %lld",
+                (long long)hp->n_head, (long long)hp->head_dim_k, (long long)hp->head_dim_v,
+                (long long)(qd > ad ? qd : ad), (long long)big);
     PI_TRY(get_int(r, "context_length", -1, 1, (int64_t)1 << 30, &hp->n_ctx_train));
     PI_TRY(get_int(r, "rope.dimension_count", hp->head_dim_k, 0, hp->head_dim_k, &hp->n_rot));
     if (hp->n_rot % 2)
@@ -248,6 +255,9 @@ static int build_layer(struct reader *r, const struct pi_hparams *hp, int64_t il
     if (rank < 1)
         PI_FAIL(r->err, PI_ERR_FORMAT, "predictor tensor '%s' must have shape {%lld, rank}", n,
                 (long long)E);
+    if (rank > PI_MAX_WIDTH)
+        PI_FAIL(r->err, PI_ERR_FORMAT, "predictor tensor '%s' has rank %lld, above the limit "
+                "of %lld", n, (long long)rank, (long long)PI_MAX_WIDTH);
     PI_TRY(want(r, NAME("fc1"), K_WEIGHT, E, rank, 0, &L->fc1));
     PI_TRY(want(r, NAME("fc2"), K_WEIGHT, rank, F, 0, &L->fc2));
     L->pred_rank = rank;
@@ -257,6 +267,132 @@ static int build_layer(struct reader *r, const struct pi_hparams *hp, int64_t il
 
 static int match(const char *s, uint64_t len, const char *lit) {
     return len == strlen(lit) && memcmp(s, lit, len) == 0;
+}
+
+static int ends_with(const char *s, const char *suffix) {
+    const size_t n = strlen(s), m = strlen(suffix);
+    return n >= m && memcmp(s + n - m, suffix, m) == 0;
+}
+
+/* "blk.<layer>.<part>": the layer and a pointer to part, or NULL for other names. */
+static const char *layer_part(const char *name, int64_t *layer) {
+    if (strncmp(name, "blk.", 4) != 0 || name[4] < '0' || name[4] > '9')
+        return NULL;
+    int64_t l = 0;
+    const char *p = name + 4;
+    for (; *p >= '0' && *p <= '9'; p++)
+        l = l < ((int64_t)1 << 40) ? l * 10 + (*p - '0') : l; /* saturates, far past any layer */
+    if (*p != '.')
+        return NULL;
+    *layer = l;
+    return p + 1;
+}
+
+/* Mixture-of-experts files (Mixtral and its kin carry arch "llama") are named for what
+ * they are before the layers are built, rather than for the dense ffn_gate they lack:
+ * <arch>.expert_count > 0, or a router or expert tensor. */
+static int check_experts(const struct reader *r) {
+    int64_t n_expert;
+    PI_TRY(get_int(r, "expert_count", 0, 0, (int64_t)1 << 32, &n_expert));
+    if (n_expert > 0)
+        PI_FAIL(r->err, PI_ERR_UNSUPPORTED, "mixture-of-experts models (%sexpert_count = %lld) "
+                "are not supported yet", r->prefix, (long long)n_expert);
+    for (uint64_t i = 0; i < r->f->n_tensors; i++) {
+        const char *name = r->f->tensors[i].name;
+        int64_t l;
+        const char *part = layer_part(name, &l);
+        if (part && (strncmp(part, "ffn_gate_inp", 12) == 0 || strstr(part, "_exps") ||
+                     strstr(part, "_shexp")))
+            PI_FAIL(r->err, PI_ERR_UNSUPPORTED, "tensor '%s' belongs to a mixture-of-experts "
+                    "model, which is not supported yet", name);
+    }
+    return PI_OK;
+}
+
+/* Tensors a file may carry that the forward pass does not read, because leaving them
+ * out changes nothing it computes (docs/formats.md, "Tensors that may go unused"). */
+static const char *const may_go_unused[] = {
+    /* the rotary inverse frequencies base^(-2i/n_rot) some converters copied from
+     * PyTorch checkpoints: they follow from rope.freq_base and rope.dimension_count,
+     * and llama.cpp ignores them too */
+    "attn_rot_embd.weight",
+    NULL,
+};
+
+/* PI_OK if the unread tensor `name` may go unused, else PI_ERR_UNSUPPORTED saying what
+ * it would have computed. */
+static int check_unused(const struct reader *r, const struct pi_hparams *hp, const char *name) {
+    int64_t l;
+    const char *part = layer_part(name, &l);
+    if (part)
+        for (const char *const *k = may_go_unused; *k; k++)
+            if (strcmp(part, *k) == 0)
+                return PI_OK;
+    if (strcmp(name, "rope_freqs.weight") == 0)
+        PI_FAIL(r->err, PI_ERR_UNSUPPORTED, "tensor 'rope_freqs.weight' (Llama 3.1-style RoPE "
+                "frequency factors) is not supported yet; without it the model would run "
+                "with unscaled RoPE");
+    if (ends_with(name, ".bias"))
+        PI_FAIL(r->err, PI_ERR_UNSUPPORTED, "tensor '%s' is a bias, which the %s forward "
+                "pass does not add yet", name, pi_arch_name(hp->arch));
+    if (part && l >= hp->n_layer)
+        PI_FAIL(r->err, PI_ERR_UNSUPPORTED, "tensor '%s' belongs to layer %lld, but the model "
+                "has %lld layers (%sblock_count)", name, (long long)l, (long long)hp->n_layer,
+                r->prefix);
+    if (part && !hp->sparse &&
+        (!strcmp(part, "fc1.weight") || !strcmp(part, "fc2.weight") ||
+         !strcmp(part, "ffn_down_t.weight")))
+        PI_FAIL(r->err, PI_ERR_UNSUPPORTED, "tensor '%s' belongs to a PowerInfer (PWRI) file, "
+                "but this file has the dense GGUF magic", name);
+    PI_FAIL(r->err, PI_ERR_UNSUPPORTED, "tensor '%s' is not read by the %s forward pass, so "
+            "the model would compute something else than the file describes (docs/formats.md "
+            "lists the tensors that may go unused)", name, pi_arch_name(hp->arch));
+}
+
+static void mark(uint8_t *used, const struct gguf_file *f, const struct gguf_tensor *t) {
+    if (t)
+        used[t - f->tensors] = 1;
+}
+
+/* Every tensor of the file is read by the description or may go unused; and the
+ * widths that size a context's scratch. */
+static int check_tensors(struct reader *r, struct pi_model_desc *d, const struct pi_allocator *a) {
+    const struct gguf_file *f = r->f;
+    const struct pi_hparams *hp = &d->hp;
+    d->max_rank = 0;
+    for (int64_t l = 0; l < hp->n_layer; l++)
+        d->max_rank = d->layers[l].pred_rank > d->max_rank ? d->layers[l].pred_rank : d->max_rank;
+    const int64_t w[] = {hp->n_embd,
+                         hp->n_ff,
+                         hp->n_head * hp->head_dim_k,
+                         hp->n_head_kv * hp->head_dim_k,
+                         hp->n_head_kv * hp->head_dim_v,
+                         hp->n_head * hp->head_dim_v,
+                         d->max_rank};
+    d->max_width = 1;
+    for (size_t i = 0; i < sizeof w / sizeof *w; i++)
+        d->max_width = w[i] > d->max_width ? w[i] : d->max_width;
+
+    uint8_t *used = pi_calloc(a, (size_t)f->n_tensors + 1, 1);
+    if (!used)
+        PI_FAIL(r->err, PI_ERR_NOMEM, "out of memory");
+    mark(used, f, d->token_embd);
+    mark(used, f, d->output_norm);
+    mark(used, f, d->output);
+    for (int64_t l = 0; l < hp->n_layer; l++) {
+        const struct pi_layer_desc *L = &d->layers[l];
+        const struct gguf_tensor *ts[] = {L->attn_norm, L->wq,       L->wk,       L->wv,
+                                          L->wo,        L->ffn_norm, L->ffn_gate, L->ffn_up,
+                                          L->ffn_down,  L->ffn_down_t, L->fc1,    L->fc2};
+        for (size_t i = 0; i < sizeof ts / sizeof *ts; i++)
+            mark(used, f, ts[i]);
+    }
+    int st = PI_OK;
+    for (uint64_t i = 0; st == PI_OK && i < f->n_tensors; i++)
+        if (!used[i])
+            st = check_unused(r, hp, f->tensors[i].name);
+    pi_free(a, used);
+    return st;
 }
 
 int pi_model_desc_build(struct pi_model_desc *d, const struct gguf_file *f,
@@ -285,6 +421,7 @@ int pi_model_desc_build(struct pi_model_desc *d, const struct gguf_file *f,
     }
     hp->sparse = f->magic == GGUF_MAGIC_PWRI;
     snprintf(r.prefix, sizeof r.prefix, "%s.", pi_arch_name(hp->arch));
+    PI_TRY(check_experts(&r));
     PI_TRY(read_hparams(&r, hp, lg));
 
     int64_t ti = gguf_find_tensor(f, "token_embd.weight");
@@ -295,6 +432,9 @@ int pi_model_desc_build(struct pi_model_desc *d, const struct gguf_file *f,
                 &d->token_embd));
     if (hp->n_vocab < 1)
         PI_FAIL(err, PI_ERR_FORMAT, "tensor 'token_embd.weight' has no rows");
+    if (hp->n_vocab > INT32_MAX)
+        PI_FAIL(err, PI_ERR_FORMAT, "tensor 'token_embd.weight' has %lld rows, more than "
+                "token ids (int32_t) can name", (long long)hp->n_vocab);
     const struct gguf_kv *tok = gguf_find_kv(f, "tokenizer.ggml.tokens");
     if (tok && (tok->type != PI_META_ARRAY || tok->elem_type != PI_META_STRING))
         PI_FAIL(err, PI_ERR_FORMAT, "metadata 'tokenizer.ggml.tokens' must be an array of "
@@ -320,13 +460,10 @@ int pi_model_desc_build(struct pi_model_desc *d, const struct gguf_file *f,
             return s;
         }
     }
-    /* Tensors the description does not use are allowed (e.g. rope_freqs) but noted. */
-    uint64_t used = 3 + (uint64_t)hp->n_layer * (hp->sparse ? 11 : 9) -
-                    (d->output == d->token_embd);
-    if (f->n_tensors > used)
-        pi_log(lg, PI_LOG_INFO, "%llu tensors of the file are not used by the %s model",
-               (unsigned long long)(f->n_tensors - used), pi_arch_name(hp->arch));
-    return PI_OK;
+    st = check_tensors(&r, d, a);
+    if (st < 0)
+        pi_model_desc_free(d, a);
+    return st;
 }
 
 void pi_model_desc_free(struct pi_model_desc *d, const struct pi_allocator *a) {

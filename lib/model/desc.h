@@ -62,14 +62,25 @@ struct pi_model_desc {
     const struct gguf_tensor *output_norm; /* [n_embd] */
     const struct gguf_tensor *output;      /* {n_embd, n_vocab}; == token_embd if tied */
     struct pi_layer_desc *layers;          /* [n_layer] */
+    int64_t max_rank;  /* the largest pred_rank (0: dense file) */
+    /* The widest activation row the forward pass hands an op: the largest of n_embd,
+     * n_ff, the q/k/v/attention-output widths and max_rank. Scratch that an op sizes by
+     * its input width is sized by this (and by n_ctx for attention scores, a context's
+     * choice). */
+    int64_t max_width;
 };
 
 #define PI_MAX_LAYERS 512
+/* The largest width a file may give anything that becomes an activation row (n_embd,
+ * n_ff, n_head * head_dim, a predictor rank): [n_batch][width] scratch then stays far
+ * from overflowing an int64_t or size_t. Larger: PI_ERR_FORMAT. */
+#define PI_MAX_WIDTH ((int64_t)1 << 24)
 
-/* Build and check the description. PI_ERR_UNSUPPORTED for an architecture or a
- * tensor type this build cannot run, PI_ERR_FORMAT for a missing or misshaped tensor
- * or a bad hyper-parameter; the message names the tensor or key and what was
- * expected. `progress` (may be NULL) is polled per layer; non-zero aborts. */
+/* Build and check the description. PI_ERR_UNSUPPORTED for an architecture, a tensor
+ * type or a feature this build cannot run (mixture-of-experts, and every tensor the
+ * forward pass would not read unless docs/formats.md lists it as harmless: RoPE
+ * frequency factors, biases, ...), PI_ERR_FORMAT for a missing or misshaped tensor or a
+ * bad hyper-parameter; the message names the tensor or key and what was expected. `progress` (may be NULL) is polled per layer; non-zero aborts. */
 int pi_model_desc_build(struct pi_model_desc *d, const struct gguf_file *f,
                         const struct pi_allocator *a, const struct pi_logger *lg,
                         int (*progress)(void *user, float frac), void *progress_user,

@@ -119,6 +119,8 @@ int tm_write(const struct tm_spec *s, const char *path) {
     u32kv(&c, "feed_forward_length", (uint32_t)s->n_ff);
     u32kv(&c, "attention.head_count", (uint32_t)s->n_head);
     u32kv(&c, "attention.head_count_kv", (uint32_t)s->n_head_kv);
+    if (s->extra_key)
+        u32kv(&c, s->extra_key, s->extra_key_value);
     if (c.status == PI_OK) {
         char key[128];
         float eps = 1e-5f;

@@ -21,6 +21,8 @@ struct tm_spec {
     uint32_t seed;
     const char *poison;        /* F32/F16 tensor whose first element is poison_value */
     float poison_value;
+    const char *extra_key;     /* a u32 metadata key "<arch>.<extra_key>" to add */
+    uint32_t extra_key_value;
 };
 
 void tm_default(struct tm_spec *s);
