@@ -590,6 +590,7 @@ mod tests {
         assert_eq!(offset_of!(pi_ctx_params, plan_path), 96);
         assert_eq!(offset_of!(pi_ctx_params, plan_file), 104);
         assert_eq!(offset_of!(pi_ctx_params, n_seq_max), 112);
+        assert_eq!(offset_of!(pi_ctx_params, check_numerics), 116);
         assert_eq!(size_of::<pi_batch_entry>(), 16);
 
         assert_eq!(size_of::<pi_layer_stats>(), 104);
@@ -600,9 +601,10 @@ mod tests {
         assert_eq!(align_of::<pi_sampler_params>(), 8);
         assert_eq!(offset_of!(pi_sampler_params, seed), 40);
 
-        assert_eq!(size_of::<pi_quantize_params>(), 56);
+        assert_eq!(size_of::<pi_quantize_params>(), 64);
         assert_eq!(align_of::<pi_quantize_params>(), 8);
         assert_eq!(offset_of!(pi_quantize_params, progress_fn), 24);
+        assert_eq!(offset_of!(pi_quantize_params, allow_requantize), 56);
 
         assert_eq!(size_of::<pi_chat_message>(), 16);
         assert_eq!(align_of::<pi_chat_message>(), 8);
