@@ -726,9 +726,11 @@ PI_API const pi_model *pi_ctx_model(const pi_ctx *ctx);
 /* Append `n_tokens` tokens (borrowed for the call) at the current position, run the
  * model over them, and compute the logits of the last one (pi_ctx_logits).
  * Returns PI_OK; PI_ERR_INVALID_ARG (NULL, n_tokens 0, a token id outside the
- * vocabulary); PI_ERR_RANGE (the context would exceed n_ctx); PI_ERR_ABORTED;
- * PI_ERR_NUMERIC (a logit is NaN or infinite: see pi_ctx_params.check_numerics).
- * On failure the context is unchanged: position, cache contents that matter, and
+ * vocabulary); PI_ERR_RANGE (the context would exceed n_ctx, for any n_tokens);
+ * PI_ERR_ABORTED; PI_ERR_NUMERIC (a logit is NaN or infinite: see
+ * pi_ctx_params.check_numerics); PI_ERR_NOMEM; PI_ERR_INTERNAL (the CPU backend refused
+ * an op wider than the scratch it was sized for: a bug; every later decode of the
+ * context fails the same way). On failure the context is unchanged: position, cache contents that matter, and
  * the previous logits. Since: 0.1 */
 PI_API int pi_ctx_decode(pi_ctx *ctx, const int32_t *tokens, size_t n_tokens);
 
@@ -780,9 +782,10 @@ typedef struct pi_batch_entry {
 
 /* Decode `n` entries (borrowed for the call) in one call. Returns PI_OK;
  * PI_ERR_INVALID_ARG (NULL, n 0, a token outside the vocabulary, a seq outside
- * 0..n_seq_max-1, a pos that is not the sequence's next); PI_ERR_RANGE (a sequence
- * would exceed n_ctx); PI_ERR_ABORTED (the abort callback; nothing changed);
- * PI_ERR_NUMERIC (non-finite logits, as pi_ctx_decode; nothing changed); PI_ERR_NOMEM.
+ * 0..n_seq_max-1, a pos that is not the sequence's next); PI_ERR_RANGE (n above
+ * n_ctx x n_seq_max, or a sequence would exceed n_ctx); PI_ERR_ABORTED (the abort
+ * callback; nothing changed); PI_ERR_NUMERIC (non-finite logits, as pi_ctx_decode;
+ * nothing changed); PI_ERR_NOMEM; PI_ERR_INTERNAL (as pi_ctx_decode).
  * pi_ctx_logits then returns the logits of the last entry that asked for them, or
  * NULL when no entry asked. Since: 0.1 */
 PI_API int pi_ctx_decode_batch(pi_ctx *ctx, const pi_batch_entry *entries, size_t n);

@@ -98,9 +98,7 @@ static int setup_sparse(struct pi_ctx *c, const pi_ctx_params *p) {
     c->stats_level = (int)p->stats;
     c->check_layers = p->check_numerics == PI_CHECK_LAYERS;
     if (hp->sparse) {
-        int64_t rmax = 1;
-        for (int64_t l = 0; l < hp->n_layer; l++)
-            rmax = max64(rmax, c->layers[l].fc1.n_out);
+        const int64_t rmax = max64(c->model->desc.max_rank, 1);
         c->score = pi_calloc(a, (size_t)(B * F), sizeof(float));
         c->hid = pi_calloc(a, (size_t)(B * rmax), sizeof(float));
         c->idx = pi_calloc(a, (size_t)F, sizeof *c->idx);
@@ -188,8 +186,9 @@ static int setup(struct pi_ctx *c, const pi_ctx_params *p) {
         PI_FAIL(&c->err, PI_ERR_NOMEM, "out of memory");
     PI_TRY(setup_sparse(c, p));
 
-    struct pi_backend_config cfg = {a, n_threads, B,
-                                    max64(max64(E, F), max64(max64(qd, ad), c->n_ctx)),
+    /* every width an op sees: the file's (predictor ranks included) and the attention
+     * scores' row of up to n_ctx positions; the device backend gets the same */
+    struct pi_backend_config cfg = {a, n_threads, B, max64(d->max_width, c->n_ctx),
                                     p->f32_activations != 0, 0};
     c->be = pi_backend_cpu();
     int st = c->be->create(&c->b, &cfg);

@@ -24,6 +24,7 @@ struct pi_backend {
     float *scratch; /* per thread: max_width floats */
     int scratch_threads;
     int32_t *rows;  /* max_width row ids (matmul_t_rows) */
+    int fault;      /* PI_ERR_INTERNAL once an op was refused (refuse()); sync returns it */
 };
 
 struct pi_kv {
@@ -117,9 +118,21 @@ static int cpu_copy(struct pi_backend *b, void *dst, const void *src, size_t siz
     return PI_OK;
 }
 
+/* Ops run before they return; the only error is a refused op, and it stays: the
+ * caller's buffers and the cache may hold anything after it. */
 static int cpu_sync(struct pi_backend *b) {
-    (void)b;
-    return PI_OK;
+    return b->fault;
+}
+
+/* 1 (and the backend faults) if an op would run past the buffers create() sized: rows
+ * of more than max_width values (xq, the per-thread scratch, the row list) or more
+ * than max_tokens tokens. The context sizes both from every width its model has, so
+ * this is a bug caught before it writes out of bounds, not a case to handle. */
+static int refuse(struct pi_backend *b, int64_t width, int64_t n_tok) {
+    if (width >= 0 && width <= b->max_width && n_tok >= 0 && n_tok <= b->max_tokens)
+        return 0;
+    b->fault = PI_ERR_INTERNAL;
+    return 1;
 }
 
 static int cpu_kv_create(struct pi_backend *b, const struct pi_kv_desc *d, struct pi_kv **out) {
@@ -253,6 +266,8 @@ static void float_rows(void *arg, int64_t lo, int64_t hi, int ith) {
 static void cpu_matmul(struct pi_backend *b, const struct pi_weight *w, const float *x,
                        int64_t n_tok, float *y) {
     struct matmul_job j = {b, w, &b->k.dot[w->type], x, y, n_tok, 0};
+    if (refuse(b, w->n_in, n_tok))
+        return;
     const int64_t grain = row_grain(w->n_out, pi_pool_n_threads(b->pool));
     if (b->f32_activations && j.dk->fmt != PI_VEC_F32) {
         pi_pool_for(b->pool, w->n_out, grain, float_rows, &j);
@@ -354,7 +369,7 @@ static void matmul_rows_job(struct pi_backend *b, const struct pi_weight *w,
                             const int32_t *idx, int64_t n_idx, float *y, float *y2) {
     struct rows_job rj = {{b, w, &b->k.dot[w->type], x, y, n_tok, 0}, idx, w2,
                           w2 ? &b->k.dot[w2->type] : NULL, y2};
-    if (n_idx <= 0)
+    if (n_idx <= 0 || refuse(b, w->n_in, n_tok) || (w2 && refuse(b, w2->n_in, n_tok)))
         return;
     const int64_t grain = row_grain(n_idx, pi_pool_n_threads(b->pool));
     if (b->f32_activations && rj.m.dk->fmt != PI_VEC_F32) {
@@ -472,6 +487,10 @@ static void axpy_cols_job(void *arg, int64_t lo, int64_t hi, int ith) {
  * streams its part of every row once. Returns the rows read. */
 static int64_t accumulate_rows(struct pi_backend *b, const struct pi_weight *w, const float *x,
                                int64_t n_tok, const int32_t *idx, int64_t n_idx, float *y) {
+    if (refuse(b, w->n_out, n_tok) || refuse(b, w->n_in, n_tok) || n_idx > w->n_out) {
+        b->fault = PI_ERR_INTERNAL;
+        return 0;
+    }
     int64_t n = 0;
     for (int64_t i = 0; i < n_idx; i++) {
         const int64_t r = idx ? idx[i] : i;
@@ -565,7 +584,10 @@ static void cpu_rope(struct pi_backend *b, float *x, int64_t n_tok, int64_t n_he
 
 static void cpu_kv_store(struct pi_backend *b, struct pi_kv *kv, int64_t layer, int64_t pos0,
                          int64_t n_tok, const float *k, const float *v) {
-    (void)b;
+    if (!kv_range_ok(kv, layer, pos0, n_tok)) {
+        b->fault = PI_ERR_INTERNAL;
+        return;
+    }
     uint16_t *kd = kv->k + ((size_t)layer * (size_t)kv->d.n_ctx + (size_t)pos0) * (size_t)kv->nk;
     uint16_t *vd = kv->v + ((size_t)layer * (size_t)kv->d.n_ctx + (size_t)pos0) * (size_t)kv->nv;
     for (int64_t i = 0; i < n_tok * kv->nk; i++)
@@ -624,6 +646,11 @@ static void attn_pairs(void *arg, int64_t lo, int64_t hi, int ith) {
 static void cpu_attention(struct pi_backend *b, struct pi_kv *kv, int64_t layer, const float *q,
                           int64_t n_tok, int64_t pos0, float *out) {
     struct attn_job j = {b, kv, layer, n_tok, pos0, q, out};
+    /* the scores of a pair span positions 0 .. pos0 + t in the thread's scratch row */
+    if (!kv_range_ok(kv, layer, pos0, n_tok) || refuse(b, pos0 + n_tok, n_tok)) {
+        b->fault = PI_ERR_INTERNAL;
+        return;
+    }
     pi_pool_for(b->pool, n_tok * kv->d.n_head, 1, attn_pairs, &j);
 }
 

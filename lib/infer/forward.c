@@ -363,10 +363,7 @@ static int step(struct pi_ctx *c, const pi_batch_entry *e, const int32_t *pos, i
     slot_init(&r.v, c->v, hy ? hy->v : NULL, vd);
     slot_init(&r.att, c->att, hy ? hy->att : NULL, ad);
     slot_init(&r.score, c->score, hy ? hy->score : NULL, F);
-    int64_t rank = 0;
-    for (int64_t l = 0; l < hp->n_layer; l++)
-        rank = c->layers[l].fc1.n_out > rank ? c->layers[l].fc1.n_out : rank;
-    slot_init(&r.hid, c->hid, hy ? hy->hid : NULL, rank);
+    slot_init(&r.hid, c->hid, hy ? hy->hid : NULL, c->model->desc.max_rank);
     const struct unit *kvu = unit(&r, hy && hy->kv);
     struct pi_kv *kv = hy && hy->kv ? hy->kv : c->kv;
 
@@ -528,7 +525,11 @@ static int step(struct pi_ctx *c, const pi_batch_entry *e, const int32_t *pos, i
         r.st = st;
     if (r.st < 0)
         PI_FAIL(&c->err, r.st, "the %s device failed", hy->be->name);
-    return c->be->sync(c->b);
+    st = c->be->sync(c->b);
+    if (st < 0)
+        PI_FAIL(&c->err, st, "the CPU backend refused an op wider than the scratch it was "
+                "sized for");
+    return PI_OK;
 }
 
 int pi_forward(struct pi_ctx *c, const pi_batch_entry *e, const int32_t *pos, int64_t n) {

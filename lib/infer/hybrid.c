@@ -42,11 +42,7 @@ static uint64_t nb(const struct gguf_tensor *t) {
 }
 
 static int64_t max_rank(const struct pi_model *m) {
-    int64_t r = 1;
-    for (int64_t l = 0; l < m->desc.hp.n_layer; l++)
-        if (m->desc.layers[l].pred_rank > r)
-            r = m->desc.layers[l].pred_rank;
-    return r;
+    return m->desc.max_rank > 1 ? m->desc.max_rank : 1;
 }
 
 uint64_t pi_hybrid_scratch_bytes(const struct pi_model *m, const struct pi_plan_shape *s) {

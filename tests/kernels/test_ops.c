@@ -284,8 +284,67 @@ static void test_ffn_act(void **state) {
     be->destroy(b);
 }
 
+/* An op wider than the backend's max_width, or over more than max_tokens tokens, is
+ * refused rather than run past its scratch (issue 12: a predictor rank the context did
+ * not count overran it): its output is left alone and sync reports PI_ERR_INTERNAL from
+ * then on. Within the limits the same ops run and sync is PI_OK. */
+static void test_refuses_wider_than_configured(void **state) {
+    (void)state;
+    const struct pi_backend_vtable *be = pi_backend_cpu();
+    enum { W = 64, IN = 2 * W, T = 2 };
+    static float w[W * IN], x[9 * IN], y[9 * IN];
+    for (int i = 0; i < W * IN; i++)
+        w[i] = rnd();
+    for (int i = 0; i < 9 * IN; i++)
+        x[i] = rnd();
+    const struct pi_weight narrow = {w, PI_TYPE_F32, W, IN, W * sizeof(float)};
+    const struct pi_weight wide = {w, PI_TYPE_F32, IN, W, IN * sizeof(float)};
+    const int32_t idx[2] = {0, 5};
+    for (int op = 0; op < 6; op++) {
+        struct pi_backend *b = make(2, W); /* max_tokens 8 */
+        be->matmul(b, &narrow, x, T, y);   /* n_in == max_width: fine */
+        assert_int_equal(be->sync(b), PI_OK);
+        for (int i = 0; i < 9 * IN; i++)
+            y[i] = 7.0f;
+        if (op == 0)
+            be->matmul(b, &wide, x, T, y); /* n_in 128 */
+        else if (op == 1)
+            be->matmul(b, &narrow, x, 9, y); /* 9 tokens */
+        else if (op == 2)
+            be->matmul_rows(b, &wide, x, T, idx, 2, y);
+        else if (op == 3)
+            be->matmul_rows2(b, &wide, &wide, x, T, idx, 2, y, y);
+        else if (op == 4)
+            be->matmul_t(b, &narrow, x, T, y); /* n_out 128 */
+        else
+            be->matmul_t_rows(b, &narrow, x, T, idx, 2, y);
+        if (be->sync(b) != PI_ERR_INTERNAL)
+            fail_msg("op %d was not refused", op);
+        for (int i = 0; i < 9 * IN; i++)
+            if (y[i] != 7.0f)
+                fail_msg("op %d wrote y[%d]", op, i);
+        be->matmul(b, &narrow, x, T, y);
+        assert_int_equal(be->sync(b), PI_ERR_INTERNAL); /* it stays */
+        be->destroy(b);
+    }
+    /* attention over more positions than the scores row holds */
+    struct pi_backend *b = make(1, 8);
+    struct pi_kv_desc d = {1, 16, 1, 1, 4, 4};
+    struct pi_kv *kv;
+    assert_int_equal(be->kv_create(b, &d, &kv), PI_OK);
+    be->kv_store(b, kv, 0, 0, 8, x, x);
+    be->attention(b, kv, 0, x, 2, 6, y); /* positions 0..7: 8 scores */
+    assert_int_equal(be->sync(b), PI_OK);
+    be->kv_store(b, kv, 0, 8, 2, x, x);
+    be->attention(b, kv, 0, x, 2, 8, y); /* 10 scores */
+    assert_int_equal(be->sync(b), PI_ERR_INTERNAL);
+    be->kv_destroy(b, kv);
+    be->destroy(b);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_refuses_wider_than_configured),
         cmocka_unit_test(test_rmsnorm),   cmocka_unit_test(test_rope),
         cmocka_unit_test(test_attention), cmocka_unit_test(test_matmul_and_transpose),
         cmocka_unit_test(test_ffn_act),   cmocka_unit_test(test_sparse_ops),

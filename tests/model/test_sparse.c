@@ -23,6 +23,7 @@
 
 #include "model/gguf.h"
 #include "powerinfer.h"
+#include "runtime/types.h"
 #include "testfile.h"
 #include "testmodel.h"
 
@@ -153,6 +154,113 @@ static void test_predictor_extremes(void **state) {
         assert_true(isfinite(none[1][i]));
     pi_ctx_destroy(c);
     pi_model_close(m);
+}
+
+/* Copy the PWRI file `src` to `dst` with every predictor widened by `extra` hidden
+ * units whose fc1 rows and fc2 columns are zero (all-zero bytes are 0.0 in F32 and in
+ * Q4_0, whose scale is then 0): relu(0) = 0 adds nothing, so the scores, and the
+ * logits, must stay those of `src`. */
+static void pad_predictor(const char *src, const char *dst, int64_t extra) {
+    size_t size;
+    uint8_t *buf = tf_slurp(src, &size);
+    struct gguf_file f;
+    struct pi_error err;
+    assert_int_equal(gguf_parse(&f, buf, size, &pi_default_allocator, &err), PI_OK);
+    struct gguf_writer *w;
+    assert_int_equal(gguf_writer_create(&pi_default_allocator, &w), PI_OK);
+    for (uint64_t i = 0; i < f.n_kv; i++) {
+        const struct gguf_kv *kv = &f.kv[i];
+        if (kv->type == PI_META_STRING) {
+            const char *str;
+            uint64_t len;
+            assert_int_equal(gguf_kv_str(&f, kv, 0, &str, &len), PI_OK);
+            char tmp[256];
+            snprintf(tmp, sizeof tmp, "%.*s", (int)len, str);
+            assert_int_equal(gguf_writer_add_string(w, kv->key, tmp), PI_OK);
+        } else if (kv->type != PI_META_ARRAY) { /* the tokens are not needed */
+            assert_int_equal(gguf_writer_add_scalar(w, kv->key, kv->type, f.base + kv->off),
+                             PI_OK);
+        }
+    }
+    for (uint64_t i = 0; i < f.n_tensors; i++) {
+        const struct gguf_tensor *t = &f.tensors[i];
+        const int fc1 = strstr(t->name, ".fc1.") != NULL, fc2 = strstr(t->name, ".fc2.") != NULL;
+        if (!fc1 && !fc2) {
+            assert_int_equal(gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne,
+                                                    t->data),
+                             PI_OK);
+            continue;
+        }
+        /* fc1 {E, R}: zero rows appended; fc2 {R, F}: each row gets zero values */
+        int64_t ne[2] = {t->ne[0] + (fc2 ? extra : 0), t->ne[1] + (fc1 ? extra : 0)};
+        const size_t old_row = (size_t)pi_type_row_bytes(t->type, t->ne[0]);
+        const size_t new_row = (size_t)pi_type_row_bytes(t->type, ne[0]);
+        assert_true(old_row > 0 && new_row > 0);
+        uint8_t *data = calloc((size_t)ne[1], new_row);
+        assert_non_null(data);
+        for (int64_t r = 0; r < t->ne[1]; r++)
+            memcpy(data + (size_t)r * new_row, t->data + (size_t)r * old_row, old_row);
+        assert_int_equal(gguf_writer_add_tensor(w, t->name, t->type, 2, ne, data), PI_OK);
+        free(data);
+    }
+    assert_int_equal(gguf_writer_write_file(w, dst, GGUF_MAGIC_PWRI, NULL), PI_OK);
+    gguf_writer_destroy(w);
+    gguf_close(&f);
+    free(buf);
+}
+
+/* The logits of a prompt of n tokens, decoded in one step. */
+static void prompt_logits(pi_model *m, int f32, const int32_t *toks, size_t n, float *out) {
+    pi_ctx_params cp;
+    pi_ctx_default_params(&cp);
+    cp.n_ctx = 64;
+    cp.n_batch = 64;
+    cp.n_threads = 2;
+    cp.f32_activations = (uint32_t)f32;
+    pi_ctx *c;
+    assert_int_equal(pi_ctx_create(m, &cp, &c), PI_OK);
+    if (pi_ctx_decode(c, toks, n) != PI_OK)
+        fail_msg("decode: %s", pi_ctx_errmsg(c));
+    memcpy(out, pi_ctx_logits(c), sizeof(float) * (size_t)pi_model_n_vocab(m));
+    pi_ctx_destroy(c);
+}
+
+/* A predictor rank far above every other width of the model (issue 12: the CPU
+ * backend's scratch was sized without it, and a 60-token prompt made predict() write
+ * past the quantized activations, and with f32_activations past the per-thread float
+ * row: "double free or corruption"). Rank 32 + 4064 (n_embd 64, n_ff 128) in F32 and
+ * Q4_0 runs and gives the logits of the same predictor unpadded. */
+static void test_wide_predictor_rank(void **state) {
+    (void)state;
+    enum { NP = 60, PAD = 4064 };
+    char wide[300];
+    snprintf(wide, sizeof wide, "%s.wide", g_tmp);
+    int32_t toks[NP];
+    for (int i = 0; i < NP; i++)
+        toks[i] = (int32_t)((i * 7 + 3) % 40);
+    static const uint32_t types[] = {PI_TYPE_F32, PI_TYPE_Q4_0};
+    for (size_t t = 0; t < sizeof types / sizeof *types; t++) {
+        write_model("llama", types[t], 1, g_tmp);
+        pad_predictor(g_tmp, wide, PAD);
+        pi_model *m = tf_open_model(g_tmp), *mw = tf_open_model(wide);
+        assert_int_equal(pi_model_predictor_rank(mw, 0), 32 + PAD);
+        assert_int_equal(pi_model_predictor_rank(mw, 1), 33 + PAD);
+        const int64_t nv = pi_model_n_vocab(m);
+        for (int f32 = 0; f32 <= 1; f32++) {
+            float a[2][MAXV] = {{0}}, b[2][MAXV] = {{0}};
+            prompt_logits(m, f32, toks, NP, a[0]);
+            prompt_logits(mw, f32, toks, NP, b[0]);
+            for (int64_t i = 0; i < nv; i++)
+                assert_true(isfinite(b[0][i]));
+            const double e = rel_diff(b, a, nv);
+            print_message("# %s f32_act=%d: rank %d vs %d: %.2e\n",
+                          pi_type_name((int)types[t]), f32, 32 + PAD, 32, e);
+            assert_true(e < 1e-5);
+        }
+        pi_model_close(m);
+        pi_model_close(mw);
+    }
+    remove(wide);
 }
 
 static void test_threads_and_batching(void **state) {
@@ -381,6 +489,7 @@ int main(void) {
     snprintf(g_tmp, sizeof g_tmp, "%s/pi_sparse_%d.gguf", tmpdir(), (int)getpid());
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_oracle_equals_dense), cmocka_unit_test(test_predictor_extremes),
+        cmocka_unit_test(test_wide_predictor_rank),
         cmocka_unit_test(test_threads_and_batching), cmocka_unit_test(test_bad_params),
         cmocka_unit_test(test_stats),
     };
