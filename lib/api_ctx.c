@@ -345,7 +345,9 @@ int pi_ctx_decode(pi_ctx *c, const int32_t *tokens, size_t n) {
     pi_error_clear(&c->err);
     if (!tokens || n == 0)
         PI_FAIL(&c->err, PI_ERR_INVALID_ARG, "pi_ctx_decode: no tokens");
-    if ((int64_t)n > c->n_ctx - c->seq_len[0])
+    /* compared as size_t: a cast of n to int64_t would turn n >= 2^63 negative and pass;
+     * past this check n <= n_ctx <= 2^20, so n * sizeof *e cannot wrap */
+    if (n > (size_t)(c->n_ctx - c->seq_len[0]))
         PI_FAIL(&c->err, PI_ERR_RANGE, "%zu tokens at position %lld exceed the context of %lld",
                 n, (long long)c->seq_len[0], (long long)c->n_ctx);
     pi_batch_entry *e = pi_malloc(&c->alloc, n * sizeof *e);
@@ -369,8 +371,10 @@ int pi_ctx_decode_batch(pi_ctx *c, const pi_batch_entry *e, size_t n) {
     pi_error_clear(&c->err);
     if (!e || n == 0)
         PI_FAIL(&c->err, PI_ERR_INVALID_ARG, "pi_ctx_decode_batch: no entries");
+    /* n_ctx * n_seq <= 2^28: past this check n * sizeof *pos cannot wrap */
     if (n > (size_t)c->n_ctx * (size_t)c->n_seq)
-        PI_FAIL(&c->err, PI_ERR_RANGE, "%zu entries exceed the context's capacity", n);
+        PI_FAIL(&c->err, PI_ERR_RANGE, "%zu entries exceed the context's capacity of %lld "
+                "positions x %lld sequences", n, (long long)c->n_ctx, (long long)c->n_seq);
     int32_t *pos = pi_malloc(&c->alloc, n * sizeof *pos);
     if (!pos)
         PI_FAIL(&c->err, PI_ERR_NOMEM, "out of memory for %zu entries", n);

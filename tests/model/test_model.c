@@ -294,6 +294,48 @@ static void test_width_limits(void **state) {
         fail_msg("'%s'", msg);
 }
 
+/* pi_ctx_decode's count is compared exactly (issue 12: through a signed cast, n >= 2^63
+ * passed and n * sizeof(entry) wrapped), and so is pi_ctx_decode_batch's. */
+static void test_decode_counts(void **state) {
+    (void)state;
+    struct tm_spec s;
+    tm_default(&s);
+    pi_model *m;
+    assert_int_equal(pi_model_open(write_model(&s), NULL, &m), PI_OK);
+    remove(g_path);
+    pi_ctx_params cp;
+    pi_ctx_default_params(&cp);
+    cp.n_ctx = 16;
+    cp.n_threads = 1;
+    pi_ctx *c;
+    assert_int_equal(pi_ctx_create(m, &cp, &c), PI_OK);
+    int32_t toks[16];
+    for (int i = 0; i < 16; i++)
+        toks[i] = i % 40;
+    const size_t huge[] = {(size_t)1 << 63, SIZE_MAX, SIZE_MAX / 4 + 1, 17};
+    for (size_t i = 0; i < sizeof huge / sizeof *huge; i++) {
+        assert_int_equal(pi_ctx_decode(c, toks, huge[i]), PI_ERR_RANGE);
+        assert_non_null(strstr(pi_ctx_errmsg(c), "exceed the context of 16"));
+        assert_int_equal(pi_ctx_pos(c), 0);
+    }
+    assert_int_equal(pi_ctx_decode(c, toks, 0), PI_ERR_INVALID_ARG);
+    assert_int_equal(pi_ctx_decode(c, toks, 2), PI_OK);
+    assert_int_equal(pi_ctx_decode(c, toks, 15), PI_ERR_RANGE); /* 2 + 15 > 16 */
+    assert_int_equal(pi_ctx_decode(c, toks, 14), PI_OK);
+    assert_int_equal(pi_ctx_pos(c), 16);
+    pi_batch_entry e[2] = {{1, 0, -1, 1}, {2, 0, -1, 1}};
+    assert_int_equal(pi_ctx_seq_clear(c, -1), PI_OK);
+    for (size_t i = 0; i < 3; i++) {
+        assert_int_equal(pi_ctx_decode_batch(c, e, huge[i]), PI_ERR_RANGE);
+        assert_non_null(strstr(pi_ctx_errmsg(c), "capacity"));
+    }
+    assert_int_equal(pi_ctx_decode_batch(c, e, 0), PI_ERR_INVALID_ARG);
+    assert_int_equal(pi_ctx_decode_batch(c, e, 2), PI_OK);
+    assert_int_equal(pi_ctx_pos(c), 2);
+    pi_ctx_destroy(c);
+    pi_model_close(m);
+}
+
 static void test_bad_hparams(void **state) {
     (void)state;
     static const char *const keys[] = {"block_count", "embedding_length", "feed_forward_length",
@@ -653,6 +695,7 @@ int main(void) {
         cmocka_unit_test(test_unused_tensors),
         cmocka_unit_test(test_experts),
         cmocka_unit_test(test_width_limits),
+        cmocka_unit_test(test_decode_counts),
         cmocka_unit_test(test_bad_hparams),
         cmocka_unit_test(test_unsupported_arch),
         cmocka_unit_test(test_tokenizer_size_mismatch),
