@@ -9,7 +9,8 @@
   within --read-timeout, however slowly the bytes keep coming (libmicrohttpd's --timeout
   restarts with every byte); a stream whose client does not read is cut past
   --max-stream-buffer and its slot freed.
-- A NUL (\\u0000) inside a string is refused with 400 naming the field, not cut short.
+- A NUL (\\u0000) inside a string is refused with 400 naming the field, not cut short;
+  %00 in the URL stays as written (no route matches) instead of ending the path.
 
 Raw sockets on 127.0.0.1 only; every loop is bounded in time."""
 
@@ -240,6 +241,19 @@ def test_nul_in_a_key_and_lookalikes(srv):
     assert st == 200 and j2 == j
     st, j = srv.json("POST", COMP, b'{"prompt": "a\\u0001b", "max_tokens": 1}')
     assert st == 200, j
+
+
+@pytest.mark.parametrize("path,status", [
+    ("/health%00x", 404), ("/health%00", 404), ("/v1/models%00/x", 404),
+    ("/v1/chat/completions%00", 404), ("/%68ealth", 200), ("/health%20", 404),
+])
+def test_nul_in_the_path(srv, path, status):
+    """%00 in the URL is not decoded to a NUL that would end the path early (and answer
+    /health for /health%00x); other escapes still are."""
+    st, _, data = srv.request("GET", path)
+    assert st == status, data[:200]
+    if st == 404:
+        assert json.loads(data)["error"]["code"] == "unknown_url"
 
 
 # ---- slow clients ---------------------------------------------------------------------

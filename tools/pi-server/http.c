@@ -916,6 +916,35 @@ static void on_completed(void *cls, struct MHD_Connection *mc, void **ptr,
     conn_unref(c);
 }
 
+/* The URL's %HH escapes decoded in place, except %00: libmicrohttpd's own decoder makes
+ * it a NUL, and the path handed to the handler, a C string, would end there
+ * ("/health%00x" answered as /health). Kept as written, it matches no route. */
+static int hex_digit(char c) {
+    return c >= '0' && c <= '9'   ? c - '0'
+           : c >= 'a' && c <= 'f' ? c - 'a' + 10
+           : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                  : -1;
+}
+
+static size_t unescape_url(void *cls, struct MHD_Connection *mc, char *s) {
+    (void)cls;
+    (void)mc;
+    size_t out = 0;
+    for (size_t i = 0; s[i]; i++) {
+        const int hi = s[i] == '%' ? hex_digit(s[i + 1]) : -1;
+        const int lo = hi >= 0 ? hex_digit(s[i + 2]) : -1;
+        const int v = lo >= 0 ? hi * 16 + lo : 0;
+        if (v != 0) {
+            s[out++] = (char)v;
+            i += 2;
+        } else {
+            s[out++] = s[i];
+        }
+    }
+    s[out] = '\0';
+    return out;
+}
+
 /* ---- deadlines: the connection registry and its watchdog ----------------------------- */
 
 static void on_connection(void *cls, struct MHD_Connection *mc, void **socket_context,
@@ -1087,6 +1116,7 @@ int http_start(const struct srv_http_config *cfg, const struct srv_model_info *m
         MHD_start_daemon(flags, (uint16_t)cfg->port, NULL, NULL, on_request, h,
                          MHD_OPTION_SOCK_ADDR, ai->ai_addr, MHD_OPTION_NOTIFY_COMPLETED,
                          on_completed, h, MHD_OPTION_NOTIFY_CONNECTION, on_connection, h,
+                         MHD_OPTION_UNESCAPE_CALLBACK, unescape_url, NULL,
                          MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)cfg->timeout_s,
                          MHD_OPTION_CONNECTION_LIMIT, (unsigned)cfg->max_conns, MHD_OPTION_END);
     freeaddrinfo(ai);
