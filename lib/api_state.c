@@ -224,22 +224,18 @@ int pi_ctx_state_save_file(const pi_ctx *c, int32_t seq, const char *path) {
         PI_FAIL(&m->err, PI_ERR_NOMEM, "out of memory for a state of %zu bytes", n);
     int st = pi_ctx_state_save(c, seq, buf, n, &n);
     char tmp[4096];
-    if (st >= 0 && snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp)
-        st = pi_error_set(&m->err, PI_ERR_IO, "path too long: %s", path);
+    FILE *fp = NULL;
+    if (st >= 0)
+        st = pi_os_create_temp(path, tmp, sizeof tmp, &fp, &m->err);
     if (st >= 0) {
-        FILE *fp = fopen(tmp, "wb");
-        if (!fp) {
-            st = pi_error_set(&m->err, PI_ERR_IO, "cannot create %s: %s", tmp, strerror(errno));
-        } else {
-            const int ok = fwrite(buf, 1, n, fp) == n;
-            if (fclose(fp) != 0 || !ok) {
-                remove(tmp);
-                st = pi_error_set(&m->err, PI_ERR_IO, "cannot write %s", tmp);
-            } else if (rename(tmp, path) != 0) {
-                remove(tmp);
-                st = pi_error_set(&m->err, PI_ERR_IO, "cannot rename %s to %s: %s", tmp, path,
-                                  strerror(errno));
-            }
+        const int ok = fwrite(buf, 1, n, fp) == n;
+        if (fclose(fp) != 0 || !ok) {
+            remove(tmp);
+            st = pi_error_set(&m->err, PI_ERR_IO, "cannot write %s", tmp);
+        } else if (rename(tmp, path) != 0) {
+            remove(tmp);
+            st = pi_error_set(&m->err, PI_ERR_IO, "cannot rename %s to %s: %s", tmp, path,
+                              strerror(errno));
         }
     }
     pi_free(&m->alloc, buf);

@@ -129,23 +129,9 @@ static int save(const pi_stats *s, const char *path, struct pi_error *err) {
         gguf_writer_destroy(w);
         PI_FAIL(err, st, "out of memory");
     }
-    /* Write beside the target, then rename: the old file survives any failure. */
-    char tmp[4096];
-    if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp) {
-        gguf_writer_destroy(w);
-        PI_FAIL(err, PI_ERR_INVALID_ARG, "path too long");
-    }
-    st = gguf_writer_write_file(w, tmp, GGUF_MAGIC_GGUF, err);
+    st = gguf_writer_replace_file(w, path, GGUF_MAGIC_GGUF, err);
     gguf_writer_destroy(w);
-    if (st < 0) {
-        remove(tmp);
-        return st;
-    }
-    if (rename(tmp, path) != 0) {
-        remove(tmp);
-        PI_FAIL(err, PI_ERR_IO, "cannot rename %s to %s", tmp, path);
-    }
-    return PI_OK;
+    return st;
 }
 
 int pi_stats_save(const pi_stats *s, const char *path, char *errbuf, size_t cap) {

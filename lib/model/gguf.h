@@ -110,6 +110,11 @@ int gguf_writer_add_tensor(struct gguf_writer *w, const char *name, uint32_t typ
                            uint32_t n_dims, const int64_t *ne, const void *data);
 /* Write everything to `path` with magic GGUF_MAGIC_GGUF or GGUF_MAGIC_PWRI,
  * version 3. PI_ERR_INVALID_ARG if a tensor was declared without data. */
+/* Write the file beside `path` (pi_os_create_temp) and rename it over `path` when
+ * complete: the old file survives any failure, and nothing already at the temporary
+ * name (a symbolic link, a FIFO) is written through. */
+int gguf_writer_replace_file(struct gguf_writer *w, const char *path, uint32_t magic,
+                             struct pi_error *err);
 int gguf_writer_write_file(struct gguf_writer *w, const char *path, uint32_t magic,
                            struct pi_error *err);
 

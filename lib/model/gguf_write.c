@@ -4,10 +4,12 @@
  * the header, so nothing but the metadata is held in memory. */
 #include "model/gguf.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "runtime/types.h"
+#include "util/os.h"
 
 struct wkv {
     char *key;
@@ -355,25 +357,59 @@ static int write_all(struct gguf_writer *w, FILE *fp, uint32_t magic) {
     return PI_OK;
 }
 
+/* Write the whole file to fp, which is closed in any case; on failure `path` (the
+ * file fp writes) is removed. */
+static int write_and_close(struct gguf_writer *w, FILE *fp, const char *path, uint32_t magic,
+                           struct pi_error *err) {
+    int status = PI_OK;
+    if (magic != GGUF_MAGIC_GGUF && magic != GGUF_MAGIC_PWRI)
+        status = pi_error_set(err, PI_ERR_INVALID_ARG, "gguf writer: invalid magic");
+    for (uint64_t i = 0; status == PI_OK && i < w->n_t; i++)
+        if (w->t[i].declared)
+            status = pi_error_set(err, PI_ERR_INVALID_ARG, "gguf writer: tensor '%s' has no "
+                                  "data; write declared tensors with gguf_writer_write_data",
+                                  w->t[i].name);
+    if (status == PI_OK) {
+        status = write_all(w, fp, magic);
+        if (status < 0)
+            pi_error_set(err, status, "cannot write '%s'", path);
+    }
+    if (fclose(fp) != 0 && status == PI_OK)
+        status = pi_error_set(err, PI_ERR_IO, "cannot write '%s'", path);
+    if (status < 0)
+        remove(path);
+    return status;
+}
+
 int gguf_writer_write_file(struct gguf_writer *w, const char *path, uint32_t magic,
                            struct pi_error *err) {
     if (!w || !path || (magic != GGUF_MAGIC_GGUF && magic != GGUF_MAGIC_PWRI))
         PI_FAIL(err, PI_ERR_INVALID_ARG, "gguf writer: invalid argument");
-    for (uint64_t i = 0; i < w->n_t; i++)
-        if (w->t[i].declared)
-            PI_FAIL(err, PI_ERR_INVALID_ARG, "gguf writer: tensor '%s' has no data; "
-                    "write declared tensors with gguf_writer_write_data", w->t[i].name);
     FILE *fp = fopen(path, "wb");
     if (!fp)
         PI_FAIL(err, PI_ERR_IO, "cannot create '%s'", path);
-    int status = write_all(w, fp, magic);
-    if (fclose(fp) != 0 && status == PI_OK)
-        status = PI_ERR_IO;
-    if (status < 0) {
-        remove(path);
-        PI_FAIL(err, status, "cannot write '%s'", path);
+    return write_and_close(w, fp, path, magic, err);
+}
+
+int gguf_writer_replace_file(struct gguf_writer *w, const char *path, uint32_t magic,
+                             struct pi_error *err) {
+    if (!w || !path)
+        PI_FAIL(err, PI_ERR_INVALID_ARG, "gguf writer: invalid argument");
+    const size_t cap = strlen(path) + 16;
+    char *tmp = pi_malloc(w->alloc, cap);
+    if (!tmp)
+        PI_FAIL(err, PI_ERR_NOMEM, "out of memory");
+    FILE *fp;
+    int st = pi_os_create_temp(path, tmp, cap, &fp, err);
+    if (st == PI_OK)
+        st = write_and_close(w, fp, tmp, magic, err);
+    if (st == PI_OK && rename(tmp, path) != 0) {
+        st = pi_error_set(err, PI_ERR_IO, "cannot rename '%s' to '%s': %s", tmp, path,
+                          strerror(errno));
+        remove(tmp);
     }
-    return PI_OK;
+    pi_free(w->alloc, tmp);
+    return st;
 }
 
 /* ---- Streaming ------------------------------------------------------------------ */

@@ -446,27 +446,6 @@ static void write_index(struct out *o, const struct pi_gpuidx *g, int64_t *k, ui
     }
 }
 
-/* Create `<path>.tmp<n>` exclusively (C11 "x" mode), trying a few n so that a stale
- * temporary left by a crash, or a concurrent writer, is never overwritten. */
-static FILE *create_temp(const char *path, char *tmp, size_t cap, struct pi_error *err) {
-    for (int n = 0; n < 100; n++) {
-        snprintf(tmp, cap, "%s.tmp%d", path, n);
-        errno = 0;
-        FILE *fp = fopen(tmp, "wbx");
-        if (fp)
-            return fp;
-        if (errno != EEXIST) {
-            pi_error_set(err, PI_ERR_IO, "cannot create '%s': %s", tmp, strerror(errno));
-            return NULL;
-        }
-    }
-    pi_error_set(err, PI_ERR_IO,
-                 "cannot create a temporary file next to '%s': %s.tmp0..99 "
-                 "all exist",
-                 path, path);
-    return NULL;
-}
-
 int pi_gpuidx_write(const char *path, const struct pi_gpuidx *g, struct pi_error *err) {
     if (!path || !g || !g->neuron)
         PI_FAIL(err, PI_ERR_INVALID_ARG, "gpu index: NULL path or index");
@@ -495,11 +474,10 @@ int pi_gpuidx_write(const char *path, const struct pi_gpuidx *g, struct pi_error
     }
     for (int64_t i = 0; i < L * F; i++)
         k[i / F] += g->neuron[i];
-    FILE *fp = create_temp(path, tmp, cap, err);
-    if (!fp) {
-        status = PI_ERR_IO;
+    FILE *fp;
+    status = pi_os_create_temp(path, tmp, cap, &fp, err);
+    if (status < 0)
         goto done;
-    }
     struct out o = {fp, 0, 0};
     write_index(&o, g, k, ids);
     int e = o.failed ? errno : 0;

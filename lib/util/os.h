@@ -4,7 +4,9 @@
 #ifndef PI_UTIL_OS_H
 #define PI_UTIL_OS_H
 
+#include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "util/alloc.h"
 #include "util/error.h"
@@ -62,6 +64,13 @@ int pi_os_lock_file(struct pi_file_map *map, struct pi_error *err);
 
 /* Unmap or free, and unlock; map is left empty. An empty map is a no-op. */
 void pi_os_unmap_file(struct pi_file_map *map);
+
+/* Create and open for writing a new file `<path>.tmp<n>` beside `path` (its name into
+ * tmp[0..cap)), exclusively: it fails rather than open a file, symbolic link or FIFO
+ * already there, so a temporary left by a crash, a concurrent writer or a link planted
+ * in a shared directory is never written through; the first free n of 0..99 is taken.
+ * The caller writes, closes and renames it over `path` (or removes it). PI_ERR_IO. */
+int pi_os_create_temp(const char *path, char *tmp, size_t cap, FILE **out, struct pi_error *err);
 
 /* ---- Threads ------------------------------------------------------------------- */
 

@@ -175,6 +175,34 @@ void pi_os_unmap_file(struct pi_file_map *map) {
     empty_map(map);
 }
 
+int pi_os_create_temp(const char *path, char *tmp, size_t cap, FILE **out,
+                      struct pi_error *err) {
+    *out = NULL;
+    for (int n = 0; n < 100; n++) {
+        if ((size_t)snprintf(tmp, cap, "%s.tmp%d", path, n) >= cap)
+            PI_FAIL(err, PI_ERR_IO, "path too long: '%s'", path);
+        /* O_EXCL: an existing name, a dangling or live symbolic link included, fails
+         * with EEXIST instead of being opened (and a FIFO is never waited on) */
+        int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+        if (fd < 0) {
+            if (errno == EEXIST)
+                continue;
+            PI_FAIL(err, PI_ERR_IO, "cannot create '%s': %s", tmp, strerror(errno));
+        }
+        FILE *fp = fdopen(fd, "wb");
+        if (!fp) {
+            const int e = errno;
+            close(fd);
+            remove(tmp);
+            PI_FAIL(err, PI_ERR_IO, "cannot open '%s': %s", tmp, strerror(e));
+        }
+        *out = fp;
+        return PI_OK;
+    }
+    PI_FAIL(err, PI_ERR_IO, "cannot create a temporary file next to '%s': %s.tmp0..99 all "
+            "exist", path, path);
+}
+
 struct pi_thread {
     pthread_t id;
     void (*fn)(void *);
