@@ -11,10 +11,12 @@ layouts. Run it from anywhere:
 It clears and rewrites tests/corpus/{valid,malformed,unsupported}/ and prints a
 SHA-256 of every file. The output is deterministic.
 
-Expected results (checked by tests/format/test_corpus.c with metadata_only=1):
-  valid/        pi_model_open returns PI_OK
-  malformed/    PI_ERR_FORMAT with a message
-  unsupported/  PI_ERR_UNSUPPORTED (big-endian files)
+Expected results (checked by tests/format/test_corpus.c):
+  valid/        pi_model_open returns PI_OK with metadata_only=1; model_*.gguf also
+                open in full and decode two tokens to finite logits
+  malformed/    PI_ERR_FORMAT with a message (metadata_only=1)
+  unsupported/  PI_ERR_UNSUPPORTED with a message, in a full open (big-endian files;
+                model_*.gguf: models this build refuses to run)
 """
 
 import hashlib
@@ -250,7 +252,94 @@ def valid_files():
     out["q4_0_q4_k.gguf"] = build(small_kvs(), [
         {"name": "q4_0", "dims": [64, 2], "type": T_Q4_0},
         {"name": "q4_k", "dims": [256], "type": T_Q4_K}])[0].b
+    out.update(model_files()[0])
     return out
+
+
+# --------------------------------------------------------------------------------
+# Small llama models (model_*.gguf): seeds for fuzz_model that run, and models that
+# must be refused
+# --------------------------------------------------------------------------------
+
+def f32s(n, seed, scale=0.1):
+    """n deterministic F32 values in [-scale, scale)."""
+    raw = pattern(2 * n, 1000 + seed)
+    return struct.pack("<%df" % n, *[
+        (raw[2 * i] * 256 + raw[2 * i + 1]) / 32768.0 * scale - scale for i in range(n)])
+
+
+def f16s(n, seed, scale=0.1):
+    raw = pattern(2 * n, 2000 + seed)
+    return struct.pack("<%de" % n, *[
+        (raw[2 * i] * 256 + raw[2 * i + 1]) / 32768.0 * scale - scale for i in range(n)])
+
+
+def tiny_llama(sparse=False, rank=4, extra_kvs=(), extra_tensors=(), drop=()):
+    """A 1-layer llama: n_embd 8, n_ff 16, 2 heads, vocab 4, F32 weights (F16
+    predictor), tied embeddings. The last byte of the file is 0 (fuzz_model reads it
+    as: CPU only, the file's default FFN mode, no statistics)."""
+    E, F, V = 8, 16, 4
+    kvs = [("general.architecture", STRING, "llama"),
+           ("general.name", STRING, "corpus model"),
+           ("llama.context_length", U32, 64),
+           ("llama.embedding_length", U32, E),
+           ("llama.block_count", U32, 1),
+           ("llama.feed_forward_length", U32, F),
+           ("llama.attention.head_count", U32, 2),
+           ("llama.attention.head_count_kv", U32, 2),
+           ("llama.attention.layer_norm_rms_epsilon", F32, 1e-5)]
+    if sparse:
+        kvs.append(("powerinfer.sparse_threshold", F32, 0.0))
+    kvs += list(extra_kvs)
+    ones = struct.pack("<%df" % E, *([1.0] * E))
+    ts = [("token_embd.weight", [E, V], T_F32, f32s(E * V, 1, 1.0)),
+          ("output_norm.weight", [E], T_F32, ones),
+          ("blk.0.attn_norm.weight", [E], T_F32, ones),
+          ("blk.0.attn_q.weight", [E, E], T_F32, f32s(E * E, 2)),
+          ("blk.0.attn_k.weight", [E, E], T_F32, f32s(E * E, 3)),
+          ("blk.0.attn_v.weight", [E, E], T_F32, f32s(E * E, 4)),
+          ("blk.0.attn_output.weight", [E, E], T_F32, f32s(E * E, 5)),
+          ("blk.0.ffn_norm.weight", [E], T_F32, ones),
+          ("blk.0.ffn_gate.weight", [E, F], T_F32, f32s(E * F, 6)),
+          ("blk.0.ffn_up.weight", [E, F], T_F32, f32s(E * F, 7))]
+    if sparse:
+        ts += [("blk.0.ffn_down_t.weight", [E, F], T_F32, f32s(E * F, 8)),
+               ("blk.0.fc1.weight", [E, rank], T_F16, f16s(E * rank, 9)),
+               ("blk.0.fc2.weight", [rank, F], T_F16, f16s(rank * F, 10)[:-2] + b"\0\0")]
+    else:
+        ts.append(("blk.0.ffn_down.weight", [F, E], T_F32, f32s(F * E, 8)[:-4] + b"\0" * 4))
+    ts = [t for t in ts if t[0] not in drop] + list(extra_tensors)
+    return build(kvs, [{"name": n, "dims": d, "type": ty, "data": data}
+                       for n, d, ty, data in ts], magic=b"PWRI" if sparse else b"GGUF")[0].b
+
+
+def model_files():
+    """(valid, unsupported) model files."""
+    valid = {
+        "model_llama.gguf": tiny_llama(),
+        "model_pwri.gguf": tiny_llama(sparse=True),
+        # A predictor rank far above n_embd and n_ff: scratch sized without the rank
+        # overflowed on a 2-token decode (issue 12).
+        "model_pwri_rank_2048.gguf": tiny_llama(sparse=True, rank=2048),
+    }
+    zero = lambda n: b"\0" * n
+    unsupported = {
+        "model_llama_rope_freqs.gguf": tiny_llama(
+            extra_tensors=[("rope_freqs.weight", [2], T_F32, zero(8))]),
+        "model_llama_attn_q_bias.gguf": tiny_llama(
+            extra_tensors=[("blk.0.attn_q.bias", [8], T_F32, zero(32))]),
+        "model_llama_unknown_tensor.gguf": tiny_llama(
+            extra_tensors=[("blk.0.attn_qkv.weight", [8, 24], T_F32, zero(768))]),
+        # Mixtral's layout: arch llama, 4 experts, a router and no dense FFN.
+        "model_llama_moe.gguf": tiny_llama(
+            extra_kvs=[("llama.expert_count", U32, 4), ("llama.expert_used_count", U32, 2)],
+            drop=("blk.0.ffn_gate.weight", "blk.0.ffn_up.weight", "blk.0.ffn_down.weight"),
+            extra_tensors=[("blk.0.ffn_gate_inp.weight", [8, 4], T_F32, zero(128)),
+                           ("blk.0.ffn_gate_exps.weight", [8, 16, 4], T_F32, zero(2048)),
+                           ("blk.0.ffn_up_exps.weight", [8, 16, 4], T_F32, zero(2048)),
+                           ("blk.0.ffn_down_exps.weight", [16, 8, 4], T_F32, zero(2048))]),
+    }
+    return valid, unsupported
 
 
 # --------------------------------------------------------------------------------
@@ -496,6 +585,7 @@ def unsupported_files():
     out["big_endian_v2.gguf"] = seed(version=2, endian=">").b
     out["big_endian_pwri.gguf"] = seed(magic=b"PWRI", endian=">").b
     out["big_endian_header_only.gguf"] = b"GGUF" + struct.pack(">IQQ", 3, 0, 0)
+    out.update(model_files()[1])
     return out
 
 

@@ -1,9 +1,11 @@
 /* test_corpus.c -- open every file of the GGUF corpus (tests/corpus, made by
  * make_corpus.py) through the public API and check the verdict:
  *
- *   valid/        PI_OK with metadata_only = 1
+ *   valid/        PI_OK with metadata_only = 1; model_*.gguf also PI_OK in a full open,
+ *                 and two tokens decode to finite logits
  *   malformed/    PI_ERR_FORMAT, *out == NULL, a non-empty error message
- *   unsupported/  PI_ERR_UNSUPPORTED, *out == NULL, a non-empty error message
+ *   unsupported/  PI_ERR_UNSUPPORTED, *out == NULL, a non-empty error message, in a full
+ *                 open (model_*.gguf are models this build refuses to run)
  *
  * Usage: test_corpus CORPUS_ROOT (the directory that holds the three folders).
  * Every file is checked even after a failure; each test fails at its end if any file
@@ -11,6 +13,7 @@
 #define _POSIX_C_SOURCE 200809L
 
 #include <dirent.h>
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -70,8 +73,46 @@ static void free_list(struct name_list *l) {
     free(l->names);
 }
 
-/* Open every file of corpus_root/sub and compare the status with `expect`. */
-static void check_folder(const char *sub, int expect) {
+/* NULL if a full open of the model at `path` decodes two tokens to finite logits, else
+ * what went wrong (in msg). */
+static const char *run_model(const char *path, char *msg, size_t cap) {
+    pi_model_params params;
+    pi_model_default_params(&params);
+    params.errbuf = msg;
+    params.errbuf_cap = cap;
+    pi_model *m;
+    if (pi_model_open(path, &params, &m) != PI_OK)
+        return "a full open failed";
+    pi_ctx_params cp;
+    pi_ctx_default_params(&cp);
+    cp.n_ctx = 8;
+    cp.n_threads = 1;
+    cp.errbuf = msg;
+    cp.errbuf_cap = cap;
+    pi_ctx *c;
+    const char *why = NULL;
+    if (pi_ctx_create(m, &cp, &c) != PI_OK) {
+        why = "pi_ctx_create failed";
+    } else {
+        const int32_t toks[2] = {0, 1};
+        if (pi_ctx_decode(c, toks, 2) != PI_OK) {
+            snprintf(msg, cap, "%s", pi_ctx_errmsg(c));
+            why = "decode failed";
+        } else {
+            const float *lg = pi_ctx_logits(c);
+            for (int64_t i = 0; i < pi_model_n_vocab(m) && !why; i++)
+                if (!isfinite(lg[i]))
+                    why = "a logit is not finite";
+        }
+        pi_ctx_destroy(c);
+    }
+    pi_model_close(m);
+    return why;
+}
+
+/* Open every file of corpus_root/sub and compare the status with `expect`; `full`: a
+ * full open instead of metadata_only. */
+static void check_folder(const char *sub, int expect, int full) {
     char dir[4096];
     int len = snprintf(dir, sizeof dir, "%s/%s", corpus_root, sub);
     assert_true(len > 0 && (size_t)len < sizeof dir);
@@ -91,7 +132,7 @@ static void check_folder(const char *sub, int expect) {
         assert_int_equal(pi_model_default_params(&params), PI_OK);
         char errbuf[512];
         memset(errbuf, 0, sizeof errbuf);
-        params.metadata_only = 1;
+        params.metadata_only = !full;
         params.errbuf = errbuf;
         params.errbuf_cap = sizeof errbuf;
 
@@ -108,6 +149,8 @@ static void check_folder(const char *sub, int expect) {
             why = "failed but *out is not NULL";
         else if (expect != PI_OK && errbuf[0] == '\0')
             why = "failed without an error message";
+        else if (expect == PI_OK && strncmp(files.names[i], "model_", 6) == 0)
+            why = run_model(path, errbuf, sizeof errbuf);
 
         /* A TAP diagnostic line, so meson's TAP parser accepts it. */
         printf("# %-12s %-48s %d (%s) %s\n", sub, files.names[i], st, pi_status_str(st),
@@ -129,17 +172,17 @@ static void check_folder(const char *sub, int expect) {
 
 static void test_valid(void **state) {
     (void)state;
-    check_folder("valid", PI_OK);
+    check_folder("valid", PI_OK, 0);
 }
 
 static void test_malformed(void **state) {
     (void)state;
-    check_folder("malformed", PI_ERR_FORMAT);
+    check_folder("malformed", PI_ERR_FORMAT, 0);
 }
 
 static void test_unsupported(void **state) {
     (void)state;
-    check_folder("unsupported", PI_ERR_UNSUPPORTED);
+    check_folder("unsupported", PI_ERR_UNSUPPORTED, 1);
 }
 
 int main(int argc, char **argv) {
