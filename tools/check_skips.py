@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Fail a CI run whose tests skipped something that is not allowed to skip.
 
-    check_skips.py BUILD_DIR [--allow FILE] [--require TEST ...]
+    check_skips.py BUILD_DIR [--allow FILE] [--as NAME] [--require TEST ...]
     check_skips.py --pytest-log LOG --name NAME --build-name BUILD [--allow FILE]
 
 `meson test` counts a skipped test (exit 77) as a success, and a test that skips part
@@ -22,7 +22,7 @@ the allow-list (default tests/skip-allowed.txt):
 
     BUILD-GLOB | SKIP-GLOB | REASON
 
-BUILD-GLOB matches the build directory's name (`build-cuda`, `build-*`, `*`), SKIP-GLOB
+BUILD-GLOB matches the build directory's name (or --as NAME: `build-cuda`, `build`), SKIP-GLOB
 the skip's name (fnmatch, case-sensitive); the reason is required. `#` starts a comment.
 
 Every test that failed or timed out is listed too (meson test has already failed the
@@ -41,7 +41,7 @@ DEFAULT_ALLOW = os.path.join(HERE, "..", "tests", "skip-allowed.txt")
 
 TAP_SKIP = re.compile(r"^(?:not )?ok\b[^#]*#\s*skip\b(.*)$", re.IGNORECASE)
 TAP_NAME = re.compile(r"^(?:not )?ok\s*\d*\s*-?\s*([^#]*?)\s*#", re.IGNORECASE)
-PYTEST_SKIPPED = re.compile(r"^SKIPPED \[\d+\] ([^:]+):\d+: (.*)$")
+PYTEST_SKIPPED = re.compile(r"^SKIPPED \[(\d+)\] ([^:]+):\d+: (.*)$")
 PYTEST_SUMMARY = re.compile(r"\b(\d+) skipped\b")
 PYTEST_SUMMARY_LINE = re.compile(r"^=*\s*(?:\d+ (?:passed|failed|skipped|errors?|"
                                  r"deselected|xfailed|xpassed|warnings?)[, ]*)+(?:in .*)?=*$")
@@ -84,8 +84,8 @@ def skips_in_output(test, out):
             continue
         m = PYTEST_SKIPPED.match(line)
         if m:
-            named_pytest += 1
-            found.append(f"{test}::{os.path.basename(m.group(1))}: {m.group(2).strip()}")
+            named_pytest += int(m.group(1))  # -rs folds identical skips into one line
+            found.append(f"{test}::{os.path.basename(m.group(2))}: {m.group(3).strip()}")
             continue
         if PYTEST_SUMMARY_LINE.match(line.strip()):
             m = PYTEST_SUMMARY.search(line)
@@ -126,7 +126,7 @@ def test_name(logged):
 
 
 def check_build(args, rules):
-    build = os.path.basename(os.path.normpath(args.build_dir))
+    build = args.as_name or os.path.basename(os.path.normpath(args.build_dir))
     path = os.path.join(args.build_dir, "meson-logs", "testlog.json")
     try:
         with open(path, encoding="utf-8") as f:
@@ -172,6 +172,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("build_dir", nargs="?")
     ap.add_argument("--allow", default=DEFAULT_ALLOW)
+    ap.add_argument("--as", dest="as_name", metavar="NAME",
+                    help="match the allow-list as if the build directory were NAME")
     ap.add_argument("--require", action="append", default=[], metavar="TEST",
                     help="a test that must be in the log (repeatable)")
     ap.add_argument("--pytest-log", help="check a saved pytest -rs output instead")
