@@ -69,6 +69,7 @@ def test_no_cors_headers_by_default(server):
     """The shared server has no --cors-origin: no answer carries Access-Control-*, whatever
     the Origin, and a preflight is refused."""
     for method, path, body in (("GET", "/health", None), ("GET", "/v1/models", None),
+                               ("GET", "/metrics", None), ("GET", "/", None),
                                ("POST", COMP, {"prompt": "hi", "max_tokens": 1}),
                                ("GET", "/nope", None)):
         for origin in (None, OTHER, "null", server.url):
