@@ -107,6 +107,13 @@ def test_cors_origin_is_echoed_only_for_itself(srv):
     assert hdrs["access-control-allow-origin"] == ORIGIN
     assert "POST" in hdrs["access-control-allow-methods"]
     assert "authorization" in hdrs["access-control-allow-headers"].lower()
+    # the headers a client library adds are allowed too; anything odd is not echoed
+    st, hdrs, _ = srv.request("OPTIONS", CHAT, headers=dict(
+        pre, Origin=ORIGIN, **{"Access-Control-Request-Headers": "content-type, x-stainless-os"}))
+    assert st == 204 and "x-stainless-os" in hdrs["access-control-allow-headers"], hdrs
+    st, hdrs, _ = srv.request("OPTIONS", CHAT, headers=dict(
+        pre, Origin=ORIGIN, **{"Access-Control-Request-Headers": "x-a\tb;c"}))
+    assert st == 204 and hdrs["access-control-allow-headers"] == "Authorization, Content-Type"
     st, hdrs, data = srv.request("OPTIONS", CHAT, headers=dict(pre, Origin=OTHER))
     assert st == 403 and json.loads(data)["error"]["code"] == "origin_not_allowed"
     assert not [k for k in hdrs if k.startswith("access-control-")], hdrs

@@ -481,9 +481,16 @@ static enum MHD_Result first_call(struct srv_http *h, struct conn *c, struct MHD
         if (r) {
             MHD_add_response_header(r, "Allow", "GET, HEAD, POST, OPTIONS");
             if (c->cors) {
+                /* the headers the page asks for (client libraries add their own, such as
+                 * openai-node's X-Stainless-*), when they are a plain list of names */
+                const char *ask = MHD_lookup_connection_value(mc, MHD_HEADER_KIND,
+                                                              "Access-Control-Request-Headers");
+                const char *names = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                    "0123456789-_, ";
+                if (!ask || !*ask || strlen(ask) > 1024 || ask[strspn(ask, names)])
+                    ask = "Authorization, Content-Type";
                 MHD_add_response_header(r, "Access-Control-Allow-Methods", "GET, POST, OPTIONS");
-                MHD_add_response_header(r, "Access-Control-Allow-Headers",
-                                        "Authorization, Content-Type");
+                MHD_add_response_header(r, "Access-Control-Allow-Headers", ask);
                 MHD_add_response_header(r, "Access-Control-Max-Age", "600");
             }
         }
