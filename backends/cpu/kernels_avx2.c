@@ -109,13 +109,18 @@ INLINE __m256i round_away(__m256 v) {
     return _mm256_cvttps_epi32(_mm256_or_ps(f, _mm256_and_ps(sign, v)));
 }
 
-/* max |x[i]| over m floats, m a multiple of 8 */
+/* max |x[i]| over m floats, m a multiple of 8; NaN when one is a NaN or an infinity */
 INLINE float amax_ps(const float *x, int m) {
-    const __m256 sign = _mm256_set1_ps(-0.0f);
-    __m256 mx = _mm256_setzero_ps();
+    const __m256 sign = _mm256_set1_ps(-0.0f), big = _mm256_set1_ps(FLT_MAX);
+    __m256 mx = _mm256_setzero_ps(), bad = _mm256_setzero_ps();
     __m128 s;
-    for (int i = 0; i < m; i += 8)
-        mx = _mm256_max_ps(mx, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + i)));
+    for (int i = 0; i < m; i += 8) {
+        const __m256 a = _mm256_andnot_ps(sign, _mm256_loadu_ps(x + i));
+        bad = _mm256_or_ps(bad, _mm256_cmp_ps(a, big, _CMP_NLE_UQ)); /* > FLT_MAX or NaN */
+        mx = _mm256_max_ps(mx, a);
+    }
+    if (_mm256_movemask_ps(bad))
+        return NAN;
     s = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
     s = _mm_max_ps(s, _mm_movehl_ps(s, s));
     s = _mm_max_ss(s, _mm_movehdup_ps(s));
@@ -137,9 +142,12 @@ INLINE int quantize32(const float *x, float id, int8_t q[32]) {
     return sum;
 }
 
-/* The reference's block rule: d = max|x|/127, zero block when d < FLT_MIN. */
+/* The reference's block rule: d = max|x|/127, zero block when d < FLT_MIN, d = NaN
+ * (and zero quants: the caller tests live()) when a value is not finite. */
 INLINE float block_scale(const float *x, int m, float *id) {
     float d = amax_ps(x, m) / 127.0f;
+    if (isnan(d))
+        return d;
     if (!(d >= FLT_MIN))
         return 0.0f;
     *id = 1.0f / d;
@@ -156,7 +164,7 @@ static void NAME(quantize_q8_0)(const float *x, void *y, int64_t n) {
         int8_t q[32];
         float id = 0.0f, d = block_scale(x + 32 * b, 32, &id), s;
         int sum = 0;
-        if (d != 0.0f)
+        if (d != 0.0f && !isnan(d))
             sum = quantize32(x + 32 * b, id, q);
         else
             memset(q, 0, sizeof q);
@@ -178,9 +186,10 @@ static void NAME(quantize_q8_k)(const float *x, void *y, int64_t n) {
         int8_t *qb = q + 256 * b;
         float id = 0.0f, d = block_scale(xb, 256, &id);
         dd[b] = d;
-        if (d == 0.0f)
+        const int live = d != 0.0f && !isnan(d);
+        if (!live)
             memset(qb, 0, 256);
-        for (int i = 0; d != 0.0f && i < 256; i += 32)
+        for (int i = 0; live && i < 256; i += 32)
             quantize32(xb + i, id, qb + i);
         for (int g = 0; g < 16; g++) {
             int sum = 0;

@@ -51,12 +51,22 @@ static void q8_0_block(const uint8_t *x, int64_t b, int q[32], float *d, float *
 }
 
 /* Quantizes m values (m = 32 or 256) as one block: d = max|x|/127, q = roundf(x/d).
- * Returns d; a block whose d would be below FLT_MIN is all zero (and so is d). */
+ * Returns d; a block whose d would be below FLT_MIN is all zero (and so is d). A block
+ * holding a NaN or an infinity gets d = NaN (and zero quants), so that every product
+ * with it is NaN: rounded to int8 it would pass on as finite numbers (the zero-block
+ * rule alone turned a NaN block into zeros). */
 static float quantize_block(const float *x, int m, int8_t *q) {
     float amax = 0.0f, d, id;
-    for (int i = 0; i < m; i++)
+    int finite = 1;
+    for (int i = 0; i < m; i++) {
+        finite &= fabsf(x[i]) <= FLT_MAX;
         amax = fmaxf(amax, fabsf(x[i]));
+    }
     d = amax / 127.0f;
+    if (!finite) {
+        memset(q, 0, (size_t)m);
+        return NAN;
+    }
     if (!(d >= FLT_MIN)) {
         memset(q, 0, (size_t)m);
         return 0.0f;

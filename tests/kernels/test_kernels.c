@@ -626,6 +626,66 @@ static void test_dot_gemm(void **state) {
                       tol_dot(test_types[t]));
 }
 
+/* A NaN or an infinity among the activations makes every product with the block that
+ * holds it NaN, for every weight type and table: quantizing to int8 must not turn it into
+ * finite numbers (a NaN block became a zero block; an infinity rounded to -128). The
+ * quantized vectors of every table equal the reference's bit for bit. */
+static void test_non_finite_activations(void **state) {
+    static const float bad[] = {NAN, INFINITY, -INFINITY};
+    struct pi_cpu_kernels ref, k;
+    (void)state;
+    pi_cpu_kernels_ref(&ref);
+    for (size_t t = 0; t < N_TYPES; t++) {
+        const int type = test_types[t];
+        const enum pi_vec_fmt f = fmt_of(&ref, type);
+        const int64_t n = 512;
+        const size_t rb = (size_t)pi_type_row_bytes((uint32_t)type, n), vb = pi_vec_bytes(f, n);
+        uint8_t *w = malloc(rb), *a = amalloc(vb + 64), *b = amalloc(vb + 64);
+        float *x = malloc((size_t)n * sizeof *x);
+        assert_non_null(w);
+        assert_non_null(a);
+        assert_non_null(b);
+        assert_non_null(x);
+        random_weights(type, w, rb);
+        for (size_t v = 0; v < sizeof bad / sizeof bad[0]; v++) {
+            for (int pos = 0; pos < n; pos += 97) {
+                random_acts(x, n);
+                x[pos] = bad[v];
+                if (f == PI_VEC_F32)
+                    memcpy(a, x, (size_t)n * sizeof *x);
+                else
+                    quantize(&ref, f, x, a, n);
+                const float want = ref.dot[type].dot(w, a, n);
+                if (!isnan(want) && !isinf(want)) {
+                    print_error("ref: %s dot with %g at %d gave %g\n",
+                                pi_type_traits((uint32_t)type)->name, (double)bad[v], pos,
+                                (double)want);
+                    fail();
+                }
+                for (size_t i = 0; i < N_IMPLS; i++) {
+                    if (!impl_table(i, &k))
+                        continue;
+                    if (f != PI_VEC_F32) {
+                        quantize(&k, f, x, b, n);
+                        assert_memory_equal(a, b, vb);
+                    }
+                    const float got = k.dot[type].dot(w, a, n);
+                    if (!isnan(got) && !isinf(got)) {
+                        print_error("%s: %s dot with %g at %d gave %g\n", impls[i].name,
+                                    pi_type_traits((uint32_t)type)->name, (double)bad[v], pos,
+                                    (double)got);
+                        fail();
+                    }
+                }
+            }
+        }
+        free(w);
+        free(a);
+        free(b);
+        free(x);
+    }
+}
+
 /* The reference against float math on the unquantized activations. */
 static void test_ref_vs_float(void **state) {
     struct pi_cpu_kernels ref;
@@ -869,7 +929,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_quantize),     cmocka_unit_test(test_to_float),
         cmocka_unit_test(test_ref_vs_float), cmocka_unit_test(test_dot_gemm),
         cmocka_unit_test(test_axpy_f16),     cmocka_unit_test(test_dot_f16_rows),
-        cmocka_unit_test(test_axpy_rows),
+        cmocka_unit_test(test_axpy_rows),    cmocka_unit_test(test_non_finite_activations),
     };
     if (argc > 1 && strcmp(argv[1], "--bench") == 0)
         return run_bench();
