@@ -34,10 +34,15 @@ export PI_REQUIRE_SIMD="$simd"
 # registered at all (pi-server: -Dserver=enabled makes that a configure error instead).
 required="--require server --require python --require real-model --require pi-quantize
     --require gguf-package-roundtrip --require pt-reader --require activation-stats
-    --require gpuidx-format --require powerinfer-convert --require kernels --require forward"
+    --require gpuidx-format --require powerinfer-convert --require kernels --require forward
+    --require check-skips"
 
-[ -d build ] || meson setup build -Dserver=enabled
-meson configure build -Dserver=enabled
+# --reconfigure also reads options added since the directory was set up
+if [ -d build ]; then
+    meson setup --reconfigure build -Dserver=enabled
+else
+    meson setup build -Dserver=enabled
+fi
 meson compile -C build
 meson test -C build --print-errorlogs
 # shellcheck disable=SC2086
