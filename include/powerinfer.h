@@ -269,11 +269,14 @@ PI_API int pi_model_default_params(pi_model_params *params);
  * Returns PI_OK; PI_ERR_INVALID_ARG (NULL path or out, params->struct_size smaller
  * than the first published pi_model_params, or a load_mode not listed);
  * PI_ERR_UNSUPPORTED (struct_size larger than this library knows and a field it does
- * not know is non-zero, or an architecture or tensor type this build cannot run: set
- * metadata_only to inspect such files); PI_ERR_IO (cannot open, map or read the file,
+ * not know is non-zero, or an architecture or tensor type this build cannot run, a
+ * mixture-of-experts model, or a tensor the forward pass would not read, such as
+ * rope_freqs.weight or a bias, named in the message (docs/formats.md lists the few
+ * that may go unused): set metadata_only to inspect such files); PI_ERR_IO (cannot open, map or read the file,
  * or it is not a regular file: a directory, FIFO or device is refused at once, never
  * waited on); PI_ERR_FORMAT (malformed container, missing or misshaped tensor, bad
- * hyper-parameter); PI_ERR_NOMEM (also: no memory for a PI_LOAD_READ copy);
+ * hyper-parameter, a width such as n_embd, n_head x head dim or a predictor rank above
+ * 2^24); PI_ERR_NOMEM (also: no memory for a PI_LOAD_READ copy);
  * PI_ERR_ABORTED (progress_fn returned non-zero).
  * On failure the message is written to params->errbuf when given.
  * Since: 0.1 */
