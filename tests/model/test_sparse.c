@@ -209,10 +209,13 @@ static void pad_predictor(const char *src, const char *dst, int64_t extra) {
     free(buf);
 }
 
-/* The logits of a prompt of n tokens, decoded in one step. */
-static void prompt_logits(pi_model *m, int f32, const int32_t *toks, size_t n, float *out) {
+/* The logits of a prompt of n tokens, decoded in one step; device: PI_DEVICE_CPU puts
+ * everything on a second CPU backend acting as the device (the hybrid executor). */
+static void prompt_logits(pi_model *m, int f32, int device, const int32_t *toks, size_t n,
+                          float *out) {
     pi_ctx_params cp;
     pi_ctx_default_params(&cp);
+    cp.device = (uint32_t)device;
     cp.n_ctx = 64;
     cp.n_batch = 64;
     cp.n_threads = 2;
@@ -229,7 +232,8 @@ static void prompt_logits(pi_model *m, int f32, const int32_t *toks, size_t n, f
  * backend's scratch was sized without it, and a 60-token prompt made predict() write
  * past the quantized activations, and with f32_activations past the per-thread float
  * row: "double free or corruption"). Rank 32 + 4064 (n_embd 64, n_ff 128) in F32 and
- * Q4_0 runs and gives the logits of the same predictor unpadded. */
+ * Q4_0 runs and gives the logits of the same predictor unpadded, also with every part
+ * on a device (whose backend gets the same widths). */
 static void test_wide_predictor_rank(void **state) {
     (void)state;
     enum { NP = 60, PAD = 4064 };
@@ -248,12 +252,14 @@ static void test_wide_predictor_rank(void **state) {
         const int64_t nv = pi_model_n_vocab(m);
         for (int f32 = 0; f32 <= 1; f32++) {
             float a[2][MAXV] = {{0}}, b[2][MAXV] = {{0}};
-            prompt_logits(m, f32, toks, NP, a[0]);
-            prompt_logits(mw, f32, toks, NP, b[0]);
+            prompt_logits(m, f32, PI_DEVICE_NONE, toks, NP, a[0]);
+            prompt_logits(mw, f32, PI_DEVICE_NONE, toks, NP, b[0]);
+            prompt_logits(mw, f32, PI_DEVICE_CPU, toks, NP, b[1]);
+            memcpy(a[1], a[0], sizeof a[0]);
             for (int64_t i = 0; i < nv; i++)
-                assert_true(isfinite(b[0][i]));
+                assert_true(isfinite(b[0][i]) && isfinite(b[1][i]));
             const double e = rel_diff(b, a, nv);
-            print_message("# %s f32_act=%d: rank %d vs %d: %.2e\n",
+            print_message("# %s f32_act=%d: rank %d vs %d (host, and all on a device): %.2e\n",
                           pi_type_name((int)types[t]), f32, 32 + PAD, 32, e);
             assert_true(e < 1e-5);
         }
