@@ -90,10 +90,15 @@ def raw_bytes(t):
     return np.ascontiguousarray(t.data).view(np.uint8).tobytes()
 
 
-def expected_type(t, target, pred, keep_output):
-    """The selection rule of pi_model_quantize (docs/formats.md)."""
+QUANTIZED = {QT.Q4_0, QT.Q4_1, QT.Q5_0, QT.Q5_1, QT.Q8_0, QT.Q4_K, QT.Q5_K, QT.Q6_K}
+
+
+def expected_type(t, target, pred, keep_output, requant=False):
+    """The selection rule of pi_model_quantize (docs/formats.md); requant: with
+    --allow-requantize, weights already quantized take the target too."""
     ne = [int(x) for x in t.shape]
-    if len(ne) < 2 or not t.name.endswith(".weight") or t.tensor_type not in FLOATS:
+    if len(ne) < 2 or not t.name.endswith(".weight") or (
+            t.tensor_type not in FLOATS and not (requant and t.tensor_type in QUANTIZED)):
         return t.tensor_type
     if keep_output and t.name == "output.weight":
         return t.tensor_type
@@ -105,7 +110,7 @@ def expected_type(t, target, pred, keep_output):
     return to if ne[0] % block == 0 else t.tensor_type
 
 
-def compare(src, dst, target, pred, keep_output, tmp):
+def compare(src, dst, target, pred, keep_output, tmp, requant=False):
     mm = Mismatches()
     mm.eq("magic", magic_of(dst), magic_of(src))
     rin = gguf.GGUFReader(readable_copy(src, tmp))
@@ -129,7 +134,7 @@ def compare(src, dst, target, pred, keep_output, tmp):
     n_quantized = 0
     for ti, to in zip(rin.tensors, rout.tensors):
         mm.eq(f"{ti.name} shape", [int(x) for x in to.shape], [int(x) for x in ti.shape])
-        want = expected_type(ti, target, pred, keep_output)
+        want = expected_type(ti, target, pred, keep_output, requant)
         mm.eq(f"{ti.name} type", to.tensor_type.name, want.name)
         if want == ti.tensor_type:
             if raw_bytes(to) != raw_bytes(ti):
@@ -159,7 +164,8 @@ def check_file(args, src, tname, extra, pred=None, keep_output=False, is_model=T
     p = run([args.quantize, *extra, "-t", "2", src, dst, tname])
     assert p.returncode == 0, f"pi-quantize exited {p.returncode}: {p.stderr}"
     assert "100%" in p.stderr, f"no progress on stderr: {p.stderr!r}"
-    compare(src, dst, TYPES[tname], TYPES[pred] if pred else None, keep_output, args.tmp)
+    compare(src, dst, TYPES[tname], TYPES[pred] if pred else None, keep_output, args.tmp,
+            "--allow-requantize" in extra)
     if is_model:
         p = run([args.pirun, "--info", dst])
         assert p.returncode == 0, f"pi-run --info {dst} exited {p.returncode}: {p.stderr}"
@@ -290,9 +296,16 @@ def main():
                       args, src, tname, ["--predictor-type", pred], pred)
     run_check("tiny-silu-gqa.f16 -> q4_0 --keep-output", check_file, args, models[1], "q4_0",
               ["--keep-output"], None, True)
-    for tname in ("q4_0", "q8_0", "q5_1"):
-        run_check(f"mixed tensor kinds -> {tname}", check_file, args, mixed, tname, [], None,
-                  False, False)
+    # h.weight is Q8_0 already: copied to q8_0; to another type only with
+    # --allow-requantize (then gguf.quants of its dequantized values), else refused
+    run_check("mixed tensor kinds -> q8_0", check_file, args, mixed, "q8_0", [], None,
+              False, False)
+    for tname in ("q4_0", "q5_1"):
+        run_check(f"mixed tensor kinds -> {tname} --allow-requantize", check_file, args, mixed,
+                  tname, ["--allow-requantize"], None, False, False)
+        run_check(f"mixed tensor kinds -> {tname} refused", lambda a, t=tname: expect_failure(
+            a, [a.quantize, mixed, os.path.join(a.err_dir, "out.gguf"), t],
+            "tensor h.weight is already Q8_0", f"mixed -> {t}"), args)
     run_check("error paths", check_errors, args, pwri)
     return finish()
 
