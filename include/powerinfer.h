@@ -272,7 +272,9 @@ PI_API int pi_model_default_params(pi_model_params *params);
  * not know is non-zero, or an architecture or tensor type this build cannot run, a
  * mixture-of-experts model, or a tensor the forward pass would not read, such as
  * rope_freqs.weight or a bias, named in the message (docs/formats.md lists the few
- * that may go unused): set metadata_only to inspect such files); PI_ERR_IO (cannot open, map or read the file,
+ * that may go unused), or a metadata key that would change the computation, such as
+ * rope.scaling.attn_factor or final_logit_softcapping, at a value other than its
+ * neutral one: set metadata_only to inspect such files); PI_ERR_IO (cannot open, map or read the file,
  * or it is not a regular file: a directory, FIFO or device is refused at once, never
  * waited on); PI_ERR_FORMAT (malformed container, missing or misshaped tensor, bad
  * hyper-parameter, a width such as n_embd, n_head x head dim or a predictor rank above

@@ -91,6 +91,40 @@ static int get_arch_float(const struct reader *r, const char *name, float def, f
     return get_float(r, key, def, lo, hi, out);
 }
 
+/* Keys other engines apply to these architectures that change what is computed: a file
+ * with one of them at a value other than its neutral one would run, and compute
+ * something else than it describes, so it is refused until the computation exists
+ * (the [archs] issue). */
+static const struct {
+    const char *name, *what;
+    float neutral;
+} compute_keys[] = {
+    {"rope.scaling.attn_factor", "RoPE attention factor", 1.0f},
+    {"attention.scale", "attention scale other than 1/sqrt(head dim)", 0.0f},
+    {"embedding_scale", "embedding multiplier", 1.0f},
+    {"residual_scale", "residual multiplier", 1.0f},
+    {"logit_scale", "logit scale", 1.0f},
+    {"attn_logit_softcapping", "attention logit soft-capping", 0.0f},
+    {"final_logit_softcapping", "final logit soft-capping", 0.0f},
+};
+
+static int refuse_unsupported_keys(const struct reader *r, const struct pi_hparams *hp) {
+    const float std_scale = 1.0f / sqrtf((float)hp->head_dim_k);
+    for (size_t i = 0; i < sizeof compute_keys / sizeof compute_keys[0]; i++) {
+        float v = compute_keys[i].neutral;
+        PI_TRY(get_arch_float(r, compute_keys[i].name, compute_keys[i].neutral, -1e30f, 1e30f,
+                              &v));
+        const int neutral = v == compute_keys[i].neutral ||
+                            (!strcmp(compute_keys[i].name, "attention.scale") &&
+                             fabsf(v - std_scale) <= 1e-6f * std_scale);
+        if (!neutral)
+            PI_FAIL(r->err, PI_ERR_UNSUPPORTED, "metadata '%s%s' = %g (%s) is not supported "
+                    "yet: the model would run without it", r->prefix, compute_keys[i].name,
+                    (double)v, compute_keys[i].what);
+    }
+    return PI_OK;
+}
+
 static int read_hparams(struct reader *r, struct pi_hparams *hp, const struct pi_logger *lg) {
     const int64_t big = PI_MAX_WIDTH;
     PI_TRY(get_int(r, "block_count", -1, 1, PI_MAX_LAYERS, &hp->n_layer));
@@ -145,6 +179,7 @@ static int read_hparams(struct reader *r, struct pi_hparams *hp, const struct pi
         /* Legacy key for linear scaling. */
         PI_TRY(get_arch_float(r, "rope.scale_linear", 1.0f, 1e-3f, 1e6f, &hp->rope_scale));
     }
+    PI_TRY(refuse_unsupported_keys(r, hp));
     hp->sparse_threshold = 0.0f;
     if (hp->sparse) {
         PI_TRY(get_float(r, "powerinfer.sparse_threshold", 0.0f, -1e30f, 1e30f,

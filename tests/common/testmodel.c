@@ -121,6 +121,11 @@ int tm_write(const struct tm_spec *s, const char *path) {
     u32kv(&c, "attention.head_count_kv", (uint32_t)s->n_head_kv);
     if (s->extra_key)
         u32kv(&c, s->extra_key, s->extra_key_value);
+    if (s->extra_f32_key && c.status == PI_OK) {
+        char key[128];
+        snprintf(key, sizeof key, "%s.%s", s->arch, s->extra_f32_key);
+        c.status = gguf_writer_add_scalar(c.w, key, PI_META_F32, &s->extra_f32_value);
+    }
     if (c.status == PI_OK) {
         char key[128];
         float eps = 1e-5f;

@@ -23,6 +23,8 @@ struct tm_spec {
     float poison_value;
     const char *extra_key;     /* a u32 metadata key "<arch>.<extra_key>" to add */
     uint32_t extra_key_value;
+    const char *extra_f32_key; /* an f32 metadata key "<arch>.<extra_f32_key>" to add */
+    float extra_f32_value;
 };
 
 void tm_default(struct tm_spec *s);

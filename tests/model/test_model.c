@@ -280,6 +280,41 @@ static void test_experts(void **state) {
     assert_int_equal(open_status(&s, msg, sizeof msg), PI_OK);
 }
 
+/* Keys that change the computation (in other engines) are refused unless neutral, instead
+ * of being ignored: the file would compute something else than it describes. */
+static void test_compute_keys(void **state) {
+    (void)state;
+    static const struct {
+        const char *key;
+        float value;
+        int status;
+    } cases[] = {
+        {"rope.scaling.attn_factor", 0.5f, PI_ERR_UNSUPPORTED},
+        {"rope.scaling.attn_factor", 1.0f, PI_OK},
+        {"attention.scale", 0.5f, PI_ERR_UNSUPPORTED},
+        {"attention.scale", 0.0f, PI_OK},
+        {"attention.scale", 0.25f, PI_OK}, /* 1/sqrt(16): the default for head dim 16 */
+        {"embedding_scale", 12.0f, PI_ERR_UNSUPPORTED},
+        {"residual_scale", 0.22f, PI_ERR_UNSUPPORTED},
+        {"residual_scale", 1.0f, PI_OK},
+        {"logit_scale", 8.0f, PI_ERR_UNSUPPORTED},
+        {"attn_logit_softcapping", 50.0f, PI_ERR_UNSUPPORTED},
+        {"final_logit_softcapping", 30.0f, PI_ERR_UNSUPPORTED},
+        {"final_logit_softcapping", 0.0f, PI_OK},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        struct tm_spec s;
+        tm_default(&s);
+        s.extra_f32_key = cases[i].key;
+        s.extra_f32_value = cases[i].value;
+        char msg[512] = "";
+        const int st = open_status(&s, msg, sizeof msg);
+        if (st != cases[i].status ||
+            (st != PI_OK && !strstr(msg, cases[i].key)))
+            fail_msg("%s = %g: %d '%s'", cases[i].key, (double)cases[i].value, st, msg);
+    }
+}
+
 /* Widths a file controls are bounded where they are read (PI_MAX_WIDTH), so scratch
  * sizes cannot overflow: 4 heads of 2^23 values make q rows of 2^25. */
 static void test_width_limits(void **state) {
@@ -694,6 +729,7 @@ int main(void) {
         cmocka_unit_test(test_sparse_file_rules),
         cmocka_unit_test(test_unused_tensors),
         cmocka_unit_test(test_experts),
+        cmocka_unit_test(test_compute_keys),
         cmocka_unit_test(test_width_limits),
         cmocka_unit_test(test_decode_counts),
         cmocka_unit_test(test_bad_hparams),
