@@ -14,6 +14,7 @@ the installed copy instead (pip install ./tools/python)."""
 
 import math
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -859,3 +860,26 @@ def test_text_and_path_arguments_are_checked(smollm2, tmp_path):
         pi.Model(FIXTURE_F32 + "\0.ignored", log=None)
     with pytest.raises(TypeError):
         smollm2.chat_apply([{"role": None, "content": "hi"}])
+
+
+def test_non_finite_logits_raise(tmp_path):
+    import gguf
+    import numpy as np
+    bad = tmp_path / "inf.gguf"
+    shutil.copyfile(FIXTURE_F32, bad)
+    r = gguf.GGUFReader(bad, "r+")
+    t = next(t for t in r.tensors if t.name == "blk.1.attn_output.weight")
+    t.data.flat[0] = np.inf
+    r.data.flush()
+    del r, t
+    with pi.Model(bad, log=None) as m:
+        with pi.Context(m, n_ctx=16, n_threads=1) as ctx:
+            with pytest.raises(pi.PowerInferError) as e:
+                ctx.decode([1, 2, 3])
+            assert e.value.status_name == "PI_ERR_NUMERIC"
+            assert "logits of entry 2" in e.value.message
+            assert ctx.pos == 0
+        with pi.Context(m, n_ctx=16, n_threads=1, check_numerics=True) as ctx:
+            with pytest.raises(pi.PowerInferError) as e:
+                ctx.decode([1, 2, 3])
+            assert "layer 1, after the attention block" in e.value.message

@@ -45,7 +45,7 @@ def _enum(value, table, what):
 def ctx_params(*, n_ctx=0, n_threads=0, n_batch=0, f32_activations=False,
                sparse_mode="auto", sparse_threshold=None, stats="off", device="none",
                device_index=0, device_budget=None, plan_stats=None, plan_path=None,
-               plan_file=None, n_seq_max=1):
+               plan_file=None, n_seq_max=1, check_numerics=False):
     """A CtxParams filled by pi_ctx_default_params, then from the keyword arguments
     (see Context). Used by Context and Model.plan; the errbuf is left to the caller."""
     lib = _lib.lib()
@@ -56,6 +56,7 @@ def ctx_params(*, n_ctx=0, n_threads=0, n_batch=0, f32_activations=False,
     params.n_batch = c_int(n_batch, "uint32_t", "n_batch")
     params.n_seq_max = c_int(n_seq_max, "uint32_t", "n_seq_max")
     params.f32_activations = 1 if f32_activations else 0
+    params.check_numerics = 1 if check_numerics else 0  # PI_CHECK_LAYERS / PI_CHECK_LOGITS
     params.sparse_mode = _enum(sparse_mode, SPARSE_MODES, "sparse mode")
     if sparse_threshold is not None:
         params.sparse_threshold_set = 1
@@ -127,6 +128,9 @@ class Context(Owner):
                       for this model, statistics and budget, else plan and rewrite it)
                       or "write" (plan, then write it).
     n_seq_max:        sequences the context holds (decode_batch, seq_*), default 1.
+    check_numerics:   also check each layer's output for NaN/infinity, so that the
+                      PowerInferError(PI_ERR_NUMERIC) of a decode names the layer and
+                      block (logits are always checked).
 
     The Context keeps its model alive; closing the model closes the context. One
     thread at a time (enforced: see the module docstring)."""
@@ -134,7 +138,7 @@ class Context(Owner):
     def __init__(self, model, *, n_ctx=0, n_threads=0, n_batch=0, f32_activations=False,
                  sparse_mode="auto", sparse_threshold=None, stats="off", abort=None,
                  device="none", device_index=0, device_budget=None, plan_stats=None,
-                 plan_path=None, plan_file=None, n_seq_max=1):
+                 plan_path=None, plan_file=None, n_seq_max=1, check_numerics=False):
         self._handle = None
         lib = _lib.lib()
         params = ctx_params(n_ctx=n_ctx, n_threads=n_threads, n_batch=n_batch,
@@ -142,7 +146,7 @@ class Context(Owner):
                             sparse_threshold=sparse_threshold, stats=stats, device=device,
                             device_index=device_index, device_budget=device_budget,
                             plan_stats=plan_stats, plan_path=plan_path, plan_file=plan_file,
-                            n_seq_max=n_seq_max)
+                            n_seq_max=n_seq_max, check_numerics=check_numerics)
         self._abort_error = None
         self._abort_fn = None
         if abort is not None:

@@ -958,6 +958,7 @@ pub struct ContextBuilder<'s> {
     plan_path: Option<PathBuf>,
     plan_file: Option<PlanFile>,
     n_seq_max: u32,
+    check_layers: bool,
 }
 
 impl<'s> ContextBuilder<'s> {
@@ -988,6 +989,12 @@ impl<'s> ContextBuilder<'s> {
     /// Keep activations in f32 for quantized products (slower, closer to a reference).
     pub fn f32_activations(mut self, yes: bool) -> Self {
         self.f32_activations = yes;
+        self
+    }
+    /// Also check each layer's output for NaN/infinity (`PI_CHECK_LAYERS`), so that a
+    /// decode's `PI_ERR_NUMERIC` names the layer and block; logits are always checked.
+    pub fn check_numerics(mut self, yes: bool) -> Self {
+        self.check_layers = yes;
         self
     }
     pub fn sparse_mode(mut self, mode: SparseMode) -> Self {
@@ -1056,6 +1063,7 @@ impl<'s> ContextBuilder<'s> {
         p.n_batch = self.n_batch;
         p.n_seq_max = self.n_seq_max;
         p.f32_activations = self.f32_activations as u32;
+        p.check_numerics = self.check_layers as u32;
         if let Some(m) = self.sparse_mode {
             p.sparse_mode = m as u32;
         }
