@@ -545,7 +545,8 @@ int pi_forward(struct pi_ctx *c, const pi_batch_entry *e, const int32_t *pos, in
         int64_t first = 0;
         while (first < T && row_of[done + first] < 0)
             first++;
-        float *dst = rows + (first < T ? (size_t)row_of[done + first] * (size_t)V : 0);
+        /* no row asked in this step: rows may be NULL (a batch without logits) */
+        float *dst = first < T ? rows + (size_t)row_of[done + first] * (size_t)V : rows;
         PI_TRY(step(c, e + done, pos + done, T, dst));
         done += T;
     }
