@@ -850,9 +850,9 @@ PI_API int pi_ctx_state_save(const pi_ctx *ctx, int32_t seq, void *buf, size_t c
 PI_API int pi_ctx_state_load(pi_ctx *ctx, int32_t seq, const void *buf, size_t size);
 
 /* The same through a file, written atomically (temporary name, then rename).
- * PI_ERR_IO when it cannot be written or read, or when the file to load is not a
- * regular file (a directory, FIFO or device is refused at once, never waited on or
- * read); PI_ERR_FORMAT also for a file larger than any state of this context (it is
+ * PI_ERR_IO when it cannot be written or read, or when the file to load or to replace
+ * is not a regular file (a directory, FIFO or device is refused at once, never waited
+ * on, read or replaced; a symbolic link to replace is replaced itself); PI_ERR_FORMAT also for a file larger than any state of this context (it is
  * not read). Since: 0.1 */
 PI_API int pi_ctx_state_save_file(const pi_ctx *ctx, int32_t seq, const char *path);
 PI_API int pi_ctx_state_load_file(pi_ctx *ctx, int32_t seq, const char *path);
@@ -932,7 +932,8 @@ PI_API int pi_stats_neurons(const pi_stats *stats, int64_t layer, int kind, doub
 
 /* Write the per-neuron counts as a GGUF side file (replacing `path` only once it is
  * complete). errbuf (may be NULL) receives the message on failure. PI_OK,
- * PI_ERR_INVALID_ARG, PI_ERR_IO, PI_ERR_NOMEM. Since: 0.1 */
+ * PI_ERR_INVALID_ARG, PI_ERR_IO (also when `path` is a directory, FIFO or device, which
+ * is left as it is), PI_ERR_NOMEM. Since: 0.1 */
 PI_API int pi_stats_save(const pi_stats *stats, const char *path, char *errbuf,
                          size_t errbuf_cap);
 
@@ -1027,7 +1028,8 @@ PI_API int64_t pi_plan_describe(const pi_plan *plan, char *buf, size_t cap);
 
 /* Write the plan's neurons as a GPU index file (PowerInfer's format, readable by
  * PowerInfer, plus keys naming the model, statistics and budget; docs/formats.md),
- * atomically. PI_OK, PI_ERR_INVALID_ARG, PI_ERR_IO, PI_ERR_NOMEM. Since: 0.1 */
+ * atomically. PI_OK, PI_ERR_INVALID_ARG, PI_ERR_IO (also when `path` is a directory,
+ * FIFO or device, which is left as it is), PI_ERR_NOMEM. Since: 0.1 */
 PI_API int pi_plan_save(const pi_plan *plan, const char *path);
 
 /* Release a plan from pi_model_plan. NULL is a no-op. Since: 0.1 */
@@ -1156,7 +1158,8 @@ PI_API int pi_quantize_default_params(pi_quantize_params *params);
  * library knows and a field it does not know is non-zero; a weight already quantized
  * to another type without allow_requantize); PI_ERR_IO (the input
  * cannot be opened or mapped, the output cannot be created, written (disk full),
- * synced or renamed); PI_ERR_FORMAT (the input is malformed); PI_ERR_NOMEM;
+ * synced or renamed, or out_path is a directory, FIFO or device, which is left as it
+ * is: `pi-quantize in.gguf /dev/null` would otherwise replace /dev/null); PI_ERR_FORMAT (the input is malformed); PI_ERR_NOMEM;
  * PI_ERR_INTERNAL (threads could not start); PI_ERR_ABORTED (progress_fn returned
  * non-zero). On failure the message is written to params->errbuf when given.
  * Thread-safe: calls on different files may run at once. Since: 0.1 */

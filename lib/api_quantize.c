@@ -262,6 +262,7 @@ static int quantize_tensor(struct run *r, const struct gguf_tensor *t, uint32_t 
 
 /* Create the temporary output next to out_path; never replaces an existing file. */
 static int open_tmp(struct run *r) {
+    PI_TRY(pi_os_check_replaceable(r->out_path, r->err));
     size_t cap = strlen(r->out_path) + 48;
     r->tmp = pi_malloc(&pi_default_allocator, cap);
     if (!r->tmp)

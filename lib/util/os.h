@@ -72,6 +72,12 @@ void pi_os_unmap_file(struct pi_file_map *map);
  * The caller writes, closes and renames it over `path` (or removes it). PI_ERR_IO. */
 int pi_os_create_temp(const char *path, char *tmp, size_t cap, FILE **out, struct pi_error *err);
 
+/* PI_OK when a file written beside `path` may be renamed over it: nothing is there, or
+ * a regular file, or a symbolic link (the rename replaces the link, not its target).
+ * A device, FIFO, socket or directory is PI_ERR_IO: renaming over `/dev/null` as root
+ * would replace the device with a regular file. pi_os_create_temp checks it. */
+int pi_os_check_replaceable(const char *path, struct pi_error *err);
+
 /* ---- Threads ------------------------------------------------------------------- */
 
 struct pi_thread;

@@ -175,9 +175,23 @@ void pi_os_unmap_file(struct pi_file_map *map) {
     empty_map(map);
 }
 
+int pi_os_check_replaceable(const char *path, struct pi_error *err) {
+    struct stat st;
+    if (lstat(path, &st) != 0) {
+        if (errno == ENOENT)
+            return PI_OK;
+        PI_FAIL(err, PI_ERR_IO, "cannot stat '%s': %s", path, strerror(errno));
+    }
+    if (S_ISREG(st.st_mode) || S_ISLNK(st.st_mode))
+        return PI_OK;
+    PI_FAIL(err, PI_ERR_IO, "'%s' is %s: it would be replaced by a regular file; write to a "
+            "file name instead", path, kind_of(st.st_mode));
+}
+
 int pi_os_create_temp(const char *path, char *tmp, size_t cap, FILE **out,
                       struct pi_error *err) {
     *out = NULL;
+    PI_TRY(pi_os_check_replaceable(path, err));
     for (int n = 0; n < 100; n++) {
         if ((size_t)snprintf(tmp, cap, "%s.tmp%d", path, n) >= cap)
             PI_FAIL(err, PI_ERR_IO, "path too long: '%s'", path);

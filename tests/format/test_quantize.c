@@ -285,10 +285,10 @@ static void test_errors(void **state) {
     assert_true(expect_fail(malformed_path, out, &p, PI_ERR_FORMAT, malformed_path));
     assert_true(expect_fail(in, path_in_work("no-such-dir/out.gguf"), &p, PI_ERR_IO,
                             "cannot create"));
-    /* the output path is an existing directory: the rename fails, nothing is left */
+    /* the output path is an existing directory: refused, nothing is left */
     const char *dir = path_in_work("err-dir.gguf");
     mkdir(dir, 0777);
-    assert_true(expect_fail(in, dir, &p, PI_ERR_IO, "cannot rename"));
+    assert_true(expect_fail(in, dir, &p, PI_ERR_IO, "is a directory"));
     rmdir(dir);
     /* struct_size checks */
     pi_quantize_params small = p;

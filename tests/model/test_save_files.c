@@ -129,6 +129,35 @@ static void test_saves_do_not_follow_links(void **state) {
     check_after(gp);
     pi_plan_free(plan);
 
+    /* a FIFO or a device as the target is refused, and stays what it was: a rename
+     * over it would replace it (as root, pi-quantize to /dev/null destroyed it) */
+    const char *fifo = in_dir("target.fifo");
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    assert_int_equal(pi_ctx_state_save_file(c, -1, fifo), PI_ERR_IO);
+    assert_non_null(strstr(pi_ctx_errmsg(c), "is a FIFO"));
+    assert_int_equal(pi_stats_save(pi_ctx_stats(c), fifo, err, sizeof err), PI_ERR_IO);
+    assert_int_equal(pi_model_plan(m, &pp, &plan), PI_OK);
+    assert_int_equal(pi_plan_save(plan, fifo), PI_ERR_IO);
+    pi_plan_free(plan);
+    pi_quantize_params qp;
+    pi_quantize_default_params(&qp);
+    qp.errbuf = err;
+    qp.errbuf_cap = sizeof err;
+    assert_int_equal(pi_model_quantize(mpath, fifo, &qp), PI_ERR_IO);
+    assert_non_null(strstr(err, "is a FIFO"));
+    assert_int_equal(pi_model_quantize(mpath, g_dir, &qp), PI_ERR_IO); /* a directory */
+    struct stat st;
+    assert_int_equal(lstat(fifo, &st), 0);
+    assert_true(S_ISFIFO(st.st_mode));
+    /* a symbolic link as the target: the link is replaced, not what it points to */
+    const char *lnk = in_dir("link.bin");
+    write_text(in_dir("victim"), "precious");
+    assert_int_equal(symlink(in_dir("victim"), lnk), 0);
+    assert_int_equal(pi_ctx_state_save_file(c, -1, lnk), PI_OK);
+    assert_text(in_dir("victim"), "precious");
+    assert_int_equal(lstat(lnk, &st), 0);
+    assert_true(S_ISREG(st.st_mode));
+
     pi_ctx_destroy(c);
     pi_model_close(m);
 }

@@ -347,11 +347,11 @@ static void test_write_errors(void **state) {
     /* A directory that does not exist. */
     assert_int_equal(pi_gpuidx_write(work("no-such-dir/x.gpuidx"), &g, &err), PI_ERR_IO);
     assert_non_null(strstr(err.msg, "No such file or directory"));
-    /* The target is a directory: rename fails, the temporary file goes away. */
+    /* The target is a directory: refused before anything is written. */
     const char *dir = work("dir.gpuidx");
     mkdir(dir, 0777);
     assert_int_equal(pi_gpuidx_write(dir, &g, &err), PI_ERR_IO);
-    assert_non_null(strstr(err.msg, "cannot write"));
+    assert_non_null(strstr(err.msg, "is a directory"));
     assert_int_equal(count_in_work("dir.gpuidx.tmp"), 0);
     /* A stale temporary file is skipped, not overwritten. */
     char stale[1024];
