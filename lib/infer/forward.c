@@ -324,13 +324,14 @@ static int64_t first_nonfinite(const float *v, int64_t n) {
     return -1;
 }
 
-/* PI_CHECK_LAYERS: PI_ERR_NUMERIC if the residual stream x [T][E] holds a NaN or an
- * infinity after `part` of layer l (its host copy, fetched from the device if stale). */
-static int check_block(struct run *r, const pi_batch_entry *e, const int32_t *pos, int64_t l,
-                       const char *part) {
+/* PI_CHECK_LAYERS: PI_ERR_NUMERIC if slot s [T][width] (the residual stream, or the
+ * predictor's scores) holds a NaN or an infinity after `part` of layer l (its host
+ * copy, fetched from the device if stale). */
+static int check_block(struct run *r, struct slot *s, const pi_batch_entry *e,
+                       const int32_t *pos, int64_t l, const char *part) {
     struct pi_ctx *c = r->c;
-    const int64_t E = c->hp->n_embd;
-    const float *x = in(r, &r->x, HOST);
+    const int64_t E = s->width;
+    const float *x = in(r, s, HOST);
     if (r->c->hy)
         r->c->hy->be->sync(r->c->hy->b);
     c->be->sync(c->b);
@@ -338,10 +339,11 @@ static int check_block(struct run *r, const pi_batch_entry *e, const int32_t *po
     if (i < 0)
         return PI_OK;
     const int64_t t = i / E;
-    PI_FAIL(&c->err, PI_ERR_NUMERIC, "layer %lld, after the %s block: %s in the residual "
-            "stream of entry %lld (sequence %d, position %d), element %lld",
-            (long long)l, part, isnan(x[i]) ? "NaN" : "infinity", (long long)t,
-            (int)e[t].seq, (int)pos[t], (long long)(i % E));
+    PI_FAIL(&c->err, PI_ERR_NUMERIC, "layer %lld, after the %s block: %s in the %s of "
+            "entry %lld (sequence %d, position %d), element %lld",
+            (long long)l, part, isnan(x[i]) ? "NaN" : "infinity",
+            s == &r->x ? "residual stream" : "scores", (long long)t, (int)e[t].seq,
+            (int)pos[t], (long long)(i % E));
 }
 
 /* One step of T <= n_batch entries at positions pos[0..T). The logits of the entries
@@ -405,13 +407,15 @@ static int step(struct pi_ctx *c, const pi_batch_entry *e, const int32_t *pos, i
                       out(&r.xn, a->at));                                   /* xn [T][E] */
         a->be->add(a->b, inout(&r, &r.x, a->at), r.xn.p[a->at], T * E);    /* x += attn */
         if (c->check_layers)
-            PI_TRY(check_block(&r, e, pos, l, "attention"));
+            PI_TRY(check_block(&r, &r.x, e, pos, l, "attention"));
         const uint64_t t1 = now(c);
         /* predictor: s [T][F] from the residual x, before ffn_norm */
         const int diag = c->stats_level == PI_STATS_DIAGNOSTIC;
         const int have_pred = hp->sparse && (c->mode == PI_SPARSE_PREDICTOR || diag);
         if (have_pred) {
             predict(&r, unit(&r, D && D->pred), L, D);
+            if (c->check_layers)
+                PI_TRY(check_block(&r, &r.score, e, pos, l, "predictor"));
             if (c->stats)
                 c->stats->layer[l].bytes_predictor +=
                     (uint64_t)(L->fc1.n_out * L->fc1.row_bytes + L->fc2.n_out * L->fc2.row_bytes);
@@ -489,7 +493,7 @@ static int step(struct pi_ctx *c, const pi_batch_entry *e, const int32_t *pos, i
         if (r.st < 0)
             break;
         if (c->check_layers)
-            PI_TRY(check_block(&r, e, pos, l, "FFN"));
+            PI_TRY(check_block(&r, &r.x, e, pos, l, "FFN"));
         if (c->abort_fn && c->abort_fn(c->abort_user)) {
             if (hy)
                 hy->be->sync(hy->b);

@@ -88,6 +88,31 @@ static void test_overflow_fails_decode(void **state) {
     pi_model_close(m);
 }
 
+/* A NaN in a PowerInfer predictor only changes which neurons are computed (the logits
+ * stay finite), so it is found by PI_CHECK_LAYERS, which checks the scores too. */
+static void test_predictor_nan(void **state) {
+    (void)state;
+    struct tm_spec s;
+    tm_default(&s);
+    s.n_layer = 3;
+    s.sparse = 1;
+    s.poison = "blk.1.fc2.weight";
+    s.poison_value = NAN;
+    char p[300];
+    snprintf(p, sizeof p, "%s/pred_nan.gguf", g_dir);
+    assert_int_equal(tm_write(&s, p), PI_OK);
+    pi_model *m;
+    assert_int_equal(pi_model_open(p, NULL, &m), PI_OK);
+    pi_ctx *c = make_ctx(m, PI_CHECK_LAYERS, 0);
+    const int st = pi_ctx_decode(c, toks, 2);
+    if (st != PI_ERR_NUMERIC)
+        fail_msg("%d: %s", st, pi_ctx_errmsg(c));
+    assert_non_null(strstr(pi_ctx_errmsg(c), "layer 1, after the predictor block: NaN in the "
+                                            "scores"));
+    pi_ctx_destroy(c);
+    pi_model_close(m);
+}
+
 static void test_failure_keeps_previous_logits(void **state) {
     (void)state;
     /* an infinite element in the embedding row of token 0: only that token overflows */
@@ -231,6 +256,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_overflow_fails_decode),
         cmocka_unit_test(test_failure_keeps_previous_logits),
+        cmocka_unit_test(test_predictor_nan),
         cmocka_unit_test(test_check_layers_same_logits),
         cmocka_unit_test(test_batch_without_logits),
         cmocka_unit_test(test_sampler_non_finite),
