@@ -35,6 +35,33 @@ expect sparse "$work/sparse.txt" "blk.1.ffn_down_t.weight"
 "$pirun" --info "$work/falcon.gguf" > "$work/falcon.txt" 2>&1 && ok "falcon exits 0" || bad "falcon exits 0"
 expect falcon "$work/falcon.txt" "runnable:       no: .*architecture 'falcon' is not supported"
 
+# a file's strings reach the terminal without their control bytes (ESC sequences could
+# retitle the window, clear the screen or forge lines)
+python3 - "$work/esc.gguf" <<'PY' && ok "wrote a model with escape sequences" || bad "esc model"
+import sys
+import gguf
+w = gguf.GGUFWriter(sys.argv[1], arch="falcon")  # unsupported: --info shows its metadata
+w.add_string("general.name", "\x1b]0;pwned\x07\x1b[2Jname\rforged: line")
+w.add_string("x\x1b[31m.key", "red\x1b[0m")
+w.add_block_count(1)
+w.add_context_length(16)
+w.add_embedding_length(8)
+w.add_feed_forward_length(8)
+w.add_head_count(2)
+w.write_header_to_file()
+w.write_kv_data_to_file()
+w.write_tensors_to_file()
+w.close()
+PY
+"$pirun" --info "$work/esc.gguf" > "$work/esc.txt" 2>&1
+if grep -q "$(printf '\033')" "$work/esc.txt" || grep -q "$(printf '\007')" "$work/esc.txt" ||
+   grep -q "$(printf '\r')" "$work/esc.txt"; then
+    bad "--info printed control bytes"
+else
+    ok "--info prints no control bytes"
+fi
+expect esc "$work/esc.txt" "name: *?]0;pwned??\[2Jname forged: line"
+
 head -c 100 "$work/dense.gguf" > "$work/trunc.gguf"
 "$pirun" --info "$work/trunc.gguf" > "$work/trunc.txt" 2>&1
 [ $? -eq 1 ] && ok "truncated file exits 1" || bad "truncated file exits 1"

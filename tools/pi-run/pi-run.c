@@ -107,6 +107,20 @@ static int is_long_array(const pi_model *m, const char *key) {
     return type == PI_META_ARRAY && n > 8;
 }
 
+/* `s` copied into buf[cap] for a terminal: control bytes (ESC, BEL, CR, ...) and DEL
+ * become '?', tabs and line breaks a space, so that a file's strings cannot move the
+ * cursor, retitle the window or forge lines. Returns buf. */
+static const char *printable(const char *s, char *buf, size_t cap) {
+    size_t n = 0;
+    for (; s && *s && n + 1 < cap; s++) {
+        const unsigned char ch = (unsigned char)*s;
+        buf[n++] = ch == '\n' || ch == '\r' || ch == '\t' ? ' ' : ch < 0x20 || ch == 0x7f ? '?'
+                                                                                        : *s;
+    }
+    buf[n] = 0;
+    return buf;
+}
+
 static void print_meta(const pi_model *m) {
     int64_t n = pi_model_meta_count(m);
     printf("metadata (%" PRId64 " keys):\n", n);
@@ -117,11 +131,10 @@ static void print_meta(const pi_model *m) {
         int64_t len = pi_model_meta_to_string(m, key, items, small, sizeof small);
         if (len < 0)
             continue;
-        /* Keep one line per key: cut long values, and show line breaks as "\n". */
-        for (char *p = small; *p; p++)
-            if (*p == '\n' || *p == '\r' || *p == '\t')
-                *p = ' ';
-        printf("  %-44s %s%s\n", key, small, (size_t)len >= sizeof small ? " ..." : "");
+        /* one line per key: long values cut, control bytes neutralised */
+        char k[128], v[sizeof small];
+        printf("  %-44s %s%s\n", printable(key, k, sizeof k), printable(small, v, sizeof v),
+               (size_t)len >= sizeof small ? " ..." : "");
     }
 }
 
@@ -153,8 +166,10 @@ static void print_tensors(const pi_model *m, int list_all) {
                 at += snprintf(shape + at, sizeof shape - (size_t)at, ", %" PRId64, d[k]);
             snprintf(shape + at, sizeof shape - (size_t)at, "}");
             const char *tn = pi_type_name(type);
-            printf("  %-36s %-8s %-22s %12" PRIu64 " B\n", pi_model_tensor_name(m, i),
-                   tn ? tn : "?", shape, bytes);
+            char name[128];
+            printf("  %-36s %-8s %-22s %12" PRIu64 " B\n",
+                   printable(pi_model_tensor_name(m, i), name, sizeof name), tn ? tn : "?",
+                   shape, bytes);
         }
     }
     char hb[32];
@@ -212,15 +227,16 @@ static int info(const char *path, int list_tensors, int verbose) {
         fprintf(stderr, "pi-run: %s (%s)\n", errbuf, pi_status_str(st));
         return 1;
     }
-    char name[128] = "";
+    char name[128] = "", shown[128], why_shown[512];
     pi_model_meta_str(m, "general.name", name, sizeof name);
     printf("file:           %s\n", path);
-    printf("name:           %s\n", name[0] ? name : "(none)");
-    printf("architecture:   %s\n", pi_model_arch(m)[0] ? pi_model_arch(m) : "(none)");
+    printf("name:           %s\n", name[0] ? printable(name, shown, sizeof shown) : "(none)");
+    printf("architecture:   %s\n",
+           pi_model_arch(m)[0] ? printable(pi_model_arch(m), shown, sizeof shown) : "(none)");
     if (runnable)
         print_hparams(m);
     else
-        printf("runnable:       no: %s\n", why);
+        printf("runnable:       no: %s\n", printable(why, why_shown, sizeof why_shown));
     print_tensors(m, list_tensors);
     print_meta(m);
     pi_model_close(m);
