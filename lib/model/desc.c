@@ -451,8 +451,15 @@ int pi_model_desc_build(struct pi_model_desc *d, const struct gguf_file *f,
         int known = 0;
         for (const char *const *k = known_unsupported; *k; k++)
             known |= match(arch, alen, *k);
-        PI_FAIL(err, PI_ERR_UNSUPPORTED, "%s architecture '%.*s' is not supported (llama, "
-                "bamboo are)", known ? "the" : "unknown", (int)(alen > 40 ? 40 : alen), arch);
+        /* shown as far as 40 bytes, control bytes and NUL as '?' (a NUL would end it
+         * early: "llama\0x" is not llama, and must not read as if it were) */
+        char shown[41];
+        size_t n = alen > 40 ? 40 : (size_t)alen;
+        for (size_t i = 0; i < n; i++)
+            shown[i] = (unsigned char)arch[i] < 0x20 || arch[i] == 0x7f ? '?' : arch[i];
+        shown[n] = 0;
+        PI_FAIL(err, PI_ERR_UNSUPPORTED, "%s architecture '%s' is not supported (llama, "
+                "bamboo are)", known ? "the" : "unknown", shown);
     }
     hp->sparse = f->magic == GGUF_MAGIC_PWRI;
     snprintf(r.prefix, sizeof r.prefix, "%s.", pi_arch_name(hp->arch));

@@ -274,12 +274,12 @@ def f16s(n, seed, scale=0.1):
         (raw[2 * i] * 256 + raw[2 * i + 1]) / 32768.0 * scale - scale for i in range(n)])
 
 
-def tiny_llama(sparse=False, rank=4, extra_kvs=(), extra_tensors=(), drop=()):
+def tiny_llama(sparse=False, rank=4, extra_kvs=(), extra_tensors=(), drop=(), arch="llama"):
     """A 1-layer llama: n_embd 8, n_ff 16, 2 heads, vocab 4, F32 weights (F16
     predictor), tied embeddings. The last byte of the file is 0 (fuzz_model reads it
     as: CPU only, the file's default FFN mode, no statistics)."""
     E, F, V = 8, 16, 4
-    kvs = [("general.architecture", STRING, "llama"),
+    kvs = [("general.architecture", STRING, arch),
            ("general.name", STRING, "corpus model"),
            ("llama.context_length", U32, 64),
            ("llama.embedding_length", U32, E),
@@ -330,6 +330,8 @@ def model_files():
             extra_tensors=[("blk.0.attn_q.bias", [8], T_F32, zero(32))]),
         "model_llama_unknown_tensor.gguf": tiny_llama(
             extra_tensors=[("blk.0.attn_qkv.weight", [8, 24], T_F32, zero(768))]),
+        # "llama\0x" is not llama (the message once read "unknown architecture 'llama'")
+        "model_arch_nul.gguf": tiny_llama(arch="llama\0x"),
         # Mixtral's layout: arch llama, 4 experts, a router and no dense FFN.
         "model_llama_moe.gguf": tiny_llama(
             extra_kvs=[("llama.expert_count", U32, 4), ("llama.expert_used_count", U32, 2)],

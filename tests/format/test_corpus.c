@@ -183,6 +183,17 @@ static void test_malformed(void **state) {
 static void test_unsupported(void **state) {
     (void)state;
     check_folder("unsupported", PI_ERR_UNSUPPORTED, 1);
+    /* the message shows an architecture with a NUL as it is, not cut at the NUL */
+    char path[4096], msg[512] = "";
+    snprintf(path, sizeof path, "%s/unsupported/model_arch_nul.gguf", corpus_root);
+    pi_model_params p;
+    pi_model_default_params(&p);
+    p.errbuf = msg;
+    p.errbuf_cap = sizeof msg;
+    pi_model *m;
+    assert_int_equal(pi_model_open(path, &p, &m), PI_ERR_UNSUPPORTED);
+    if (!strstr(msg, "architecture 'llama?x'"))
+        fail_msg("%s", msg);
 }
 
 int main(int argc, char **argv) {
