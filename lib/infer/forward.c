@@ -563,8 +563,8 @@ int pi_forward(struct pi_ctx *c, const pi_batch_entry *e, const int32_t *pos, in
         const int64_t j = first_nonfinite(row, V);
         if (j >= 0)
             PI_FAIL(&c->err, PI_ERR_NUMERIC, "the logits of entry %lld (sequence %d, "
-                    "position %d) hold %s (token %lld); PI_CHECK_LAYERS names the layer that "
-                    "produced it", (long long)i, (int)e[i].seq, (int)pos[i],
+                    "position %d) hold %s (token %lld); checking every layer (check_numerics) "
+                    "finds where", (long long)i, (int)e[i].seq, (int)pos[i],
                     isnan(row[j]) ? "NaN" : "infinity", (long long)j);
     }
     /* success: the sequences advance, the batch's logits become the current ones */
