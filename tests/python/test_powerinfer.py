@@ -348,11 +348,15 @@ def test_context_is_one_thread_at_a_time(smollm2):
     def close_model():
         box["ctx"].model.close()
     with pi.Model(smollm2.path, log=None) as m:
+        sampler = pi.Sampler(m)
+        idle = pi.Context(m, n_ctx=16, n_threads=1)
         with pi.Context(m, n_ctx=32, n_threads=2, abort=close_model) as ctx:
             box["ctx"] = ctx
             with pytest.raises(RuntimeError, match="in use"):
                 ctx.decode([1, 2, 3])  # not freed under the running decode
             assert ctx.pos == 0 and not ctx.closed
+            # the refused close closed nothing else either
+            assert not sampler.closed and not idle.closed
         assert not m.closed
 
 

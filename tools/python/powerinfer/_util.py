@@ -36,7 +36,19 @@ class Handle:
         if parent is not None:
             parent.children[id(self)] = self
 
+    def _in_use(self):
+        """True when this handle or one that borrows it is in a library call."""
+        if self.busy is not None and self.ptr and self.busy.locked():
+            return True
+        return any(c._in_use() for c in list(self.children.values()))
+
     def close(self):
+        # refuse before closing anything: a model whose context is decoding keeps its
+        # samplers and idle contexts too (each busy lock is still taken below, so a
+        # call that starts after this check is not freed under either)
+        if self._in_use():
+            raise RuntimeError("cannot close: the object or one that borrows it is in use "
+                               "(by another thread, or by the callback that is running)")
         for child in list(self.children.values()):
             child.close()
         locked = False
