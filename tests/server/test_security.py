@@ -10,7 +10,9 @@
   restarts with every byte); a stream whose client does not read is cut past
   --max-stream-buffer and its slot freed.
 - A NUL (\\u0000) inside a string is refused with 400 naming the field, not cut short;
-  %00 in the URL stays as written (no route matches) instead of ending the path.
+  a raw control byte (0x00-0x1f but tab, LF, CR) anywhere in the body is refused with 400
+  naming its offset; %00 in the URL stays as written (no route matches) instead of
+  ending the path.
 
 Raw sockets on 127.0.0.1 only; every loop is bounded in time."""
 
@@ -249,6 +251,46 @@ def test_nul_in_a_key_and_lookalikes(srv):
     assert st == 200 and j2 == j
     st, j = srv.json("POST", COMP, b'{"prompt": "a\\u0001b", "max_tokens": 1}')
     assert st == 200, j
+
+
+RAW_CONTROL = [  # (body, offset of the control byte)
+    (b'{"content": "hi\x00 there"}', 15),  # a raw NUL would end the string: "hi"
+    (b'{"content\x00ignored": "hi there"}', 9),  # ... or the key: "content"
+    (b'{"content": "a\x01b"}', 14),
+    (b'{"content": "a\x1f"}', 14),
+    (b'{"content":\x0b"a"}', 11),  # vertical tab is not JSON whitespace
+]
+
+
+@pytest.mark.parametrize("body,at", RAW_CONTROL, ids=[repr(b) for b, _ in RAW_CONTROL])
+def test_raw_control_byte_is_refused(srv, body, at):
+    """cJSON accepts raw control bytes, and a raw NUL cuts its string or key short (the
+    \\u0000 escape is refused by name): the body is refused before it is parsed."""
+    out = raw_exchange(srv.port, head(b"POST", b"/tokenize", body=body))
+    st, hdrs, data = answer(out)
+    assert st == 400, out[:300]
+    err = json.loads(data)["error"]
+    assert err["code"] == "invalid_json", err
+    assert f"0x{body[at]:02x} at byte {at}" in err["message"], err
+
+
+def test_raw_control_byte_in_a_key_does_not_set_the_field(srv):
+    """The reported case: "max_tokens<NUL>zzz" was read as max_tokens."""
+    before = srv.health()["requests"]
+    body = b'{"prompt": "Once upon", "max_tokens\x00zzz": 1, "temperature": 0}'
+    st, hdrs, data = answer(raw_exchange(srv.port, head(b"POST", COMP.encode(), body=body)))
+    assert st == 400 and "0x00 at byte 35" in json.loads(data)["error"]["message"], data
+    assert srv.health()["requests"] == before
+
+
+def test_whitespace_between_tokens_still_works(srv):
+    """Tab, LF and CR are JSON whitespace: still accepted between tokens."""
+    st, j = srv.json("POST", "/tokenize", {"content": "hi there"})
+    assert st == 200, j
+    body = b'\r\n{\n\t"content"\t:\r\n  "hi there"\n}\n'
+    st, hdrs, data = answer(raw_exchange(srv.port, head(b"POST", b"/tokenize", body=body)))
+    assert st == 200, data
+    assert json.loads(data) == j
 
 
 @pytest.mark.parametrize("path,status", [

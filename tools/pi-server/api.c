@@ -137,6 +137,24 @@ cJSON *api_parse_body(const char *body, size_t len, struct srv_error *err) {
                       "The request body is not valid UTF-8.");
         return NULL;
     }
+    /* RFC 8259 allows no byte below 0x20 in JSON text except tab, LF and CR, and those
+     * only as whitespace between tokens; cJSON nevertheless accepts raw control bytes
+     * inside strings and keys, and a raw NUL ends its string there ({"content":"hi<NUL>
+     * there"} would tokenize "hi", a key "max_tokens<NUL>x" would be read as max_tokens).
+     * So any byte 0x00-0x1f other than tab, LF and CR is refused, wherever it is. (Raw
+     * tab, LF and CR inside a string are invalid too, but cJSON keeps them whole: nothing
+     * is lost, so they are let through without a second scan.) */
+    for (size_t i = 0; i < len; i++) {
+        const unsigned char ch = (unsigned char)body[i];
+        if (ch < 0x20 && ch != '\t' && ch != '\n' && ch != '\r') {
+            srv_error_set(err, 400, "invalid_request_error", "invalid_json", NULL,
+                          "The request body holds the control character 0x%02x at byte %zu; "
+                          "JSON text must escape it (as \\u%04x) inside a string and may "
+                          "not contain it elsewhere.",
+                          (unsigned)ch, i, (unsigned)ch);
+            return NULL;
+        }
+    }
     /* cJSON stops at nesting depth CJSON_NESTING_LIMIT (1000), so a deep body cannot
      * exhaust the stack; require_null_terminated rejects trailing text. The body buffer
      * is NUL-terminated by the caller. */
