@@ -13,6 +13,8 @@
   a raw control byte (0x00-0x1f but tab, LF, CR) anywhere in the body is refused with 400
   naming its offset; %00 in the URL stays as written (no route matches) instead of
   ending the path.
+- A head with two Host headers, or Content-Length headers that differ, is refused (400,
+  then the connection closed); a Transfer-Encoding other than chunked gets 501 at once.
 
 Raw sockets on 127.0.0.1 only; every loop is bounded in time."""
 
@@ -304,6 +306,60 @@ def test_nul_in_the_path(srv, path, status):
     assert st == status, data[:200]
     if st == 404:
         assert json.loads(data)["error"]["code"] == "unknown_url"
+
+
+# ---- duplicate headers, transfer codings ------------------------------------------------
+
+TOK = b'{"content": "a"}'  # 16 bytes
+
+DUPLICATES = [  # (the head's lines between the request line and Connection, body)
+    (b"Host: evil.example\r\nHost: 127.0.0.1\r\n", b""),
+    (b"Host: 127.0.0.1\r\nHost: evil.example\r\n", b""),
+    (b"Host: 127.0.0.1\r\nHost: 127.0.0.1\r\n", b""),
+    (b"Host: 127.0.0.1\r\nhost: 127.0.0.1:8080\r\n", b""),
+    (b"Host: 127.0.0.1\r\nContent-Length: 16\r\nContent-Length: 3\r\n", TOK),
+    (b"Host: 127.0.0.1\r\nContent-Length: 3\r\ncontent-length: 16\r\n", TOK),
+]
+
+
+@pytest.mark.parametrize("lines,body", DUPLICATES, ids=[repr(d) for d, _ in DUPLICATES])
+def test_duplicate_headers_are_refused(srv, lines, body):
+    """RFC 9112: two Host headers are a 400; Content-Length headers that differ leave the
+    body's end in doubt (request smuggling). Refused, and the connection closed: a second
+    request on it is not answered."""
+    before = srv.health()["requests"]
+    req = (b"POST /tokenize HTTP/1.1\r\n" + lines + b"Authorization: Bearer " +
+           API_KEY.encode() + b"\r\nContent-Type: application/json\r\n" +
+           (b"" if body else b"Content-Length: 16\r\n") + b"\r\n" + TOK)
+    nxt = head(b"GET", b"/health")
+    t0 = time.monotonic()
+    out = raw_exchange(srv.port, req + nxt, shutdown=False, timeout=READ_S + 2)
+    assert time.monotonic() - t0 < READ_S, "no answer until --read-timeout"
+    st, hdrs, data = answer(out)
+    assert st == 400, out[:300]
+    assert hdrs.get("connection", "").lower() == "close", hdrs
+    assert json.loads(data)["error"]["code"] == "duplicate_header", data
+    assert out.count(b"HTTP/1.1 ") == 1, out
+    assert srv.health()["requests"] == before
+
+
+def test_unknown_transfer_coding_is_answered_at_once(srv):
+    """libmicrohttpd decodes only chunked; with gzip it would read until the client
+    closes, so the client waited for --read-timeout. Now 501 at once."""
+    def coded(coding, body):
+        return head(b"POST", b"/tokenize", extra=b"Transfer-Encoding: " + coding + b"\r\n"
+                    ).replace(b"Content-Length: 0\r\n", b"") + body
+
+    t0 = time.monotonic()
+    out = raw_exchange(srv.port, coded(b"gzip", TOK), shutdown=False, timeout=READ_S + 2)
+    assert time.monotonic() - t0 < READ_S, "no answer until --read-timeout"
+    st, hdrs, data = answer(out)
+    assert st == 501, out[:300]
+    assert json.loads(data)["error"]["code"] == "unsupported_transfer_encoding", data
+    # chunked still works
+    body = b"%x\r\n%s\r\n0\r\n\r\n" % (len(TOK), TOK)
+    out = raw_exchange(srv.port, coded(b"chunked", body))
+    assert status_of(out) == 200, out[:300]
 
 
 # ---- slow clients ---------------------------------------------------------------------

@@ -136,6 +136,7 @@ struct conn {
     int refused;
     struct srv_error refusal;
     size_t dropped;
+    int close; /* answer with "Connection: close" (a request whose framing is in doubt) */
 
     /* completions */
     struct srv_job *job;
@@ -217,6 +218,8 @@ static enum MHD_Result queue(struct conn *c, struct MHD_Connection *mc, int stat
         MHD_add_response_header(r, "Access-Control-Allow-Origin", c->cors);
     if (c->h->cfg.n_cors_origins)
         MHD_add_response_header(r, "Vary", "Origin");
+    if (c->close)
+        MHD_add_response_header(r, "Connection", "close");
     c->status = status;
     enum MHD_Result rc = MHD_queue_response(mc, (unsigned)status, r);
     MHD_destroy_response(r);
@@ -423,6 +426,33 @@ static enum MHD_Result refuse(struct conn *c, struct MHD_Connection *mc, int dra
     return MHD_YES;
 }
 
+/* What the request's head holds more than once. libmicrohttpd keeps every header line
+ * and its lookups return the first: two Host headers would be checked by their first
+ * (RFC 9112, section 3.2 wants 400), and two Content-Length headers would leave the
+ * body's end to whichever a proxy in front of us believes (request smuggling). */
+struct dup_count {
+    int n_host, n_length;
+    const char *length; /* the first Content-Length */
+    int lengths_differ;
+};
+
+static enum MHD_Result count_header(void *cls, enum MHD_ValueKind kind, const char *key,
+                                    const char *value) {
+    (void)kind;
+    struct dup_count *d = cls;
+    if (!key)
+        return MHD_YES;
+    if (!strcasecmp(key, MHD_HTTP_HEADER_HOST)) {
+        d->n_host++;
+    } else if (!strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH)) {
+        if (d->n_length++ == 0)
+            d->length = value;
+        else if (!value || !d->length || strcmp(value, d->length) != 0)
+            d->lengths_differ = 1;
+    }
+    return MHD_YES;
+}
+
 /* The first call of a request: route, method, key and declared size are checked before
  * any body is read. Returns MHD_YES to go on reading, or the result of an early answer
  * (which sets c->status; libmicrohttpd then closes the connection after it). */
@@ -445,6 +475,32 @@ static enum MHD_Result first_call(struct srv_http *h, struct conn *c, struct MHD
     int has_body = (cl && declared > 0) || (!cl && te != NULL);
     int drain = has_body && !bad_length && (!cl || declared <= drain_limit(h));
     struct srv_error err = {0, "invalid_request_error", NULL, NULL, "", ""};
+    struct dup_count dup = {0, 0, NULL, 0};
+    MHD_get_connection_values(mc, MHD_HEADER_KIND, count_header, &dup);
+    if (dup.n_host > 1 || dup.lengths_differ) {
+        /* the body, if any, is read (by the first Content-Length) and dropped, and the
+         * connection closed after the answer: what follows could not be framed */
+        c->close = 1;
+        err.status = 400;
+        err.code = "duplicate_header";
+        snprintf(err.message, sizeof err.message, "The request has %s.",
+                 dup.n_host > 1 ? "more than one Host header"
+                                : "Content-Length headers with different values");
+        return refuse(c, mc, drain && !dup.lengths_differ, &err);
+    }
+    /* libmicrohttpd decodes only the chunked transfer coding; with another one (gzip) it
+     * would read the body until the client closes the connection, so the client would
+     * wait for --read-timeout. Answered at once, and the connection closed. */
+    if (te && strcasecmp(te, "chunked") != 0) {
+        char shown[64];
+        printable(te, shown, sizeof shown);
+        c->close = 1;
+        err.status = 501;
+        err.code = "unsupported_transfer_encoding";
+        snprintf(err.message, sizeof err.message,
+                 "Transfer-Encoding '%s' is not supported; send the body as is or chunked.", shown);
+        return respond_error(c, mc, &err);
+    }
     /* HTTP/1.0 requests may come without Host (no browser sends one without it);
      * HTTP/1.1 requires it (RFC 9112, section 3.2: 400). */
     const char *host = MHD_lookup_connection_value(mc, MHD_HEADER_KIND, MHD_HTTP_HEADER_HOST);
