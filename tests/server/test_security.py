@@ -15,17 +15,20 @@
   ending the path.
 - A head with two Host headers, or Content-Length headers that differ, is refused (400,
   then the connection closed); a Transfer-Encoding other than chunked gets 501 at once.
+- --api-key-file takes the whole first line as the key (up to 16 KiB), never a part.
 
 Raw sockets on 127.0.0.1 only; every loop is bounded in time."""
 
 import json
+import os
 import socket
+import subprocess
 import threading
 import time
 
 import pytest
 
-from conftest import API_KEY, Server, raw_exchange, status_of
+from conftest import API_KEY, Server, model_path, raw_exchange, server_binary, status_of
 
 CHAT, COMP = "/v1/chat/completions", "/v1/completions"
 HEAD_S, READ_S = 2, 3
@@ -360,6 +363,42 @@ def test_unknown_transfer_coding_is_answered_at_once(srv):
     body = b"%x\r\n%s\r\n0\r\n\r\n" % (len(TOK), TOK)
     out = raw_exchange(srv.port, coded(b"chunked", body))
     assert status_of(out) == 200, out[:300]
+
+
+# ---- --api-key-file ---------------------------------------------------------------------
+
+def test_long_api_key_file_is_used_whole(tmp_path):
+    """A 1500-byte key was cut at 1023 bytes: the full key got 401, its first 1023 bytes
+    200. Now the whole line is the key."""
+    key = "k" * 1000 + "".join(chr(ord("a") + i % 26) for i in range(500))
+    path = tmp_path / "key.txt"
+    path.write_text(key + "\n")
+    s = Server("--parallel", 1, "-c", 256, "--api-key-file", path, api_key=None)
+    try:
+        s.api_key = key
+        st, _, data = s.request("GET", "/v1/models")
+        assert st == 200, data[:200]
+        for wrong in (key[:1023], key[:-1], key + "x"):
+            s.api_key = wrong
+            st, _, data = s.request("GET", "/v1/models")
+            assert st == 401, (len(wrong), data[:200])
+    finally:
+        s.finish()
+
+
+def test_too_long_api_key_file_is_refused(tmp_path):
+    path = tmp_path / "key.txt"
+    for key, why in (("k" * (16 * 1024 + 1), "longer than 16384 bytes"),
+                     ("abc\0def", "holds a NUL byte")):
+        path.write_bytes(key.encode() + b"\n")
+        p = subprocess.run([server_binary(), "-m", model_path(), "--port", "0",
+                            "--api-key-file", str(path)], capture_output=True, text=True,
+                           timeout=60)
+        assert p.returncode == 2, (p.returncode, p.stderr[-500:])
+        assert why in p.stderr and os.fspath(path) in p.stderr, p.stderr[-500:]
+    path.write_bytes(b"k" * (16 * 1024) + b"\r\n")  # the most it takes
+    s = Server("--parallel", 1, "-c", 256, "--api-key-file", path, api_key=None)
+    s.finish()
 
 
 # ---- slow clients ---------------------------------------------------------------------

@@ -37,6 +37,7 @@ static void usage(FILE *out) {
             "  --api-key KEY           require 'Authorization: Bearer KEY' on /v1/* and\n"
             "                          /tokenize, /detokenize\n"
             "  --api-key-file FILE     the same, the key read from the first line of FILE\n"
+            "                          (at most 16384 bytes)\n"
             "  --max-body BYTES        largest request body (default 1048576); more: 413\n"
             "  --timeout S             close idle connections after S seconds (default 30)\n"
             "  --header-timeout S      close a connection whose request line and headers are\n"
@@ -77,23 +78,51 @@ struct opts {
     struct srv_http_config http;
 };
 
+/* The longest key --api-key-file accepts: a client sends it in a header, and
+ * libmicrohttpd holds the whole request head in 32 KiB. */
+#define MAX_KEY (16 * 1024)
+
+/* The first line of the file as the key, allocated to its size; a key longer than
+ * MAX_KEY or holding a NUL byte is refused rather than cut short. */
 static int read_key(const char *path, char **out) {
     FILE *fp = fopen(path, "r");
     if (!fp) {
         fprintf(stderr, "pi-server: cannot read '%s'\n", path);
         return -1;
     }
-    char line[1024];
-    if (!fgets(line, sizeof line, fp))
-        line[0] = '\0';
-    fclose(fp);
-    line[strcspn(line, "\r\n")] = '\0';
-    if (!line[0]) {
-        fprintf(stderr, "pi-server: '%s' holds no key\n", path);
+    char *key = malloc(MAX_KEY + 1);
+    if (!key) {
+        fclose(fp);
+        fprintf(stderr, "pi-server: out of memory\n");
         return -1;
     }
-    *out = strdup(line);
-    return *out ? 0 : -1;
+    size_t n = 0;
+    int ch, nul = 0;
+    while ((ch = getc(fp)) != EOF && ch != '\n' && ch != '\r' && n <= MAX_KEY) {
+        nul |= ch == '\0';
+        key[n++] = (char)ch;
+    }
+    fclose(fp);
+    if (n > MAX_KEY) {
+        fprintf(stderr, "pi-server: the key in '%s' is longer than %d bytes\n", path, MAX_KEY);
+        free(key);
+        return -1;
+    }
+    if (nul) {
+        fprintf(stderr, "pi-server: the key in '%s' holds a NUL byte\n", path);
+        free(key);
+        return -1;
+    }
+    key[n] = '\0';
+    if (!n) {
+        fprintf(stderr, "pi-server: '%s' holds no key\n", path);
+        free(key);
+        return -1;
+    }
+    *out = realloc(key, n + 1);
+    if (!*out)
+        *out = key;
+    return 0;
 }
 
 /* The id the API shows: --alias, or the file name without directories and ".gguf". */
