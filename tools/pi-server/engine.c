@@ -576,10 +576,42 @@ static void after_decode(struct srv_engine *e) {
     }
 }
 
-/* Every job in the failed batch ends with the library's message. */
+/* src into dst[0..cap): whole when it fits, else cut after its last whole word that
+ * leaves room for "...". */
+static void clip_words(char *dst, size_t cap, const char *src) {
+    size_t n = strlen(src);
+    if (n < cap) {
+        memcpy(dst, src, n + 1);
+        return;
+    }
+    n = cap - 4;
+    while (n > 0 && src[n] != ' ')
+        n--;
+    while (n > 0 && strchr(" ,;:", src[n - 1]))
+        n--;
+    if (n == 0)
+        n = cap - 4;
+    memcpy(dst, src, n);
+    memcpy(dst + n, "...", 4);
+}
+
+/* Every job in the failed batch ends with an error (answered 500). The library's message
+ * (up to PI_ERRMSG_CAP bytes: more than a job's error holds) goes to the log whole; the
+ * client gets a short text, cut at a word when long. A non-finite value names its layer
+ * and position in the log only: it is the operator's to chase, not the client's. */
 static void fail_batch(struct srv_engine *e, int st) {
-    char why[160];
-    snprintf(why, sizeof why, "decoding failed: %s: %s", pi_status_str(st), pi_ctx_errmsg(e->ctx));
+    const char *msg = pi_ctx_errmsg(e->ctx);
+    fprintf(stderr, "pi-server: decoding failed: %s: %s\n", pi_status_str(st), msg);
+    char why[sizeof((struct srv_job *)0)->error];
+    if (st == PI_ERR_NUMERIC) {
+        snprintf(why, sizeof why,
+                 "decoding failed: the model computed NaN or infinity (a broken or overflowing "
+                 "model file); the server's log says where");
+    } else {
+        char full[1024];
+        snprintf(full, sizeof full, "decoding failed: %s: %s", pi_status_str(st), msg);
+        clip_words(why, sizeof why, full);
+    }
     for (uint32_t i = 0; i < e->cfg.n_slots; i++) {
         struct slot *s = &e->slots[i];
         if (s->job && (s->phase == SLOT_GEN || s->n_taken))

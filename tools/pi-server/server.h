@@ -120,7 +120,8 @@ struct srv_job {
     struct srv_choice *choices; /* n of them */
     int state;                  /* SRV_JOB_* */
     int cancelled;              /* the client went away: free the slots */
-    char error[160];            /* set with state DONE when decoding failed */
+    char error[256];            /* set with state DONE when decoding failed (fits in
+                                 * srv_error.message) */
     double t_submit, t_first;   /* now_s() at submission and at the first token */
     size_t n_cached;            /* prompt tokens the prompt cache held (not decoded) */
     int refs;                   /* the connection's and, while queued or running, the engine's */
