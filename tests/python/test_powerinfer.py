@@ -887,3 +887,30 @@ def test_non_finite_logits_raise(tmp_path):
             with pytest.raises(pi.PowerInferError) as e:
                 ctx.decode([1, 2, 3])
             assert "layer 1, after the attention block" in e.value.message
+
+
+def test_model_close_waits_for_calls_in_flight(smollm2):
+    """A model (or detokenizer, sampler) in a library call on one thread is not freed
+    by close() on another: close raises RuntimeError. Shown deterministically from the
+    detokenizer's text callback, which runs inside pi_detok_push."""
+    with pi.Model(smollm2.path, log=None) as m:
+        toks = m.tokenize("Hello there", add_special=False)
+        d = pi.Detokenizer(m)
+        seen = []
+        real_sink = d._sink
+
+        def closing_sink(user, text, n):
+            try:
+                m.close()
+                seen.append("closed")
+            except RuntimeError as e:
+                seen.append(str(e))
+            return real_sink(user, text, n)
+        d._sink = pi._lib.TEXT_FN(closing_sink)
+        assert d.push(toks[0]) == "Hello"
+        assert seen and "in use" in seen[0]
+        assert not m.closed and not d.closed
+        assert m.tokenize("Hello there", add_special=False) == toks
+    assert m.closed
+    with pytest.raises(ValueError, match="closed"):
+        m.tokenize("x")

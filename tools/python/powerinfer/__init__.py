@@ -15,8 +15,9 @@ pkg-config's libdir, else ctypes.util.find_library (see powerinfer._lib).
 
 Threading, as in include/powerinfer.h: a Model is immutable and may be shared by many
 threads and contexts; a Context (and a Sampler, a Detokenizer) is used by one thread
-at a time; distinct contexts run concurrently. Closing must not race with other calls
-on the same object.
+at a time; distinct contexts run concurrently. close() while the object, or one that
+borrows it (a model's contexts, samplers, detokenizers), is in a library call on
+another thread raises RuntimeError and closes nothing: nothing is freed under a call.
 """
 
 from ._errors import (PI_ERR_ABORTED, PI_ERR_FORMAT, PI_ERR_INTERNAL, PI_ERR_INVALID_ARG,

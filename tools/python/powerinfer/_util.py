@@ -1,9 +1,12 @@
 """Internal helpers: handle ownership, caller buffers, optional numpy."""
 
+import contextlib
 import ctypes
+import functools
 import numbers
 import operator
 import os
+import threading
 from array import array
 
 try:
@@ -23,7 +26,7 @@ class Handle:
     order Python finalises objects in (the records below hold no reference to the
     Python objects, so there are no cycles through them)."""
 
-    __slots__ = ("ptr", "free", "children", "parent", "busy")
+    __slots__ = ("ptr", "free", "children", "parent", "busy", "users", "lock")
 
     def __init__(self, ptr, free, parent=None, busy=None):
         self.ptr = ptr
@@ -33,12 +36,33 @@ class Handle:
         # a lock held while the handle is in a library call (a context's decode):
         # closing it then raises RuntimeError instead of freeing it under the call
         self.busy = busy
+        # calls that may run on many threads at once (a model's tokenize) count
+        # themselves in `users` instead (see hold)
+        self.users = 0
+        self.lock = threading.Lock()
         if parent is not None:
             parent.children[id(self)] = self
+
+    @contextlib.contextmanager
+    def hold(self):
+        """For the duration of a call: close() raises RuntimeError instead of freeing
+        the handle under it. A closed handle is not counted (the call's own _ptr() then
+        raises its ValueError)."""
+        with self.lock:
+            counted = bool(self.ptr)
+            self.users += counted
+        try:
+            yield
+        finally:
+            if counted:
+                with self.lock:
+                    self.users -= 1
 
     def _in_use(self):
         """True when this handle or one that borrows it is in a library call."""
         if self.busy is not None and self.ptr and self.busy.locked():
+            return True
+        if self.users:
             return True
         return any(c._in_use() for c in list(self.children.values()))
 
@@ -58,7 +82,10 @@ class Handle:
                                    "thread, or by the callback that is running)")
             locked = True
         try:
-            ptr, self.ptr = self.ptr, None
+            with self.lock:  # a call that began after the check above still counts
+                if self.users:
+                    raise RuntimeError("cannot close: the object is in use by another thread")
+                ptr, self.ptr = self.ptr, None
             if self.parent is not None:
                 self.parent.children.pop(id(self), None)
                 self.parent = None
@@ -67,6 +94,19 @@ class Handle:
         finally:
             if locked:
                 self.busy.release()
+
+
+def holding(method):
+    """Decorator: the object's handle is held (Handle.hold) while the method runs, so
+    that another thread's close() cannot free it under the library call."""
+    @functools.wraps(method)
+    def held(self, *args, **kwargs):
+        h = self._handle
+        if h is None:
+            return method(self, *args, **kwargs)
+        with h.hold():
+            return method(self, *args, **kwargs)
+    return held
 
 
 class Owner:

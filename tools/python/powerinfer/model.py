@@ -15,7 +15,8 @@ from dataclasses import dataclass
 
 from . import _lib
 from ._errors import PI_ERR_NOT_FOUND, PowerInferError, check
-from ._util import Handle, Owner, c_int, cstr, decode, encode, errbuf, fill, fspath, token_array
+from ._util import (Handle, Owner, c_int, cstr, decode, encode, errbuf, fill, fspath, holding,
+                    token_array)
 
 # PI_META_*
 META_U8, META_I8, META_U16, META_I16, META_U32, META_I32 = 0, 1, 2, 3, 4, 5
@@ -213,6 +214,7 @@ class Model(Owner):
         return check(status, call, self._errmsg)
 
     # ---- description ----------------------------------------------------------------
+    @holding
     def _q(self, name, *args):
         return getattr(_lib.lib(), name)(self._ptr(), *args)
 
@@ -251,6 +253,7 @@ class Model(Owner):
         return [decode(lib.pi_model_meta_key(p, i))
                 for i in range(lib.pi_model_meta_count(p))]
 
+    @holding
     def meta_type(self, key):
         """(type, elem_type, n_elem) of key's value, types as META_* ids; elem_type is
         -1 for scalars. Raises PowerInferError(PI_ERR_NOT_FOUND)."""
@@ -260,6 +263,7 @@ class Model(Owner):
                     "pi_model_meta_type")
         return t.value, et.value, n.value
 
+    @holding
     def meta_int(self, key):
         """An integer or bool key's value (PI_ERR_TYPE for other types)."""
         out = ctypes.c_int64()
@@ -267,6 +271,7 @@ class Model(Owner):
                     "pi_model_meta_int")
         return out.value
 
+    @holding
     def meta_float(self, key):
         """A float or integer key's value as a float."""
         out = ctypes.c_double()
@@ -281,10 +286,12 @@ class Model(Owner):
         self._check(n, "pi_model_meta_str")
         return raw
 
+    @holding
     def meta_str(self, key):
         """A string key's value (undecodable bytes kept as surrogate escapes)."""
         return decode(self.meta_bytes(key))
 
+    @holding
     def meta_array(self, key):
         """An array key's elements as a list of int, float or str."""
         lib, p, k = _lib.lib(), self._ptr(), cstr(key, "key")
@@ -309,6 +316,7 @@ class Model(Owner):
                 out.append(bool(v.value) if et == META_BOOL else v.value)
         return out
 
+    @holding
     def meta_to_string(self, key, max_items=0):
         """Any key's value as printable text (pi_model_meta_to_string)."""
         n, raw = fill(_lib.lib().pi_model_meta_to_string, self._ptr(), cstr(key, "key"),
@@ -335,6 +343,7 @@ class Model(Owner):
         return self.meta_int(key)
 
     # ---- tensors --------------------------------------------------------------------
+    @holding
     def _tensor(self, i):
         lib, p = _lib.lib(), self._ptr()
         nd, dims = ctypes.c_int(), (ctypes.c_int64 * 4)()
@@ -346,6 +355,7 @@ class Model(Owner):
                           lib.pi_model_tensor_nbytes(p, i))
 
     @property
+    @holding
     def n_tensors(self):
         return _lib.lib().pi_model_n_tensors(self._ptr())
 
@@ -354,6 +364,7 @@ class Model(Owner):
         """The tensor table as a list of TensorInfo, in file order."""
         return [self._tensor(i) for i in range(self.n_tensors)]
 
+    @holding
     def tensor(self, name):
         """The TensorInfo called name; KeyError if there is none."""
         idx = ctypes.c_int64()
@@ -364,6 +375,7 @@ class Model(Owner):
         return self._tensor(idx.value)
 
     # ---- tokenizer ------------------------------------------------------------------
+    @holding
     def tokenize(self, text, *, add_special=True, parse_special=False):
         """Token ids of text (str, or bytes of UTF-8). add_special: add BOS/EOS as the
         model's metadata asks; parse_special: recognise the text of control tokens
@@ -391,6 +403,7 @@ class Model(Owner):
         self._check(n, "pi_token_to_piece")
         return raw
 
+    @holding
     def _piece(self, token, special):
         lib, p = _lib.lib(), self._ptr()
         flags = PIECE_SPECIAL if special else 0
@@ -402,6 +415,7 @@ class Model(Owner):
                 return n, (buf.raw[:n] if n >= 0 else b"")
             cap = n + 1
 
+    @holding
     def detokenize(self, tokens, *, special=False):
         """The text of a token sequence, decoded by the library's streaming
         detokenizer (ill-formed UTF-8 becomes U+FFFD)."""
@@ -419,6 +433,7 @@ class Model(Owner):
 
     # ---- chat -----------------------------------------------------------------------
     @property
+    @holding
     def chat_template(self):
         """tokenizer.chat_template, or None if the file has none."""
         n, raw = fill(_lib.lib().pi_model_chat_template, self._ptr())
@@ -428,6 +443,7 @@ class Model(Owner):
         return decode(raw)
 
     @property
+    @holding
     def chat_format(self):
         """The chat format recognised from the template: 'chatml', 'llama2' or
         'llama3'. PowerInferError PI_ERR_NOT_FOUND (no template) or
@@ -436,6 +452,7 @@ class Model(Owner):
                          "pi_model_chat_format")
         return _CHAT_NAMES.get(st, st)
 
+    @holding
     def chat_apply(self, messages, *, format="auto", add_assistant=True):
         """Render messages as a prompt: an iterable of {"role": ..., "content": ...}
         dicts or (role, content) pairs, role "system", "user" or "assistant".
@@ -540,12 +557,14 @@ class Detokenizer(Owner):
         check(status, call)
         return b"".join(pieces).decode("utf-8")
 
+    @holding
     def push(self, token):
         """Feed one token; returns the completed text ("" if none)."""
         token_array([token])
         return self._take(_lib.lib().pi_detok_push(self._ptr(), c_int(token, "int32_t", "token"), self._sink,
                                                    None), "pi_detok_push")
 
+    @holding
     def flush(self):
         """Return held-back bytes (as one U+FFFD) and reset."""
         return self._take(_lib.lib().pi_detok_flush(self._ptr(), self._sink, None),

@@ -4,7 +4,7 @@ import ctypes
 
 from . import _lib
 from ._errors import check
-from ._util import Handle, Owner, c_float, c_int, token_array
+from ._util import Handle, Owner, c_float, c_int, holding, token_array
 
 # Fields of pi_sampler_params a caller may set, as keyword arguments.
 SAMPLER_FIELDS = ("temperature", "top_k", "top_p", "min_p", "repeat_penalty",
@@ -58,6 +58,7 @@ class Sampler(Owner):
             raise ValueError("the sampler is closed")
         return self._handle.ptr
 
+    @holding
     def sample(self, ctx):
         """Choose the next token from ctx's current logits and accept it into the
         penalty history. PI_ERR_INVALID_ARG: ctx of another model, or no logits."""
@@ -70,6 +71,7 @@ class Sampler(Owner):
             ctx._busy.release()
         return tok.value
 
+    @holding
     def sample_logits(self, logits):
         """Choose a token from a row of logits (a sequence of n_vocab floats, e.g. from
         Context.batch_logits) and accept it into the penalty history. ValueError for a
@@ -83,6 +85,7 @@ class Sampler(Owner):
               "pi_sample_logits")
         return tok.value
 
+    @holding
     def accept(self, token):
         """Add tokens (an id or a sequence of ids) to the penalty history."""
         toks = [token] if isinstance(token, int) else token
@@ -91,6 +94,7 @@ class Sampler(Owner):
         for i in range(n):
             check(lib.pi_sampler_accept(p, arr[i]), "pi_sampler_accept")
 
+    @holding
     def reset(self):
         """Clear the history and re-seed."""
         check(_lib.lib().pi_sampler_reset(self._ptr()), "pi_sampler_reset")
