@@ -4,8 +4,10 @@
  * Dot products: a weight row of type T is multiplied with an activation vector that was
  * first converted to T's "vector format" (F32: a copy; Q8_0, Q8_K: k->quantize_q8_0, _q8_k):
  *   F32, F16, BF16             -> PI_VEC_F32  (the floats themselves)
- *   Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 -> PI_VEC_Q8_0 (int8 per 32 values, scale and block sum)
- *   Q4_K, Q5_K, Q6_K           -> PI_VEC_Q8_K (int8 per 256 values, scale, 16-value sums)
+ *   Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL -> PI_VEC_Q8_0 (int8 per 32 values, scale and
+ *                                 block sum)
+ *   Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS -> PI_VEC_Q8_K (int8 per 256 values, scale,
+ *                                 16-value sums)
  * Integer dot products then do the work; one activation vector serves every row of a
  * matrix, so its layout is chosen for the kernels (see "Vector formats" below) and is
  * private to this module: callers size buffers with pi_vec_bytes() and never look inside
@@ -53,7 +55,8 @@ unsigned pi_cpu_detect(void);
  * PI_VEC_Q8_K (n a multiple of 256): super-blocks of 256 values, quantized by the same
  *   rule with one d = max|x| / 127 per 256 values. Planar, nb = n/256:
  *     int8  q[nb][256]   in order
- *     int16 bsum[nb][16] sum of the q of each 16 values (Q4_K/Q5_K mins, Q6_K offset)
+ *     int16 bsum[nb][16] sum of the q of each 16 values (Q2_K/Q4_K/Q5_K mins, Q3_K/Q6_K
+ *                        offsets)
  *     float d[nb]
  */
 enum pi_vec_fmt {
@@ -124,7 +127,8 @@ struct pi_cpu_kernels {
      * types y[i] = fmaf(a, w[i], y[i]). Fused multiply-adds (one rounding) everywhere,
      * so every implementation gives the reference's bytes; the float axpy is
      * compute-bound and the FMA saves a quarter of its vector operations. NULL for the
-     * K-quants (callers dequantize with to_float and use axpy[PI_TYPE_F32]). */
+     * K-quants and the IQ4 types (callers dequantize with to_float and use
+     * axpy[PI_TYPE_F32]). */
     pi_axpy_fn axpy[PI_TYPE_ID_LIMIT];
     /* axpy(y, a[r], w[r], n) for r = 0 .. nrows-1 in that order, exactly (each value of
      * y sees the same adds in the same order), with y kept in registers across rows:

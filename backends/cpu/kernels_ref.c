@@ -419,6 +419,99 @@ static float dot_q6_k_ref(const void *w, const void *x, int64_t n) {
     return sum;
 }
 
+/* Q2_K, 84 B: scales[16] | qs[64] | d | dmin. w = d*sc[g]*q - dmin*mn[g] per 16-value
+ * group g (sc, mn the low and high nibble of scales[g], q the 2-bit quant of dequant.c),
+ * so dot = d*dx*sum_g sc[g]*sum(q*x) - dmin*dx*sum_g mn[g]*sum(x). */
+static float dot_q2_k_ref(const void *w, const void *x, int64_t n) {
+    const uint8_t *blk = w;
+    int64_t nb = n / 256;
+    float sum = 0.0f;
+    for (int64_t b = 0; b < nb; b++, blk += 84) {
+        const int8_t *q = q8_k_q(x, b);
+        const int16_t *bsum = q8_k_bsum(x, nb, b);
+        int isum = 0, msum = 0;
+        float dx = q8_k_d(x, nb, b);
+        for (int g = 0; g < 16; g++) {
+            int gsum = 0;
+            for (int i = 0; i < 16; i++) {
+                int e = 16 * g + i, h = e / 128, r = e % 128;
+                gsum += ((blk[16 + 32 * h + r % 32] >> (2 * (r / 32))) & 3) * q[e];
+            }
+            isum += (blk[g] & 15) * gsum;
+            msum += (blk[g] >> 4) * bsum[g];
+        }
+        sum += rdf16(blk + 80) * dx * (float)isum - rdf16(blk + 82) * dx * (float)msum;
+    }
+    return sum;
+}
+
+/* Q3_K, 110 B: hmask[32] | qs[64] | scales[12] | d. w = d*scale[g]*q per 16-value group,
+ * q in -4..3 and the signed 6-bit scales as in dequant.c: dot = d*dx*sum_g
+ * scale[g]*sum(q*x). */
+static float dot_q3_k_ref(const void *w, const void *x, int64_t n) {
+    const uint8_t *blk = w;
+    int64_t nb = n / 256;
+    float sum = 0.0f;
+    for (int64_t b = 0; b < nb; b++, blk += 110) {
+        const int8_t *q = q8_k_q(x, b);
+        const uint8_t *sc = blk + 96;
+        int isum = 0;
+        for (int g = 0; g < 16; g++) {
+            int gsum = 0;
+            for (int i = 0; i < 16; i++) {
+                int e = 16 * g + i, h = e / 128, r = e % 128;
+                int v = (blk[32 + 32 * h + r % 32] >> (2 * (r / 32))) & 3;
+                v -= ((blk[e % 32] >> (e / 32)) & 1) ? 0 : 4;
+                gsum += v * q[e];
+            }
+            int lo = (sc[g % 8] >> (4 * (g / 8))) & 15, hi = (sc[8 + g % 4] >> (2 * (g / 4))) & 3;
+            isum += ((lo | (hi << 4)) - 32) * gsum;
+        }
+        sum += rdf16(blk + 108) * q8_k_d(x, nb, b) * (float)isum;
+    }
+    return sum;
+}
+
+/* IQ4_XS, 136 B: d | scales_h u16 | scales_l[4] | qs[128]. w = d*ls[s]*grid[q] per
+ * 32-value sub-block s (ls and the quants as in dequant.c): dot = d*dx*sum_s
+ * ls[s]*sum(grid[q]*x). */
+static float dot_iq4_xs_ref(const void *w, const void *x, int64_t n) {
+    const uint8_t *blk = w;
+    int64_t nb = n / 256;
+    float sum = 0.0f;
+    for (int64_t b = 0; b < nb; b++, blk += 136) {
+        const int8_t *q = q8_k_q(x, b);
+        const unsigned sh = rd16(blk + 2);
+        int isum = 0;
+        for (int s = 0; s < 8; s++) {
+            const uint8_t *qs = blk + 8 + 16 * s;
+            int ssum = 0;
+            for (int j = 0; j < 16; j++)
+                ssum += pi_iq4_grid[qs[j] & 15] * q[32 * s + j] +
+                        pi_iq4_grid[qs[j] >> 4] * q[32 * s + j + 16];
+            int ls = (((blk[4 + s / 2] >> (4 * (s % 2))) & 15) | (int)(((sh >> (2 * s)) & 3u) << 4));
+            isum += (ls - 32) * ssum;
+        }
+        sum += rdf16(blk) * q8_k_d(x, nb, b) * (float)isum;
+    }
+    return sum;
+}
+
+/* IQ4_NL, 18 B: d | qs[16], nibbles as Q4_0, w = d*grid[q]. */
+static float dot_iq4_nl_ref(const void *w, const void *x, int64_t n) {
+    const uint8_t *blk = w;
+    float sum = 0.0f;
+    for (int64_t b = 0; b < n / 32; b++, blk += 18) {
+        int q[32], isum = 0;
+        float dx, sx;
+        q8_0_block(x, b, q, &dx, &sx);
+        for (int v = 0; v < 16; v++)
+            isum += pi_iq4_grid[blk[2 + v] & 15] * q[v] + pi_iq4_grid[blk[2 + v] >> 4] * q[v + 16];
+        sum += rdf16(blk) * dx * (float)isum;
+    }
+    return sum;
+}
+
 /* ---- gemm by dots --------------------------------------------------------------------- */
 
 static void gemm_by_dot(pi_dot_fn dot, const void *W, size_t row_bytes, int64_t nr, const void *X,
@@ -447,6 +540,10 @@ GEMM_REF(q8_0)
 GEMM_REF(q4_k)
 GEMM_REF(q5_k)
 GEMM_REF(q6_k)
+GEMM_REF(q2_k)
+GEMM_REF(q3_k)
+GEMM_REF(iq4_xs)
+GEMM_REF(iq4_nl)
 /* clang-format on */
 #undef GEMM_REF
 
@@ -473,6 +570,10 @@ void pi_cpu_kernels_ref(struct pi_cpu_kernels *k) {
     set(k, PI_TYPE_Q4_K, PI_VEC_Q8_K, dot_q4_k_ref, gemm_q4_k_ref, pi_dequant_q4_k);
     set(k, PI_TYPE_Q5_K, PI_VEC_Q8_K, dot_q5_k_ref, gemm_q5_k_ref, pi_dequant_q5_k);
     set(k, PI_TYPE_Q6_K, PI_VEC_Q8_K, dot_q6_k_ref, gemm_q6_k_ref, pi_dequant_q6_k);
+    set(k, PI_TYPE_Q2_K, PI_VEC_Q8_K, dot_q2_k_ref, gemm_q2_k_ref, pi_dequant_q2_k);
+    set(k, PI_TYPE_Q3_K, PI_VEC_Q8_K, dot_q3_k_ref, gemm_q3_k_ref, pi_dequant_q3_k);
+    set(k, PI_TYPE_ID_IQ4_XS, PI_VEC_Q8_K, dot_iq4_xs_ref, gemm_iq4_xs_ref, pi_dequant_iq4_xs);
+    set(k, PI_TYPE_ID_IQ4_NL, PI_VEC_Q8_0, dot_iq4_nl_ref, gemm_iq4_nl_ref, pi_dequant_iq4_nl);
     k->quantize_q8_0 = quantize_q8_0_ref;
     k->quantize_q8_k = quantize_q8_k_ref;
     k->axpy_f16 = axpy_f16_ref;

@@ -212,3 +212,87 @@ void pi_dequant_q6_k(const void *src, float *dst, int64_t n) {
         }
     }
 }
+
+/* Q2_K, 84 B: scales[16] | qs[64] | d f16 | dmin f16. Weight e (0..255): h = e/128,
+ * r = e%128; q = (qs[32h + r%32] >> 2*(r/32)) & 3; scale byte g = e/16: low nibble
+ * the scale, high nibble the min. x = (d*sc)*q - (dmin*mn). */
+void pi_dequant_q2_k(const void *src, float *dst, int64_t n) {
+    const uint8_t *b = src;
+    for (int64_t i = 0; i < n / QK_K; i++, b += 84, dst += QK_K) {
+        const uint8_t *sc = b, *qs = b + 16;
+        float d = rdf16(b + 80), dmin = rdf16(b + 82);
+        for (int e = 0; e < QK_K; e++) {
+            int h = e / 128, r = e % 128;
+            int q = (qs[32 * h + r % 32] >> (2 * (r / 32))) & 3;
+            float dl = d * (float)(sc[e / 16] & 0x0f);
+            float ml = dmin * (float)(sc[e / 16] >> 4);
+            float p = dl * (float)q;
+            dst[e] = p - ml;
+        }
+    }
+}
+
+/* The 16 6-bit signed scales of Q3_K (12 bytes): scale j has low 4 bits from s[j%8]
+ * (low nibble for j < 8, high for j >= 8) and high 2 bits from s[8 + j%4] bits
+ * 2*(j/4); its value is that 6-bit number minus 32. */
+static int scale_q3_k(const uint8_t *s, int j) {
+    int lo = (s[j % 8] >> (4 * (j / 8))) & 0x0f;
+    int hi = (s[8 + j % 4] >> (2 * (j / 4))) & 0x03;
+    return (lo | (hi << 4)) - 32;
+}
+
+/* Q3_K, 110 B: hmask[32] | qs[64] | scales[12] | d f16. Weight e: h = e/128, r = e%128;
+ * low 2 bits (qs[32h + r%32] >> 2*(r/32)) & 3; bit e/32 of hmask[e%32] clear means
+ * minus 4. x = (d*scale[e/16]) * q, q in -4..3. */
+void pi_dequant_q3_k(const void *src, float *dst, int64_t n) {
+    const uint8_t *b = src;
+    for (int64_t i = 0; i < n / QK_K; i++, b += 110, dst += QK_K) {
+        const uint8_t *hm = b, *qs = b + 32, *sc = b + 96;
+        float d = rdf16(b + 108);
+        for (int e = 0; e < QK_K; e++) {
+            int h = e / 128, r = e % 128;
+            int q = (qs[32 * h + r % 32] >> (2 * (r / 32))) & 3;
+            q -= ((hm[e % 32] >> (e / 32)) & 1) ? 0 : 4;
+            float dl = d * (float)scale_q3_k(sc, e / 16);
+            dst[e] = dl * (float)q;
+        }
+    }
+}
+
+const int8_t pi_iq4_grid[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                1,    13,   25,  38,  53,  69,  89,  113};
+
+/* IQ4_NL, 18 B: d f16 | qs[16], nibbles as Q4_0; x = d * grid[q]. */
+void pi_dequant_iq4_nl(const void *src, float *dst, int64_t n) {
+    const uint8_t *b = src;
+    for (int64_t i = 0; i < n / QK; i++, b += 18, dst += QK) {
+        float d = rdf16(b);
+        const uint8_t *qs = b + 2;
+        for (int j = 0; j < QK / 2; j++) {
+            dst[j] = d * (float)pi_iq4_grid[qs[j] & 0x0f];
+            dst[j + QK / 2] = d * (float)pi_iq4_grid[qs[j] >> 4];
+        }
+    }
+}
+
+/* IQ4_XS, 136 B: d f16 | scales_h u16 LE | scales_l[4] | qs[128]. Sub-block s (32
+ * weights) of the 8: 6-bit scale ls = (scales_l[s/2] nibble s%2) | ((scales_h >> 2s)
+ * & 3) << 4, minus 32; its quants are qs[16s .. 16s+15], low nibbles first, as IQ4_NL.
+ * x = (d*ls) * grid[q]. */
+void pi_dequant_iq4_xs(const void *src, float *dst, int64_t n) {
+    const uint8_t *b = src;
+    for (int64_t i = 0; i < n / QK_K; i++, b += 136, dst += QK_K) {
+        float d = rdf16(b);
+        unsigned sh = rd16(b + 2);
+        for (int s = 0; s < 8; s++) {
+            int lo = (b[4 + s / 2] >> (4 * (s % 2))) & 0x0f;
+            int ls = (lo | (int)(((sh >> (2 * s)) & 3u) << 4)) - 32;
+            float dl = d * (float)ls;
+            const uint8_t *qs = b + 8 + 16 * s;
+            for (int j = 0; j < 16; j++) {
+                dst[32 * s + j] = dl * (float)pi_iq4_grid[qs[j] & 0x0f];
+                dst[32 * s + j + 16] = dl * (float)pi_iq4_grid[qs[j] >> 4];
+            }
+        }
+    }
+}

@@ -10,6 +10,12 @@
 
 #define PI_TYPE_ID_LIMIT 64 /* every known id is below this */
 
+/* GGUF ids of computable types that include/powerinfer.h does not name. */
+enum {
+    PI_TYPE_ID_IQ4_NL = 20,
+    PI_TYPE_ID_IQ4_XS = 23,
+};
+
 struct pi_type_traits {
     const char *name;     /* GGUF name; NULL: id unknown */
     uint32_t block_size;  /* elements per block */
@@ -39,8 +45,16 @@ void pi_dequant_q4_1(const void *src, float *dst, int64_t n);
 void pi_dequant_q5_0(const void *src, float *dst, int64_t n);
 void pi_dequant_q5_1(const void *src, float *dst, int64_t n);
 void pi_dequant_q8_0(const void *src, float *dst, int64_t n);
+void pi_dequant_q2_k(const void *src, float *dst, int64_t n);
+void pi_dequant_q3_k(const void *src, float *dst, int64_t n);
 void pi_dequant_q4_k(const void *src, float *dst, int64_t n);
 void pi_dequant_q5_k(const void *src, float *dst, int64_t n);
 void pi_dequant_q6_k(const void *src, float *dst, int64_t n);
+void pi_dequant_iq4_nl(const void *src, float *dst, int64_t n);
+void pi_dequant_iq4_xs(const void *src, float *dst, int64_t n);
+
+/* The 16 values of the non-linear 4-bit grid of IQ4_NL and IQ4_XS: a weight's 4-bit
+ * quant q stands for pi_iq4_grid[q] times its block scale. */
+extern const int8_t pi_iq4_grid[16];
 
 #endif

@@ -90,9 +90,10 @@ static void put_scale(uint8_t *p) {
 }
 
 /* The weight types under test with their traits. */
-static const int test_types[] = {PI_TYPE_F32,  PI_TYPE_F16,  PI_TYPE_BF16, PI_TYPE_Q4_0,
-                                 PI_TYPE_Q4_1, PI_TYPE_Q5_0, PI_TYPE_Q5_1, PI_TYPE_Q8_0,
-                                 PI_TYPE_Q4_K, PI_TYPE_Q5_K, PI_TYPE_Q6_K};
+static const int test_types[] = {PI_TYPE_F32,       PI_TYPE_F16,       PI_TYPE_BF16, PI_TYPE_Q4_0,
+                                 PI_TYPE_Q4_1,      PI_TYPE_Q5_0,      PI_TYPE_Q5_1, PI_TYPE_Q8_0,
+                                 PI_TYPE_ID_IQ4_NL, PI_TYPE_Q2_K,      PI_TYPE_Q3_K, PI_TYPE_Q4_K,
+                                 PI_TYPE_Q5_K,      PI_TYPE_Q6_K,      PI_TYPE_ID_IQ4_XS};
 #define N_TYPES (sizeof test_types / sizeof test_types[0])
 
 /* Fill `bytes` bytes of rows of `type` with random quants and valid random scales. */
@@ -117,7 +118,16 @@ static void random_weights(int type, uint8_t *p, size_t bytes) {
         case PI_TYPE_Q4_0:
         case PI_TYPE_Q5_0:
         case PI_TYPE_Q8_0:
+        case PI_TYPE_ID_IQ4_NL:
+        case PI_TYPE_ID_IQ4_XS:
             put_scale(b);
+            break;
+        case PI_TYPE_Q2_K:
+            put_scale(b + 80);
+            put_scale(b + 82);
+            break;
+        case PI_TYPE_Q3_K:
+            put_scale(b + 108);
             break;
         case PI_TYPE_Q4_1:
         case PI_TYPE_Q5_1:

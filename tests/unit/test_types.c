@@ -66,7 +66,7 @@ static void test_dequant_fixtures(void **state) {
     assert_int_equal(le32(buf), FIXTURE_MAGIC);
     assert_int_equal(le32(buf + 4), FIXTURE_VERSION);
     n_records = le32(buf + 8);
-    assert_true(n_records >= 11);
+    assert_true(n_records >= 15);
 
     for (uint32_t r = 0; r < n_records; r++) {
         uint32_t type, n, nbytes;
@@ -110,10 +110,11 @@ static void test_dequant_fixtures(void **state) {
         seen |= 1u << (type & 31u);
     }
     assert_int_equal(off, size);
-    /* all 11 computable types are covered */
+    /* all 15 computable types are covered */
     assert_int_equal(seen, (1u << 0) | (1u << 1) | (1u << 2) | (1u << 3) | (1u << 6) |
-                               (1u << 7) | (1u << 8) | (1u << 12) | (1u << 13) |
-                               (1u << 14) | (1u << 30));
+                               (1u << 7) | (1u << 8) | (1u << 10) | (1u << 11) |
+                               (1u << 12) | (1u << 13) | (1u << 14) | (1u << 20) |
+                               (1u << 23) | (1u << 30));
     if (inexact)
         print_message("note: %u K-quant values within tolerance but not bit-exact\n", inexact);
     free(buf);
@@ -140,7 +141,7 @@ static const struct {
     {41, 128, 18, "Q1_0"},
 };
 
-static const uint32_t computable[] = {0, 1, 2, 3, 6, 7, 8, 12, 13, 14, 30};
+static const uint32_t computable[] = {0, 1, 2, 3, 6, 7, 8, 10, 11, 12, 13, 14, 20, 23, 30};
 
 static void test_traits_table(void **state) {
     const size_t n_sizes = sizeof gguf_sizes / sizeof gguf_sizes[0];
