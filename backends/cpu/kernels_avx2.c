@@ -8,23 +8,26 @@
  * are dotted with up to GEMM_TILE activation vectors (prefill reuses each weight load;
  * decode is the same code with one vector):
  *
- * 32-blocks (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0): a unit is a group of 8 blocks, matching the
+ * 32-blocks (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL): a unit is a group of 8 blocks, matching the
  *   block-transposed PI_VEC_Q8_0 layout (kernels.h). The weight quants of the 8 blocks
  *   are transposed into 8 "steps" of 32 bytes, dword j of step u = quants 4u..4u+3 of
  *   block j, exactly like the activation group. Then maddubs(weights, x) -> int16 pairs,
  *   madd(., 1) -> int32 lane j = block j's sum: no horizontal sums, and the 8 block
  *   scales are applied with one FMA on 8 lanes. Quants are used unsigned (Q4_0 without
  *   its -8, Q5_0 without -16); the offset goes through the activation block sums.
+ *   IQ4_NL's nibbles index its grid with one pshufb and are then signed like Q8_0's.
  *
- * K-quants (Q4_K, Q5_K, Q6_K): a unit is a super-block, in value order: maddubs of 32
- *   quants with 32 activations, madd with the sub-block scale, int32 accumulation, one
- *   FMA per super-block; the mins (Q4_K, Q5_K) and the -32 offset (Q6_K) use the
- *   activation's 16-value sums.
+ * K-quants (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS): a unit is a super-block, in value
+ *   order: maddubs of 32 quants with 32 activations, madd with the sub-block scale, int32
+ *   accumulation, one FMA per super-block; the mins (Q2_K, Q4_K, Q5_K) and the offsets
+ *   (Q3_K's -4, used as q + 4 in 0..7; Q6_K's -32) use the activation's 16-value sums.
+ *   IQ4_XS's grid values are signed: |w| times x with the sign of w, as for Q8_0.
  *
  * maddubs saturates at +-32767: unsigned 4-bit quants times |x| <= 127 give pairs of at
  * most 3810, so 8 steps add up in int16 (30480); 5-bit ones are widened after 4 steps
- * (31496), 6-bit ones at once (16002); Q8_0 uses the sign trick (|w| times x with the
- * sign of w) and widens every step (32512).
+ * (31496), 6-bit ones at once (16002); Q8_0 and IQ4_NL use the sign trick (|w| times x
+ * with the sign of w) and widen every step (32512). In the K-quants each maddubs is
+ * widened at once (IQ4_XS: 2 * 127 * 127 = 32258).
  *
  * Rows are summed in K-blocks of 2048 values, each reduced to a float and added in
  * order, by dot and gemm alike: for quantized types they agree bit for bit. */
@@ -94,6 +97,11 @@ INLINE __m256i unpack_nibbles(const uint8_t *qs) {
     __m128i q = loadu128(qs);
     __m256i v = _mm256_inserti128_si256(_mm256_castsi128_si256(q), _mm_srli_epi16(q, 4), 1);
     return _mm256_and_si256(v, _mm256_set1_epi8(0x0f));
+}
+
+/* The IQ4 grid (pi_iq4_grid) in both lanes: pshufb of 4-bit indices gives the values. */
+INLINE __m256i iq4_grid256(void) {
+    return _mm256_broadcastsi128_si256(loadu128(pi_iq4_grid));
 }
 
 /* ---- activation quantization ---------------------------------------------------------- */
@@ -356,7 +364,26 @@ INLINE void load_group(int type, const uint8_t *p, struct wgroup *w) {
             w->q[u] = _mm256_abs_epi8(w->s[u]);
         w->d = halves8(p, 34);
         break;
+    case PI_TYPE_ID_IQ4_NL: {
+        const __m256i grid = iq4_grid256();
+        __m256i idx[8];
+        transpose16(p + 2, 18, t);
+        nibbles(t, idx);
+        UNROLL
+        for (int u = 0; u < 8; u++) {
+            w->s[u] = _mm256_shuffle_epi8(grid, idx[u]);
+            w->q[u] = _mm256_abs_epi8(w->s[u]);
+        }
+        w->d = halves8(p, 18);
+        break;
     }
+    }
+}
+
+/* 1 for the 32-block types whose block sums enter the dot (an offset m): all but Q8_0
+ * and IQ4_NL, whose quants are signed. */
+INLINE int has_offset(int type) {
+    return type != PI_TYPE_Q8_0 && type != PI_TYPE_ID_IQ4_NL;
 }
 
 #if defined(PI_VNNI)
@@ -453,7 +480,7 @@ INLINE __m256 group_dot(int type, const struct wgroup *w, const uint8_t *xg, __m
         break;
     }
     acc = _mm256_fmadd_ps(_mm256_mul_ps(w->d, dx), _mm256_cvtepi32_ps(isum), acc);
-    if (type != PI_TYPE_Q8_0)
+    if (has_offset(type))
         acc = _mm256_fmadd_ps(w->m, _mm256_loadu_ps((const float *)(const void *)(xg + 288)), acc);
     return acc;
 }
@@ -468,6 +495,8 @@ INLINE size_t block_bytes(int type) {
         return 22;
     case PI_TYPE_Q5_1:
         return 24;
+    case PI_TYPE_ID_IQ4_NL:
+        return 18;
     default:
         return 34;
     }
@@ -534,6 +563,11 @@ INLINE void load_block(int type, const uint8_t *p, struct wblock *w) {
         w->q = _mm256_or_si256(unpack_nibbles(p + 8), q5_bits32(p + 4));
         w->m = f16_at(p + 2);
         break;
+    case PI_TYPE_ID_IQ4_NL:
+        w->s = _mm256_shuffle_epi8(iq4_grid256(), unpack_nibbles(p + 2));
+        w->q = _mm256_abs_epi8(w->s);
+        w->m = 0.0f;
+        break;
     default:
         w->s = loadu256(p + 2);
         w->q = _mm256_abs_epi8(w->s);
@@ -545,7 +579,7 @@ INLINE void load_block(int type, const uint8_t *p, struct wblock *w) {
 /* 8 int32 partial sums of q*x over one block in value order (xb: 32 int8). */
 INLINE __m256i block_isum(int type, const struct wblock *w, const uint8_t *xb) {
     __m256i x = loadu256(xb);
-    if (type == PI_TYPE_Q8_0)
+    if (!has_offset(type))
         x = _mm256_sign_epi8(x, w->s);
 #if defined(PI_VNNI)
     return _mm256_dpbusd_epi32(_mm256_setzero_si256(), w->q, x);
@@ -570,7 +604,7 @@ INLINE void tail_dot(int type, const uint8_t *p, int r, const uint8_t *xt, int t
             memcpy(&sx, xb + 288 + 4 * j, 4);
             acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(block_isum(type, &wb, xb + 32 * j)),
                                      _mm256_set1_ps(wb.d * dx), acc[t]);
-            if (type != PI_TYPE_Q8_0)
+            if (has_offset(type))
                 off[t] += wb.m * sx;
         }
     }
@@ -735,8 +769,110 @@ INLINE void q6_k_decode(const uint8_t *blk, struct kblock *kb) {
     kb->dmin = 0.0f;
 }
 
+/* sc[c] for a type with one scale per 16 values (Q2_K, Q3_K, Q6_K): scale 2c in the
+ * low lane, 2c+1 in the high lane, from the 16 scales as words of sc. */
+INLINE __m256i scale_pair(__m256i sc, int c) {
+    /* within each lane: word 0 (low lane) or 1 (high lane) of the broadcast dword */
+    const __m256i pick = _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2,
+                                          3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3);
+    return _mm256_shuffle_epi8(_mm256_permutevar8x32_epi32(sc, _mm256_set1_epi32(c)), pick);
+}
+
+/* Q2_K: chunk c = 4h + s (values 32c..) is bits 2s..2s+1 of qs[32h..32h+31]; scales[g]
+ * holds scale g (low nibble) and min g (high nibble), one per 16 values. */
+INLINE void q2_k_decode(const uint8_t *blk, struct kblock *kb) {
+    const __m256i m3 = _mm256_set1_epi8(3);
+    const __m128i sb = loadu128(blk);
+    const __m256i sc = _mm256_cvtepu8_epi16(_mm_and_si128(sb, _mm_set1_epi8(0x0f)));
+    UNROLL
+    for (int h = 0; h < 2; h++) {
+        const __m256i q = loadu256(blk + 16 + 32 * h);
+        kb->q[4 * h] = _mm256_and_si256(q, m3);
+        kb->q[4 * h + 1] = _mm256_and_si256(_mm256_srli_epi16(q, 2), m3);
+        kb->q[4 * h + 2] = _mm256_and_si256(_mm256_srli_epi16(q, 4), m3);
+        kb->q[4 * h + 3] = _mm256_and_si256(_mm256_srli_epi16(q, 6), m3);
+    }
+    UNROLL
+    for (int c = 0; c < 8; c++)
+        kb->sc[c] = scale_pair(sc, c);
+    kb->aux = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sb, 4), _mm_set1_epi8(0x0f)));
+    kb->d = f16_at(blk + 80);
+    kb->dmin = f16_at(blk + 82);
+}
+
+/* Q3_K 12 packed bytes -> the 16 signed 6-bit scales as bytes, on 32-bit words (scale j:
+ * low 4 bits from byte j%8, low nibble for j < 8; high 2 bits from byte 8 + j%4, bits
+ * 2(j/4); minus 32). */
+INLINE __m128i q3_k_scales(const uint8_t *s) {
+    uint32_t a, b, c, w[4];
+    memcpy(&a, s, 4);
+    memcpy(&b, s + 4, 4);
+    memcpy(&c, s + 8, 4);
+    w[0] = (a & 0x0f0f0f0fu) | ((c & 0x03030303u) << 4);
+    w[1] = (b & 0x0f0f0f0fu) | (((c >> 2) & 0x03030303u) << 4);
+    w[2] = ((a >> 4) & 0x0f0f0f0fu) | (((c >> 4) & 0x03030303u) << 4);
+    w[3] = ((b >> 4) & 0x0f0f0f0fu) | (((c >> 6) & 0x03030303u) << 4);
+    return _mm_sub_epi8(loadu128(w), _mm_set1_epi8(32));
+}
+
+/* Q3_K: chunk c = 4h + s: bits 2s..2s+1 of qs[32h..], plus 4 where bit c of hmask[l] is
+ * set: the quant plus 4, in 0..7 (the -4 is taken off with the bsums). */
+INLINE void q3_k_decode(const uint8_t *blk, struct kblock *kb) {
+    const __m256i m3 = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1);
+    const __m256i hm = loadu256(blk);
+    const __m256i sc = _mm256_cvtepi8_epi16(q3_k_scales(blk + 96));
+    UNROLL
+    for (int h = 0; h < 2; h++) {
+        const __m256i q = loadu256(blk + 32 + 32 * h);
+        UNROLL
+        for (int s = 0; s < 4; s++) {
+            const int c = 4 * h + s;
+            __m256i lo = _mm256_and_si256(_mm256_srli_epi16(q, 2 * s), m3);
+            __m256i hi = _mm256_and_si256(_mm256_srli_epi16(hm, c), one);
+            kb->q[c] = _mm256_or_si256(lo, _mm256_slli_epi16(hi, 2));
+        }
+    }
+    UNROLL
+    for (int c = 0; c < 8; c++)
+        kb->sc[c] = scale_pair(sc, c);
+    kb->aux = sc;
+    kb->d = f16_at(blk + 108);
+    kb->dmin = 0.0f;
+}
+
+/* IQ4_XS: chunk c is sub-block c: the grid values (signed: k_token uses |w| and the
+ * sign) of the nibbles of qs[16c..16c+15], low nibbles first; one 6-bit scale minus 32
+ * per sub-block. */
+INLINE void iq4_xs_decode(const uint8_t *blk, struct kblock *kb) {
+    const __m256i grid = iq4_grid256();
+    int16_t ls[8];
+    uint16_t sh;
+    memcpy(&sh, blk + 2, 2);
+    for (int s = 0; s < 8; s++)
+        ls[s] = (int16_t)((((blk[4 + s / 2] >> (4 * (s % 2))) & 15) | (((sh >> (2 * s)) & 3) << 4)) -
+                          32);
+    __m256i sc = _mm256_broadcastsi128_si256(loadu128(ls));
+    UNROLL
+    for (int c = 0; c < 8; c++) {
+        kb->q[c] = _mm256_shuffle_epi8(grid, unpack_nibbles(blk + 8 + 16 * c));
+        kb->sc[c] = bcast_word(sc, c);
+    }
+    kb->aux = _mm256_setzero_si256();
+    kb->d = f16_at(blk);
+    kb->dmin = 0.0f;
+}
+
 INLINE void k_decode(int type, const uint8_t *blk, struct kblock *kb) {
     switch (type) {
+    case PI_TYPE_Q2_K:
+        q2_k_decode(blk, kb);
+        break;
+    case PI_TYPE_Q3_K:
+        q3_k_decode(blk, kb);
+        break;
+    case PI_TYPE_ID_IQ4_XS:
+        iq4_xs_decode(blk, kb);
+        break;
     case PI_TYPE_Q4_K:
         k45_decode(blk, NULL, blk + 16, kb);
         break;
@@ -750,25 +886,49 @@ INLINE void k_decode(int type, const uint8_t *blk, struct kblock *kb) {
 }
 
 /* acc + one decoded super-block dotted with activations xq [256], bsum [16], scale dx:
- * isum = sum_c madd(maddubs(q[c], x[c]), sc[c]); Q4_K/Q5_K: d*dx*isum - dmin*dx*(mins .
- * bsums); Q6_K: d*dx*(isum - 32 * (scales . bsums)). */
+ * isum = sum_c madd(maddubs(q[c], x[c]), sc[c]) (IQ4_XS: maddubs(|q[c]|, x[c] with the
+ * sign of q[c])); Q2_K/Q4_K/Q5_K: d*dx*isum - dmin*dx*(mins . bsums); Q6_K:
+ * d*dx*(isum - 32 * (scales . bsums)), Q3_K the same with 4; IQ4_XS: d*dx*isum. */
 INLINE __m256 k_token(int type, const struct kblock *kb, const int8_t *xq, const int16_t *bsum,
                       float dx, __m256 acc) {
-    __m256i isum = _mm256_setzero_si256();
-    __m256i aux = _mm256_madd_epi16(kb->aux, loadu256(bsum));
+    const int has_min = type == PI_TYPE_Q2_K || type == PI_TYPE_Q4_K || type == PI_TYPE_Q5_K;
+    __m256i isum = _mm256_setzero_si256(), aux = _mm256_setzero_si256();
+    if (type != PI_TYPE_ID_IQ4_XS)
+        aux = _mm256_madd_epi16(kb->aux, loadu256(bsum));
     UNROLL
-    for (int c = 0; c < 8; c++)
-        isum = madd_acc(isum, _mm256_maddubs_epi16(kb->q[c], loadu256(xq + 32 * c)), kb->sc[c]);
+    for (int c = 0; c < 8; c++) {
+        __m256i x = loadu256(xq + 32 * c), q = kb->q[c];
+        if (type == PI_TYPE_ID_IQ4_XS) {
+            x = _mm256_sign_epi8(x, q);
+            q = _mm256_abs_epi8(q);
+        }
+        isum = madd_acc(isum, _mm256_maddubs_epi16(q, x), kb->sc[c]);
+    }
     if (type == PI_TYPE_Q6_K)
         isum = _mm256_sub_epi32(isum, _mm256_slli_epi32(aux, 5));
+    if (type == PI_TYPE_Q3_K)
+        isum = _mm256_sub_epi32(isum, _mm256_slli_epi32(aux, 2));
     acc = _mm256_fmadd_ps(_mm256_set1_ps(kb->d * dx), _mm256_cvtepi32_ps(isum), acc);
-    if (type != PI_TYPE_Q6_K)
+    if (has_min)
         acc = _mm256_fnmadd_ps(_mm256_set1_ps(kb->dmin * dx), _mm256_cvtepi32_ps(aux), acc);
     return acc;
 }
 
 INLINE size_t k_block_bytes(int type) {
-    return type == PI_TYPE_Q4_K ? 144 : type == PI_TYPE_Q5_K ? 176 : 210;
+    switch (type) {
+    case PI_TYPE_Q2_K:
+        return 84;
+    case PI_TYPE_Q3_K:
+        return 110;
+    case PI_TYPE_Q4_K:
+        return 144;
+    case PI_TYPE_Q5_K:
+        return 176;
+    case PI_TYPE_ID_IQ4_XS:
+        return 136;
+    default:
+        return 210;
+    }
 }
 
 /* As row_kblock_n, for super-blocks [b0, b1) of a row of nb. */
@@ -805,7 +965,8 @@ INLINE void row_kblock_k(int type, const uint8_t *row, int64_t nb, int64_t b0, i
 /* ---- dot and gemm drivers, both block families ------------------------------------ */
 
 INLINE int is_k_quant(int type) {
-    return type == PI_TYPE_Q4_K || type == PI_TYPE_Q5_K || type == PI_TYPE_Q6_K;
+    return type == PI_TYPE_Q2_K || type == PI_TYPE_Q3_K || type == PI_TYPE_Q4_K ||
+           type == PI_TYPE_Q5_K || type == PI_TYPE_Q6_K || type == PI_TYPE_ID_IQ4_XS;
 }
 
 /* out[t] for tt tokens: units [u0, u1) of one row, a unit being 256 values (a group of
@@ -1001,6 +1162,10 @@ UNIT_KERNELS(q8_0, PI_TYPE_Q8_0)
 UNIT_KERNELS(q4_k, PI_TYPE_Q4_K)
 UNIT_KERNELS(q5_k, PI_TYPE_Q5_K)
 UNIT_KERNELS(q6_k, PI_TYPE_Q6_K)
+UNIT_KERNELS(iq4_nl, PI_TYPE_ID_IQ4_NL)
+UNIT_KERNELS(q2_k, PI_TYPE_Q2_K)
+UNIT_KERNELS(q3_k, PI_TYPE_Q3_K)
+UNIT_KERNELS(iq4_xs, PI_TYPE_ID_IQ4_XS)
 /* clang-format on */
 #undef UNIT_KERNELS
 
@@ -1300,6 +1465,75 @@ static void NAME(to_float_q6_k)(const void *src, float *dst, int64_t n) {
     }
 }
 
+/* 16 int8 quants in order -> dl * q - ml as 16 floats (Q2_K; Q3_K with ml = 0, which
+ * leaves every product as it is). */
+INLINE void store_scaled16(__m128i q, float dl, float ml, float *dst) {
+    const __m256 d = _mm256_set1_ps(dl), m = _mm256_set1_ps(ml);
+    _mm256_storeu_ps(dst, _mm256_sub_ps(_mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q))), m));
+    _mm256_storeu_ps(dst + 8, _mm256_sub_ps(_mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(
+                                                             _mm_srli_si128(q, 8)))),
+                                            m));
+}
+
+/* Q2_K, Q3_K: x = (d*scale)*q (- dmin*min for Q2_K) per 16 values, quants as in their
+ * k_decode (Q3_K's without the +4). */
+INLINE void to_float_k2_k3(int type, const uint8_t *b, float *dst) {
+    struct kblock kb;
+    uint8_t scm[16];
+    k_decode(type, b, &kb);
+    if (type == PI_TYPE_Q3_K)
+        _mm_storeu_si128((__m128i *)(void *)scm, q3_k_scales(b + 96));
+    else
+        _mm_storeu_si128((__m128i *)(void *)scm, loadu128(b));
+    for (int c = 0; c < 8; c++) {
+        __m256i q = kb.q[c];
+        if (type == PI_TYPE_Q3_K)
+            q = _mm256_sub_epi8(q, _mm256_set1_epi8(4));
+        for (int half = 0; half < 2; half++) {
+            const int g = 2 * c + half;
+            const __m128i qh = half ? _mm256_extracti128_si256(q, 1) : _mm256_castsi256_si128(q);
+            if (type == PI_TYPE_Q3_K)
+                store_scaled16(qh, kb.d * (float)(int8_t)scm[g], 0.0f, dst + 16 * g);
+            else
+                store_scaled16(qh, kb.d * (float)(scm[g] & 15), kb.dmin * (float)(scm[g] >> 4),
+                               dst + 16 * g);
+        }
+    }
+}
+
+static void NAME(to_float_q2_k)(const void *src, float *dst, int64_t n) {
+    const uint8_t *b = src;
+    for (int64_t i = 0; i < n / 256; i++, b += 84, dst += 256)
+        to_float_k2_k3(PI_TYPE_Q2_K, b, dst);
+}
+
+static void NAME(to_float_q3_k)(const void *src, float *dst, int64_t n) {
+    const uint8_t *b = src;
+    for (int64_t i = 0; i < n / 256; i++, b += 110, dst += 256)
+        to_float_k2_k3(PI_TYPE_Q3_K, b, dst);
+}
+
+static void NAME(to_float_iq4_nl)(const void *src, float *dst, int64_t n) {
+    const uint8_t *b = src;
+    const __m256i grid = iq4_grid256();
+    for (int64_t i = 0; i < n / 32; i++, b += 18, dst += 32)
+        store_scaled32(_mm256_shuffle_epi8(grid, unpack_nibbles(b + 2)), _mm256_set1_ps(f16_at(b)),
+                       dst);
+}
+
+/* IQ4_XS: x = (d*ls)*grid[q] per sub-block of 32 (kb.sc[c] holds scale c in every word). */
+static void NAME(to_float_iq4_xs)(const void *src, float *dst, int64_t n) {
+    const uint8_t *b = src;
+    for (int64_t i = 0; i < n / 256; i++, b += 136, dst += 256) {
+        struct kblock kb;
+        iq4_xs_decode(b, &kb);
+        for (int c = 0; c < 8; c++) {
+            const float ls = (float)(int16_t)_mm256_extract_epi16(kb.sc[c], 0);
+            store_scaled32(kb.q[c], _mm256_set1_ps(kb.d * ls), dst + 32 * c);
+        }
+    }
+}
+
 /* ---- axpy over one weight row (sparse down projection) ---------------------------------
  * The same fused multiply-adds as the reference (fmaf), so the same bytes. */
 
@@ -1448,6 +1682,10 @@ void pi_cpu_kernels_avx2(struct pi_cpu_kernels *k) {
     set(k, PI_TYPE_Q4_K, NAME(dot_q4_k), NAME(gemm_q4_k));
     set(k, PI_TYPE_Q5_K, NAME(dot_q5_k), NAME(gemm_q5_k));
     set(k, PI_TYPE_Q6_K, NAME(dot_q6_k), NAME(gemm_q6_k));
+    set(k, PI_TYPE_ID_IQ4_NL, NAME(dot_iq4_nl), NAME(gemm_iq4_nl));
+    set(k, PI_TYPE_Q2_K, NAME(dot_q2_k), NAME(gemm_q2_k));
+    set(k, PI_TYPE_Q3_K, NAME(dot_q3_k), NAME(gemm_q3_k));
+    set(k, PI_TYPE_ID_IQ4_XS, NAME(dot_iq4_xs), NAME(gemm_iq4_xs));
     k->gemv_idx[PI_TYPE_Q4_0] = NAME(gemv_idx_q4_0);
     k->gemv_idx[PI_TYPE_Q4_1] = NAME(gemv_idx_q4_1);
     k->gemv_idx[PI_TYPE_Q5_0] = NAME(gemv_idx_q5_0);
@@ -1456,6 +1694,10 @@ void pi_cpu_kernels_avx2(struct pi_cpu_kernels *k) {
     k->gemv_idx[PI_TYPE_Q4_K] = NAME(gemv_idx_q4_k);
     k->gemv_idx[PI_TYPE_Q5_K] = NAME(gemv_idx_q5_k);
     k->gemv_idx[PI_TYPE_Q6_K] = NAME(gemv_idx_q6_k);
+    k->gemv_idx[PI_TYPE_ID_IQ4_NL] = NAME(gemv_idx_iq4_nl);
+    k->gemv_idx[PI_TYPE_Q2_K] = NAME(gemv_idx_q2_k);
+    k->gemv_idx[PI_TYPE_Q3_K] = NAME(gemv_idx_q3_k);
+    k->gemv_idx[PI_TYPE_ID_IQ4_XS] = NAME(gemv_idx_iq4_xs);
     k->quantize_q8_0 = NAME(quantize_q8_0);
     k->quantize_q8_k = NAME(quantize_q8_k);
     k->axpy_f16 = NAME(axpy_f16);
@@ -1477,4 +1719,8 @@ void pi_cpu_kernels_avx2(struct pi_cpu_kernels *k) {
     k->to_float[PI_TYPE_Q8_0] = NAME(to_float_q8_0);
     k->to_float[PI_TYPE_Q4_K] = NAME(to_float_q4_k);
     k->to_float[PI_TYPE_Q6_K] = NAME(to_float_q6_k);
+    k->to_float[PI_TYPE_Q2_K] = NAME(to_float_q2_k);
+    k->to_float[PI_TYPE_Q3_K] = NAME(to_float_q3_k);
+    k->to_float[PI_TYPE_ID_IQ4_NL] = NAME(to_float_iq4_nl);
+    k->to_float[PI_TYPE_ID_IQ4_XS] = NAME(to_float_iq4_xs);
 }
