@@ -9,16 +9,31 @@
  * pair has a merge. A byte whose character is not a token is dropped (as Hugging
  * Face's BPE does without an unknown token).
  *
- * Pre-tokenizers (the regexes are the published ones of each model family; \s is
- * spelled out as the Unicode White_Space set so that the result does not depend on
- * the PCRE2 version's idea of \s):
- *   gpt2, default, and unknown names (with a warning):  the GPT-2 regex
- *   smollm, starcoder, refact, codeshell, command-r, exaone:  \p{N} (each digit
- *                                alone), then the GPT-2 regex
- *   llama3, llama-bpe:           the Llama 3 regex; a pre-token that is a whole token
- *                                is emitted without merging (ignore_merges)
- *   qwen2, deepseek-r1-qwen:     the Llama 3 regex with single digits (no NFC
- *                                normalisation is applied)
+ * Pre-tokenizers, by the names llama.cpp's converter writes (the regexes are those of
+ * each family's tokenizer.json; \s is spelled out as the Unicode White_Space set so
+ * that the result does not depend on the PCRE2 version's idea of \s):
+ *   default, gpt2, gpt-2, phi-2, mpt, olmo:  the GPT-2 regex (also when the key is
+ *                                absent, as old files have it)
+ *   smollm, starcoder, refact, codeshell, command-r, exaone, minerva-7b:  \p{N} (each
+ *                                digit alone), then the GPT-2 regex (StarCoder 2)
+ *   llama3, llama-v3, llama-bpe, falcon3, falcon-h1, pixtral:  the Llama 3 regex; a
+ *                                pre-token that is a whole token is emitted without
+ *                                merging (ignore_merges)
+ *   smaug-bpe, dbrx:             the Llama 3 regex, merging always (Phi-4 files)
+ *   qwen2, deepseek-r1-qwen, megrez, stablelm2:  the Llama 3 regex with single digits
+ *                                (Qwen 2, 2.5, 3; no NFC normalisation is applied)
+ *   qwen35:                      as qwen2, with combining marks (\p{M}) inside words
+ *   tekken:                      Mistral's Tekken regex (case-aware words), single
+ *                                digits, ignore_merges
+ *   falcon:                      Falcon's sequence: runs of punctuation (Unicode P and
+ *                                ASCII punctuation), the GPT-2 regex, then two steps on
+ *                                the byte-level text: runs of "numeric" byte-level
+ *                                characters (0-9 and the bytes B2 B3 B9 BC BD BE, whose
+ *                                Latin-1 characters are numeric: Hugging Face's Digits
+ *                                sees the mapped text, so even the second byte of a
+ *                                Cyrillic letter can split), and each leftmost run of
+ *                                three ASCII digits
+ * Another name is PI_ERR_UNSUPPORTED: tokens would differ from the model's own.
  * The regexes run over the well-formed UTF-8 runs of the text only; each run of bytes
  * that are not well-formed UTF-8 is a pre-token of its own. */
 #define PCRE2_CODE_UNIT_WIDTH 8
@@ -42,19 +57,39 @@ static const char PAT_LLAMA3[] =
 static const char PAT_QWEN2[] =
     "(?i:" CONTRACTIONS ")|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^" WS "\\p{L}\\p{N}]+"
     "[\\r\\n]*|[" WS "]*[\\r\\n]+|[" WS "]+(?![^" WS "])|[" WS "]+";
+static const char PAT_QWEN35[] =
+    "(?i:" CONTRACTIONS ")|[^\\r\\n\\p{L}\\p{N}]?[\\p{L}\\p{M}]+|\\p{N}| ?[^" WS
+    "\\p{L}\\p{M}\\p{N}]+[\\r\\n]*|[" WS "]*[\\r\\n]+|[" WS "]+(?![^" WS "])|[" WS "]+";
+/* Words: an optional non-letter, then upper/title/modifier/other letters and marks
+ * followed by lower ones, or the reverse order; "/" may trail punctuation. */
+#define TEK_UP "\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}"
+#define TEK_LO "\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}"
+static const char PAT_TEKKEN[] =
+    "[^\\r\\n\\p{L}\\p{N}]?[" TEK_UP "]*[" TEK_LO "]+|[^\\r\\n\\p{L}\\p{N}]?[" TEK_UP "]+["
+    TEK_LO "]*|\\p{N}| ?[^" WS "\\p{L}\\p{N}]+[\\r\\n/]*|[" WS "]*[\\r\\n]+|[" WS
+    "]+(?![^" WS "])|[" WS "]+";
+/* Hugging Face's Punctuation: Unicode P, and the ASCII punctuation that is S there. */
+static const char PAT_PUNCT[] = "[\\p{P}$+<=>^`|~]+";
 
 struct pre_def {
     const char *names; /* space-separated */
     const char *canonical;
     const char *patterns[PI_VOCAB_MAX_PATTERNS];
     int ignore_merges;
+    int falcon_digits; /* Falcon's two digit steps on the byte-level text */
+    int adds_bos;      /* add_bos_token's default when the file has no such key */
 };
 
 static const struct pre_def pre_defs[] = {
-    {"default gpt2 gpt-2", "gpt2", {PAT_GPT2}, 0},
-    {"smollm starcoder refact codeshell command-r exaone", "smollm", {PAT_DIGIT, PAT_GPT2}, 0},
-    {"llama3 llama-bpe", "llama3", {PAT_LLAMA3}, 1},
-    {"qwen2 deepseek-r1-qwen", "qwen2", {PAT_QWEN2}, 0},
+    {"default gpt2 gpt-2 phi-2 mpt olmo", "gpt2", {PAT_GPT2}, 0, 0, 0},
+    {"smollm starcoder refact codeshell command-r exaone minerva-7b", "smollm",
+     {PAT_DIGIT, PAT_GPT2}, 0, 0, 0},
+    {"llama3 llama-v3 llama-bpe falcon3 falcon-h1 pixtral", "llama3", {PAT_LLAMA3}, 1, 0, 1},
+    {"smaug-bpe dbrx", "dbrx", {PAT_LLAMA3}, 0, 0, 0},
+    {"qwen2 deepseek-r1-qwen megrez stablelm2", "qwen2", {PAT_QWEN2}, 0, 0, 0},
+    {"qwen35", "qwen35", {PAT_QWEN35}, 0, 0, 0},
+    {"tekken", "tekken", {PAT_TEKKEN}, 1, 0, 1},
+    {"falcon", "falcon", {PAT_PUNCT, PAT_GPT2}, 0, 1, 0},
 };
 
 static int name_in(const char *names, const char *s, size_t len) {
@@ -83,15 +118,16 @@ int tok_bpe_init(struct pi_vocab *v, const char *pre, size_t pre_len, const stru
     for (size_t i = 0; i < sizeof pre_defs / sizeof pre_defs[0] && !def; i++)
         if (!pre || name_in(pre_defs[i].names, pre, pre_len))
             def = &pre_defs[i];
-    if (!def) {
-        def = &pre_defs[0];
-        pi_log(lg, PI_LOG_WARN,
-               "tokenizer.ggml.pre '%.*s' is not known: using the GPT-2 "
-               "pre-tokenizer, so tokens may differ from the model's own tokenizer",
-               (int)(pre_len > 40 ? 40 : pre_len), pre);
-    }
+    (void)lg;
+    if (!def)
+        PI_FAIL(err, PI_ERR_UNSUPPORTED,
+                "metadata 'tokenizer.ggml.pre' is '%.*s': this pre-tokenizer is not "
+                "supported (docs/formats.md lists those that are)",
+                (int)(pre_len > 40 ? 40 : pre_len), pre);
     v->pre_name = def->canonical;
     v->ignore_merges = def->ignore_merges;
+    v->falcon_digits = def->falcon_digits;
+    v->pre_adds_bos = def->adds_bos;
     pcre2_general_context *g = pcre2_general_context_create(pcre_alloc, pcre_free, &v->alloc);
     if (!g)
         PI_FAIL(err, PI_ERR_NOMEM, "out of memory for the pre-tokenizer");
@@ -261,12 +297,51 @@ static int bpe_word(const struct pi_vocab *v, const unsigned char *p, size_t n,
 
 /* ---- pre-tokenizing ------------------------------------------------------------------- */
 
+/* Falcon: runs of the bytes whose byte-level character is numeric (Rust's is_numeric
+ * on the GPT-2 mapped text: 0-9, and B2 B3 B9 BC BD BE, the Latin-1 superscripts and
+ * fractions, whatever the UTF-8 character they are part of), each a piece of its own;
+ * within a run, every leftmost three ASCII digits are a piece too. */
+static int is_numeric_byte(unsigned char c) {
+    return (c >= '0' && c <= '9') || c == 0xb2 || c == 0xb3 || c == 0xb9 ||
+           (c >= 0xbc && c <= 0xbe);
+}
+
+static int falcon_digit_split(const struct pi_vocab *v, const unsigned char *p, size_t n,
+                              struct tok_scratch *s, struct tok_out *o) {
+    size_t i = 0;
+    while (i < n) {
+        size_t start = i;
+        int num = is_numeric_byte(p[i]);
+        while (i < n && is_numeric_byte(p[i]) == num)
+            i++;
+        if (!num) {
+            PI_TRY(bpe_word(v, p + start, i - start, s, o));
+            continue;
+        }
+        size_t run = start; /* pending bytes of the run before the next triple */
+        for (size_t k = start; k + 3 <= i;) {
+            if (p[k] >= '0' && p[k] <= '9' && p[k + 1] >= '0' && p[k + 1] <= '9' &&
+                p[k + 2] >= '0' && p[k + 2] <= '9') {
+                PI_TRY(bpe_word(v, p + run, k - run, s, o));
+                PI_TRY(bpe_word(v, p + k, 3, s, o));
+                k += 3;
+                run = k;
+            } else {
+                k++;
+            }
+        }
+        PI_TRY(bpe_word(v, p + run, i - run, s, o));
+    }
+    return PI_OK;
+}
+
 static int split(const struct pi_vocab *v, int level, const char *p, size_t n,
                  struct tok_scratch *s, struct tok_out *o) {
     if (n == 0)
         return PI_OK;
     if (level == v->n_patterns)
-        return bpe_word(v, (const unsigned char *)p, n, s, o);
+        return v->falcon_digits ? falcon_digit_split(v, (const unsigned char *)p, n, s, o)
+                                : bpe_word(v, (const unsigned char *)p, n, s, o);
     const pcre2_code *re = v->patterns[level];
     size_t off = 0;
     while (off < n) {

@@ -12,9 +12,12 @@
  *   bos_token_id, eos_token_id, unknown_token_id, padding_token_id, eot_token_id,
  *   eom_token_id     optional integers in [0, n_tokens); -1 means none
  *   add_bos_token, add_eos_token, add_space_prefix
- *                    optional bools. Defaults: llama adds BOS and a space prefix,
- *                    gpt2 neither; no EOS
- *   pre              optional string: the pre-tokenizer of gpt2 (tok_bpe.c)
+ *                    optional bools. Defaults: llama adds BOS and a space prefix
+ *                    (Gemma's files set add_space_prefix false), gpt2 neither, except
+ *                    BOS for the Llama 3 and Tekken pre-tokenizers (as llama.cpp reads
+ *                    files without the key); no EOS
+ *   pre              optional string: the pre-tokenizer of gpt2 (tok_bpe.c lists the
+ *                    names); an unknown one is PI_ERR_UNSUPPORTED
  * Byte tokens (type 6) must read exactly "<0xHH>" with two hex digits. Anything else
  * malformed is PI_ERR_FORMAT with a message naming the key. */
 #include "model/vocab.h"
@@ -466,10 +469,11 @@ static int load(struct loader *L, enum pi_vocab_kind kind) {
     PI_TRY(read_id(L, KEY "eot_token_id", &v->eot));
     PI_TRY(read_id(L, KEY "eom_token_id", &v->eom));
     int spm = kind == PI_VOCAB_SPM;
-    PI_TRY(read_flag(L, KEY "add_bos_token", spm, &v->add_bos));
     PI_TRY(read_flag(L, KEY "add_eos_token", 0, &v->add_eos));
     PI_TRY(read_flag(L, KEY "add_space_prefix", spm, &v->add_space_prefix));
     PI_TRY(build_lists(L));
+    if (kind == PI_VOCAB_SPM)
+        PI_TRY(read_flag(L, KEY "add_bos_token", 1, &v->add_bos));
     if (kind == PI_VOCAB_BPE) {
         PI_TRY(read_merges(L));
         build_byte_map(v);
@@ -482,6 +486,7 @@ static int load(struct loader *L, enum pi_vocab_kind kind) {
             PI_TRY(gguf_kv_str(L->f, pre, 0, &name, &nlen));
         }
         PI_TRY(tok_bpe_init(v, name, (size_t)nlen, L->lg, L->err));
+        PI_TRY(read_flag(L, KEY "add_bos_token", v->pre_adds_bos, &v->add_bos));
     }
     return PI_OK;
 }

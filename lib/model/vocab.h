@@ -98,6 +98,8 @@ struct pi_vocab {
     int16_t cp_byte[324];
     int32_t byte_char_token[256];
     int ignore_merges;    /* a pre-token that is a whole token skips the merges */
+    int falcon_digits;    /* Falcon's digit splits on the byte-level text (tok_bpe.c) */
+    int pre_adds_bos;     /* add_bos_token's default for this pre-tokenizer */
     const char *pre_name; /* the pre-tokenizer in use (static string) */
     int n_patterns;       /* applied in order, each splitting the last one's pieces */
     void *patterns[PI_VOCAB_MAX_PATTERNS]; /* pcre2_code_8 * */
@@ -197,7 +199,8 @@ int tok_bpe_fragment(const struct pi_vocab *v, const char *text, size_t len, str
  * limit is PI_ERR_RANGE). PI_OK, PI_ERR_NOMEM. */
 int tok_bpe_set_match_limit(struct pi_vocab *v, uint32_t limit);
 /* Compile the pre-tokenizer of `pre` (the value of tokenizer.ggml.pre, may be NULL)
- * into v->patterns. An unknown name falls back to the GPT-2 pattern with a warning. */
+ * into v->patterns. NULL (no key) is the GPT-2 pre-tokenizer; an unknown name is
+ * PI_ERR_UNSUPPORTED naming it. */
 int tok_bpe_init(struct pi_vocab *v, const char *pre, size_t pre_len, const struct pi_logger *lg,
                  struct pi_error *err);
 void tok_bpe_free(struct pi_vocab *v);
