@@ -26,6 +26,10 @@ int pi_cuda_type_ok(uint32_t type) {
     case PI_TYPE_Q4_K:
     case PI_TYPE_Q5_K:
     case PI_TYPE_Q6_K:
+    case PI_TYPE_Q2_K:
+    case PI_TYPE_Q3_K:
+    case PI_TYPE_ID_IQ4_NL:
+    case PI_TYPE_ID_IQ4_XS:
         return 1;
     default:
         return 0;
@@ -182,6 +186,22 @@ int pi_cuda_check_weight(const struct pi_weight *w) {
     case PI_TYPE_Q5_K:
         qk = 256;
         bytes = 176;
+        break;
+    case PI_TYPE_Q2_K:
+        qk = 256;
+        bytes = 84;
+        break;
+    case PI_TYPE_Q3_K:
+        qk = 256;
+        bytes = 110;
+        break;
+    case PI_TYPE_ID_IQ4_NL:
+        qk = 32;
+        bytes = 18;
+        break;
+    case PI_TYPE_ID_IQ4_XS:
+        qk = 256;
+        bytes = 136;
         break;
     default:
         qk = 256;

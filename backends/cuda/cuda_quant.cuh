@@ -23,6 +23,7 @@
 #include <type_traits>
 
 #include "cuda_common.cuh"
+#include "runtime/types.h" /* PI_TYPE_ID_IQ4_NL, PI_TYPE_ID_IQ4_XS */
 
 static __device__ __forceinline__ uint32_t ld16(const uint8_t *p) {
     return *reinterpret_cast<const uint16_t *>(p);
@@ -313,6 +314,110 @@ template <> struct qtype<PI_TYPE_Q6_K> {
     }
 };
 
+/* Q2_K, 84 B: scales[16] | qs[64] | d f16 | dmin f16. Value e: h = e/128, r = e%128;
+ * q = (qs[32h + r%32] >> 2(r/32)) & 3; scales[e/16]: low nibble scale, high nibble min;
+ * x = (d*sc)*q - dmin*mn. A piece of 8 aligned values shares h, r/32 and the scale. */
+template <> struct qtype<PI_TYPE_Q2_K> {
+    static constexpr int QK = 256, BYTES = 84, NP = 32, SPLIT = 0, FLOAT = 0;
+    struct raw {
+        uint32_t q0, q1, dm, sc;
+    };
+    static __device__ __forceinline__ raw load(const uint8_t *b, int p, int nv) {
+        const int e0 = 8 * p, h = e0 / 128, l0 = e0 % 32;
+        const uint8_t *q = b + 16 + 32 * h + l0;
+        return {ld32(q), ld32(q + 4), ld32(b + 80), (uint32_t)b[e0 / 16]};
+    }
+    static __device__ __forceinline__ void decode(const raw &r, int p, float v[8]) {
+        const int sh = 2 * ((8 * p) % 128 / 32);
+        const float dl = __fmul_rn(pi_h2f(r.dm & 0xffffu), (float)(r.sc & 0x0fu));
+        const float ml = __fmul_rn(pi_h2f(r.dm >> 16), (float)(r.sc >> 4));
+#pragma unroll
+        for (int k = 0; k < 8; k++)
+            v[k] = __fmul_rn(dl, (float)((byte8(r.q0, r.q1, k) >> sh) & 3u)) - ml;
+    }
+};
+
+/* Q3_K, 110 B: hmask[32] | qs[64] | scales[12] | d f16. Value e: low 2 bits as Q2_K's
+ * (qs at byte 32), minus 4 where bit e/32 of hmask[e%32] is clear; 16 signed 6-bit
+ * scales, scale j: low 4 bits from scales[j%8] (nibble j/8), high 2 bits from
+ * scales[8 + j%4] (bits 2(j/4)), minus 32; x = (d*scale)*q. */
+template <> struct qtype<PI_TYPE_Q3_K> {
+    static constexpr int QK = 256, BYTES = 110, NP = 32, SPLIT = 0, FLOAT = 0;
+    struct raw {
+        uint32_t q0, q1, h0, h1, sd;
+    };
+    static __device__ __forceinline__ raw load(const uint8_t *b, int p, int nv) {
+        const int e0 = 8 * p, h = e0 / 128, l0 = e0 % 32, j = e0 / 16;
+        const uint8_t *q = b + 32 + 32 * h + l0, *hm = b + l0;
+        return {ld32(q), ld32(q + 4), ld32(hm), ld32(hm + 4),
+                (uint32_t)b[96 + j % 8] | ((uint32_t)b[104 + j % 4] << 8) | (ld16(b + 108) << 16)};
+    }
+    static __device__ __forceinline__ void decode(const raw &r, int p, float v[8]) {
+        const int e0 = 8 * p, j = e0 / 16, sh = 2 * (e0 % 128 / 32), hb = e0 / 32;
+        const int lo = (int)((r.sd >> (4 * (j / 8))) & 0x0fu);
+        const int hi = (int)((r.sd >> (8 + 2 * (j / 4))) & 0x03u);
+        const float dl = __fmul_rn(pi_h2f(r.sd >> 16), (float)((lo | (hi << 4)) - 32));
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            int q = (int)((byte8(r.q0, r.q1, k) >> sh) & 3u);
+            q -= ((byte8(r.h0, r.h1, k) >> hb) & 1u) ? 0 : 4;
+            v[k] = __fmul_rn(dl, (float)q);
+        }
+    }
+};
+
+/* The IQ4 grid (lib/runtime/dequant.c's pi_iq4_grid) as bytes of two words: value q
+ * is byte q%8 of IQ4_LO (q < 8) or IQ4_HI. */
+#define PI_IQ4_LO 0xf6eaddcfbfad9881ull
+#define PI_IQ4_HI 0x7159453526190d01ull
+static __device__ __forceinline__ float iq4f(uint32_t q) {
+    const unsigned long long w = (q & 8u) ? PI_IQ4_HI : PI_IQ4_LO;
+    return s8f((uint32_t)(w >> (8 * (q & 7u))) & 0xffu);
+}
+
+/* IQ4_NL, 18 B: d f16 | qs[16], nibbles as Q4_0; x = d * grid[q]. */
+template <> struct qtype<PI_TYPE_ID_IQ4_NL> {
+    static constexpr int QK = 32, BYTES = 18, NP = 4, SPLIT = 1, FLOAT = 0;
+    struct raw {
+        uint32_t d, qs;
+    };
+    static __device__ __forceinline__ raw load(const uint8_t *b, int p, int nv) {
+        return {ld16(b), ld32(b + 2 + 4 * p)};
+    }
+    static __device__ __forceinline__ void decode(const raw &r, int p, float v[8]) {
+        const float d = pi_h2f(r.d);
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            const uint32_t q = (r.qs >> (8 * k)) & 0xffu;
+            v[k] = __fmul_rn(d, iq4f(q & 0x0fu));
+            v[k + 4] = __fmul_rn(d, iq4f(q >> 4));
+        }
+    }
+};
+
+/* IQ4_XS, 136 B: d f16 | scales_h u16 | scales_l[4] | qs[128]. Sub-block s = e/32:
+ * scale ((scales_l[s/2] >> 4(s%2)) & 15 | ((scales_h >> 2s) & 3) << 4) - 32; value j
+ * of it: nibble j/16 of qs[16s + j%16]; x = (d*scale) * grid[q]. */
+template <> struct qtype<PI_TYPE_ID_IQ4_XS> {
+    static constexpr int QK = 256, BYTES = 136, NP = 32, SPLIT = 0, FLOAT = 0;
+    struct raw {
+        uint32_t q0, q1, dsh, sl;
+    };
+    static __device__ __forceinline__ raw load(const uint8_t *b, int p, int nv) {
+        const int e0 = 8 * p, s = e0 / 32;
+        const uint8_t *q = b + 8 + 16 * s + (e0 % 16);
+        return {ld32(q), ld32(q + 4), ld32(b), (uint32_t)b[4 + s / 2]};
+    }
+    static __device__ __forceinline__ void decode(const raw &r, int p, float v[8]) {
+        const int e0 = 8 * p, s = e0 / 32, sh = (e0 % 32) >= 16 ? 4 : 0;
+        const int ls = (int)(((r.sl >> (4 * (s % 2))) & 0x0fu) | (((r.dsh >> (16 + 2 * s)) & 3u) << 4));
+        const float dl = __fmul_rn(pi_h2f(r.dsh & 0xffffu), (float)(ls - 32));
+#pragma unroll
+        for (int k = 0; k < 8; k++)
+            v[k] = __fmul_rn(dl, iq4f((byte8(r.q0, r.q1, k) >> sh) & 0x0fu));
+    }
+};
+
 /* Block position of value k of piece p. */
 template <uint32_t T> static __device__ __forceinline__ int qpos(int p, int k) {
     return qtype<T>::SPLIT ? (k < 4 ? 4 * p + k : 16 + 4 * p + (k - 4)) : 8 * p + k;
@@ -392,6 +497,18 @@ template <typename F> static void pi_cuda_dispatch(struct pi_backend *b, uint32_
         break;
     case PI_TYPE_Q6_K:
         f(std::integral_constant<uint32_t, PI_TYPE_Q6_K>());
+        break;
+    case PI_TYPE_Q2_K:
+        f(std::integral_constant<uint32_t, PI_TYPE_Q2_K>());
+        break;
+    case PI_TYPE_Q3_K:
+        f(std::integral_constant<uint32_t, PI_TYPE_Q3_K>());
+        break;
+    case PI_TYPE_ID_IQ4_NL:
+        f(std::integral_constant<uint32_t, PI_TYPE_ID_IQ4_NL>());
+        break;
+    case PI_TYPE_ID_IQ4_XS:
+        f(std::integral_constant<uint32_t, PI_TYPE_ID_IQ4_XS>());
         break;
     default:
         pi_cuda_fail(b, PI_ERR_UNSUPPORTED);

@@ -113,7 +113,8 @@ static float *rnd_floats(size_t n, float scale) {
 
 static const uint32_t k_types[] = {
     PI_TYPE_F32,  PI_TYPE_F16,  PI_TYPE_BF16, PI_TYPE_Q4_0, PI_TYPE_Q4_1, PI_TYPE_Q5_0,
-    PI_TYPE_Q5_1, PI_TYPE_Q8_0, PI_TYPE_Q4_K, PI_TYPE_Q5_K, PI_TYPE_Q6_K,
+    PI_TYPE_Q5_1, PI_TYPE_Q8_0, PI_TYPE_Q4_K, PI_TYPE_Q5_K, PI_TYPE_Q6_K, PI_TYPE_Q2_K,
+    PI_TYPE_Q3_K, PI_TYPE_ID_IQ4_NL, PI_TYPE_ID_IQ4_XS,
 };
 #define N_TYPES (sizeof k_types / sizeof k_types[0])
 
@@ -142,10 +143,14 @@ static uint8_t *make_weights(uint32_t type, int64_t n_in, int64_t n_out, size_t 
             uint8_t *blk = dst + (size_t)b * tt->block_bytes;
             const uint16_t d = pi_fp32_to_fp16(0.001f + 0.01f * (rnd() + 1.0f));
             const uint16_t dmin = pi_fp32_to_fp16(0.004f * (rnd() + 1.0f));
-            const size_t d_at = type == PI_TYPE_Q6_K ? 208 : 0;
+            /* where d (and dmin) sit: Q6_K, Q3_K and Q2_K keep them at the end */
+            const size_t d_at = type == PI_TYPE_Q6_K   ? 208
+                                : type == PI_TYPE_Q3_K ? 108
+                                : type == PI_TYPE_Q2_K ? 80
+                                                       : 0;
             memcpy(blk + d_at, &d, 2);
-            if (type != PI_TYPE_Q6_K)
-                memcpy(blk + 2, &dmin, 2);
+            if (type == PI_TYPE_Q4_K || type == PI_TYPE_Q5_K || type == PI_TYPE_Q2_K)
+                memcpy(blk + d_at + 2, &dmin, 2);
         }
     }
     free(row);
@@ -602,7 +607,7 @@ static void test_contract(void **state) {
     assert_non_null(G->device_info);
     for (size_t i = 0; i < N_TYPES; i++)
         assert_int_equal(G->supports(gb, k_types[i]), 1);
-    assert_int_equal(G->supports(gb, PI_TYPE_Q2_K), 0);
+    assert_int_equal(G->supports(gb, PI_TYPE_Q8_1), 0);
     assert_int_equal(G->supports(gb, PI_TYPE_Q8_K), 0);
     assert_int_equal(G->supports(gb, 99), 0);
 
@@ -648,7 +653,7 @@ static void test_contract(void **state) {
     float one = 1.0f;
     float *dx;
     assert_int_equal(G->buf_alloc(b2, 64 * sizeof(float), (void **)&dx), PI_OK);
-    struct pi_weight bad = {dx, PI_TYPE_Q2_K, 256, 1, 84};
+    struct pi_weight bad = {dx, PI_TYPE_Q8_1, 256, 1, 320};
     G->matmul(b2, &bad, dx, 1, dx);
     assert_int_equal(G->sync(b2), PI_ERR_UNSUPPORTED);
     assert_int_equal(G->download(b2, &one, dx, sizeof one), PI_ERR_UNSUPPORTED);
@@ -706,8 +711,9 @@ static double bench_time(const struct bench_op *o) {
 
 static void test_bench(void **state) {
     (void)state;
-    static const uint32_t types[] = {PI_TYPE_F16, PI_TYPE_Q8_0, PI_TYPE_Q4_0, PI_TYPE_Q4_K,
-                                     PI_TYPE_Q6_K};
+    static const uint32_t types[] = {PI_TYPE_F16,  PI_TYPE_Q8_0, PI_TYPE_Q4_0,      PI_TYPE_Q4_K,
+                                     PI_TYPE_Q6_K, PI_TYPE_Q2_K, PI_TYPE_Q3_K,      PI_TYPE_ID_IQ4_NL,
+                                     PI_TYPE_ID_IQ4_XS};
     const int64_t n_in = 4096, n_out = MAX_WIDTH;
     printf("\n%-6s %-9s %5s %10s %9s %9s\n", "type", "op", "n_tok", "us", "GB/s", "GFLOP/s");
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
