@@ -54,27 +54,38 @@ static void tally(struct pi_model *m) {
     }
 }
 
-/* Reading a PI_LOAD_READ file is the first 45% of the progress. */
-static int read_tick(void *user, uint64_t done, uint64_t total) {
-    const pi_model_params *p = user;
-    return p->progress_fn && p->progress_fn(p->progress_user, 0.45f * (float)done / (float)total);
+/* Reading PI_LOAD_READ files is the first 45% of the progress, shared evenly by the
+ * files of a split model. */
+struct reading {
+    const pi_model_params *p;
+    uint32_t k, n; /* file k (0-based) of n */
+};
+
+static float read_frac(const struct reading *r, double part) {
+    return 0.45f * (float)((r->k + part) / r->n);
 }
 
-/* The file's bytes, mapped or read, and locked when asked. */
+static int read_tick(void *user, uint64_t done, uint64_t total) {
+    const struct reading *r = user;
+    const pi_model_params *p = r->p;
+    return p->progress_fn &&
+           p->progress_fn(p->progress_user, read_frac(r, (double)done / (double)total));
+}
+
+/* The bytes of file `path` into `map`, mapped or read, and locked when asked. */
 static int get_bytes(struct pi_model *m, const char *path, const pi_model_params *p,
-                     struct pi_error *err) {
+                     struct reading *r, struct pi_file_map *map, struct pi_error *err) {
     const int read = p->load_mode == PI_LOAD_READ;
     if (read)
-        PI_TRY(pi_os_read_file(path, &m->alloc, read_tick, (void *)p, &m->map, err));
+        PI_TRY(pi_os_read_file(path, &m->alloc, read_tick, r, map, err));
     else
-        PI_TRY(pi_os_map_file(path, &m->map, err));
-    m->owns_map = 1;
-    pi_log(&m->log, PI_LOG_DEBUG, "%s: %llu bytes %s", path, (unsigned long long)m->map.size,
+        PI_TRY(pi_os_map_file(path, map, err));
+    pi_log(&m->log, PI_LOG_DEBUG, "%s: %llu bytes %s", path, (unsigned long long)map->size,
            read ? "read into memory" : "mapped");
     if (p->lock_memory) {
         struct pi_error lerr;
         pi_error_clear(&lerr);
-        if (pi_os_lock_file(&m->map, &lerr) < 0)
+        if (pi_os_lock_file(map, &lerr) < 0)
             pi_log(&m->log, PI_LOG_WARN, "%s: %s; the model stays unlocked", path, lerr.msg);
         else
             pi_log(&m->log, PI_LOG_DEBUG, "%s: locked in memory", path);
@@ -82,9 +93,104 @@ static int get_bytes(struct pi_model *m, const char *path, const pi_model_params
     return PI_OK;
 }
 
-/* Everything after the bytes are available. */
-static int load(struct pi_model *m, const pi_model_params *p, struct pi_error *err) {
+/* Part k (0-based, k >= 1) of the split model whose first part is `first`: its file
+ * read or mapped, parsed and checked against the first. Messages name the part. */
+static int open_part(struct pi_model *m, const char *first, size_t prefix_len,
+                     const struct gguf_split *fs, uint32_t k, const pi_model_params *p,
+                     struct pi_error *err) {
+    struct pi_model_part *part = &m->parts[k - 1];
+    char *path = gguf_split_path(&m->alloc, first, prefix_len, k + 1, fs->count);
+    if (!path)
+        PI_FAIL(err, PI_ERR_NOMEM, "out of memory");
+    struct reading r = {p, k, fs->count};
+    int st = get_bytes(m, path, p, &r, &part->map, err);
+    if (st == PI_OK)
+        st = gguf_parse(&part->gguf, part->map.data, part->map.size, &m->alloc, err);
+    struct gguf_split ps;
+    if (st == PI_OK)
+        st = gguf_split_info(&part->gguf, &ps, err);
+    if (st == PI_OK)
+        st = gguf_split_check_part(&m->gguf, fs, &part->gguf, &ps, k, err);
+    if (st < 0 && st != PI_ERR_ABORTED && st != PI_ERR_NOMEM) {
+        if (st == PI_ERR_IO) /* the OS layer's message names the part; open_common
+                              * adds no path to PI_ERR_IO messages */
+            pi_error_prefix(err, "%s: split model part %u of %u", first, k + 1, fs->count);
+        else
+            pi_error_prefix(err, "split model part %u of %u '%s'", k + 1, fs->count, path);
+    }
+    part->header_size = part->gguf.data_off;
+    pi_free(&m->alloc, path);
+    PI_TRY(st);
+    return progress(p, read_frac(&r, 1.0), err);
+}
+
+/* After the first file is parsed: a split model's other parts, their tensors merged
+ * into m->gguf. A file without split keys (or split.count 1) is the whole model. */
+static int open_parts(struct pi_model *m, const char *path, const pi_model_params *p,
+                      struct pi_error *err) {
+    struct gguf_split fs;
+    PI_TRY(gguf_split_info(&m->gguf, &fs, err));
+    size_t prefix_len = 0;
+    uint32_t name_no = 0, name_count = 0;
+    const int named = path && gguf_split_name(path, &prefix_len, &name_no, &name_count);
+    if (fs.no != 0) {
+        if (!named || name_count != fs.count)
+            PI_FAIL(err, PI_ERR_INVALID_ARG, "this is part %u of %u of a split model: open "
+                    "its first part (the file with split.no 0) instead", fs.no + 1, fs.count);
+        char *first = gguf_split_path(&m->alloc, path, prefix_len, 1, fs.count);
+        if (!first)
+            PI_FAIL(err, PI_ERR_NOMEM, "out of memory");
+        int st = pi_error_set(err, PI_ERR_INVALID_ARG, "this is part %u of %u of a split "
+                              "model: open its first part, '%s', instead", fs.no + 1,
+                              fs.count, first);
+        pi_free(&m->alloc, first);
+        return st;
+    }
+    if (fs.count == 1)
+        return PI_OK;
+    if (!path)
+        PI_FAIL(err, PI_ERR_UNSUPPORTED, "part 1 of %u of a split model: its other parts are "
+                "files, open it by name with pi_model_open", fs.count);
+    if (!named || name_no != 1 || name_count != fs.count)
+        PI_FAIL(err, PI_ERR_INVALID_ARG, "part 1 of %u of a split model, but its name does not "
+                "end in '-00001-of-%05u.gguf', so its other parts cannot be found (rename "
+                "it as gguf-split named it)", fs.count, fs.count);
+    m->parts = pi_calloc(&m->alloc, fs.count - 1, sizeof *m->parts);
+    if (!m->parts)
+        PI_FAIL(err, PI_ERR_NOMEM, "out of memory");
+    m->n_parts = fs.count;
+    for (uint32_t k = 1; k < fs.count; k++)
+        m->parts[k - 1].gguf.alloc = &m->alloc; /* so that destroy can close any of them */
+    uint64_t n_tensors = m->gguf.n_tensors;
+    for (uint32_t k = 1; k < fs.count; k++) {
+        PI_TRY(open_part(m, path, prefix_len, &fs, k, p, err));
+        n_tensors += m->parts[k - 1].gguf.n_tensors;
+    }
+    if (n_tensors != fs.n_tensors)
+        PI_FAIL(err, PI_ERR_FORMAT, "the %u parts of this split model hold %llu tensors, "
+                "split.tensors.count says %llu", fs.count, (unsigned long long)n_tensors,
+                (unsigned long long)fs.n_tensors);
+    /* The parsed parts side by side, for the merge. */
+    struct gguf_file *files = pi_calloc(&m->alloc, fs.count - 1, sizeof *files);
+    if (!files)
+        PI_FAIL(err, PI_ERR_NOMEM, "out of memory");
+    for (uint32_t k = 1; k < fs.count; k++)
+        files[k - 1] = m->parts[k - 1].gguf;
+    int st = gguf_merge_tensors(&m->gguf, files, fs.count - 1, err);
+    pi_free(&m->alloc, files);
+    PI_TRY(st);
+    for (uint32_t k = 1; k < fs.count; k++)
+        gguf_close(&m->parts[k - 1].gguf);
+    pi_log(&m->log, PI_LOG_DEBUG, "%s: split model, %u parts, %llu tensors", path, fs.count,
+           (unsigned long long)m->gguf.n_tensors);
+    return PI_OK;
+}
+
+/* Everything after the (first) file's bytes are available. */
+static int load(struct pi_model *m, const char *path, const pi_model_params *p,
+                struct pi_error *err) {
     PI_TRY(gguf_parse(&m->gguf, m->map.data, m->map.size, &m->alloc, err));
+    PI_TRY(open_parts(m, path, p, err));
     PI_TRY(progress(p, 0.5f, err));
     const struct gguf_kv *akv = gguf_find_kv(&m->gguf, "general.architecture");
     const char *arch = "";
@@ -119,6 +225,11 @@ static void destroy(struct pi_model *m) {
     gguf_close(&m->gguf);
     if (m->owns_map)
         pi_os_unmap_file(&m->map);
+    for (uint32_t k = 1; m->parts && k < m->n_parts; k++) {
+        gguf_close(&m->parts[k - 1].gguf);
+        pi_os_unmap_file(&m->parts[k - 1].map);
+    }
+    pi_free(&a, m->parts);
     pi_free(&a, m->arch);
     pi_free(&a, m);
 }
@@ -139,19 +250,27 @@ static int open_common(const char *path, const void *data, uint64_t size,
     if (status == PI_OK) {
         m->alloc = *alloc;
         m->gguf.alloc = &m->alloc;
+        m->n_parts = 1;
         m->log = (struct pi_logger){p.log_fn, p.log_user, p.log_level};
         status = progress(&p, 0.0f, &err);
     }
     if (status == PI_OK) {
         if (path) {
-            status = get_bytes(m, path, &p, &err);
+            /* A split model's first part shares the reading progress with the others. */
+            size_t prefix_len;
+            uint32_t no, count;
+            struct reading r = {&p, 0, 1};
+            if (gguf_split_name(path, &prefix_len, &no, &count) && no == 1)
+                r.n = count;
+            status = get_bytes(m, path, &p, &r, &m->map, &err);
+            m->owns_map = status == PI_OK;
         } else {
             m->map.data = data;
             m->map.size = size;
         }
     }
     if (status == PI_OK)
-        status = load(m, &p, &err);
+        status = load(m, path, &p, &err);
     if (status < 0) {
         if (path && status != PI_ERR_IO)
             pi_error_prefix(&err, "%s", path);

@@ -319,6 +319,16 @@ static int quantize(struct run *r) {
                 "another path", r->out_path);
     PI_TRY(pi_os_map_file(r->in_path, &r->map, r->err));
     int st = gguf_parse(&r->f, r->map.data, r->map.size, &pi_default_allocator, r->err);
+    /* A split model's part holds only some tensors (and the first the metadata): its
+     * quantized copy would be a partial model. */
+    struct gguf_split split;
+    if (st == PI_OK)
+        st = gguf_split_info(&r->f, &split, r->err);
+    if (st == PI_OK && split.count > 1)
+        st = pi_error_set(r->err, PI_ERR_UNSUPPORTED, "part %u of %u of a split model: "
+                          "pi_model_quantize takes a whole model in one file (merge the "
+                          "parts first, e.g. llama-gguf-split --merge)", split.no + 1,
+                          split.count);
     if (st < 0) {
         pi_error_prefix(r->err, "%s", r->in_path);
         return st;

@@ -40,7 +40,7 @@ struct gguf_tensor {
     uint32_t n_dims;          /* 1..4 */
     int64_t ne[GGUF_MAX_DIMS]; /* ne[0] contiguous; unused dims are 1 */
     uint32_t type;            /* GGUF type id, known to pi_type_traits */
-    uint64_t offset;          /* relative to the data section */
+    uint64_t offset;          /* relative to the data section of the file holding it */
     uint64_t nbytes;
     const uint8_t *data;      /* into the buffer; NULL when nbytes == 0 */
 };
@@ -74,6 +74,52 @@ int64_t gguf_find_tensor(const struct gguf_file *f, const char *name);
 
 /* Bytes of one value of a scalar metadata type; 0 for STRING/ARRAY/unknown. */
 uint32_t gguf_value_size(uint32_t type);
+
+/* ------------------------------------------------------------------------------
+ * Split models: llama.cpp's gguf-split and gguf-py's GGUFWriter (split_max_tensors,
+ * split_max_size) write one model as files NAME-00001-of-00003.gguf, ...; each is a
+ * whole GGUF file. Every part carries split.no (u16, 0-based), split.count (u16) and
+ * split.tensors.count (i32, tensors over all parts); the first part also carries the
+ * model's metadata, the others only their tensors. docs/formats.md, "Split files".
+ * ------------------------------------------------------------------------------ */
+struct gguf_split {
+    uint32_t no;        /* split.no; 0 for a file without split keys */
+    uint32_t count;     /* split.count; 1 for a file without split keys */
+    uint64_t n_tensors; /* split.tensors.count; the file's own count without split keys */
+};
+
+/* The split keys of f, checked: integers (any integer type is taken, gguf-py writes
+ * u16 / i32), split.count 1..65535, split.no below it, split.tensors.count at least
+ * the file's own count (equal to it when split.count is 1); split.no and
+ * split.tensors.count are required when split.count > 1, and split.no or
+ * split.tensors.count without split.count is malformed. PI_ERR_FORMAT naming the key. */
+int gguf_split_info(const struct gguf_file *f, struct gguf_split *s, struct pi_error *err);
+
+/* The split naming, "-%05u-of-%05u.gguf" at the end of `path` (exactly five digits
+ * each, the numbers 1-based, as gguf-split and gguf-py write them): returns 1 and
+ * sets the length of the name before it and the two numbers, or returns 0. */
+int gguf_split_name(const char *path, size_t *prefix_len, uint32_t *no, uint32_t *count);
+
+/* Part `no` (1-based) of `count`, named as `path`'s first prefix_len bytes (from
+ * gguf_split_name) followed by the split suffix; allocated with `a`, NULL when out of
+ * memory. */
+char *gguf_split_path(const struct pi_allocator *a, const char *path, size_t prefix_len,
+                      uint32_t no, uint32_t count);
+
+/* Check that `part` (parsed, with split info `ps`) is part `no` (0-based) of the split
+ * whose first part is `first` (split info `fs`): same magic, version, split.count and
+ * split.tensors.count, and split.no == no. PI_ERR_FORMAT saying what differs. */
+int gguf_split_check_part(const struct gguf_file *first, const struct gguf_split *fs,
+                          const struct gguf_file *part, const struct gguf_split *ps,
+                          uint32_t no, struct pi_error *err);
+
+/* Append the tensor tables of parts[0..n_parts) (parsed files, borrowed for the call)
+ * to f's, in order: afterwards f lists its own tensors, then each part's, their data
+ * pointers into the parts' bytes (which must outlive f), and finds any of them by
+ * name. A name in two files is PI_ERR_FORMAT naming both (parts numbered from 1, f
+ * being part 1); PI_ERR_NOMEM. On failure f is unchanged. */
+int gguf_merge_tensors(struct gguf_file *f, const struct gguf_file *parts, uint64_t n_parts,
+                       struct pi_error *err);
 
 /* Typed reads of a validated value. */
 int gguf_kv_int(const struct gguf_file *f, const struct gguf_kv *kv, uint64_t i,

@@ -7,6 +7,8 @@
  * allocated. */
 #include "model/gguf.h"
 
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -622,5 +624,182 @@ int gguf_kv_str(const struct gguf_file *f, const struct gguf_kv *kv, uint64_t i,
     }
     *len = load_u64(f->base + off);
     *s = (const char *)(f->base + off + 8);
+    return PI_OK;
+}
+
+/* ---- Split models ------------------------------------------------------------------ */
+
+#define SPLIT_MAX_COUNT 65535u /* split.count and split.no are u16 */
+
+/* An integer split key: absent (*present = 0), or a scalar integer in [0, max]. */
+static int split_key(const struct gguf_file *f, const char *key, int64_t max, int *present,
+                     int64_t *v, struct pi_error *err) {
+    const struct gguf_kv *kv = gguf_find_kv(f, key);
+    *present = kv != NULL;
+    *v = 0;
+    if (!kv)
+        return PI_OK;
+    if (kv->type == PI_META_ARRAY || kv->type == PI_META_BOOL || kv->type == PI_META_STRING ||
+        kv->type == PI_META_F32 || kv->type == PI_META_F64)
+        PI_FAIL(err, PI_ERR_FORMAT, "%s must be an integer (it has value type %u)", key,
+                kv->type);
+    if (gguf_kv_int(f, kv, 0, v) < 0 || *v < 0 || *v > max)
+        PI_FAIL(err, PI_ERR_FORMAT, "%s is out of range (0..%lld)", key, (long long)max);
+    return PI_OK;
+}
+
+int gguf_split_info(const struct gguf_file *f, struct gguf_split *s, struct pi_error *err) {
+    int has_no, has_count, has_total;
+    int64_t no, count, total;
+    s->no = 0;
+    s->count = 1;
+    s->n_tensors = f->n_tensors;
+    PI_TRY(split_key(f, "split.count", SPLIT_MAX_COUNT, &has_count, &count, err));
+    PI_TRY(split_key(f, "split.no", SPLIT_MAX_COUNT, &has_no, &no, err));
+    PI_TRY(split_key(f, "split.tensors.count", INT32_MAX, &has_total, &total, err));
+    if (!has_count) {
+        if (has_no || has_total)
+            PI_FAIL(err, PI_ERR_FORMAT, "%s without split.count",
+                    has_no ? "split.no" : "split.tensors.count");
+        return PI_OK;
+    }
+    if (count < 1)
+        PI_FAIL(err, PI_ERR_FORMAT, "split.count is 0");
+    if (count > 1 && (!has_no || !has_total))
+        PI_FAIL(err, PI_ERR_FORMAT, "split.count is %lld but %s is missing", (long long)count,
+                has_no ? "split.tensors.count" : "split.no");
+    if (no >= count)
+        PI_FAIL(err, PI_ERR_FORMAT, "split.no %lld is not below split.count %lld",
+                (long long)no, (long long)count);
+    if (!has_total)
+        total = (int64_t)f->n_tensors;
+    if ((uint64_t)total < f->n_tensors || (count == 1 && (uint64_t)total != f->n_tensors))
+        PI_FAIL(err, PI_ERR_FORMAT, "split.tensors.count %lld does not fit the %llu tensors "
+                "of this file (split.count %lld)", (long long)total,
+                (unsigned long long)f->n_tensors, (long long)count);
+    s->no = (uint32_t)no;
+    s->count = (uint32_t)count;
+    s->n_tensors = (uint64_t)total;
+    return PI_OK;
+}
+
+#define SPLIT_SUFFIX_LEN 20 /* "-00001-of-00003.gguf" */
+
+static int five_digits(const char *s, uint32_t *v) {
+    *v = 0;
+    for (int i = 0; i < 5; i++) {
+        if (s[i] < '0' || s[i] > '9')
+            return 0;
+        *v = *v * 10 + (uint32_t)(s[i] - '0');
+    }
+    return 1;
+}
+
+int gguf_split_name(const char *path, size_t *prefix_len, uint32_t *no, uint32_t *count) {
+    size_t n = strlen(path);
+    if (n < SPLIT_SUFFIX_LEN)
+        return 0;
+    const char *s = path + n - SPLIT_SUFFIX_LEN;
+    if (s[0] != '-' || memcmp(s + 6, "-of-", 4) != 0 || memcmp(s + 15, ".gguf", 5) != 0 ||
+        !five_digits(s + 1, no) || !five_digits(s + 10, count) || *no < 1 || *no > *count)
+        return 0;
+    *prefix_len = n - SPLIT_SUFFIX_LEN;
+    return 1;
+}
+
+char *gguf_split_path(const struct pi_allocator *a, const char *path, size_t prefix_len,
+                      uint32_t no, uint32_t count) {
+    char *p = pi_malloc(a, prefix_len + SPLIT_SUFFIX_LEN + 1);
+    if (!p)
+        return NULL;
+    memcpy(p, path, prefix_len);
+    snprintf(p + prefix_len, SPLIT_SUFFIX_LEN + 1, "-%05u-of-%05u.gguf", no % 100000u,
+             count % 100000u);
+    return p;
+}
+
+int gguf_split_check_part(const struct gguf_file *first, const struct gguf_split *fs,
+                          const struct gguf_file *part, const struct gguf_split *ps,
+                          uint32_t no, struct pi_error *err) {
+    if (part->magic != first->magic)
+        PI_FAIL(err, PI_ERR_FORMAT, "its magic is '%s', the first part's '%s'",
+                part->magic == GGUF_MAGIC_PWRI ? "PWRI" : "GGUF",
+                first->magic == GGUF_MAGIC_PWRI ? "PWRI" : "GGUF");
+    if (part->version != first->version)
+        PI_FAIL(err, PI_ERR_FORMAT, "it is GGUF version %u, the first part version %u",
+                part->version, first->version);
+    if (!gguf_find_kv(part, "split.count"))
+        PI_FAIL(err, PI_ERR_FORMAT, "it has no split keys: not a part of a split model");
+    if (ps->count != fs->count)
+        PI_FAIL(err, PI_ERR_FORMAT, "its split.count is %u, the first part's %u: a part of "
+                "another split", ps->count, fs->count);
+    if (ps->n_tensors != fs->n_tensors)
+        PI_FAIL(err, PI_ERR_FORMAT, "its split.tensors.count is %llu, the first part's %llu: "
+                "a part of another split", (unsigned long long)ps->n_tensors,
+                (unsigned long long)fs->n_tensors);
+    if (ps->no != no)
+        PI_FAIL(err, PI_ERR_FORMAT, "its split.no is %u, so it is part %u, not part %u (parts "
+                "renamed or swapped?)", ps->no, ps->no + 1, no + 1);
+    return PI_OK;
+}
+
+/* The part (1-based, f being part 1) holding merged tensor index i. */
+static uint64_t part_of(const struct gguf_file *f, const struct gguf_file *parts,
+                        uint64_t i) {
+    uint64_t end = f->n_tensors, k = 0;
+    while (i >= end)
+        end += parts[k++].n_tensors;
+    return k + 1;
+}
+
+int gguf_merge_tensors(struct gguf_file *f, const struct gguf_file *parts, uint64_t n_parts,
+                       struct pi_error *err) {
+    /* No overflow: each count is bounded by its file's size (gguf_parse). */
+    uint64_t total = f->n_tensors;
+    for (uint64_t k = 0; k < n_parts; k++)
+        total += parts[k].n_tensors;
+    if (total == f->n_tensors)
+        return PI_OK;
+    if (total > SIZE_MAX / sizeof *f->tensors)
+        PI_FAIL(err, PI_ERR_NOMEM, "out of memory for %llu tensors", (unsigned long long)total);
+    struct gguf_file m = *f; /* the merged table, over f's metadata */
+    m.n_tensors = total;
+    m.tensors = pi_calloc(f->alloc, (size_t)total, sizeof *m.tensors);
+    m.tensor_sorted = pi_calloc(f->alloc, (size_t)total, sizeof *m.tensor_sorted);
+    if (!m.tensors || !m.tensor_sorted) {
+        pi_free(f->alloc, m.tensors);
+        pi_free(f->alloc, m.tensor_sorted);
+        PI_FAIL(err, PI_ERR_NOMEM, "out of memory for %llu tensors", (unsigned long long)total);
+    }
+    if (f->n_tensors)
+        memcpy(m.tensors, f->tensors, (size_t)f->n_tensors * sizeof *m.tensors);
+    uint64_t at = f->n_tensors;
+    for (uint64_t k = 0; k < n_parts; k++) {
+        if (parts[k].n_tensors)
+            memcpy(m.tensors + at, parts[k].tensors,
+                   (size_t)parts[k].n_tensors * sizeof *m.tensors);
+        at += parts[k].n_tensors;
+    }
+    for (uint64_t i = 0; i < total; i++)
+        m.tensor_sorted[i] = i;
+    sort_indices(m.tensor_sorted, total, &m, cmp_tensor_names);
+    for (uint64_t i = 1; i < total; i++) {
+        uint64_t a = m.tensor_sorted[i - 1], b = m.tensor_sorted[i];
+        if (cmp_tensor_names(&m, a, b) == 0) {
+            uint64_t pa = part_of(f, parts, a), pb = part_of(f, parts, b);
+            int st = pi_error_set(err, PI_ERR_FORMAT, "tensor '%s' is in part %llu and in "
+                                  "part %llu", m.tensors[a].name,
+                                  (unsigned long long)(pa < pb ? pa : pb),
+                                  (unsigned long long)(pa < pb ? pb : pa));
+            pi_free(f->alloc, m.tensors);
+            pi_free(f->alloc, m.tensor_sorted);
+            return st;
+        }
+    }
+    pi_free(f->alloc, f->tensors);
+    pi_free(f->alloc, f->tensor_sorted);
+    f->tensors = m.tensors;
+    f->tensor_sorted = m.tensor_sorted;
+    f->n_tensors = total;
     return PI_OK;
 }

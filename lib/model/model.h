@@ -10,11 +10,23 @@
 #include "util/log.h"
 #include "util/os.h"
 
+/* The second and later files of a split model (gguf.h, "Split models"). */
+struct pi_model_part {
+    struct pi_file_map map;    /* owned */
+    struct gguf_file gguf;     /* parsed; closed once its tensors are merged */
+    uint64_t header_size;      /* bytes before its tensor data: metadata, tensor table */
+};
+
 struct pi_model {
     struct pi_allocator alloc; /* copy: everything below was allocated with it */
     struct pi_logger log;
-    struct pi_file_map map;    /* owned when owns_map */
+    struct pi_file_map map;    /* the (first) file; owned when owns_map */
     int owns_map;
+    /* A split model's files after the first: n_parts - 1 entries (NULL for one file).
+     * gguf.tensors lists every part's tensors, their data pointers into these maps;
+     * gguf's metadata, base and size stay the first file's. */
+    uint32_t n_parts;          /* 1, or the split.count of a split model */
+    struct pi_model_part *parts;
     struct gguf_file gguf;
     int has_desc;              /* 0 for metadata_only models */
     struct pi_model_desc desc;
