@@ -3,7 +3,10 @@
  * Parses the input as a whole GGUF file held in memory. When the parse succeeds,
  * every lookup and typed read is exercised, and the first and last byte of every
  * tensor's data are read, so that AddressSanitizer sees any pointer or size the
- * reader accepted but did not check. See tests/fuzz/README.md. */
+ * reader accepted but did not check. The split-model helpers run on the same bytes:
+ * the split keys, the split naming on the input's first bytes as a name, and the
+ * tensor-table merge of the file with itself (every name then collides: the merge
+ * must refuse and leave the file as it was). See tests/fuzz/README.md. */
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -48,6 +51,43 @@ static void exercise_kv(const struct gguf_file *f, const struct gguf_kv *kv) {
     }
 }
 
+static void exercise_split(struct gguf_file *f, const uint8_t *data, size_t size) {
+    struct pi_error err;
+    memset(&err, 0, sizeof err);
+    struct gguf_split s;
+    if (gguf_split_info(f, &s, &err) == PI_OK) {
+        if (s.count < 1 || s.no >= s.count || s.n_tensors < f->n_tensors)
+            __builtin_trap();
+    } else if (err.msg[0] == '\0') {
+        __builtin_trap();
+    }
+
+    char name[64];
+    size_t n = size < sizeof name - 1 ? size : sizeof name - 1;
+    memcpy(name, data, n);
+    name[n] = '\0';
+    size_t prefix_len;
+    uint32_t no, count;
+    if (gguf_split_name(name, &prefix_len, &no, &count)) {
+        char *p = gguf_split_path(&pi_default_allocator, name, prefix_len, no, count);
+        if (!p || strcmp(p, name) != 0)
+            __builtin_trap(); /* the name must come back as it was */
+        pi_free(&pi_default_allocator, p);
+    }
+
+    struct gguf_file twin;
+    if (gguf_parse(&twin, data, (uint64_t)size, &pi_default_allocator, &err) != PI_OK)
+        __builtin_trap(); /* it parsed once */
+    const uint64_t before = f->n_tensors;
+    const struct gguf_tensor *tensors = f->tensors;
+    int st = gguf_merge_tensors(f, &twin, 1, &err);
+    if (before > 0 && (st != PI_ERR_FORMAT || f->n_tensors != before || f->tensors != tensors))
+        __builtin_trap();
+    if (before == 0 && (st != PI_OK || f->n_tensors != 0))
+        __builtin_trap();
+    gguf_close(&twin);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     struct gguf_file f;
     struct pi_error err;
@@ -81,6 +121,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     (void)gguf_find_tensor(&f, "");
     (void)gguf_find_tensor(&f, "no.such.tensor");
 
+    exercise_split(&f, data, size);
     gguf_close(&f);
     return 0;
 }
