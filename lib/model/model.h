@@ -43,7 +43,9 @@ int pi_model_open_with(const char *path, const pi_model_params *params,
                        const struct pi_allocator *alloc, pi_model **out);
 
 /* Open a model over `size` bytes at `data`, borrowed until the model is closed (the
- * fuzzers use this). */
+ * fuzzers use this). A part of a split model is refused (the first part:
+ * PI_ERR_UNSUPPORTED, its other parts are found only by file name; a later part:
+ * PI_ERR_INVALID_ARG, as pi_model_open). */
 int pi_model_open_buffer(const void *data, uint64_t size, const pi_model_params *params,
                          const struct pi_allocator *alloc, pi_model **out);
 
