@@ -536,7 +536,24 @@ enum {
     PI_CHAT_AUTO = 0,   /* from the model's tokenizer.chat_template */
     PI_CHAT_CHATML = 1, /* <|im_start|>role\ncontent<|im_end|>\n (Qwen, SmolLM, ...) */
     PI_CHAT_LLAMA2 = 2, /* <s>[INST] <<SYS>>\n...\n<</SYS>>\n\nuser [/INST] answer </s> */
-    PI_CHAT_LLAMA3 = 3  /* <|start_header_id|>role<|end_header_id|>\n\ncontent<|eot_id|> */
+    PI_CHAT_LLAMA3 = 3, /* <|start_header_id|>role<|end_header_id|>\n\ncontent<|eot_id|> */
+    /* <start_of_turn>user\n[system\n\n]content<end_of_turn>\n<start_of_turn>model\n
+     * (Gemma 2, 3; contents trimmed). Since: 0.1 */
+    PI_CHAT_GEMMA = 4,
+    /* <|system|>\n...<|end|>\n<|user|>\n...<|end|>\n<|assistant|>\n (Phi-3, 3.5).
+     * Since: 0.1 */
+    PI_CHAT_PHI3 = 5,
+    /* Mistral's [INST] generations (answers end with the EOS text). v1, 7B v0.2:
+     * " [INST] [system\n\n]user [/INST] answer</s>"; v3, 7B v0.3: "[INST] user[/INST]
+     * answer</s>"; v3-tekken, Nemo: "[INST]user[/INST]answer</s>" (in v3 and
+     * v3-tekken a system message opens the last user turn); v7, Small 3:
+     * "[SYSTEM_PROMPT]...[/SYSTEM_PROMPT][INST]user[/INST]answer</s>". Since: 0.1 */
+    PI_CHAT_MISTRAL_V1 = 6,
+    PI_CHAT_MISTRAL_V3 = 7,
+    PI_CHAT_MISTRAL_V3_TEKKEN = 8,
+    PI_CHAT_MISTRAL_V7 = 9,
+    /* System: ...\nUser: ...\nFalcon: ...\nFalcon: (Falcon-instruct). Since: 0.1 */
+    PI_CHAT_FALCON = 10
 };
 
 /* The chat format of the model: PI_CHAT_AUTO resolved from its chat template (which
@@ -546,9 +563,12 @@ PI_API int pi_model_chat_format(const pi_model *model);
 
 /* Render `n` messages (borrowed for the call) as a prompt in `format` (PI_CHAT_*;
  * AUTO uses pi_model_chat_format), followed by the opening of an assistant turn when
- * add_assistant is non-zero. For ChatML templates that insert a default system
- * message when the conversation has none, the same default is inserted. The text
- * contains special-token text: tokenize it with PI_TOKENIZE_PARSE_SPECIAL. Copies into
+ * add_assistant is non-zero (the [INST] formats ignore it: a final user turn asks for
+ * the answer; Phi-3 without it ends with the EOS text, as its template does). For
+ * ChatML templates that insert a default system message when the conversation has
+ * none, the same default is inserted. A BOS token that a template writes first is not
+ * in the text: tokenize with PI_TOKENIZE_ADD_SPECIAL, which adds it where the model
+ * does. The text contains special-token text: tokenize it with PI_TOKENIZE_PARSE_SPECIAL. Copies into
  * buf as pi_model_meta_str does and returns the full length, or PI_ERR_INVALID_ARG
  * (NULL message fields, unknown role), PI_ERR_NOT_FOUND, PI_ERR_UNSUPPORTED.
  * Since: 0.1 */

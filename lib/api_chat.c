@@ -1,5 +1,8 @@
 /* api_chat.c -- chat prompt rendering for the common template families. Templates are
- * recognised by their marker strings, not executed (no Jinja interpreter). */
+ * recognised by their marker strings, not executed (no Jinja interpreter); each
+ * renderer writes what that family's published template writes (checked against the
+ * templates rendered by jinja2 in tests/model/test_tokenizer.c), except the BOS token
+ * a template puts first: that comes from tokenizing with PI_TOKENIZE_ADD_SPECIAL. */
 #include <string.h>
 
 #include "model/model.h"
@@ -50,8 +53,26 @@ int pi_model_chat_format(const pi_model *m) {
         return PI_CHAT_CHATML;
     if (contains(t, n, "<|start_header_id|>"))
         return PI_CHAT_LLAMA3;
+    if (contains(t, n, "<start_of_turn>"))
+        return PI_CHAT_GEMMA;
+    if (contains(t, n, "<|assistant|>") && contains(t, n, "<|end|>"))
+        return PI_CHAT_PHI3;
+    if (contains(t, n, "[SYSTEM_PROMPT]") && contains(t, n, "[INST]"))
+        return PI_CHAT_MISTRAL_V7;
+    if (contains(t, n, "[INST]") && !contains(t, n, "<<SYS>>")) {
+        /* Mistral's generations differ in the spaces around [INST] and [/INST]. */
+        if (contains(t, n, "' [INST] '") || contains(t, n, "\" [INST] \""))
+            return PI_CHAT_MISTRAL_V1;
+        if (contains(t, n, "\"[INST]\" +") || contains(t, n, "'[INST]' +"))
+            return PI_CHAT_MISTRAL_V3_TEKKEN;
+        if ((contains(t, n, "\"[INST] \" +") || contains(t, n, "'[INST] ' +")) &&
+            (contains(t, n, "+ \"[/INST]\"") || contains(t, n, "+ '[/INST]'")))
+            return PI_CHAT_MISTRAL_V3;
+    }
     if (contains(t, n, "[INST]"))
         return PI_CHAT_LLAMA2;
+    if (contains(t, n, "'User: '") && contains(t, n, "Falcon:"))
+        return PI_CHAT_FALCON;
     return PI_ERR_UNSUPPORTED;
 }
 
@@ -106,12 +127,15 @@ static void chatml(const pi_model *m, struct out *o, const pi_chat_message *msgs
         put(o, "<|im_start|>assistant\n");
 }
 
+static void put_trim(struct out *o, const char *s);
+
+/* Llama 3 / 3.1: contents trimmed, as the template does. */
 static void llama3(struct out *o, const pi_chat_message *msgs, size_t n, int add_assistant) {
     for (size_t i = 0; i < n; i++) {
         put(o, "<|start_header_id|>");
         put(o, msgs[i].role);
         put(o, "<|end_header_id|>\n\n");
-        put(o, msgs[i].content);
+        put_trim(o, msgs[i].content);
         put(o, "<|eot_id|>");
     }
     if (add_assistant)
@@ -151,6 +175,140 @@ static void llama2(struct out *o, const pi_chat_message *msgs, size_t n, int add
     (void)open;
 }
 
+/* Jinja's trim: leading and trailing whitespace (ASCII, as in the texts that matter). */
+static void put_trim(struct out *o, const char *s) {
+    size_t n = strlen(s);
+    while (n > 0 && strchr(" \t\n\r\v\f", s[0]) && s[0]) {
+        s++;
+        n--;
+    }
+    while (n > 0 && strchr(" \t\n\r\v\f", s[n - 1]))
+        n--;
+    put_n(o, s, n);
+}
+
+/* The text of the model's EOS token, or "" (templates write eos_token after an answer). */
+static void put_eos(const pi_model *m, struct out *o) {
+    const struct pi_vocab *v = m->vocab;
+    if (v && v->eos >= 0)
+        put_n(o, v->tokens[v->eos].text, v->tokens[v->eos].len);
+}
+
+/* Gemma 2 / 3: turns "<start_of_turn>user|model\n" + trimmed content + "<end_of_turn>\n";
+ * a system message goes in front of the first user turn followed by a blank line
+ * (Gemma 3's template; Gemma 2's refuses system messages). */
+static void gemma(struct out *o, const pi_chat_message *msgs, size_t n, int add_assistant) {
+    size_t i = 0;
+    const char *sys = NULL;
+    if (n > 0 && !strcmp(msgs[0].role, "system"))
+        sys = msgs[i++].content;
+    for (size_t first = i; i < n; i++) {
+        int model = !strcmp(msgs[i].role, "assistant");
+        put(o, model ? "<start_of_turn>model\n" : "<start_of_turn>");
+        if (!model) {
+            put(o, msgs[i].role);
+            put(o, "\n");
+        }
+        if (sys && i == first) {
+            put(o, sys);
+            put(o, "\n\n");
+        }
+        put_trim(o, msgs[i].content);
+        put(o, "<end_of_turn>\n");
+    }
+    if (add_assistant)
+        put(o, "<start_of_turn>model\n");
+}
+
+/* Phi-3 / 3.5: "<|role|>\n" + content + "<|end|>\n"; an empty system message is left
+ * out; without a generation prompt the template ends with the EOS text. */
+static void phi3(const pi_model *m, struct out *o, const pi_chat_message *msgs, size_t n,
+                 int add_assistant) {
+    for (size_t i = 0; i < n; i++) {
+        if (!strcmp(msgs[i].role, "system") && !msgs[i].content[0])
+            continue;
+        put(o, "<|");
+        put(o, msgs[i].role);
+        put(o, "|>\n");
+        put(o, msgs[i].content);
+        put(o, "<|end|>\n");
+    }
+    if (add_assistant)
+        put(o, "<|assistant|>\n");
+    else
+        put_eos(m, o);
+}
+
+/* Mistral's [INST] formats, by generation:
+ *   v1 (7B v0.2, SentencePiece): " [INST] " + user + " [/INST]", answers " " + text +
+ *        EOS; a system message opens the first user turn ("\n\n" after it);
+ *   v3 (7B v0.3): "[INST] " + user + "[/INST]", answers " " + trimmed text + EOS;
+ *   v3-tekken (Nemo): "[INST]" + user + "[/INST]", answers text + EOS;
+ *   in v3 and v3-tekken the system message opens the last user turn, and only when
+ *   that turn is the last message (so it is dropped after a final answer). */
+static void mistral(const pi_model *m, struct out *o, int format, const pi_chat_message *msgs,
+                    size_t n) {
+    size_t i = 0;
+    const char *sys = NULL;
+    if (n > 0 && !strcmp(msgs[0].role, "system"))
+        sys = msgs[i++].content;
+    int v1 = format == PI_CHAT_MISTRAL_V1, tekken = format == PI_CHAT_MISTRAL_V3_TEKKEN;
+    for (size_t first = i; i < n; i++) {
+        if (!strcmp(msgs[i].role, "user")) {
+            put(o, v1 ? " [INST] " : tekken ? "[INST]" : "[INST] ");
+            if (sys && (v1 ? i == first : i == n - 1)) {
+                put(o, sys);
+                put(o, "\n\n");
+            }
+            put(o, msgs[i].content);
+            put(o, v1 ? " [/INST]" : "[/INST]");
+        } else if (!strcmp(msgs[i].role, "assistant")) {
+            if (!tekken)
+                put(o, " ");
+            if (format == PI_CHAT_MISTRAL_V3)
+                put_trim(o, msgs[i].content);
+            else
+                put(o, msgs[i].content);
+            put_eos(m, o);
+        }
+    }
+}
+
+/* Mistral v7 (Small 3, tekken): system messages "[SYSTEM_PROMPT]...[/SYSTEM_PROMPT]"
+ * where they stand, "[INST]" + user + "[/INST]", answers text + EOS. The template's
+ * own default system prompt (with today's date) is not inserted. */
+static void mistral_v7(const pi_model *m, struct out *o, const pi_chat_message *msgs, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        if (!strcmp(msgs[i].role, "system")) {
+            put(o, "[SYSTEM_PROMPT]");
+            put(o, msgs[i].content);
+            put(o, "[/SYSTEM_PROMPT]");
+        } else if (!strcmp(msgs[i].role, "user")) {
+            put(o, "[INST]");
+            put(o, msgs[i].content);
+            put(o, "[/INST]");
+        } else {
+            put(o, msgs[i].content);
+            put_eos(m, o);
+        }
+    }
+}
+
+/* Falcon-instruct: "System: ", "User: ", "Falcon: " + content, one message a line, and
+ * "\nFalcon:" to ask for the answer. */
+static void falcon(struct out *o, const pi_chat_message *msgs, size_t n, int add_assistant) {
+    for (size_t i = 0; i < n; i++) {
+        if (i > 0)
+            put(o, "\n");
+        put(o, !strcmp(msgs[i].role, "system") ? "System: "
+               : !strcmp(msgs[i].role, "user") ? "User: "
+                                               : "Falcon: ");
+        put(o, msgs[i].content);
+    }
+    if (add_assistant)
+        put(o, "\nFalcon:");
+}
+
 int64_t pi_chat_apply(const pi_model *m, int format, const pi_chat_message *msgs, size_t n,
                       int add_assistant, char *buf, size_t cap) {
     if (!m || (n && !msgs) || (!buf && cap))
@@ -173,6 +331,23 @@ int64_t pi_chat_apply(const pi_model *m, int format, const pi_chat_message *msgs
         break;
     case PI_CHAT_LLAMA2:
         llama2(&o, msgs, n, add_assistant);
+        break;
+    case PI_CHAT_GEMMA:
+        gemma(&o, msgs, n, add_assistant);
+        break;
+    case PI_CHAT_PHI3:
+        phi3(m, &o, msgs, n, add_assistant);
+        break;
+    case PI_CHAT_MISTRAL_V1:
+    case PI_CHAT_MISTRAL_V3:
+    case PI_CHAT_MISTRAL_V3_TEKKEN:
+        mistral(m, &o, format, msgs, n); /* an open [INST] asks for the answer */
+        break;
+    case PI_CHAT_MISTRAL_V7:
+        mistral_v7(m, &o, msgs, n);
+        break;
+    case PI_CHAT_FALCON:
+        falcon(&o, msgs, n, add_assistant);
         break;
     default:
         return PI_ERR_INVALID_ARG;

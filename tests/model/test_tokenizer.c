@@ -743,6 +743,72 @@ static void test_bpe_families(void **state) {
     assert_int_equal(bad, 0);
 }
 
+/* ---- chat templates against jinja2 --------------------------------------------------- */
+
+/* chat_templates.json (tests/fixtures/gen_chat_fixtures.py): the published templates of
+ * the families, each in a model's tokenizer.chat_template: the format is recognised
+ * from it, and pi_chat_apply(PI_CHAT_AUTO) gives what jinja2 renders from it. */
+static void test_chat_templates(void **state) {
+    (void)state;
+    struct jv *fx = load_json("chat_templates.json");
+    assert_true(fx->n >= 10);
+    int bad = 0, checked = 0;
+    for (size_t k = 0; k < fx->n; k++) {
+        const struct jv *t = &fx->items[k];
+        const char *name = jget(t, "name")->s;
+        const char *path = tmp_path("chat");
+        struct gguf_writer *w;
+        assert_int_equal(gguf_writer_create(&pi_default_allocator, &w), PI_OK);
+        assert_int_equal(add_tiny_llama(w, 4), PI_OK);
+        const char *toks[4] = {"<unk>", "<s>", jget(t, "eos")->s, "a"};
+        int32_t types[4] = {2, 3, 3, 1};
+        uint32_t eos = 2;
+        assert_int_equal(gguf_writer_add_string(w, "tokenizer.ggml.model", "llama"), PI_OK);
+        assert_int_equal(gguf_writer_add_string_array(w, "tokenizer.ggml.tokens", toks, 4), PI_OK);
+        assert_int_equal(
+            gguf_writer_add_array(w, "tokenizer.ggml.token_type", PI_META_I32, types, 4), PI_OK);
+        assert_int_equal(
+            gguf_writer_add_scalar(w, "tokenizer.ggml.eos_token_id", PI_META_U32, &eos), PI_OK);
+        assert_int_equal(
+            gguf_writer_add_string(w, "tokenizer.chat_template", jget(t, "template")->s), PI_OK);
+        assert_int_equal(gguf_writer_write_file(w, path, GGUF_MAGIC_GGUF, NULL), PI_OK);
+        gguf_writer_destroy(w);
+        pi_model *m = must_open(path);
+        remove(path);
+        int fmt = pi_model_chat_format(m);
+        if (fmt != (int)jget(t, "format")->num) {
+            fprintf(stderr, "# chat %s: recognised as %d, not %lld\n", name, fmt,
+                    (long long)jget(t, "format")->num);
+            bad++;
+        }
+        const struct jv *renders = jget(t, "renders");
+        for (size_t r = 0; r < renders->n; r++) {
+            const struct jv *c = &renders->items[r], *msgs = jget(c, "messages");
+            pi_chat_message mm[8];
+            assert_true(msgs->n <= 8);
+            for (size_t i = 0; i < msgs->n; i++) {
+                mm[i].role = jget(&msgs->items[i], "role")->s;
+                mm[i].content = jget(&msgs->items[i], "content")->s;
+            }
+            const struct jv *want = jget(c, "text");
+            int gen = (int)jget(c, "add_generation_prompt")->num;
+            char buf[2048];
+            int64_t n = pi_chat_apply(m, PI_CHAT_AUTO, mm, msgs->n, gen, buf, sizeof buf);
+            checked++;
+            if (n != (int64_t)want->len || memcmp(buf, want->s, want->len) != 0) {
+                bad++;
+                fprintf(stderr, "# chat %s, conversation %zu:\n#   ours   [%s]\n#   jinja2 [%s]\n",
+                        name, r, n >= 0 ? buf : "(error)", want->s);
+            }
+        }
+        pi_model_close(m);
+    }
+    fprintf(stderr, "# chat: %zu templates, %d of %d renderings equal jinja2's\n", fx->n,
+            checked - bad, checked);
+    free_json(fx);
+    assert_int_equal(bad, 0);
+}
+
 /* ---- the SentencePiece vocabulary against sentencepiece ----------------------------- */
 
 static void test_spm_corpus(void **state) {
@@ -1471,19 +1537,13 @@ int main(int argc, char **argv) {
     g_fixtures = argv[1];
     g_smollm2 = argc > 2 && argv[2][0] && access(argv[2], R_OK) == 0 ? argv[2] : NULL;
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_smollm2_corpus),
-        cmocka_unit_test(test_pre_tokenizer_variants),
-        cmocka_unit_test(test_bpe_families),
-        cmocka_unit_test(test_spm_corpus),
-        cmocka_unit_test(test_spm_special_and_bytes),
-        cmocka_unit_test(test_stream_utf8),
-        cmocka_unit_test(test_stream_bpe_emoji),
-        cmocka_unit_test(test_smollm2_api),
-        cmocka_unit_test(test_null_and_no_tokenizer),
-        cmocka_unit_test(test_hostile_metadata),
-        cmocka_unit_test(test_alloc_failure_spm),
-        cmocka_unit_test(test_alloc_failure_bpe),
-        cmocka_unit_test(test_threads),
+        cmocka_unit_test(test_smollm2_corpus),    cmocka_unit_test(test_pre_tokenizer_variants),
+        cmocka_unit_test(test_bpe_families),      cmocka_unit_test(test_chat_templates),
+        cmocka_unit_test(test_spm_corpus),        cmocka_unit_test(test_spm_special_and_bytes),
+        cmocka_unit_test(test_stream_utf8),       cmocka_unit_test(test_stream_bpe_emoji),
+        cmocka_unit_test(test_smollm2_api),       cmocka_unit_test(test_null_and_no_tokenizer),
+        cmocka_unit_test(test_hostile_metadata),  cmocka_unit_test(test_alloc_failure_spm),
+        cmocka_unit_test(test_alloc_failure_bpe), cmocka_unit_test(test_threads),
         cmocka_unit_test(test_bpe_match_limit),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -43,7 +43,9 @@ TOKENIZE_PARSE_SPECIAL = 1 << 1
 PIECE_SPECIAL = 1 << 0
 
 # PI_CHAT_*
-CHAT_FORMATS = {"auto": 0, "chatml": 1, "llama2": 2, "llama3": 3}
+CHAT_FORMATS = {"auto": 0, "chatml": 1, "llama2": 2, "llama3": 3, "gemma": 4, "phi3": 5,
+                "mistral-v1": 6, "mistral-v3": 7, "mistral-v3-tekken": 8, "mistral-v7": 9,
+                "falcon": 10}
 _CHAT_NAMES = {v: k for k, v in CHAT_FORMATS.items()}
 
 _DEFAULT_LOGGER = object()
@@ -445,9 +447,11 @@ class Model(Owner):
     @property
     @holding
     def chat_format(self):
-        """The chat format recognised from the template: 'chatml', 'llama2' or
-        'llama3'. PowerInferError PI_ERR_NOT_FOUND (no template) or
-        PI_ERR_UNSUPPORTED (a template of another style)."""
+        """The chat format recognised from the template: a name of CHAT_FORMATS
+        ('chatml', 'llama2', 'llama3', 'gemma', 'phi3', 'mistral-v1', 'mistral-v3',
+        'mistral-v3-tekken', 'mistral-v7', 'falcon'). PowerInferError
+        PI_ERR_NOT_FOUND (no template) or PI_ERR_UNSUPPORTED (a template of another
+        style)."""
         st = self._check(_lib.lib().pi_model_chat_format(self._ptr()),
                          "pi_model_chat_format")
         return _CHAT_NAMES.get(st, st)
@@ -456,8 +460,8 @@ class Model(Owner):
     def chat_apply(self, messages, *, format="auto", add_assistant=True):
         """Render messages as a prompt: an iterable of {"role": ..., "content": ...}
         dicts or (role, content) pairs, role "system", "user" or "assistant".
-        format: "auto" (from the model's template), "chatml", "llama2", "llama3" or a
-        CHAT_* id. The result contains special-token text: tokenize it with
+        format: "auto" (from the model's template), a name of CHAT_FORMATS or a
+        PI_CHAT_* id. The result contains special-token text: tokenize it with
         parse_special=True."""
         fmt = CHAT_FORMATS[format] if isinstance(format, str) else c_int(format, "int", "format")
         pairs = []

@@ -366,6 +366,20 @@ pub enum ChatFormat {
     ChatMl = 1,
     Llama2 = 2,
     Llama3 = 3,
+    /// Gemma 2 / 3.
+    Gemma = 4,
+    /// Phi-3 / 3.5.
+    Phi3 = 5,
+    /// Mistral 7B v0.2: " [INST] ... [/INST]".
+    MistralV1 = 6,
+    /// Mistral 7B v0.3: "[INST] ...[/INST]".
+    MistralV3 = 7,
+    /// Mistral Nemo: "[INST]...[/INST]".
+    MistralV3Tekken = 8,
+    /// Mistral Small 3: "[SYSTEM_PROMPT]...[/SYSTEM_PROMPT][INST]...[/INST]".
+    MistralV7 = 9,
+    /// Falcon-instruct: "User: ...\nFalcon:".
+    Falcon = 10,
 }
 
 /// Flags of [`Model::tokenize`] (`PI_TOKENIZE_*`); combine with `|`.
@@ -797,6 +811,13 @@ impl Model {
             sys::PI_CHAT_CHATML => Ok(ChatFormat::ChatMl),
             sys::PI_CHAT_LLAMA2 => Ok(ChatFormat::Llama2),
             sys::PI_CHAT_LLAMA3 => Ok(ChatFormat::Llama3),
+            sys::PI_CHAT_GEMMA => Ok(ChatFormat::Gemma),
+            sys::PI_CHAT_PHI3 => Ok(ChatFormat::Phi3),
+            sys::PI_CHAT_MISTRAL_V1 => Ok(ChatFormat::MistralV1),
+            sys::PI_CHAT_MISTRAL_V3 => Ok(ChatFormat::MistralV3),
+            sys::PI_CHAT_MISTRAL_V3_TEKKEN => Ok(ChatFormat::MistralV3Tekken),
+            sys::PI_CHAT_MISTRAL_V7 => Ok(ChatFormat::MistralV7),
+            sys::PI_CHAT_FALCON => Ok(ChatFormat::Falcon),
             other => {
                 Err(Error::new(sys::PI_ERR_UNSUPPORTED, format!("unknown chat format {other}")))
             }

@@ -150,6 +150,13 @@ pub const PI_CHAT_AUTO: c_int = 0;
 pub const PI_CHAT_CHATML: c_int = 1;
 pub const PI_CHAT_LLAMA2: c_int = 2;
 pub const PI_CHAT_LLAMA3: c_int = 3;
+pub const PI_CHAT_GEMMA: c_int = 4;
+pub const PI_CHAT_PHI3: c_int = 5;
+pub const PI_CHAT_MISTRAL_V1: c_int = 6;
+pub const PI_CHAT_MISTRAL_V3: c_int = 7;
+pub const PI_CHAT_MISTRAL_V3_TEKKEN: c_int = 8;
+pub const PI_CHAT_MISTRAL_V7: c_int = 9;
+pub const PI_CHAT_FALCON: c_int = 10;
 
 // ---- Context ------------------------------------------------------------------------
 
