@@ -437,9 +437,11 @@ enum {
      * (tokenizer.ggml.add_bos_token / add_eos_token; SentencePiece models add BOS by
      * default). */
     PI_TOKENIZE_ADD_SPECIAL = 1u << 0,
-    /* Recognise the text of control and user-defined tokens ("<|im_start|>") in the
-     * input and emit them as single tokens (scanning left to right, the longest token
-     * at each position). Without it they are tokenized as text. */
+    /* Recognise the text of control tokens ("<|im_start|>") in the input and emit
+     * them as single tokens (scanning left to right, the longest token at each
+     * position). Without it they are tokenized as text. User-defined tokens (token
+     * type 4: Gemma's runs of spaces and newlines, added tokens that are not special)
+     * are recognised in every text, as Hugging Face and sentencepiece do. */
     PI_TOKENIZE_PARSE_SPECIAL = 1u << 1
 };
 

@@ -443,8 +443,10 @@ static int build_lists(struct loader *L) {
             v->eog[v->n_eog++] = cand[k];
     for (int32_t i = 0; i < v->n_tokens; i++) {
         const struct pi_token *t = &v->tokens[i];
-        if ((t->type == PI_TOK_CONTROL || t->type == PI_TOK_USER) && t->len > 0)
+        if ((t->type == PI_TOK_CONTROL || t->type == PI_TOK_USER) && t->len > 0) {
             v->specials[v->n_specials++] = i;
+            v->n_user += t->type == PI_TOK_USER;
+        }
         if (t->type == PI_TOK_CONTROL && is_end_marker(t))
             v->eog[v->n_eog++] = i;
     }
@@ -570,16 +572,22 @@ static int fragment(const struct pi_vocab *v, const char *text, size_t len, int 
     return tok_bpe_fragment(v, text, len, s, o);
 }
 
-/* The longest control or user-defined token that starts at p, or -1. */
-static int32_t special_at(const struct pi_vocab *v, const char *p, size_t left) {
+/* The longest control or user-defined token that starts at p, or -1; with
+ * user_only, the longest user-defined one. */
+static int32_t special_at(const struct pi_vocab *v, const char *p, size_t left, int user_only) {
     for (int32_t i = 0; i < v->n_specials; i++) {
         const struct pi_token *t = &v->tokens[v->specials[i]];
+        if (user_only && t->type != PI_TOK_USER)
+            continue;
         if (t->len <= left && t->text[0] == p[0] && memcmp(t->text, p, t->len) == 0)
             return v->specials[i];
     }
     return -1;
 }
 
+/* User-defined tokens are split out of the raw text always (as Hugging Face splits
+ * its non-special added tokens, and sentencepiece its user-defined pieces: Gemma's runs
+ * of spaces and newlines are such tokens); control tokens only with parse_special. */
 int vocab_tokenize(const struct pi_vocab *v, const char *text, size_t len, int parse_special,
                    int add_special, struct tok_out *o) {
     struct tok_scratch s;
@@ -590,14 +598,19 @@ int vocab_tokenize(const struct pi_vocab *v, const char *text, size_t len, int p
     int status = PI_OK;
     size_t start = 0; /* start of the pending raw text */
     int first = 1;
-    if (parse_special && v->n_specials > 0) {
+    if ((parse_special && v->n_specials > 0) || v->n_user > 0) {
         /* Which bytes can start a special token: most positions are skipped at once. */
         uint8_t starts[256] = {0};
-        for (int32_t i = 0; i < v->n_specials; i++)
-            starts[(unsigned char)v->tokens[v->specials[i]].text[0]] = 1;
+        for (int32_t i = 0; i < v->n_specials; i++) {
+            const struct pi_token *t = &v->tokens[v->specials[i]];
+            if (parse_special || t->type == PI_TOK_USER)
+                starts[(unsigned char)t->text[0]] = 1;
+        }
         size_t i = 0;
         while (i < len && status == PI_OK) {
-            int32_t id = starts[(unsigned char)text[i]] ? special_at(v, text + i, len - i) : -1;
+            int32_t id = starts[(unsigned char)text[i]]
+                             ? special_at(v, text + i, len - i, !parse_special)
+                             : -1;
             if (id < 0) {
                 i++;
                 continue;
@@ -605,7 +618,9 @@ int vocab_tokenize(const struct pi_vocab *v, const char *text, size_t len, int p
             if (i > start)
                 status = fragment(v, text + start, i - start, first, &s, o);
             tok_out_push(o, id);
-            first = 1;
+            /* The text after a control token starts anew (SPM: the space prefix
+             * again); after a user-defined one it goes on, as in sentencepiece. */
+            first = v->tokens[id].type == PI_TOK_CONTROL;
             i += v->tokens[id].len;
             start = i;
         }

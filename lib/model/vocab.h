@@ -85,9 +85,11 @@ struct pi_vocab {
     int32_t n_eog;
 
     /* Control and user-defined tokens with non-empty text, longest first (ties by
-     * id), for PI_TOKENIZE_PARSE_SPECIAL. */
+     * id): user-defined ones are split out of every text, control ones with
+     * PI_TOKENIZE_PARSE_SPECIAL. */
     int32_t *specials;
     int32_t n_specials;
+    int32_t n_user; /* of them user-defined: split out of the text always */
 
     /* SPM: the <0xNN> token of each byte, -1 if the vocabulary has none. */
     int32_t byte_token[256];
