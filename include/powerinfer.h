@@ -281,6 +281,18 @@ PI_API int pi_model_default_params(pi_model_params *params);
  * 2^24); PI_ERR_NOMEM (also: no memory for a PI_LOAD_READ copy);
  * PI_ERR_ABORTED (progress_fn returned non-zero).
  * On failure the message is written to params->errbuf when given.
+ *
+ * Split models (llama.cpp's gguf-split, gguf-py's split writer: NAME-00001-of-00003.gguf,
+ * NAME-00002-of-00003.gguf, ...) are opened from their first part: the other parts are
+ * found beside it by that naming, opened as the first (load_mode and lock_memory apply
+ * to each), checked against it and joined into one model whose tensor table, n_params
+ * and size_bytes cover every part; the metadata is the first part's. Opening a later
+ * part is PI_ERR_INVALID_ARG (the message names the first part's file), as is a first
+ * part renamed away from the split naming (its parts cannot be found); a missing or
+ * unreadable part is PI_ERR_IO;
+ * parts that disagree (split.no, split.count, split.tensors.count, magic, version, a
+ * tensor in two parts) or a malformed part are PI_ERR_FORMAT; each message names the
+ * part. docs/formats.md, "Split files".
  * Since: 0.1 */
 PI_API int pi_model_open(const char *path, const pi_model_params *params, pi_model **out);
 
