@@ -77,26 +77,33 @@ int pi_model_chat_format(const pi_model *m) {
 }
 
 /* A ChatML template that adds a system turn when there is none writes it literally:
- * "<|im_start|>system\n<text><|im_end|>". Return that text if it holds no template
- * syntax. */
+ * "<|im_start|>system\n<text><|im_end|>" inside one Jinja string, its newline either
+ * a real one (SmolLM2) or the escape \n (Qwen 2.5). Return that text if it holds no
+ * template syntax, quote or backslash (so "'<|im_start|>system\n' + messages[0]..."
+ * is not taken for one). */
 static int default_system(const pi_model *m, const char **s, size_t *len) {
     uint64_t n;
     const char *t = template_of(m, &n);
-    static const char open[] = "<|im_start|>system\n";
+    static const char *const opens[2] = {"<|im_start|>system\n", "<|im_start|>system\\n"};
     if (!t)
         return 0;
-    for (uint64_t i = 0; i + sizeof open - 1 <= n; i++) {
-        if (memcmp(t + i, open, sizeof open - 1) != 0)
-            continue;
-        const char *b = t + i + sizeof open - 1;
-        uint64_t rest = n - (i + sizeof open - 1);
-        for (uint64_t j = 0; j + 10 <= rest; j++) {
-            if (b[j] == '{' || b[j] == '}')
-                break;
-            if (memcmp(b + j, "<|im_end|>", 10) == 0) {
-                *s = b;
-                *len = (size_t)j;
-                return j > 0;
+    for (int k = 0; k < 2; k++) {
+        size_t ol = strlen(opens[k]);
+        for (uint64_t i = 0; i + ol <= n; i++) {
+            if (memcmp(t + i, opens[k], ol) != 0)
+                continue;
+            const char *b = t + i + ol;
+            uint64_t rest = n - (i + ol);
+            for (uint64_t j = 0; j + 10 <= rest; j++) {
+                if (strchr("{}'\"\\", b[j]) && b[j])
+                    break;
+                if (memcmp(b + j, "<|im_end|>", 10) == 0) {
+                    if (j == 0)
+                        break;
+                    *s = b;
+                    *len = (size_t)j;
+                    return 1;
+                }
             }
         }
     }
