@@ -5,7 +5,8 @@
  *    several places, the first part with or without tensors), and the files gguf-py's
  *    GGUFWriter split support wrote (tests/fixtures/split, make_split_fixtures.py),
  *    give the single file's logits exactly, with PI_LOAD_MMAP, PI_LOAD_READ and
- *    lock_memory; the tensor table, n_params and size_bytes are the single file's;
+ *    lock_memory, and in hybrid execution (a CPU backend as the device); the tensor
+ *    table, n_params and size_bytes are the single file's;
  *  - hostile splits each fail with a message naming the part and what is wrong: a
  *    missing part, parts swapped, split.count or split.tensors.count that disagree, a
  *    tensor in two parts, a non-first part opened, a truncated part, a part of another
@@ -162,12 +163,21 @@ static const char *src_f32(void) {
 
 /* ---- logits --------------------------------------------------------------------------- */
 
-/* The logits after each of TOKS, one token at a time, into out[NTOK][n_vocab]. */
-static float *run_logits(const pi_model *m) {
+/* The logits after each of TOKS, one token at a time, into out[NTOK][n_vocab]; with
+ * `hybrid`, on the CPU and a CPU backend acting as the device, given half of what the
+ * whole model would take there. */
+static float *run_logits_on(const pi_model *m, int hybrid) {
     pi_ctx_params cp;
     pi_ctx_default_params(&cp);
     cp.n_ctx = 32;
     cp.n_threads = 2;
+    if (hybrid) {
+        cp.device = PI_DEVICE_CPU;
+        pi_plan *all;
+        assert_int_equal(pi_model_plan(m, &cp, &all), PI_OK);
+        cp.device_budget = pi_plan_bytes(all, PI_PLAN_N_PARTS) / 2;
+        pi_plan_free(all);
+    }
     pi_ctx *c;
     assert_int_equal(pi_ctx_create(m, &cp, &c), PI_OK);
     const int64_t nv = pi_model_n_vocab(m);
@@ -179,6 +189,10 @@ static float *run_logits(const pi_model *m) {
     }
     pi_ctx_destroy(c);
     return out;
+}
+
+static float *run_logits(const pi_model *m) {
+    return run_logits_on(m, 0);
 }
 
 static pi_model *open_ok(const char *path, int load_mode, int lock) {
@@ -225,6 +239,14 @@ static void check_same_model(const char *single, const char *first) {
         free(got);
         pi_model_close(b);
     }
+    /* Hybrid execution places weights from every part. */
+    float *want_h = run_logits_on(a, 1);
+    pi_model *b = open_ok(first, PI_LOAD_MMAP, 0);
+    float *got_h = run_logits_on(b, 1);
+    assert_memory_equal(got_h, want_h, (size_t)(NTOK * nv) * sizeof *got_h);
+    free(got_h);
+    free(want_h);
+    pi_model_close(b);
     free(want);
     pi_model_close(a);
 }
