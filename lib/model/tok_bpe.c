@@ -11,7 +11,9 @@
  *
  * Pre-tokenizers, by the names llama.cpp's converter writes (the regexes are those of
  * each family's tokenizer.json; \s is spelled out as the Unicode White_Space set so
- * that the result does not depend on the PCRE2 version's idea of \s):
+ * that the result does not depend on the PCRE2 version's idea of \s, and the letter,
+ * mark, number and punctuation classes take Unicode 15's additions, which PCRE2
+ * versions before 10.43 lack):
  *   default, gpt2, gpt-2, phi-2, mpt, olmo:  the GPT-2 regex (also when the key is
  *                                absent, as old files have it)
  *   smollm, starcoder, refact, codeshell, command-r, exaone, minerva-7b:  \p{N} (each
@@ -48,28 +50,49 @@
   "\\x{205f}\\x{3000}"
 #define CONTRACTIONS "'s|'t|'re|'ve|'m|'ll|'d"
 
-static const char PAT_GPT2[] =
-    CONTRACTIONS "| ?\\p{L}+| ?\\p{N}+| ?[^" WS "\\p{L}\\p{N}]+|[" WS "]+(?![^" WS "])|[" WS "]+";
-static const char PAT_DIGIT[] = "\\p{N}";
-static const char PAT_LLAMA3[] =
-    "(?i:" CONTRACTIONS ")|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^" WS "\\p{L}\\p{N}]+"
-    "[\\r\\n]*|[" WS "]*[\\r\\n]+|[" WS "]+(?![^" WS "])|[" WS "]+";
-static const char PAT_QWEN2[] =
-    "(?i:" CONTRACTIONS ")|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^" WS "\\p{L}\\p{N}]+"
-    "[\\r\\n]*|[" WS "]*[\\r\\n]+|[" WS "]+(?![^" WS "])|[" WS "]+";
-static const char PAT_QWEN35[] =
-    "(?i:" CONTRACTIONS ")|[^\\r\\n\\p{L}\\p{N}]?[\\p{L}\\p{M}]+|\\p{N}| ?[^" WS
-    "\\p{L}\\p{M}\\p{N}]+[\\r\\n]*|[" WS "]*[\\r\\n]+|[" WS "]+(?![^" WS "])|[" WS "]+";
+/* The letters, marks, numbers and punctuation that Unicode 15.0 added, for PCRE2
+ * versions whose tables are older (10.42 has Unicode 14; Hugging Face's Oniguruma knows
+ * 15): without them a Kawi or Nag Mundari letter, a CJK Extension H ideograph or the
+ * Kannada sign U+0CF3 would split words where the models' own tokenizers do not. */
+#define U15_LL "\\x{1df25}-\\x{1df2a}"
+#define U15_LM "\\x{1e030}-\\x{1e06d}\\x{1e4eb}"
+#define U15_LO                                                                                     \
+  "\\x{1123f}-\\x{11240}\\x{11f02}\\x{11f04}-\\x{11f10}\\x{11f12}-\\x{11f33}\\x{1342f}"            \
+  "\\x{13441}-\\x{13446}\\x{1b132}\\x{1b155}\\x{1e4d0}-\\x{1e4ea}\\x{2b739}\\x{31350}-\\x{323af}"
+#define U15_M                                                                                      \
+  "\\x{cf3}\\x{ece}\\x{10efd}-\\x{10eff}\\x{11241}\\x{11f00}-\\x{11f01}\\x{11f03}"                 \
+  "\\x{11f34}-\\x{11f3a}\\x{11f3e}-\\x{11f42}\\x{13440}\\x{13447}-\\x{13455}\\x{1e08f}"            \
+  "\\x{1e4ec}-\\x{1e4ef}"
+#define U15_N "\\x{11f50}-\\x{11f59}\\x{1e4f0}-\\x{1e4f9}\\x{1d2c0}-\\x{1d2d3}"
+#define U15_P "\\x{11b00}-\\x{11b09}\\x{11f43}-\\x{11f4f}"
+/* \p{L}, \p{M}, \p{N}, \p{P} with those, inside a character class. */
+#define L_ "\\p{L}" U15_LL U15_LM U15_LO
+#define M_ "\\p{M}" U15_M
+#define N_ "\\p{N}" U15_N
+#define P_ "\\p{P}" U15_P
+
+static const char PAT_GPT2[] = CONTRACTIONS "| ?[" L_ "]+| ?[" N_ "]+| ?[^" WS L_ N_ "]+|[" WS
+                                            "]+(?![^" WS "])|[" WS "]+";
+static const char PAT_DIGIT[] = "[" N_ "]";
+static const char PAT_LLAMA3[] = "(?i:" CONTRACTIONS ")|[^\\r\\n" L_ N_ "]?[" L_ "]+|[" N_
+                                 "]{1,3}| ?[^" WS L_ N_ "]+[\\r\\n]*|[" WS "]*[\\r\\n]+|[" WS
+                                 "]+(?![^" WS "])|[" WS "]+";
+static const char PAT_QWEN2[] = "(?i:" CONTRACTIONS ")|[^\\r\\n" L_ N_ "]?[" L_ "]+|[" N_
+                                "]| ?[^" WS L_ N_ "]+[\\r\\n]*|[" WS "]*[\\r\\n]+|[" WS
+                                "]+(?![^" WS "])|[" WS "]+";
+static const char PAT_QWEN35[] = "(?i:" CONTRACTIONS ")|[^\\r\\n" L_ N_ "]?[" L_ M_ "]+|[" N_
+                                 "]| ?[^" WS L_ M_ N_ "]+[\\r\\n]*|[" WS "]*[\\r\\n]+|[" WS
+                                 "]+(?![^" WS "])|[" WS "]+";
 /* Words: an optional non-letter, then upper/title/modifier/other letters and marks
  * followed by lower ones, or the reverse order; "/" may trail punctuation. */
-#define TEK_UP "\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}"
-#define TEK_LO "\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}"
-static const char PAT_TEKKEN[] =
-    "[^\\r\\n\\p{L}\\p{N}]?[" TEK_UP "]*[" TEK_LO "]+|[^\\r\\n\\p{L}\\p{N}]?[" TEK_UP "]+["
-    TEK_LO "]*|\\p{N}| ?[^" WS "\\p{L}\\p{N}]+[\\r\\n/]*|[" WS "]*[\\r\\n]+|[" WS
-    "]+(?![^" WS "])|[" WS "]+";
+#define TEK_UP "\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}" U15_LM U15_LO U15_M
+#define TEK_LO "\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}" U15_LL U15_LM U15_LO U15_M
+static const char PAT_TEKKEN[] = "[^\\r\\n" L_ N_ "]?[" TEK_UP "]*[" TEK_LO "]+|[^\\r\\n" L_ N_
+                                 "]?[" TEK_UP "]+[" TEK_LO "]*|[" N_ "]| ?[^" WS L_ N_
+                                 "]+[\\r\\n/]*|[" WS "]*[\\r\\n]+|[" WS "]+(?![^" WS "])|[" WS
+                                 "]+";
 /* Hugging Face's Punctuation: Unicode P, and the ASCII punctuation that is S there. */
-static const char PAT_PUNCT[] = "[\\p{P}$+<=>^`|~]+";
+static const char PAT_PUNCT[] = "[" P_ "$+<=>^`|~]+";
 
 struct pre_def {
     const char *names; /* space-separated */
