@@ -18,8 +18,10 @@
  * Optional members may be NULL; the fallback is stated next to each. A backend used
  * only as the hybrid executor's device (lib/infer/forward.c) needs: create, destroy,
  * n_threads, buf_*, upload, download, sync, kv_* (all of them), matmul, matmul_t, rmsnorm, rope,
- * kv_store, attention, ffn_act, ffn_act_masked, add; matmul_rows, matmul_t_rows and
- * get_rows are needed only by the main (CPU) backend. */
+ * kv_store, attention, ffn_act, ffn_act_masked, add, and for the architectures that use
+ * them layernorm, add_rows, scale and softcap (lib/infer/exec.c refuses to place a part
+ * that needs a missing one); matmul_rows, matmul_t_rows and get_rows are needed only by
+ * the main (CPU) backend. */
 #ifndef PI_BACKEND_H
 #define PI_BACKEND_H
 
@@ -45,10 +47,54 @@ struct pi_vector {
     int64_t n;
 };
 
+/* FFN activations (ffn_act). The gated ones combine the gate g with the up
+ * projection u; the plain ones (PI_ACT_SILU and after) transform g alone, u unused. */
 enum pi_act {
     PI_ACT_SILU_MUL,      /* g = silu(g) * u */
     PI_ACT_RELU_MUL,      /* g = relu(g) * u */
     PI_ACT_RELU_RELU_MUL, /* g = relu(g) * relu(u) */
+    PI_ACT_GELU_MUL,      /* g = gelu(g) * u  (tanh approximation) */
+    PI_ACT_GELU_ERF_MUL,  /* g = gelu_erf(g) * u */
+    PI_ACT_SILU,          /* g = silu(g) */
+    PI_ACT_GELU,          /* g = gelu(g) */
+    PI_ACT_GELU_ERF,      /* g = gelu_erf(g) */
+    PI_ACT_RELU,          /* g = relu(g) */
+    PI_ACT_RELU_SQR,      /* g = relu(g)^2 */
+    PI_ACT_COUNT
+};
+
+/* 1 for the activations that read u. */
+static inline int pi_act_gated(enum pi_act a) {
+    return a < PI_ACT_SILU;
+}
+
+/* Rotary embedding of one layer (rope). Pair i of a head (i < n_rot / 2) rotates by
+ *   theta = pos * base^(-2i / n_rot) / factors[i]          (factors NULL: 1)
+ * scaled for long contexts: plain and linear scaling use theta * freq_scale; YaRN
+ * (ext_factor != 0) mixes the two per pair, theta_s = theta * freq_scale:
+ *   lo = max(0, floor(c(beta_fast))), hi = min(n_rot - 1, ceil(c(beta_slow))),
+ *   c(b) = n_rot * ln(n_ctx_orig / (2 pi b)) / (2 ln base),
+ *   ramp = (1 - clamp((i - lo) / max(0.001, hi - lo), 0, 1)) * ext_factor,
+ *   theta' = theta_s * (1 - ramp) + theta * ramp,
+ * and multiplies cos and sin by attn_factor (times 1 + 0.1 ln(1 / freq_scale) under
+ * YaRN): GGUF's meaning of these keys, the one Hugging Face's rope types share. */
+struct pi_rope {
+    int64_t n_rot;        /* rotated values per head: even, <= head_dim */
+    int neox;             /* pairs (i, i + n_rot/2); 0: (2i, 2i+1) */
+    float base;           /* rope.freq_base */
+    float freq_scale;     /* 1 / the linear (or YaRN) factor */
+    const float *factors; /* [n_rot / 2] in backend memory, or NULL */
+    float attn_factor;    /* 1: none */
+    float ext_factor;     /* 0: no YaRN ramp */
+    float beta_fast, beta_slow;
+    int64_t n_ctx_orig;   /* YaRN: the context length the model was trained with */
+};
+
+/* Attention options of one layer (attention). */
+struct pi_attn {
+    float scale;    /* scores = q.k * scale; usually 1 / sqrt(head_dim_k) */
+    float softcap;  /* > 0: scores = softcap * tanh(scores / softcap); 0: none */
+    int64_t window; /* > 0: a query at position p sees only positions > p - window */
 };
 
 /* Geometry of a KV cache: n_layer x n_ctx positions of n_kv values (n_head_kv * head
@@ -140,27 +186,33 @@ struct pi_backend_vtable {
     /* Rows ids[t] of W, dequantized: y [n_tok][n_in]. */
     void (*get_rows)(struct pi_backend *b, const struct pi_weight *w, const int32_t *ids,
                      int64_t n_tok, float *y);
-    /* y[t] = x[t] / rms(x[t]) * g; x, y [n_tok][g->n] (may alias). */
+    /* y[t] = x[t] / rms(x[t]) * g; x, y [n_tok][g->n] (may alias). Per-head norms
+     * (q/k norms) pass n_tok * n_head rows of head_dim. */
     void (*rmsnorm)(struct pi_backend *b, const float *x, const struct pi_vector *g, float eps,
                     int64_t n_tok, float *y);
+    /* y[t] = (x[t] - mean) / sqrt(var + eps) * g + bias (g NULL: 1, bias NULL: 0);
+     * x, y [n_tok][n] (may alias); var is the biased variance. NULL: the backend runs no
+     * architecture with LayerNorm (the executor then keeps such parts off it). */
+    void (*layernorm)(struct pi_backend *b, const float *x, const struct pi_vector *g,
+                      const struct pi_vector *bias, int64_t n, float eps, int64_t n_tok,
+                      float *y);
     /* Rotary embedding in place on x [n_tok][n_head][head_dim] for positions
-     * pos0 .. pos0 + n_tok - 1: the first n_rot values of each head rotate, in pairs
-     * (2i, 2i+1) (neox = 0) or (i, i + n_rot/2) (neox = 1), by angle
-     * (pos / scale) * base^(-2i / n_rot). */
+     * pos0 .. pos0 + n_tok - 1: the first r->n_rot values of each head rotate as
+     * struct pi_rope says. */
     void (*rope)(struct pi_backend *b, float *x, int64_t n_tok, int64_t n_head,
-                 int64_t head_dim, int64_t n_rot, int64_t pos0, float base, float scale,
-                 int neox);
+                 int64_t head_dim, int64_t pos0, const struct pi_rope *r);
     /* Store k [n_tok][n_head_kv * head_dim_k] and v [...] of layer `layer` at positions
      * pos0 .. pos0 + n_tok - 1. */
     void (*kv_store)(struct pi_backend *b, struct pi_kv *kv, int64_t layer, int64_t pos0,
                      int64_t n_tok, const float *k, const float *v);
     /* Causal attention of q [n_tok][n_head * head_dim_k] (positions pos0 ...) over the
-     * cached positions 0 .. pos0 + t of layer `layer`; grouped-query heads share K/V
-     * heads. out [n_tok][n_head * head_dim_v]. */
+     * cached positions 0 .. pos0 + t of layer `layer` (within a->window of it);
+     * grouped-query heads share K/V heads. out [n_tok][n_head * head_dim_v]. */
     void (*attention)(struct pi_backend *b, struct pi_kv *kv, int64_t layer, const float *q,
-                      int64_t n_tok, int64_t pos0, float *out);
+                      int64_t n_tok, int64_t pos0, const struct pi_attn *a, float *out);
     /* FFN activation in place: g [n] = act(g, u), with silu(g) = g / (1 + e^-g),
-     * relu(g) = g > 0 ? g : 0. */
+     * relu(g) = g > 0 ? g : 0, gelu(g) = g/2 (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))),
+     * gelu_erf(g) = g/2 (1 + erf(g / sqrt 2)); u is read only by gated activations. */
     void (*ffn_act)(struct pi_backend *b, enum pi_act act, float *g, const float *u, int64_t n);
     /* The activation of a subset of a layer's neurons under the predictor's mask (the
      * hybrid executor's device part): for t < n_tok, i < n,
@@ -173,6 +225,12 @@ struct pi_backend_vtable {
                            const int32_t *map, float thr);
     /* y[i] += x[i]. */
     void (*add)(struct pi_backend *b, float *y, const float *x, int64_t n);
+    /* y[t][i] += v[i] for t < n_tok, i < v->n (biases); NULL: no biases. */
+    void (*add_rows)(struct pi_backend *b, float *y, const struct pi_vector *v, int64_t n_tok);
+    /* x[i] *= s (embedding scale); NULL: none. */
+    void (*scale)(struct pi_backend *b, float *x, float s, int64_t n);
+    /* x[i] = cap * tanh(x[i] / cap) (logit soft-capping); NULL: none. */
+    void (*softcap)(struct pi_backend *b, float *x, float cap, int64_t n);
 };
 
 /* The backends compiled into this library (backends/registry.c, the only file with

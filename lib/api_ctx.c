@@ -33,23 +33,6 @@ static int take_params(const pi_ctx_params *in, pi_ctx_params *out, struct pi_er
     return pi_params_take(in, out, sizeof *out, CTX_PARAMS_MIN_SIZE, "pi_ctx_params", err);
 }
 
-static struct pi_weight weight_of(const struct gguf_tensor *t) {
-    struct pi_weight w = {0};
-    if (t) {
-        w.data = t->data;
-        w.type = t->type;
-        w.n_in = t->ne[0];
-        w.n_out = t->ne[1];
-        w.row_bytes = (size_t)pi_type_row_bytes(t->type, t->ne[0]);
-    }
-    return w;
-}
-
-static struct pi_vector vector_of(const struct gguf_tensor *t) {
-    struct pi_vector v = {t->data, t->type, t->ne[0]};
-    return v;
-}
-
 static int64_t max64(int64_t a, int64_t b) {
     return a > b ? a : b;
 }
@@ -64,8 +47,8 @@ void pi_ctx_destroy(pi_ctx *c) {
             c->be->kv_destroy(c->b, c->kv);
         c->be->destroy(c->b);
     }
-    float *bufs[] = {c->x,     c->xn,  c->q,   c->k,     c->v,    c->att, c->g,
-                     c->u,     c->logits, c->score, c->hid, c->gfull, c->ufull};
+    float *bufs[] = {c->x,      c->xn,    c->q,   c->k,     c->v,     c->att, c->g,
+                     c->u,      c->logits, c->score, c->hid, c->gfull, c->ufull, c->ya};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
         pi_free(&a, bufs[i]);
     pi_free(&a, c->idx);
@@ -79,6 +62,7 @@ void pi_ctx_destroy(pi_ctx *c) {
     pi_free(&a, c->step_tok);
     pi_stats_destroy(c->stats);
     pi_free(&a, c->layers);
+    pi_free(&a, c->exec);
     pi_free(&a, c);
 }
 
@@ -139,29 +123,11 @@ static int setup(struct pi_ctx *c, const pi_ctx_params *p) {
         c->n_batch = c->n_ctx;
     int n_threads = p->n_threads ? (int)p->n_threads : pi_os_n_cpus();
 
-    c->tok_embd = weight_of(d->token_embd);
-    c->output = weight_of(d->output);
-    c->output_norm = vector_of(d->output_norm);
     c->layers = pi_calloc(a, (size_t)hp->n_layer, sizeof *c->layers);
-    if (!c->layers)
+    c->exec = pi_calloc(a, (size_t)hp->n_layer, sizeof *c->exec);
+    if (!c->layers || !c->exec)
         PI_FAIL(&c->err, PI_ERR_NOMEM, "out of memory");
-    for (int64_t l = 0; l < hp->n_layer; l++) {
-        const struct pi_layer_desc *L = &d->layers[l];
-        struct pi_layer_w *w = &c->layers[l];
-        w->attn_norm = vector_of(L->attn_norm);
-        w->ffn_norm = vector_of(L->ffn_norm);
-        w->wq = weight_of(L->wq);
-        w->wk = weight_of(L->wk);
-        w->wv = weight_of(L->wv);
-        w->wo = weight_of(L->wo);
-        w->gate = weight_of(L->ffn_gate);
-        w->up = weight_of(L->ffn_up);
-        w->has_down = L->ffn_down != NULL;
-        w->down = weight_of(L->ffn_down);
-        w->down_t = weight_of(L->ffn_down_t);
-        w->fc1 = weight_of(L->fc1);
-        w->fc2 = weight_of(L->fc2);
-    }
+    pi_exec_weights(c);
 
     const int64_t E = hp->n_embd, F = hp->n_ff, B = c->n_batch;
     const int64_t qd = hp->n_head * hp->head_dim_k, kd = hp->n_head_kv * hp->head_dim_k;
@@ -169,9 +135,11 @@ static int setup(struct pi_ctx *c, const pi_ctx_params *p) {
     struct {
         float **p;
         int64_t w;
-    } bufs[] = {{&c->x, E}, {&c->xn, E}, {&c->q, qd}, {&c->k, kd}, {&c->v, vd},
-                {&c->att, ad}, {&c->g, F}, {&c->u, F}};
+    } bufs[] = {{&c->x, E},   {&c->xn, E}, {&c->q, qd}, {&c->k, kd}, {&c->v, vd},
+                {&c->att, ad}, {&c->g, F},  {&c->u, F},  {&c->ya, E}};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) {
+        if (bufs[i].p == &c->ya && !(hp->info->flags & PI_AF_PARALLEL))
+            continue;
         *bufs[i].p = pi_calloc(a, (size_t)(B * bufs[i].w), sizeof(float));
         if (!*bufs[i].p)
             PI_FAIL(&c->err, PI_ERR_NOMEM, "out of memory for %lld-token scratch",
@@ -208,7 +176,7 @@ static int setup(struct pi_ctx *c, const pi_ctx_params *p) {
         }
         PI_TRY(pi_hybrid_create(c, dbe, db, plan));
         if (plan->pl.kv)
-            return PI_OK; /* the KV cache lives on the device */
+            return pi_exec_resolve(c); /* the KV cache lives on the device */
     }
     struct pi_kv_desc kvd = {hp->n_layer * c->n_seq, c->n_ctx, hp->n_head, hp->n_head_kv,
                              hp->head_dim_k, hp->head_dim_v};
@@ -216,7 +184,7 @@ static int setup(struct pi_ctx *c, const pi_ctx_params *p) {
     if (st < 0)
         PI_FAIL(&c->err, st, "out of memory for a KV cache of %lld positions",
                 (long long)c->n_ctx);
-    return PI_OK;
+    return pi_exec_resolve(c);
 }
 
 /* What is wrong with params, or NULL. */
@@ -548,9 +516,15 @@ int pi_ctx_seq_remove(pi_ctx *c, int32_t seq, int64_t p0, int64_t p1) {
                 break;
             for (int64_t i = 0; i < m * nk; i++)
                 kf[i] = pi_fp16_to_fp32(k[i]);
-            /* every head of every moved position turns by the angle of position -d */
-            c->be->rope(c->b, kf, 1, m * hp->n_head_kv, hp->head_dim_k, hp->n_rot, -d,
-                        hp->rope_freq_base, hp->rope_scale, 0);
+            /* every head of every moved position turns by the angle of position -d: the
+             * layer's RoPE with its magnitude scale undone (angles add, scales would
+             * multiply), the host's copy of the factors */
+            struct pi_rope rr = c->exec[l].rope;
+            rr.factors = c->rope_factors;
+            rr.attn_factor = rr.ext_factor != 0.0f
+                                 ? 1.0f / (1.0f + 0.1f * logf(1.0f / rr.freq_scale))
+                                 : 1.0f;
+            c->be->rope(c->b, kf, 1, m * hp->n_head_kv, hp->head_dim_k, -d, &rr);
             for (int64_t i = 0; i < m * nk; i++)
                 k[i] = pi_fp32_to_fp16(kf[i]);
             st = be->kv_set(b, kv, slot, p0, m, k, v);

@@ -561,19 +561,73 @@ static void cpu_rmsnorm(struct pi_backend *b, const float *x, const struct pi_ve
     }
 }
 
-static void cpu_rope(struct pi_backend *b, float *x, int64_t n_tok, int64_t n_head,
-                     int64_t head_dim, int64_t n_rot, int64_t pos0, float base, float scale,
-                     int neox) {
+/* y[t] = (x[t] - mean) / sqrt(var + eps) * g + bias */
+static void cpu_layernorm(struct pi_backend *b, const float *x, const struct pi_vector *g,
+                          const struct pi_vector *bias, int64_t n, float eps, int64_t n_tok,
+                          float *y) {
     (void)b;
-    const int64_t half = n_rot / 2;
     for (int64_t t = 0; t < n_tok; t++) {
-        const double pos = (double)(pos0 + t) / (double)scale;
+        const float *xt = x + t * n;
+        float *yt = y + t * n;
+        double sum = 0.0, ss = 0.0;
+        for (int64_t i = 0; i < n; i++)
+            sum += xt[i];
+        const double mean = sum / (double)n;
+        for (int64_t i = 0; i < n; i++)
+            ss += ((double)xt[i] - mean) * ((double)xt[i] - mean);
+        const float inv = (float)(1.0 / sqrt(ss / (double)n + (double)eps));
+        const float m = (float)mean;
+        for (int64_t i = 0; i < n; i++) {
+            float v = (xt[i] - m) * inv;
+            if (g && g->data)
+                v *= vec_value(g, i);
+            if (bias && bias->data)
+                v += vec_value(bias, i);
+            yt[i] = v;
+        }
+    }
+}
+
+/* YaRN's ramp between the corrected dimensions lo and hi (backend.h, struct pi_rope). */
+static double yarn_ramp(double lo, double hi, int64_t i) {
+    const double y = ((double)i - lo) / (hi - lo > 0.001 ? hi - lo : 0.001);
+    return 1.0 - (y < 0.0 ? 0.0 : y > 1.0 ? 1.0 : y);
+}
+
+static double yarn_corr(const struct pi_rope *r, float beta) {
+    return (double)r->n_rot * log((double)r->n_ctx_orig / (2.0 * 3.14159265358979323846 * (double)beta)) /
+           (2.0 * log((double)r->base));
+}
+
+static void cpu_rope(struct pi_backend *b, float *x, int64_t n_tok, int64_t n_head,
+                     int64_t head_dim, int64_t pos0, const struct pi_rope *r) {
+    (void)b;
+    const int64_t n_rot = r->n_rot, half = n_rot / 2;
+    double lo = 0.0, hi = 0.0, mscale = (double)r->attn_factor;
+    if (r->ext_factor != 0.0f) {
+        lo = floor(yarn_corr(r, r->beta_fast));
+        hi = ceil(yarn_corr(r, r->beta_slow));
+        lo = lo > 0.0 ? lo : 0.0;
+        hi = hi < (double)(n_rot - 1) ? hi : (double)(n_rot - 1);
+        mscale *= 1.0 + 0.1 * log(1.0 / (double)r->freq_scale);
+    }
+    for (int64_t t = 0; t < n_tok; t++) {
+        const double pos = (double)(pos0 + t);
         for (int64_t i = 0; i < half; i++) {
-            const double theta = pos * pow((double)base, -2.0 * (double)i / (double)n_rot);
-            const float c = (float)cos(theta), s = (float)sin(theta);
+            double theta = pos * pow((double)r->base, -2.0 * (double)i / (double)n_rot);
+            if (r->factors)
+                theta /= (double)r->factors[i];
+            const double interp = theta * (double)r->freq_scale;
+            if (r->ext_factor != 0.0f) {
+                const double mix = yarn_ramp(lo, hi, i) * (double)r->ext_factor;
+                theta = interp * (1.0 - mix) + theta * mix;
+            } else {
+                theta = interp;
+            }
+            const float c = (float)(cos(theta) * mscale), s = (float)(sin(theta) * mscale);
             for (int64_t h = 0; h < n_head; h++) {
                 float *v = x + (t * n_head + h) * head_dim;
-                const int64_t a = neox ? i : 2 * i, bb = neox ? i + half : 2 * i + 1;
+                const int64_t a = r->neox ? i : 2 * i, bb = r->neox ? i + half : 2 * i + 1;
                 const float x0 = v[a], x1 = v[bb];
                 v[a] = x0 * c - x1 * s;
                 v[bb] = x0 * s + x1 * c;
@@ -601,6 +655,7 @@ struct attn_job {
     struct pi_kv *kv;
     int64_t layer, n_tok, pos0;
     const float *q;
+    const struct pi_attn *a;
     float *out;
 };
 
@@ -611,19 +666,23 @@ static void attn_pairs(void *arg, int64_t lo, int64_t hi, int ith) {
     const struct pi_kv *kv = j->kv;
     const struct pi_kv_desc *d = &kv->d;
     const int64_t group = d->n_head / d->n_head_kv;
-    const float inv = 1.0f / sqrtf((float)d->head_dim_k);
+    const float inv = j->a->scale, cap = j->a->softcap;
     float *scores = j->b->scratch + (size_t)ith * (size_t)j->b->max_width;
     const uint16_t *kl = kv->k + (size_t)j->layer * (size_t)d->n_ctx * (size_t)kv->nk;
     const uint16_t *vl = kv->v + (size_t)j->layer * (size_t)d->n_ctx * (size_t)kv->nv;
     for (int64_t pair = lo; pair < hi; pair++) {
         const int64_t t = pair / d->n_head, h = pair % d->n_head, hk = h / group;
-        const int64_t n_pos = j->pos0 + t + 1;
+        /* positions p0 .. pos0 + t: all of them, or the last `window` */
+        const int64_t last = j->pos0 + t, w = j->a->window;
+        const int64_t p0 = w > 0 && last + 1 > w ? last + 1 - w : 0, n_pos = last + 1 - p0;
         const float *q = j->q + (t * d->n_head + h) * d->head_dim_k;
         float mx = -INFINITY;
-        j->b->k.dot_f16_rows(scores, kl + (size_t)(hk * d->head_dim_k), (size_t)kv->nk * 2, n_pos,
-                             q, d->head_dim_k);
+        j->b->k.dot_f16_rows(scores, kl + (size_t)p0 * (size_t)kv->nk + (size_t)(hk * d->head_dim_k),
+                             (size_t)kv->nk * 2, n_pos, q, d->head_dim_k);
         for (int64_t p = 0; p < n_pos; p++) {
-            const float s = scores[p] * inv;
+            float s = scores[p] * inv;
+            if (cap > 0.0f)
+                s = cap * tanhf(s / cap);
             scores[p] = s;
             mx = s > mx ? s : mx;
         }
@@ -638,14 +697,14 @@ static void attn_pairs(void *arg, int64_t lo, int64_t hi, int ith) {
             scores[p] *= norm;
         for (int64_t i = 0; i < d->head_dim_v; i++)
             o[i] = 0.0f;
-        j->b->k.axpy_f16(o, scores, vl + (size_t)(hk * d->head_dim_v), (size_t)kv->nv * 2, n_pos,
-                         d->head_dim_v);
+        j->b->k.axpy_f16(o, scores, vl + (size_t)p0 * (size_t)kv->nv + (size_t)(hk * d->head_dim_v),
+                         (size_t)kv->nv * 2, n_pos, d->head_dim_v);
     }
 }
 
 static void cpu_attention(struct pi_backend *b, struct pi_kv *kv, int64_t layer, const float *q,
-                          int64_t n_tok, int64_t pos0, float *out) {
-    struct attn_job j = {b, kv, layer, n_tok, pos0, q, out};
+                          int64_t n_tok, int64_t pos0, const struct pi_attn *a, float *out) {
+    struct attn_job j = {b, kv, layer, n_tok, pos0, q, a, out};
     /* the scores of a pair span positions 0 .. pos0 + t in the thread's scratch row */
     if (!kv_range_ok(kv, layer, pos0, n_tok) || refuse(b, pos0 + n_tok, n_tok)) {
         b->fault = PI_ERR_INTERNAL;
@@ -661,11 +720,21 @@ struct act_job {
     int64_t n;
 };
 
+static float gelu_tanh(float x) {
+    const float k = 0.7978845608028654f; /* sqrt(2 / pi) */
+    return 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x)));
+}
+
+static float gelu_erf(float x) {
+    return 0.5f * x * (1.0f + erff(x * 0.7071067811865476f));
+}
+
 static void act_range(void *arg, int64_t lo, int64_t hi, int ith) {
     struct act_job *j = arg;
     (void)ith;
     for (int64_t i = lo; i < hi; i++) {
-        float g = j->g[i], u = j->u[i];
+        float g = j->g[i];
+        const float u = j->u ? j->u[i] : 1.0f;
         switch (j->act) {
         case PI_ACT_SILU_MUL:
             g = g / (1.0f + expf(-g)) * u;
@@ -676,6 +745,29 @@ static void act_range(void *arg, int64_t lo, int64_t hi, int ith) {
         case PI_ACT_RELU_RELU_MUL:
             g = g > 0.0f && u > 0.0f ? g * u : 0.0f;
             break;
+        case PI_ACT_GELU_MUL:
+            g = gelu_tanh(g) * u;
+            break;
+        case PI_ACT_GELU_ERF_MUL:
+            g = gelu_erf(g) * u;
+            break;
+        case PI_ACT_SILU:
+            g = g / (1.0f + expf(-g));
+            break;
+        case PI_ACT_GELU:
+            g = gelu_tanh(g);
+            break;
+        case PI_ACT_GELU_ERF:
+            g = gelu_erf(g);
+            break;
+        case PI_ACT_RELU:
+            g = g > 0.0f ? g : 0.0f;
+            break;
+        case PI_ACT_RELU_SQR:
+            g = g > 0.0f ? g * g : 0.0f;
+            break;
+        case PI_ACT_COUNT:
+            break;
         }
         j->g[i] = g;
     }
@@ -683,7 +775,7 @@ static void act_range(void *arg, int64_t lo, int64_t hi, int ith) {
 
 static void cpu_ffn_act(struct pi_backend *b, enum pi_act act, float *g, const float *u,
                         int64_t n) {
-    struct act_job j = {act, g, u, n};
+    struct act_job j = {act, g, pi_act_gated(act) ? u : NULL, n};
     if (n < 4096)
         act_range(&j, 0, n, 0);
     else
@@ -708,6 +800,25 @@ static void cpu_add(struct pi_backend *b, float *y, const float *x, int64_t n) {
         y[i] += x[i];
 }
 
+static void cpu_add_rows(struct pi_backend *b, float *y, const struct pi_vector *v, int64_t n_tok) {
+    (void)b;
+    for (int64_t t = 0; t < n_tok; t++)
+        for (int64_t i = 0; i < v->n; i++)
+            y[t * v->n + i] += vec_value(v, i);
+}
+
+static void cpu_scale(struct pi_backend *b, float *x, float s, int64_t n) {
+    (void)b;
+    for (int64_t i = 0; i < n; i++)
+        x[i] *= s;
+}
+
+static void cpu_softcap(struct pi_backend *b, float *x, float cap, int64_t n) {
+    (void)b;
+    for (int64_t i = 0; i < n; i++)
+        x[i] = cap * tanhf(x[i] / cap);
+}
+
 static const struct pi_backend_vtable cpu_vtable = {
     .name = "cpu",
     .create = cpu_create,
@@ -730,12 +841,16 @@ static const struct pi_backend_vtable cpu_vtable = {
     .matmul_t_rows = cpu_matmul_t_rows,
     .get_rows = cpu_get_rows,
     .rmsnorm = cpu_rmsnorm,
+    .layernorm = cpu_layernorm,
     .rope = cpu_rope,
     .kv_store = cpu_kv_store,
     .attention = cpu_attention,
     .ffn_act = cpu_ffn_act,
     .ffn_act_masked = cpu_ffn_act_masked,
     .add = cpu_add,
+    .add_rows = cpu_add_rows,
+    .scale = cpu_scale,
+    .softcap = cpu_softcap,
 };
 
 const struct pi_backend_vtable *pi_backend_cpu(void) {

@@ -325,11 +325,17 @@ static void cuda_rmsnorm(struct pi_backend *b, const float *x, const struct pi_v
         pi_cuda_rmsnorm(b, x, g, eps, n_tok, y);
 }
 
-static void cuda_rope(struct pi_backend *b, float *x, int64_t n_tok, int64_t n_head,
-                      int64_t head_dim, int64_t n_rot, int64_t pos0, float base, float scale,
-                      int neox) {
+static void cuda_layernorm(struct pi_backend *b, const float *x, const struct pi_vector *g,
+                           const struct pi_vector *bias, int64_t n, float eps, int64_t n_tok,
+                           float *y) {
     if (use(b))
-        pi_cuda_rope(b, x, n_tok, n_head, head_dim, n_rot, pos0, base, scale, neox);
+        pi_cuda_layernorm(b, x, g, bias, n, eps, n_tok, y);
+}
+
+static void cuda_rope(struct pi_backend *b, float *x, int64_t n_tok, int64_t n_head,
+                      int64_t head_dim, int64_t pos0, const struct pi_rope *r) {
+    if (use(b))
+        pi_cuda_rope(b, x, n_tok, n_head, head_dim, pos0, r);
 }
 
 static void cuda_kv_store(struct pi_backend *b, struct pi_kv *kv, int64_t layer, int64_t pos0,
@@ -339,9 +345,9 @@ static void cuda_kv_store(struct pi_backend *b, struct pi_kv *kv, int64_t layer,
 }
 
 static void cuda_attention(struct pi_backend *b, struct pi_kv *kv, int64_t layer, const float *q,
-                           int64_t n_tok, int64_t pos0, float *out) {
+                           int64_t n_tok, int64_t pos0, const struct pi_attn *a, float *out) {
     if (use(b))
-        pi_cuda_attention(b, kv, layer, q, n_tok, pos0, out);
+        pi_cuda_attention(b, kv, layer, q, n_tok, pos0, a, out);
 }
 
 static void cuda_ffn_act(struct pi_backend *b, enum pi_act act, float *g, const float *u,
@@ -360,6 +366,22 @@ static void cuda_ffn_act_masked(struct pi_backend *b, enum pi_act act, float *g,
 static void cuda_add(struct pi_backend *b, float *y, const float *x, int64_t n) {
     if (use(b))
         pi_cuda_add(b, y, x, n);
+}
+
+static void cuda_add_rows(struct pi_backend *b, float *y, const struct pi_vector *v,
+                          int64_t n_tok) {
+    if (use(b))
+        pi_cuda_add_rows(b, y, v, n_tok);
+}
+
+static void cuda_scale(struct pi_backend *b, float *x, float s, int64_t n) {
+    if (use(b))
+        pi_cuda_scale(b, x, s, n);
+}
+
+static void cuda_softcap(struct pi_backend *b, float *x, float cap, int64_t n) {
+    if (use(b))
+        pi_cuda_softcap(b, x, cap, n);
 }
 
 /* Designated initialisers (C++20) must follow backend.h's member order, so a
@@ -388,12 +410,16 @@ static const struct pi_backend_vtable cuda_vtable = {
     .matmul_t_rows = NULL,
     .get_rows = cuda_get_rows,
     .rmsnorm = cuda_rmsnorm,
+    .layernorm = cuda_layernorm,
     .rope = cuda_rope,
     .kv_store = cuda_kv_store,
     .attention = cuda_attention,
     .ffn_act = cuda_ffn_act,
     .ffn_act_masked = cuda_ffn_act_masked,
     .add = cuda_add,
+    .add_rows = cuda_add_rows,
+    .scale = cuda_scale,
+    .softcap = cuda_softcap,
 };
 
 extern "C" const struct pi_backend_vtable *pi_backend_cuda_vtable(void) {

@@ -116,18 +116,24 @@ void pi_cuda_get_rows(struct pi_backend *b, const struct pi_weight *w, const int
 /* cuda_ops.cu */
 void pi_cuda_rmsnorm(struct pi_backend *b, const float *x, const struct pi_vector *g, float eps,
                      int64_t n_tok, float *y);
+void pi_cuda_layernorm(struct pi_backend *b, const float *x, const struct pi_vector *g,
+                       const struct pi_vector *bias, int64_t n, float eps, int64_t n_tok,
+                       float *y);
 void pi_cuda_rope(struct pi_backend *b, float *x, int64_t n_tok, int64_t n_head, int64_t head_dim,
-                  int64_t n_rot, int64_t pos0, float base, float scale, int neox);
+                  int64_t pos0, const struct pi_rope *r);
 void pi_cuda_kv_store(struct pi_backend *b, struct pi_kv *kv, int64_t layer, int64_t pos0,
                       int64_t n_tok, const float *k, const float *v);
 void pi_cuda_attention(struct pi_backend *b, struct pi_kv *kv, int64_t layer, const float *q,
-                       int64_t n_tok, int64_t pos0, float *out);
+                       int64_t n_tok, int64_t pos0, const struct pi_attn *a, float *out);
 int pi_cuda_attention_ok(const struct pi_backend *b, const struct pi_kv_desc *d);
 void pi_cuda_ffn_act(struct pi_backend *b, enum pi_act act, float *g, const float *u, int64_t n);
 void pi_cuda_ffn_act_masked(struct pi_backend *b, enum pi_act act, float *g, const float *u,
                             int64_t n_tok, int64_t n, const float *score, int64_t score_stride,
                             const int32_t *map, float thr);
 void pi_cuda_add(struct pi_backend *b, float *y, const float *x, int64_t n);
+void pi_cuda_add_rows(struct pi_backend *b, float *y, const struct pi_vector *v, int64_t n_tok);
+void pi_cuda_scale(struct pi_backend *b, float *x, float s, int64_t n);
+void pi_cuda_softcap(struct pi_backend *b, float *x, float cap, int64_t n);
 /* Writes PI_WARP as compiled for the device into *out (device memory). */
 void pi_cuda_probe(struct pi_backend *b, int *out);
 

@@ -1,5 +1,6 @@
-/* cuda_ops.cu -- the GPU backend's other ops: RMSNorm, RoPE, the F16 KV cache
- * (store and causal grouped-query attention), FFN activations, add. Each follows the
+/* cuda_ops.cu -- the GPU backend's other ops: RMSNorm, LayerNorm, RoPE, the F16 KV
+ * cache (store and causal grouped-query attention), FFN activations, add, biases,
+ * scale and soft-capping. Each follows the
  * CPU backend's op (backends/cpu/cpu_backend.c) formula for formula. */
 #include <math.h>
 
@@ -82,14 +83,26 @@ void pi_cuda_rmsnorm(struct pi_backend *b, const float *x, const struct pi_vecto
 /* One block per token; thread pairs (h, i). The angle is computed in double from the
  * same expression as the CPU's and rounded to float cos and sin, so both backends
  * rotate by the same floats. */
-__global__ void k_rope(float *x, int64_t n_head, int64_t head_dim, int64_t n_rot, int64_t pos0,
-                       float base, float scale, int neox) {
+__global__ void k_rope(float *x, int64_t n_head, int64_t head_dim, int64_t pos0, int64_t n_rot,
+                       int neox, float base, float freq_scale, const float *factors,
+                       float ext_factor, double lo, double hi, double mscale) {
     const int64_t t = blockIdx.x, half = n_rot / 2;
-    const double pos = (double)(pos0 + t) / (double)scale;
+    const double pos = (double)(pos0 + t);
     for (int64_t k = threadIdx.x; k < n_head * half; k += blockDim.x) {
         const int64_t h = k / half, i = k % half;
-        const double theta = pos * pow((double)base, -2.0 * (double)i / (double)n_rot);
-        const float c = (float)cos(theta), s = (float)sin(theta);
+        double theta = pos * pow((double)base, -2.0 * (double)i / (double)n_rot);
+        if (factors)
+            theta /= (double)factors[i];
+        const double interp = theta * (double)freq_scale;
+        if (ext_factor != 0.0f) {
+            double y = ((double)i - lo) / (hi - lo > 0.001 ? hi - lo : 0.001);
+            y = y < 0.0 ? 0.0 : y > 1.0 ? 1.0 : y;
+            const double mix = (1.0 - y) * (double)ext_factor;
+            theta = interp * (1.0 - mix) + theta * mix;
+        } else {
+            theta = interp;
+        }
+        const float c = (float)(cos(theta) * mscale), s = (float)(sin(theta) * mscale);
         float *v = x + (t * n_head + h) * head_dim;
         const int64_t a = neox ? i : 2 * i, bb = neox ? i + half : 2 * i + 1;
         const float x0 = v[a], x1 = v[bb];
@@ -98,20 +111,36 @@ __global__ void k_rope(float *x, int64_t n_head, int64_t head_dim, int64_t n_rot
     }
 }
 
+static double yarn_corr(const struct pi_rope *r, float beta) {
+    return (double)r->n_rot * log((double)r->n_ctx_orig / (2.0 * 3.14159265358979323846 *
+                                                            (double)beta)) /
+           (2.0 * log((double)r->base));
+}
+
 void pi_cuda_rope(struct pi_backend *b, float *x, int64_t n_tok, int64_t n_head, int64_t head_dim,
-                  int64_t n_rot, int64_t pos0, float base, float scale, int neox) {
-    if (!x || n_tok < 0 || n_head < 0 || n_rot < 0 || n_rot > head_dim || pos0 < 0) {
+                  int64_t pos0, const struct pi_rope *r) {
+    if (!x || !r || n_tok < 0 || n_head < 0 || r->n_rot < 0 || r->n_rot > head_dim || pos0 < 0) {
         pi_cuda_fail(b, PI_ERR_INVALID_ARG);
         return;
     }
-    if (n_tok == 0 || n_head == 0 || n_rot < 2)
+    if (n_tok == 0 || n_head == 0 || r->n_rot < 2)
         return;
     if (n_tok > 0x7fffffff) {
         pi_cuda_fail(b, PI_ERR_RANGE);
         return;
     }
-    k_rope<<<(unsigned)n_tok, 128, 0, b->stream>>>(x, n_head, head_dim, n_rot, pos0, base, scale,
-                                                   neox);
+    /* the YaRN corrections on the host, in double, as the CPU computes them */
+    double lo = 0.0, hi = 0.0, mscale = (double)r->attn_factor;
+    if (r->ext_factor != 0.0f) {
+        lo = floor(yarn_corr(r, r->beta_fast));
+        hi = ceil(yarn_corr(r, r->beta_slow));
+        lo = lo > 0.0 ? lo : 0.0;
+        hi = hi < (double)(r->n_rot - 1) ? hi : (double)(r->n_rot - 1);
+        mscale *= 1.0 + 0.1 * log(1.0 / (double)r->freq_scale);
+    }
+    k_rope<<<(unsigned)n_tok, 128, 0, b->stream>>>(x, n_head, head_dim, pos0, r->n_rot, r->neox,
+                                                   r->base, r->freq_scale, r->factors,
+                                                   r->ext_factor, lo, hi, mscale);
     pi_cuda_launched(b);
 }
 
@@ -165,11 +194,13 @@ template <int DPL>
 __global__ void k_attention(const uint16_t *__restrict__ K, const uint16_t *__restrict__ V,
                             int64_t nk, int64_t nv, int64_t n_head, int64_t group, int64_t dk,
                             int64_t dv, const float *__restrict__ q, int64_t pos0, float inv,
-                            int64_t chunk, float *__restrict__ out, float *__restrict__ part) {
+                            float cap, int64_t window, int64_t chunk, float *__restrict__ out,
+                            float *__restrict__ part) {
     extern __shared__ float sm[]; /* m[nw] | l[nw] | o[nw][dv] */
     const int64_t pair = blockIdx.x, t = pair / n_head, h = pair % n_head, hk = h / group;
-    const int64_t n_pos = pos0 + t + 1;
-    const int64_t p_lo = (int64_t)blockIdx.y * chunk;
+    const int64_t n_pos = pos0 + t + 1; /* positions first .. n_pos - 1 */
+    const int64_t first = window > 0 && n_pos > window ? n_pos - window : 0;
+    const int64_t p_lo = first + (int64_t)blockIdx.y * chunk;
     const int64_t p_hi = p_lo + chunk < n_pos ? p_lo + chunk : n_pos;
     const int lane = (int)(threadIdx.x % PI_WARP), wid = (int)(threadIdx.x / PI_WARP);
     const int nw = (int)(blockDim.x / PI_WARP);
@@ -198,6 +229,10 @@ __global__ void k_attention(const uint16_t *__restrict__ K, const uint16_t *__re
         }
         s = pi_warp_sum(s) * inv;
         s2 = pi_warp_sum(s2) * inv;
+        if (cap > 0.0f) {
+            s = cap * tanhf(s / cap);
+            s2 = cap * tanhf(s2 / cap);
+        }
         /* online softmax: fold in position p, then p + nw */
         for (int i = 0; i < (two ? 2 : 1); i++) {
             const float si = i ? s2 : s;
@@ -276,9 +311,11 @@ __global__ void k_attn_merge(const float *__restrict__ part, int64_t n_split, in
 
 template <int DPL>
 static void attention_dpl(struct pi_backend *b, struct pi_kv *kv, int64_t layer, const float *q,
-                          int64_t n_tok, int64_t pos0, float *out) {
+                          int64_t n_tok, int64_t pos0, const struct pi_attn *a, float *out) {
     const struct pi_kv_desc *d = &kv->d;
-    const int64_t pairs = n_tok * d->n_head, n_pos_max = pos0 + n_tok;
+    const int64_t pairs = n_tok * d->n_head;
+    /* the most positions one query sees */
+    const int64_t n_pos_max = a->window > 0 && pos0 + n_tok > a->window ? a->window : pos0 + n_tok;
     /* splits of the positions when there are too few pairs to fill the device */
     const int64_t want = (int64_t)b->n_sm * 16;
     int64_t split = (want + pairs - 1) / pairs;
@@ -294,11 +331,11 @@ static void attention_dpl(struct pi_backend *b, struct pi_kv *kv, int64_t layer,
     const int nw = ATTN_THREADS / b->warp;
     const size_t shmem = (size_t)nw * (size_t)(2 + d->head_dim_v) * sizeof(float);
     const size_t cells = (size_t)layer * (size_t)d->n_ctx;
-    const float inv = 1.0f / sqrtf((float)d->head_dim_k);
     float *part = split > 1 ? b->scratch : NULL;
     k_attention<DPL><<<dim3((unsigned)pairs, (unsigned)split), ATTN_THREADS, shmem, b->stream>>>(
         kv->k + cells * (size_t)kv->nk, kv->v + cells * (size_t)kv->nv, kv->nk, kv->nv, d->n_head,
-        d->n_head / d->n_head_kv, d->head_dim_k, d->head_dim_v, q, pos0, inv, chunk, out, part);
+        d->n_head / d->n_head_kv, d->head_dim_k, d->head_dim_v, q, pos0, a->scale, a->softcap,
+        a->window, chunk, out, part);
     pi_cuda_launched(b);
     if (part) {
         k_attn_merge<<<(unsigned)pairs, 128, 0, b->stream>>>(part, split, d->head_dim_v, out);
@@ -307,8 +344,8 @@ static void attention_dpl(struct pi_backend *b, struct pi_kv *kv, int64_t layer,
 }
 
 void pi_cuda_attention(struct pi_backend *b, struct pi_kv *kv, int64_t layer, const float *q,
-                       int64_t n_tok, int64_t pos0, float *out) {
-    if (!kv || !q || !out || n_tok < 0 || layer < 0 || layer >= kv->d.n_layer || pos0 < 0 ||
+                       int64_t n_tok, int64_t pos0, const struct pi_attn *a, float *out) {
+    if (!kv || !q || !out || !a || n_tok < 0 || layer < 0 || layer >= kv->d.n_layer || pos0 < 0 ||
         pos0 + n_tok > kv->d.n_ctx) {
         pi_cuda_fail(b, PI_ERR_RANGE);
         return;
@@ -321,16 +358,16 @@ void pi_cuda_attention(struct pi_backend *b, struct pi_kv *kv, int64_t layer, co
     }
     switch (attn_dpl(b, &kv->d)) {
     case 1:
-        attention_dpl<1>(b, kv, layer, q, n_tok, pos0, out);
+        attention_dpl<1>(b, kv, layer, q, n_tok, pos0, a, out);
         break;
     case 2:
-        attention_dpl<2>(b, kv, layer, q, n_tok, pos0, out);
+        attention_dpl<2>(b, kv, layer, q, n_tok, pos0, a, out);
         break;
     case 4:
-        attention_dpl<4>(b, kv, layer, q, n_tok, pos0, out);
+        attention_dpl<4>(b, kv, layer, q, n_tok, pos0, a, out);
         break;
     case 8:
-        attention_dpl<8>(b, kv, layer, q, n_tok, pos0, out);
+        attention_dpl<8>(b, kv, layer, q, n_tok, pos0, a, out);
         break;
     default:
         pi_cuda_fail(b, PI_ERR_UNSUPPORTED);
@@ -340,14 +377,36 @@ void pi_cuda_attention(struct pi_backend *b, struct pi_kv *kv, int64_t layer, co
 
 /* ---- FFN activations, add ---------------------------------------------------------- */
 
-static __device__ __forceinline__ float act(int a, float g, float u) {
+static __device__ __forceinline__ float gelu_tanh(float x) {
+    return 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
+}
+
+static __device__ __forceinline__ float gelu_erf(float x) {
+    return 0.5f * x * (1.0f + erff(x * 0.7071067811865476f));
+}
+
+static __device__ __forceinline__ float act(int a, float g, const float *u, int64_t k) {
     switch (a) {
     case PI_ACT_SILU_MUL:
-        return g / (1.0f + expf(-g)) * u;
+        return g / (1.0f + expf(-g)) * u[k];
     case PI_ACT_RELU_MUL:
-        return g > 0.0f ? g * u : 0.0f;
-    default: /* PI_ACT_RELU_RELU_MUL */
-        return g > 0.0f && u > 0.0f ? g * u : 0.0f;
+        return g > 0.0f ? g * u[k] : 0.0f;
+    case PI_ACT_RELU_RELU_MUL:
+        return g > 0.0f && u[k] > 0.0f ? g * u[k] : 0.0f;
+    case PI_ACT_GELU_MUL:
+        return gelu_tanh(g) * u[k];
+    case PI_ACT_GELU_ERF_MUL:
+        return gelu_erf(g) * u[k];
+    case PI_ACT_SILU:
+        return g / (1.0f + expf(-g));
+    case PI_ACT_GELU:
+        return gelu_tanh(g);
+    case PI_ACT_GELU_ERF:
+        return gelu_erf(g);
+    case PI_ACT_RELU:
+        return g > 0.0f ? g : 0.0f;
+    default: /* PI_ACT_RELU_SQR */
+        return g > 0.0f ? g * g : 0.0f;
     }
 }
 
@@ -363,7 +422,7 @@ __global__ void k_ffn_act(int a, float *g, const float *u, int64_t n_tok, int64_
             const int64_t t = k / n, i = k % n, m = map[i];
             on = m >= 0 && m < stride && score[t * stride + m] >= thr;
         }
-        g[k] = on ? act(a, g[k], u[k]) : 0.0f;
+        g[k] = on ? act(a, g[k], u, k) : 0.0f;
     }
 }
 
@@ -374,8 +433,8 @@ void pi_cuda_ffn_act(struct pi_backend *b, enum pi_act a, float *g, const float 
 void pi_cuda_ffn_act_masked(struct pi_backend *b, enum pi_act a, float *g, const float *u,
                             int64_t n_tok, int64_t n, const float *score, int64_t score_stride,
                             const int32_t *map, float thr) {
-    if (!g || !u || n_tok < 0 || n < 0 || (score && (!map || score_stride <= 0)) ||
-        (a != PI_ACT_SILU_MUL && a != PI_ACT_RELU_MUL && a != PI_ACT_RELU_RELU_MUL)) {
+    if (!g || (!u && pi_act_gated(a)) || n_tok < 0 || n < 0 ||
+        (score && (!map || score_stride <= 0)) || (int)a < 0 || a >= PI_ACT_COUNT) {
         pi_cuda_fail(b, PI_ERR_INVALID_ARG);
         return;
     }
@@ -400,5 +459,123 @@ void pi_cuda_add(struct pi_backend *b, float *y, const float *x, int64_t n) {
     if (n == 0)
         return;
     k_add<<<pi_cuda_grid(b, n, EW_THREADS), EW_THREADS, 0, b->stream>>>(y, x, n);
+    pi_cuda_launched(b);
+}
+
+/* ---- LayerNorm, biases, scale, soft-capping ----------------------------------------- */
+
+/* One block per token: mean, then the biased variance around it, each summed in
+ * double over a fixed tree as the CPU sums them in order (rounding may differ in the
+ * last bits; tests/gpu compares within a tolerance). */
+__global__ void k_layernorm(const float *x, const uint8_t *__restrict__ g, uint32_t gtype,
+                            const uint8_t *__restrict__ bias, uint32_t btype, int64_t n, float eps,
+                            float *y) {
+    __shared__ double sh[NORM_THREADS];
+    const float *xt = x + (int64_t)blockIdx.x * n;
+    float *yt = y + (int64_t)blockIdx.x * n;
+    double sum = 0.0;
+    for (int64_t i = threadIdx.x; i < n; i += NORM_THREADS)
+        sum += (double)xt[i];
+    sh[threadIdx.x] = sum;
+    __syncthreads();
+    for (int s = NORM_THREADS / 2; s > 0; s /= 2) {
+        if ((int)threadIdx.x < s)
+            sh[threadIdx.x] += sh[threadIdx.x + s];
+        __syncthreads();
+    }
+    const double mean = sh[0] / (double)n;
+    __syncthreads();
+    double ss = 0.0;
+    for (int64_t i = threadIdx.x; i < n; i += NORM_THREADS)
+        ss += ((double)xt[i] - mean) * ((double)xt[i] - mean);
+    sh[threadIdx.x] = ss;
+    __syncthreads();
+    for (int s = NORM_THREADS / 2; s > 0; s /= 2) {
+        if ((int)threadIdx.x < s)
+            sh[threadIdx.x] += sh[threadIdx.x + s];
+        __syncthreads();
+    }
+    const float inv = (float)(1.0 / sqrt(sh[0] / (double)n + (double)eps)), m = (float)mean;
+    for (int64_t i = threadIdx.x; i < n; i += NORM_THREADS) {
+        float v = (xt[i] - m) * inv;
+        if (g)
+            v *= vec_value(g, gtype, i);
+        if (bias)
+            v += vec_value(bias, btype, i);
+        yt[i] = v;
+    }
+}
+
+static int vec_ok(const struct pi_vector *v, int64_t n) {
+    return !v || !v->data ||
+           (v->n == n && (v->type == PI_TYPE_F32 || v->type == PI_TYPE_F16 ||
+                          v->type == PI_TYPE_BF16));
+}
+
+void pi_cuda_layernorm(struct pi_backend *b, const float *x, const struct pi_vector *g,
+                       const struct pi_vector *bias, int64_t n, float eps, int64_t n_tok,
+                       float *y) {
+    if (!x || !y || n <= 0 || n_tok < 0 || !vec_ok(g, n) || !vec_ok(bias, n)) {
+        pi_cuda_fail(b, PI_ERR_INVALID_ARG);
+        return;
+    }
+    if (n_tok == 0)
+        return;
+    if (n_tok > 0x7fffffff) {
+        pi_cuda_fail(b, PI_ERR_RANGE);
+        return;
+    }
+    const int hg = g && g->data, hb = bias && bias->data;
+    k_layernorm<<<(unsigned)n_tok, NORM_THREADS, 0, b->stream>>>(
+        x, hg ? (const uint8_t *)g->data : NULL, hg ? g->type : 0,
+        hb ? (const uint8_t *)bias->data : NULL, hb ? bias->type : 0, n, eps, y);
+    pi_cuda_launched(b);
+}
+
+__global__ void k_add_rows(float *y, const uint8_t *__restrict__ v, uint32_t vtype, int64_t n,
+                           int64_t total) {
+    for (int64_t k = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; k < total;
+         k += (int64_t)gridDim.x * blockDim.x)
+        y[k] += vec_value(v, vtype, k % n);
+}
+
+void pi_cuda_add_rows(struct pi_backend *b, float *y, const struct pi_vector *v, int64_t n_tok) {
+    if (!y || !v || !v->data || v->n <= 0 || n_tok < 0 || !vec_ok(v, v->n)) {
+        pi_cuda_fail(b, PI_ERR_INVALID_ARG);
+        return;
+    }
+    if (n_tok == 0)
+        return;
+    const int64_t total = n_tok * v->n;
+    k_add_rows<<<pi_cuda_grid(b, total, EW_THREADS), EW_THREADS, 0, b->stream>>>(
+        y, (const uint8_t *)v->data, v->type, v->n, total);
+    pi_cuda_launched(b);
+}
+
+__global__ void k_scale(float *x, float s, float cap, int64_t n) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
+        x[i] = cap > 0.0f ? cap * tanhf(x[i] / cap) : x[i] * s;
+}
+
+void pi_cuda_scale(struct pi_backend *b, float *x, float s, int64_t n) {
+    if (!x || n < 0) {
+        pi_cuda_fail(b, PI_ERR_INVALID_ARG);
+        return;
+    }
+    if (n == 0)
+        return;
+    k_scale<<<pi_cuda_grid(b, n, EW_THREADS), EW_THREADS, 0, b->stream>>>(x, s, 0.0f, n);
+    pi_cuda_launched(b);
+}
+
+void pi_cuda_softcap(struct pi_backend *b, float *x, float cap, int64_t n) {
+    if (!x || n < 0 || !(cap > 0.0f)) {
+        pi_cuda_fail(b, PI_ERR_INVALID_ARG);
+        return;
+    }
+    if (n == 0)
+        return;
+    k_scale<<<pi_cuda_grid(b, n, EW_THREADS), EW_THREADS, 0, b->stream>>>(x, 1.0f, cap, n);
     pi_cuda_launched(b);
 }

@@ -5,17 +5,22 @@
 
 #include "backend.h"
 #include "infer/hybrid.h"
+#include "infer/weights.h"
 #include "infer/stats.h"
 #include "model/model.h"
 
-struct pi_layer_w {
-    struct pi_vector attn_norm, ffn_norm; /* [n_embd] */
-    struct pi_weight wq, wk, wv, wo;      /* {n_embd, q_dim}, {n_embd, kv_dim} x2, {q_dim_v, n_embd} */
-    struct pi_weight gate, up;            /* {n_embd, n_ff}: row r = neuron r */
-    struct pi_weight down;                /* {n_ff, n_embd} (dense files) */
-    struct pi_weight down_t;              /* {n_embd, n_ff} (PowerInfer files) */
-    int has_down;                         /* 1: down, 0: down_t */
-    struct pi_weight fc1, fc2;            /* predictor {n_embd, rank}, {rank, n_ff} */
+/* How layer l runs, resolved when the context is made (lib/infer/exec.c): which unit
+ * runs each part and with what options. The forward pass reads only this and the
+ * weights. */
+struct pi_layer_exec {
+    int attn_dev;          /* attention weights and their ops on the device */
+    int kv_dev;            /* RoPE, the cache and the scores on the device */
+    int pred_dev;          /* the predictor on the device */
+    int norm_dev;          /* the FFN's input norm on the device */
+    int ffn_whole_dev;     /* the whole (dense) FFN on the device */
+    int64_t n_dev;         /* sparse files: neurons computed on the device */
+    struct pi_rope rope;   /* factors in the KV unit's memory */
+    struct pi_attn attn;
 };
 
 /* Called after each layer's FFN block with its output [n_tok][n_embd] (before the
@@ -38,10 +43,12 @@ struct pi_ctx {
     int64_t *seq_len;   /* [n_seq] positions decoded per sequence */
     int has_logits;     /* logits holds the last requested entry's logits */
     struct pi_weight tok_embd, output; /* {n_embd, n_vocab} */
-    struct pi_vector output_norm;
+    struct pi_norm_w output_norm;
     struct pi_layer_w *layers;         /* [n_layer] */
-    /* Scratch activations, [n_batch][width]. */
-    float *x, *xn, *q, *k, *v, *att, *g, *u;
+    struct pi_layer_exec *exec;        /* [n_layer] */
+    const float *rope_factors;         /* host [n_rot/2]: rope_freqs or LongRoPE's, or NULL */
+    /* Scratch activations, [n_batch][width]; ya: a parallel block's attention output. */
+    float *x, *xn, *q, *k, *v, *att, *g, *u, *ya;
     float *logits;                     /* [n_vocab] */
     /* Logits of the last batch: rows [n_rows][n_vocab] for the entries that asked,
      * row_of[i] = entry i's row or -1; a call fills the spare set and swaps on success. */
@@ -78,6 +85,14 @@ struct pi_ctx {
 /* Rows of the output projection computed at once (a device holds this many rows of
  * logits). */
 #define PI_LOGIT_CHUNK 16
+
+/* Fill c's weight views (tok_embd, output, layers, rope_factors) from its model; c->n_ctx
+ * and c->layers must be set (exec.c). */
+void pi_exec_weights(struct pi_ctx *c);
+
+/* Fill c->exec from the weights, the plan (c->hy) and the model; PI_ERR_UNSUPPORTED
+ * when the device lacks an op a part placed on it needs. */
+int pi_exec_resolve(struct pi_ctx *c);
 
 /* Run the model over a batch (entries validated by the caller, positions resolved in
  * pos[i]); on success advances each sequence, swaps in the batch's logits and copies

@@ -1,6 +1,10 @@
-/* forward.c -- the llama-family forward pass (llama, bamboo), written as the
- * equations. Shapes: E = n_embd, F = n_ff, T = tokens in this step, Hq/Hkv = heads,
- * D = head dim, R = predictor rank. Every op goes through the backend vtable.
+/* forward.c -- the forward pass, written as blocks over the per-layer execution
+ * record (ctx.h, struct pi_layer_exec) and the architecture's description
+ * (lib/model/desc.h): embeddings, then per layer attention_block and ffn_block,
+ * sequential (x += attn(norm(x)); x += ffn(norm(x))) or parallel (x += attn(n) +
+ * ffn(n')), then logits. Shapes: E = n_embd, F = n_ff, T = tokens in this step,
+ * Hq/Hkv = heads, D = head dim, R = predictor rank. Every op goes through the backend
+ * vtable; slots.h moves activations between the host and a device.
  *
  * The FFN block runs in one of three modes (pi_ctx_params.sparse_mode):
  *   dense      g = act(gate xn, up xn) for every neuron, y = down g
@@ -14,23 +18,31 @@
 #include <string.h>
 
 #include "infer/ctx.h"
+#include "infer/slots.h"
 #include "util/os.h"
 
-static enum pi_act act_of(enum pi_ffn_act a) {
+/* The backend activation of the model's FFN, gated (times up) or plain. */
+static enum pi_act act_of(enum pi_ffn_act a, int gated) {
     switch (a) {
-    case PI_ACT_RELU:
-        return PI_ACT_RELU_MUL;
-    case PI_ACT_RELU_BOTH:
+    case PI_FFN_RELU:
+        return gated ? PI_ACT_RELU_MUL : PI_ACT_RELU;
+    case PI_FFN_RELU_BOTH:
         return PI_ACT_RELU_RELU_MUL;
-    case PI_ACT_SILU:
+    case PI_FFN_GELU:
+        return gated ? PI_ACT_GELU_MUL : PI_ACT_GELU;
+    case PI_FFN_GELU_ERF:
+        return gated ? PI_ACT_GELU_ERF_MUL : PI_ACT_GELU_ERF;
+    case PI_FFN_RELU_SQR:
+        return PI_ACT_RELU_SQR; /* plain FFNs only (arch.c pairs it with no gate) */
+    case PI_FFN_SILU:
         break;
     }
-    return PI_ACT_SILU_MUL;
+    return gated ? PI_ACT_SILU_MUL : PI_ACT_SILU;
 }
 
 /* The ReLU activations of the sparse path (the same formulas as the backend's). */
 static float relu_act(enum pi_ffn_act a, float g, float u) {
-    if (a == PI_ACT_RELU_BOTH)
+    if (a == PI_FFN_RELU_BOTH)
         return g > 0.0f && u > 0.0f ? g * u : 0.0f;
     return g > 0.0f ? g * u : 0.0f;
 }
@@ -163,39 +175,6 @@ static int64_t ffn_sparse(struct pi_ctx *c, int64_t l, int64_t T, const uint8_t 
     return n;
 }
 
-/* y [T][E] = the dense FFN block of layer l on xn = ffn_norm(x); y may be c->xn. */
-static void ffn_dense(struct pi_ctx *c, int64_t l, int64_t T, float *y) {
-    const struct pi_hparams *hp = c->hp;
-    const struct pi_backend_vtable *be = c->be;
-    struct pi_backend *b = c->b;
-    const struct pi_layer_w *L = &c->layers[l];
-    be->matmul(b, &L->gate, c->xn, T, c->g);                       /* g [T][F] */
-    be->matmul(b, &L->up, c->xn, T, c->u);                         /* u [T][F] */
-    be->ffn_act(b, act_of(hp->ffn_act), c->g, c->u, T * hp->n_ff);
-    if (L->has_down)
-        be->matmul(b, &L->down, c->g, T, y);                       /* y [T][E] */
-    else
-        be->matmul_t(b, &L->down_t, c->g, T, y);
-    if (c->stats) {
-        pi_layer_stats *ls = &c->stats->layer[l];
-        const int64_t F = hp->n_ff;
-        uint64_t down_bytes = (uint64_t)L->down.n_out * L->down.row_bytes, rows = (uint64_t)F;
-        if (!L->has_down) { /* matmul_t reads only rows some token needs */
-            rows = 0;
-            for (int64_t r = 0; r < F; r++) {
-                int any = 0;
-                for (int64_t t = 0; t < T && !any; t++)
-                    any = c->g[t * F + r] != 0.0f;
-                rows += (uint64_t)any;
-            }
-            down_bytes = rows * L->down_t.row_bytes;
-        }
-        ls->rows_gate_up += (uint64_t)F;
-        ls->rows_down += rows;
-        ls->bytes_ffn += (uint64_t)F * (L->gate.row_bytes + L->up.row_bytes) + down_bytes;
-    }
-}
-
 /* Diagnostic (PI_STATS_DIAGNOSTIC in predictor mode): the true activations of every
  * neuron, in gfull, without touching the step's own buffers. */
 static void true_activations(struct pi_ctx *c, const struct pi_layer_w *L, int64_t T) {
@@ -207,83 +186,13 @@ static void true_activations(struct pi_ctx *c, const struct pi_layer_w *L, int64
         c->gfull[i] = relu_act(c->hp->ffn_act, c->gfull[i], c->ufull[i]);
 }
 
-/* ---- hybrid execution --------------------------------------------------------------
- *
- * Each op runs on the "unit" that holds its weights: the host (the context's CPU
- * backend) or the device (c->hy). Activations live in slots with a copy on each side
- * and a record of where they are current; an op asks for its inputs where it runs
- * (copied over when stale: an upload is queued, a download waits for the device) and
- * marks its outputs current there only. With no device every slot stays on the host
- * and no copy is ever made. A layer split between the two computes its device
- * neurons on the device while the host computes the others; the device's work is
- * queued first and its result fetched last, the one wait of the layer in decode when
- * attention and predictor live on the device as well. */
-enum { HOST = 1, DEV = 2 };
-
-struct unit {
-    const struct pi_backend_vtable *be;
-    struct pi_backend *b;
-    int at;
-};
-
-struct slot {
-    float *p[3]; /* p[HOST], p[DEV] */
-    int64_t width;
-    int valid;
-};
-
-struct run {
-    struct pi_ctx *c;
-    int64_t T;
-    struct unit host, dev;
-    struct slot x, xn, q, k, v, att, score, hid;
-    int st; /* first copy failure */
-};
-
-/* The slot's values on side `at`, copied there if stale. */
-static float *in(struct run *r, struct slot *s, int at) {
-    if (!(s->valid & at)) {
-        const size_t bytes = (size_t)(r->T * s->width) * sizeof(float);
-        const int st = at == DEV ? r->dev.be->upload(r->dev.b, s->p[DEV], s->p[HOST], bytes)
-                                 : r->dev.be->download(r->dev.b, s->p[HOST], s->p[DEV], bytes);
-        if (st < 0 && r->st >= 0)
-            r->st = st;
-        s->valid |= at;
-    }
-    return s->p[at];
-}
-
-/* The slot as an op's output on side `at` (the other side's copy becomes stale). */
-static float *out(struct slot *s, int at) {
-    s->valid = at;
-    return s->p[at];
-}
-
-/* Read, then written in place. */
-static float *inout(struct run *r, struct slot *s, int at) {
-    float *p = in(r, s, at);
-    s->valid = at;
-    return p;
-}
-
-static const struct unit *unit(const struct run *r, int on_dev) {
-    return on_dev ? &r->dev : &r->host;
-}
-
-static void slot_init(struct slot *s, float *h, float *d, int64_t width) {
-    s->p[HOST] = h;
-    s->p[DEV] = d;
-    s->width = width;
-    s->valid = HOST;
-}
-
 /* s [T][F] = fc2 . relu(fc1 . x): the predictor scores of layer l, on unit u with its
  * weights L. relu on a device is ffn_act's relu(g) * 1 against a vector of ones. */
 static void predict(struct run *r, const struct unit *u, const struct pi_layer_w *L,
                     const struct pi_dev_layer *D) {
     const int64_t T = r->T, R = L->fc1.n_out;
-    const struct pi_weight *fc1 = u->at == DEV ? &D->fc1 : &L->fc1;
-    const struct pi_weight *fc2 = u->at == DEV ? &D->fc2 : &L->fc2;
+    const struct pi_weight *fc1 = u->at == DEV ? &D->w.fc1 : &L->fc1;
+    const struct pi_weight *fc2 = u->at == DEV ? &D->w.fc2 : &L->fc2;
     u->be->matmul(u->b, fc1, in(r, &r->x, u->at), T, out(&r->hid, u->at)); /* hid [T][R] */
     float *h = r->hid.p[u->at];
     if (u->at == DEV) {
@@ -295,7 +204,7 @@ static void predict(struct run *r, const struct unit *u, const struct pi_layer_w
     u->be->matmul(u->b, fc2, h, T, out(&r->score, u->at));              /* s [T][F] */
 }
 
-/* The device's share of layer l's FFN: yd [T][E] over its n_dev neurons, queued. */
+/* The device's share of a sparse layer's FFN: yd [T][E] over its n_dev neurons, queued. */
 static void ffn_device(struct run *r, const struct pi_dev_layer *D) {
     struct pi_ctx *c = r->c;
     struct pi_hybrid *h = c->hy;
@@ -305,15 +214,10 @@ static void ffn_device(struct run *r, const struct pi_dev_layer *D) {
     const float *score = c->mode == PI_SPARSE_PREDICTOR ? in(r, &r->score, DEV) : NULL;
     u->be->matmul(u->b, &D->gate, xn, T, h->gd);                       /* gd [T][n] */
     u->be->matmul(u->b, &D->up, xn, T, h->ud);                         /* ud [T][n] */
-    if (D->down_is_t) {
-        /* oracle and dense need no mask: relu zeroes the inactive neurons */
-        u->be->ffn_act_masked(u->b, act_of(c->hp->ffn_act), h->gd, h->ud, T, n, score,
-                              c->hp->n_ff, D->map, c->threshold);
-        u->be->matmul_t(u->b, &D->down, h->gd, T, h->yd);              /* yd [T][E] */
-    } else {
-        u->be->ffn_act(u->b, act_of(c->hp->ffn_act), h->gd, h->ud, T * n);
-        u->be->matmul(u->b, &D->down, h->gd, T, h->yd);
-    }
+    /* oracle and dense need no mask: relu zeroes the inactive neurons */
+    u->be->ffn_act_masked(u->b, act_of(c->hp->ffn_act, 1), h->gd, h->ud, T, n, score,
+                          c->hp->n_ff, D->map, c->threshold);
+    u->be->matmul_t(u->b, &D->down, h->gd, T, h->yd);                  /* yd [T][E] */
 }
 
 /* The first non-finite value of v[0..n), or -1. */
@@ -346,6 +250,140 @@ static int check_block(struct run *r, struct slot *s, const pi_batch_entry *e,
             (int)pos[t], (long long)(i % E));
 }
 
+/* y [n][E] = norm(x) with the model's norm (RMSNorm or LayerNorm with its bias). */
+static void norm_rows(const struct unit *u, const struct pi_hparams *hp, const struct pi_norm_w *n,
+                      const float *x, int64_t rows, float *y) {
+    if (hp->info->norm == PI_NORM_RMS)
+        u->be->rmsnorm(u->b, x, &n->w, hp->norm_eps, rows, y);
+    else
+        u->be->layernorm(u->b, x, n->w.data ? &n->w : NULL, n->b.data ? &n->b : NULL,
+                         hp->n_embd, hp->norm_eps, rows, y);
+}
+
+/* dst = norm(src) on unit u. */
+static void norm(struct run *r, const struct unit *u, const struct pi_norm_w *n, struct slot *src,
+                 struct slot *dst) {
+    const float *x = in(r, src, u->at);
+    norm_rows(u, r->c->hp, n, x, r->T, out(dst, u->at));
+}
+
+/* y [T][width] += bias, where the layer has one. */
+static void bias(const struct unit *u, float *y, const struct pi_vector *b, int64_t T) {
+    if (b->data)
+        u->be->add_rows(u->b, y, b, T);
+}
+
+/* A per-head or whole-row RMSNorm in place (q/k norms, Gemma's post-norms). */
+static void rms_inplace(const struct unit *u, float *y, const struct pi_vector *g, float eps,
+                        int64_t rows) {
+    if (g->data)
+        u->be->rmsnorm(u->b, y, g, eps, rows, y);
+}
+
+/* ao [T][E] = the attention block of layer l on xn = norm_attn(x) (valid on the
+ * attention's unit): q, k, v (+ biases, per-head norms), RoPE, the cache and the
+ * scores where the KV cache is, then wo (+ bias, post-norm). */
+static void attention_block(struct run *r, int64_t l, struct slot *ao) {
+    struct pi_ctx *c = r->c;
+    const struct pi_hparams *hp = c->hp;
+    const struct pi_layer_exec *X = &c->exec[l];
+    const struct unit *a = unit(r, X->attn_dev), *kvu = unit(r, X->kv_dev);
+    const struct pi_layer_w *W = a->at == DEV ? &c->hy->layers[l].w : &c->layers[l];
+    struct pi_kv *kv = X->kv_dev ? c->hy->kv : c->kv;
+    const int64_t T = r->T;
+    const int64_t qd = hp->n_head * hp->head_dim_k, kd = hp->n_head_kv * hp->head_dim_k;
+    const int64_t vd = hp->n_head_kv * hp->head_dim_v, ad = hp->n_head * hp->head_dim_v;
+    const float *xn = in(r, &r->xn, a->at);
+    float *q = out(&r->q, a->at), *k = out(&r->k, a->at), *v = out(&r->v, a->at);
+    a->be->matmul(a->b, &W->wq, xn, T, q);                          /* q [T][Hq*D] */
+    a->be->matmul(a->b, &W->wk, xn, T, k);                          /* k [T][Hkv*D] */
+    a->be->matmul(a->b, &W->wv, xn, T, v);                          /* v [T][Hkv*Dv] */
+    bias(a, q, &W->bq, T);
+    bias(a, k, &W->bk, T);
+    bias(a, v, &W->bv, T);
+    rms_inplace(a, q, &W->q_norm, hp->norm_eps, T * hp->n_head);    /* per head */
+    rms_inplace(a, k, &W->k_norm, hp->norm_eps, T * hp->n_head_kv);
+    q = inout(r, &r->q, kvu->at);
+    k = inout(r, &r->k, kvu->at);
+    v = in(r, &r->v, kvu->at);
+    float *att = out(&r->att, kvu->at);
+    /* per run of one sequence's consecutive positions: its own cache slot */
+    const pi_batch_entry *e = r->e;
+    for (int64_t i0 = 0, i1; i0 < T; i0 = i1) {
+        for (i1 = i0 + 1; i1 < T && e[i1].seq == e[i0].seq && r->pos[i1] == r->pos[i1 - 1] + 1;)
+            i1++;
+        const int64_t n = i1 - i0, p0 = r->pos[i0], kslot = l * c->n_seq + e[i0].seq;
+        kvu->be->rope(kvu->b, q + i0 * qd, n, hp->n_head, hp->head_dim_k, p0, &X->rope);
+        kvu->be->rope(kvu->b, k + i0 * kd, n, hp->n_head_kv, hp->head_dim_k, p0, &X->rope);
+        kvu->be->kv_store(kvu->b, kv, kslot, p0, n, k + i0 * kd, v + i0 * vd);
+        kvu->be->attention(kvu->b, kv, kslot, q + i0 * qd, n, p0, &X->attn,
+                           att + i0 * ad);                          /* att [T][Hq*Dv] */
+    }
+    const float *at = in(r, &r->att, a->at);
+    float *y = out(ao, a->at);
+    a->be->matmul(a->b, &W->wo, at, T, y);                          /* ao [T][E] */
+    bias(a, y, &W->bo, T);
+    rms_inplace(a, y, &W->attn_post_norm, hp->norm_eps, T);
+}
+
+/* y [T][E] = the dense FFN of layer l on unit u over xn (slot): gated
+ * down(act(gate xn) * up xn) or plain down(act(up xn)), with biases and post-norm. y
+ * may be xn. Returns the activations [T][F] on u (host: the statistics' truth). */
+static const float *ffn_dense(struct run *r, int64_t l, const struct unit *u,
+                              const struct pi_layer_w *W, struct slot *xn_s, struct slot *y_s) {
+    struct pi_ctx *c = r->c;
+    const struct pi_hparams *hp = c->hp;
+    const int64_t T = r->T, F = hp->n_ff;
+    const int gated = W->gate.data != NULL;
+    const float *xn = in(r, xn_s, u->at);
+    float *g = out(&r->g, u->at), *up = out(&r->u, u->at);
+    if (gated) {
+        u->be->matmul(u->b, &W->gate, xn, T, g);                    /* g [T][F] */
+        bias(u, g, &W->b_gate, T);
+        u->be->matmul(u->b, &W->up, xn, T, up);                     /* u [T][F] */
+        bias(u, up, &W->b_up, T);
+    } else {
+        u->be->matmul(u->b, &W->up, xn, T, g);
+        bias(u, g, &W->b_up, T);
+    }
+    u->be->ffn_act(u->b, act_of(hp->ffn_act, gated), g, gated ? up : NULL, T * F);
+    float *y = out(y_s, u->at);
+    if (W->has_down)
+        u->be->matmul(u->b, &W->down, g, T, y);                     /* y [T][E] */
+    else
+        u->be->matmul_t(u->b, &W->down_t, g, T, y);
+    bias(u, y, &W->b_down, T);
+    rms_inplace(u, y, &W->ffn_post_norm, hp->norm_eps, T);
+    if (c->stats && u->at == HOST) {
+        const struct pi_layer_w *L = W;
+        pi_layer_stats *ls = &c->stats->layer[l];
+        uint64_t down_bytes = (uint64_t)L->down.n_out * L->down.row_bytes, rows = (uint64_t)F;
+        if (!L->has_down) { /* matmul_t reads only rows some token needs */
+            rows = 0;
+            for (int64_t i = 0; i < F; i++) {
+                int any = 0;
+                for (int64_t t = 0; t < T && !any; t++)
+                    any = g[t * F + i] != 0.0f;
+                rows += (uint64_t)any;
+            }
+            down_bytes = rows * L->down_t.row_bytes;
+        }
+        ls->rows_gate_up += (uint64_t)F;
+        ls->rows_down += rows;
+        ls->bytes_ffn += (uint64_t)F * (L->gate.row_bytes + L->up.row_bytes) + down_bytes;
+    }
+    return g;
+}
+
+/* The unit where layer l + 1 (or the output) reads the residual stream. */
+static int next_at(const struct run *r, int64_t l) {
+    const struct pi_ctx *c = r->c;
+    if (!c->hy)
+        return HOST;
+    const int dev = l + 1 < c->hp->n_layer ? c->exec[l + 1].attn_dev : c->hy->plan->pl.output;
+    return dev ? DEV : HOST;
+}
+
 /* One step of T <= n_batch entries at positions pos[0..T). The logits of the entries
  * that ask for them go to consecutive rows of `rows` [..][n_vocab] (host memory). */
 static int step(struct pi_ctx *c, const pi_batch_entry *e, const int32_t *pos, int64_t T,
@@ -355,65 +393,49 @@ static int step(struct pi_ctx *c, const pi_batch_entry *e, const int32_t *pos, i
     const int64_t E = hp->n_embd, F = hp->n_ff;
     const int64_t qd = hp->n_head * hp->head_dim_k, kd = hp->n_head_kv * hp->head_dim_k;
     const int64_t vd = hp->n_head_kv * hp->head_dim_v, ad = hp->n_head * hp->head_dim_v;
-    struct run r = {.c = c, .T = T, .host = {c->be, c->b, HOST}};
+    const int parallel = (hp->info->flags & PI_AF_PARALLEL) != 0;
+    struct run r = {.c = c, .T = T, .e = e, .pos = pos, .host = {c->be, c->b, HOST}};
     if (hy)
         r.dev = (struct unit){hy->be, hy->b, DEV};
     slot_init(&r.x, c->x, hy ? hy->x : NULL, E);
     slot_init(&r.xn, c->xn, hy ? hy->xn : NULL, E);
+    slot_init(&r.ya, c->ya, hy ? hy->ya : NULL, E);
     slot_init(&r.q, c->q, hy ? hy->q : NULL, qd);
     slot_init(&r.k, c->k, hy ? hy->k : NULL, kd);
     slot_init(&r.v, c->v, hy ? hy->v : NULL, vd);
     slot_init(&r.att, c->att, hy ? hy->att : NULL, ad);
+    slot_init(&r.g, c->g, hy ? hy->gd : NULL, F);
+    slot_init(&r.u, c->u, hy ? hy->ud : NULL, F);
     slot_init(&r.score, c->score, hy ? hy->score : NULL, F);
     slot_init(&r.hid, c->hid, hy ? hy->hid : NULL, c->model->desc.max_rank);
-    const struct unit *kvu = unit(&r, hy && hy->kv);
-    struct pi_kv *kv = hy && hy->kv ? hy->kv : c->kv;
 
     for (int64_t i = 0; i < T; i++)
         c->step_tok[i] = e[i].token;
-    c->be->get_rows(c->b, &c->tok_embd, c->step_tok, T, out(&r.x, HOST));  /* x [T][E] */
+    float *x0 = out(&r.x, HOST);
+    c->be->get_rows(c->b, &c->tok_embd, c->step_tok, T, x0);        /* x [T][E] */
+    if (hp->embd_scale != 1.0f)
+        c->be->scale(c->b, x0, hp->embd_scale, T * E);
     for (int64_t l = 0; l < hp->n_layer; l++) {
         const struct pi_layer_w *L = &c->layers[l];
+        const struct pi_layer_exec *X = &c->exec[l];
         const struct pi_dev_layer *D = hy ? &hy->layers[l] : NULL;
         const uint64_t t0 = now(c);
-        /* attention block, where its weights are; rope, cache and scores where the KV
-         * cache is */
-        const struct unit *a = unit(&r, D && D->attn);
-        const struct pi_layer_w *W = a->at == DEV ? NULL : L;
-        const struct pi_vector *attn_norm = W ? &L->attn_norm : &D->attn_norm;
-        a->be->rmsnorm(a->b, in(&r, &r.x, a->at), attn_norm, hp->rms_eps, T,
-                       out(&r.xn, a->at));                                  /* xn [T][E] */
-        const float *xn = r.xn.p[a->at];
-        a->be->matmul(a->b, W ? &L->wq : &D->wq, xn, T, out(&r.q, a->at));  /* q [T][Hq*D] */
-        a->be->matmul(a->b, W ? &L->wk : &D->wk, xn, T, out(&r.k, a->at));  /* k [T][Hkv*D] */
-        a->be->matmul(a->b, W ? &L->wv : &D->wv, xn, T, out(&r.v, a->at));  /* v [T][Hkv*Dv] */
-        float *q = inout(&r, &r.q, kvu->at), *k = inout(&r, &r.k, kvu->at);
-        const float *v = in(&r, &r.v, kvu->at);
-        float *att = out(&r.att, kvu->at);
-        /* per run of one sequence's consecutive positions: its own cache slot */
-        for (int64_t i0 = 0, i1; i0 < T; i0 = i1) {
-            for (i1 = i0 + 1; i1 < T && e[i1].seq == e[i0].seq && pos[i1] == pos[i1 - 1] + 1;)
-                i1++;
-            const int64_t n = i1 - i0, p0 = pos[i0], slot = l * c->n_seq + e[i0].seq;
-            kvu->be->rope(kvu->b, q + i0 * qd, n, hp->n_head, hp->head_dim_k, hp->n_rot, p0,
-                          hp->rope_freq_base, hp->rope_scale, 0);
-            kvu->be->rope(kvu->b, k + i0 * kd, n, hp->n_head_kv, hp->head_dim_k, hp->n_rot, p0,
-                          hp->rope_freq_base, hp->rope_scale, 0);
-            kvu->be->kv_store(kvu->b, kv, slot, p0, n, k + i0 * kd, v + i0 * vd);
-            kvu->be->attention(kvu->b, kv, slot, q + i0 * qd, n, p0,
-                               att + i0 * ad);                              /* att [T][Hq*Dv] */
+        /* attention: ao = attn(norm_attn(x)); sequential blocks add it at once */
+        const struct unit *a = unit(&r, X->attn_dev);
+        norm(&r, a, a->at == DEV ? &D->w.norm_attn : &L->norm_attn, &r.x, &r.xn);
+        struct slot *ao = parallel ? &r.ya : &r.xn;
+        attention_block(&r, l, ao);
+        if (!parallel) {
+            a->be->add(a->b, inout(&r, &r.x, a->at), in(&r, ao, a->at), T * E); /* x += attn */
+            if (c->check_layers)
+                PI_TRY(check_block(&r, &r.x, e, pos, l, "attention"));
         }
-        a->be->matmul(a->b, W ? &L->wo : &D->wo, in(&r, &r.att, a->at), T,
-                      out(&r.xn, a->at));                                   /* xn [T][E] */
-        a->be->add(a->b, inout(&r, &r.x, a->at), r.xn.p[a->at], T * E);    /* x += attn */
-        if (c->check_layers)
-            PI_TRY(check_block(&r, &r.x, e, pos, l, "attention"));
         const uint64_t t1 = now(c);
         /* predictor: s [T][F] from the residual x, before ffn_norm */
         const int diag = c->stats_level == PI_STATS_DIAGNOSTIC;
         const int have_pred = hp->sparse && (c->mode == PI_SPARSE_PREDICTOR || diag);
         if (have_pred) {
-            predict(&r, unit(&r, D && D->pred), L, D);
+            predict(&r, unit(&r, X->pred_dev), L, D);
             if (c->check_layers)
                 PI_TRY(check_block(&r, &r.score, e, pos, l, "predictor"));
             if (c->stats)
@@ -421,13 +443,14 @@ static int step(struct pi_ctx *c, const pi_batch_entry *e, const int32_t *pos, i
                     (uint64_t)(L->fc1.n_out * L->fc1.row_bytes + L->fc2.n_out * L->fc2.row_bytes);
         }
         const uint64_t t2 = now(c);
-        /* feed-forward block: xn = ffn_norm(x), then the device's neurons (queued) and
-         * the host's */
-        const struct unit *nu = unit(&r, D && D->norm);
-        nu->be->rmsnorm(nu->b, in(&r, &r.x, nu->at), nu->at == DEV ? &D->ffn_norm : &L->ffn_norm,
-                        hp->rms_eps, T, out(&r.xn, nu->at));
-        const int64_t n_dev = D ? D->n_dev : 0;
-        const int host_part = n_dev < F;
+        /* feed-forward: xn = norm_ffn(x) (a parallel block without one keeps the
+         * attention's input), then y = ffn(xn) */
+        if (L->norm_ffn.w.data) {
+            const struct unit *nu = unit(&r, X->norm_dev);
+            norm(&r, nu, nu->at == DEV ? &D->w.norm_ffn : &L->norm_ffn, &r.x, &r.xn);
+        }
+        const int64_t n_dev = X->ffn_whole_dev ? 0 : X->n_dev;
+        const int host_part = !X->ffn_whole_dev && n_dev < F;
         if (host_part || c->stats) { /* the host's inputs, fetched before the device is busy */
             in(&r, &r.xn, HOST);
             if (have_pred)
@@ -438,17 +461,20 @@ static int step(struct pi_ctx *c, const pi_batch_entry *e, const int32_t *pos, i
         const float *truth = NULL;
         const int32_t *tidx = NULL;
         int64_t tn = 0;
-        float *y = n_dev ? hy->yc_host : c->xn; /* the host's FFN output */
-        if (host_part) {
+        if (X->ffn_whole_dev) {
+            ffn_dense(&r, l, &r.dev, &D->w, &r.xn, &r.xn);
+        } else if (host_part) {
+            float *y = n_dev ? hy->yc_host : c->xn; /* the host's FFN output */
             if (c->mode == PI_SPARSE_PREDICTOR && diag) {
                 true_activations(c, L, T);
                 truth = c->gfull;
             }
             if (c->mode == PI_SPARSE_DENSE && !n_dev) {
-                ffn_dense(c, l, T, y);
-                truth = c->g;
+                truth = ffn_dense(&r, l, &r.host, L, &r.xn, &r.xn);
             } else {
                 const int64_t n = ffn_sparse(c, l, T, n_dev ? D->on_dev : NULL, y);
+                if (!n_dev)
+                    out(&r.xn, HOST);
                 if (c->mode == PI_SPARSE_ORACLE && !n_dev) { /* g valid on the selected rows */
                     truth = c->g;
                     tidx = c->idx;
@@ -457,31 +483,32 @@ static int step(struct pi_ctx *c, const pi_batch_entry *e, const int32_t *pos, i
             }
             c->be->sync(c->b);
         }
-        if (!n_dev) { /* x += ffn, on the host */
-            if (c->trace_fn)
-                c->trace_fn(c->trace_user, l, T, y, have_pred ? c->score : NULL);
-            out(&r.xn, HOST);
-            c->be->add(c->b, inout(&r, &r.x, HOST), y, T * E);
-        } else { /* x += device part + host part, where the next layer wants x */
-            const int next_dev = l + 1 < hp->n_layer ? hy->layers[l + 1].attn : hy->plan->pl.output;
-            if (next_dev) {
-                float *x = inout(&r, &r.x, DEV);
-                hy->be->add(hy->b, x, hy->yd, T * E);
-                if (host_part) {
-                    int st = hy->be->upload(hy->b, hy->yc, y, (size_t)(T * E) * sizeof(float));
-                    r.st = r.st < 0 ? r.st : st;
-                    hy->be->add(hy->b, x, hy->yc, T * E);
-                }
-            } else {
-                int st = hy->be->download(hy->b, hy->yd_host, hy->yd,
-                                          (size_t)(T * E) * sizeof(float));
+        /* x += ffn (+ a parallel block's attention), where the next layer wants x */
+        const int at = next_at(&r, l);
+        const struct unit *nx = unit(&r, at == DEV);
+        if (!n_dev) {
+            if (c->trace_fn && !X->ffn_whole_dev)
+                c->trace_fn(c->trace_user, l, T, c->xn, have_pred ? c->score : NULL);
+            float *x = inout(&r, &r.x, at);
+            nx->be->add(nx->b, x, in(&r, &r.xn, at), T * E);
+        } else if (at == DEV) { /* device part + host part */
+            float *x = inout(&r, &r.x, DEV);
+            hy->be->add(hy->b, x, hy->yd, T * E);
+            if (host_part) {
+                int st = hy->be->upload(hy->b, hy->yc, hy->yc_host, (size_t)(T * E) * sizeof(float));
                 r.st = r.st < 0 ? r.st : st;
-                float *x = inout(&r, &r.x, HOST);
-                c->be->add(c->b, x, hy->yd_host, T * E);
-                if (host_part)
-                    c->be->add(c->b, x, y, T * E);
+                hy->be->add(hy->b, x, hy->yc, T * E);
             }
+        } else {
+            int st = hy->be->download(hy->b, hy->yd_host, hy->yd, (size_t)(T * E) * sizeof(float));
+            r.st = r.st < 0 ? r.st : st;
+            float *x = inout(&r, &r.x, HOST);
+            c->be->add(c->b, x, hy->yd_host, T * E);
+            if (host_part)
+                c->be->add(c->b, x, hy->yc_host, T * E);
         }
+        if (parallel)
+            nx->be->add(nx->b, inout(&r, &r.x, at), in(&r, &r.ya, at), T * E);
         if (c->stats) {
             const uint64_t t3 = now(c);
             pi_layer_stats *ls = &c->stats->layer[l];
@@ -501,24 +528,26 @@ static int step(struct pi_ctx *c, const pi_batch_entry *e, const int32_t *pos, i
         }
     }
     /* logits of the entries that ask, PI_LOGIT_CHUNK rows at a time: the rows of x
-     * normalized into consecutive rows of xn, then one product */
+     * normalized into consecutive rows of xn, then one product (and the final
+     * soft-cap) */
     const struct unit *o = unit(&r, hy && hy->plan->pl.output);
     const float *x = r.st >= 0 ? in(&r, &r.x, o->at) : NULL;
     float *xn = out(&r.xn, o->at);
+    const struct pi_norm_w *onorm = o->at == DEV ? &hy->output_norm : &c->output_norm;
     const int64_t V = hp->n_vocab;
     for (int64_t i = 0, n = 0; x && i <= T; i++) {
         if (i < T && e[i].logits) {
-            o->be->rmsnorm(o->b, x + i * E, o->at == DEV ? &hy->output_norm : &c->output_norm,
-                           hp->rms_eps, 1, xn + n * E);
+            norm_rows(o, hp, onorm, x + i * E, 1, xn + n * E);
             n++;
         }
         if (n == PI_LOGIT_CHUNK || (i == T && n)) {
+            float *lg = o->at == DEV ? hy->logits : rows;
+            o->be->matmul(o->b, o->at == DEV ? &hy->output : &c->output, xn, n, lg);
+            if (hp->final_softcap > 0.0f)
+                o->be->softcap(o->b, lg, hp->final_softcap, n * V);
             if (o->at == DEV) {
-                o->be->matmul(o->b, &hy->output, xn, n, hy->logits);
                 int st = o->be->download(o->b, rows, hy->logits, (size_t)(n * V) * sizeof(float));
                 r.st = r.st < 0 ? r.st : st;
-            } else {
-                o->be->matmul(o->b, &c->output, xn, n, rows);           /* [n][n_vocab] */
             }
             rows += n * V;
             n = 0;

@@ -19,10 +19,18 @@
 /* ---- identities (FNV-1a, 64-bit) --------------------------------------------------- */
 
 
-/* The file's size and everything before its tensor data: metadata and tensor table. */
+/* The file's size and everything before its tensor data: metadata and tensor table;
+ * for a split model, the same of every later part too (a single file's identity is
+ * unchanged). */
 uint64_t pi_model_identity(const struct pi_model *m) {
     uint64_t h = pi_fnv1a(PI_FNV1A_INIT, &m->gguf.size, sizeof m->gguf.size);
-    return pi_fnv1a(h, m->gguf.base, (size_t)m->gguf.data_off);
+    h = pi_fnv1a(h, m->gguf.base, (size_t)m->gguf.data_off);
+    for (uint32_t k = 1; k < m->n_parts; k++) {
+        const struct pi_model_part *p = &m->parts[k - 1];
+        h = pi_fnv1a(h, &p->map.size, sizeof p->map.size);
+        h = pi_fnv1a(h, p->map.data, (size_t)p->header_size);
+    }
+    return h;
 }
 
 /* The frequencies the planner ranks by (0: none). */
@@ -41,6 +49,18 @@ static uint64_t nb(const struct gguf_tensor *t) {
     return t ? t->nbytes : 0;
 }
 
+/* Bytes of a layer's attention part (norm, q/k/v fused or not, biases, q/k norms,
+ * output projection, post-norm) and of its FFN's norm, biases and post-norm. */
+static uint64_t attn_part_bytes(const struct pi_layer_desc *L) {
+    return nb(L->norm_attn.w) + nb(L->norm_attn.b) + nb(L->wq) + nb(L->wk) + nb(L->wv) +
+           nb(L->wqkv) + nb(L->bq) + nb(L->bk) + nb(L->bv) + nb(L->bqkv) + nb(L->q_norm) +
+           nb(L->k_norm) + nb(L->wo) + nb(L->bo) + nb(L->attn_post_norm);
+}
+
+static uint64_t ffn_small_bytes(const struct pi_layer_desc *L) {
+    return nb(L->b_gate) + nb(L->b_up) + nb(L->b_down) + nb(L->ffn_post_norm);
+}
+
 static int64_t max_rank(const struct pi_model *m) {
     return m->desc.max_rank > 1 ? m->desc.max_rank : 1;
 }
@@ -53,9 +73,10 @@ uint64_t pi_hybrid_scratch_bytes(const struct pi_model *m, const struct pi_plan_
     const uint64_t vd = (uint64_t)(hp->n_head_kv * hp->head_dim_v);
     const uint64_t ad = (uint64_t)(hp->n_head * hp->head_dim_v);
     const uint64_t R = hp->sparse ? (uint64_t)max_rank(m) : 0;
-    /* x xn yd yc | q k v att | score gd ud | hid ones, and the logits */
-    const uint64_t per_tok = 4 * E + qd + kd + vd + ad + (hp->sparse ? 3 : 2) * F + 2 * R;
-    return 4 * (B * per_tok + PI_LOGIT_CHUNK * (uint64_t)hp->n_vocab);
+    /* x xn yd yc (ya) | q k v att | score gd ud | hid ones, and the logits */
+    const uint64_t ya = hp->info->flags & PI_AF_PARALLEL ? E : 0;
+    const uint64_t per_tok = 4 * E + ya + qd + kd + vd + ad + (hp->sparse ? 3 : 2) * F + 2 * R;
+    return 4 * (B * per_tok + PI_LOGIT_CHUNK * (uint64_t)hp->n_vocab + (uint64_t)hp->n_rot);
 }
 
 static uint64_t kv_bytes(const struct pi_model *m, const struct pi_plan_shape *s) {
@@ -96,21 +117,22 @@ static int plan_compute(const struct pi_model *m, const struct pi_plan_shape *s,
         PI_FAIL(err, PI_ERR_NOMEM, "plan: out of memory");
     for (int64_t l = 0; l < L; l++) {
         const struct pi_layer_desc *ld = &d->layers[l];
-        ls[l].attn_bytes = nb(ld->attn_norm) + nb(ld->wq) + nb(ld->wk) + nb(ld->wv) + nb(ld->wo);
+        ls[l].attn_bytes = attn_part_bytes(ld);
         ls[l].pred_bytes = nb(ld->fc1) + nb(ld->fc2);
-        ls[l].norm_bytes = nb(ld->ffn_norm);
+        ls[l].norm_bytes = nb(ld->norm_ffn.w) + nb(ld->norm_ffn.b);
         if (hp->sparse) /* one row each of gate, up, down_t, and its id */
             ls[l].neuron_bytes = pi_type_row_bytes(ld->ffn_gate->type, hp->n_embd) +
                                  pi_type_row_bytes(ld->ffn_up->type, hp->n_embd) +
                                  pi_type_row_bytes(ld->ffn_down_t->type, hp->n_embd) + 4;
-        else /* whole layers: the three matrices, spread over the neurons */
+        else /* whole layers: the matrices and biases, spread over the neurons */
             ls[l].neuron_bytes = (nb(ld->ffn_gate) + nb(ld->ffn_up) + nb(ld->ffn_down) +
-                                  (uint64_t)F - 1) / (uint64_t)F;
+                                  ffn_small_bytes(ld) + (uint64_t)F - 1) / (uint64_t)F;
         ls[l].freq = freq ? freq[l] : NULL;
     }
     pl->scratch = pi_hybrid_scratch_bytes(m, s);
     pl->whole_layers = !hp->sparse;
-    struct pi_plan_input in = {L, F, ls, nb(d->output) + nb(d->output_norm),
+    struct pi_plan_input in = {L, F, ls, nb(d->output) + nb(d->output_norm.w) +
+                                             nb(d->output_norm.b),
                                kv_bytes(m, s),
                                budget > pl->scratch ? budget - pl->scratch : 0,
                                hp->sparse ? (F < NEURON_GROUP ? F : NEURON_GROUP) : F};
@@ -169,7 +191,7 @@ static int take_index(const struct pi_model *m, struct pi_plan *pl, const struct
     return PI_OK;
 }
 
-static int save(const struct pi_plan *pl, const char *path, struct pi_error *err) {
+int pi_hybrid_plan_save(const struct pi_plan *pl, const char *path, struct pi_error *err) {
     struct pi_gpuidx g = {pl->pl.n_layer, pl->pl.n_ff, pl->pl.neuron, neuron_room(pl), 1,
                           pl->model_id, pl->stats_id, pl->budget, pl->alloc};
     return pi_gpuidx_write(path, &g, err);
@@ -226,11 +248,11 @@ int pi_hybrid_plan(const struct pi_model *m, const pi_ctx_params *p,
                     break;
                 }
             }
-            pl->source = save(pl, p->plan_path, &ferr) >= 0 ? PI_PLAN_CACHE_WRITTEN
+            pl->source = pi_hybrid_plan_save(pl, p->plan_path, &ferr) >= 0 ? PI_PLAN_CACHE_WRITTEN
                                                              : PI_PLAN_CACHE_UNWRITTEN;
             break;
         case PI_PLAN_FILE_WRITE:
-            st = save(pl, p->plan_path, err);
+            st = pi_hybrid_plan_save(pl, p->plan_path, err);
             if (st >= 0)
                 pl->source = PI_PLAN_CACHE_WRITTEN;
             break;
@@ -272,147 +294,16 @@ uint64_t pi_hybrid_budget(const struct pi_model *m, const pi_ctx_params *p,
     /* no memory figure (a CPU device): room for everything */
     const struct pi_model_desc *d = &m->desc;
     uint64_t all = pi_hybrid_scratch_bytes(m, s) + kv_bytes(m, s) + nb(d->output) +
-                   nb(d->output_norm) + 4ull * (uint64_t)d->hp.n_ff * (uint64_t)d->hp.n_layer;
+                   nb(d->output_norm.w) + nb(d->output_norm.b) +
+                   4ull * (uint64_t)d->hp.n_ff * (uint64_t)d->hp.n_layer;
     for (int64_t l = 0; l < d->hp.n_layer; l++) {
         const struct pi_layer_desc *ld = &d->layers[l];
-        all += nb(ld->attn_norm) + nb(ld->wq) + nb(ld->wk) + nb(ld->wv) + nb(ld->wo) +
-               nb(ld->fc1) + nb(ld->fc2) + nb(ld->ffn_norm) + nb(ld->ffn_gate) + nb(ld->ffn_up) +
+        all += attn_part_bytes(ld) + ffn_small_bytes(ld) + nb(ld->fc1) + nb(ld->fc2) +
+               nb(ld->norm_ffn.w) + nb(ld->norm_ffn.b) + nb(ld->ffn_gate) + nb(ld->ffn_up) +
                nb(ld->ffn_down) + nb(ld->ffn_down_t) + (uint64_t)d->hp.n_ff;
     }
     return all;
 }
-
-/* ---- the public plan ---------------------------------------------------------------- */
-
-void pi_plan_free(pi_plan *pl) {
-    if (!pl)
-        return;
-    struct pi_allocator a = pl->alloc;
-    pi_placement_free(&pl->pl);
-    pi_free(&a, pl);
-}
-
-uint64_t pi_plan_budget(const pi_plan *pl) {
-    return pl ? pl->budget : 0;
-}
-
-uint64_t pi_plan_bytes(const pi_plan *pl, int part) {
-    if (!pl)
-        return 0;
-    if (part == PI_PLAN_SCRATCH)
-        return pl->scratch;
-    if (part == PI_PLAN_N_PARTS)
-        return pl->pl.total + pl->scratch;
-    if (part < 0 || part > PI_PLAN_NEURONS)
-        return 0;
-    /* PI_PLAN_ATTENTION ... PI_PLAN_NEURONS are PI_PART_ATTN ... PI_PART_FFN */
-    return pl->pl.bytes[part];
-}
-
-int64_t pi_plan_n_layer(const pi_plan *pl) {
-    return pl ? pl->pl.n_layer : 0;
-}
-
-int64_t pi_plan_n_ff(const pi_plan *pl) {
-    return pl ? pl->pl.n_ff : 0;
-}
-
-uint32_t pi_plan_layer_parts(const pi_plan *pl, int64_t l) {
-    if (!pl || l < 0 || l >= pl->pl.n_layer)
-        return 0;
-    return (uint32_t)pl->pl.attn[l] << PI_PLAN_ATTENTION |
-           (uint32_t)(pl->pl.pred[l] && !pl->whole_layers) << PI_PLAN_PREDICTOR |
-           (uint32_t)pl->pl.norm[l] << PI_PLAN_FFN_NORM;
-}
-
-int64_t pi_plan_layer_neurons(const pi_plan *pl, int64_t l, uint8_t *mask, size_t cap) {
-    if (!pl || l < 0 || l >= pl->pl.n_layer)
-        return -1;
-    if (mask && cap >= (size_t)pl->pl.n_ff)
-        memcpy(mask, pl->pl.neuron + l * pl->pl.n_ff, (size_t)pl->pl.n_ff);
-    return pl->pl.n_neurons[l];
-}
-
-int pi_plan_output_on_device(const pi_plan *pl) {
-    return pl ? pl->pl.output : 0;
-}
-
-int pi_plan_kv_on_device(const pi_plan *pl) {
-    return pl ? pl->pl.kv : 0;
-}
-
-int pi_plan_source(const pi_plan *pl) {
-    return pl ? pl->source : -1;
-}
-
-/* snprintf into buf at *len, counting what would be written. */
-PI_PRINTF(4, 5)
-static void put(char *buf, size_t cap, int64_t *len, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    size_t at = (size_t)*len < cap ? (size_t)*len : cap;
-    int n = vsnprintf(buf ? buf + at : NULL, buf ? cap - at : 0, fmt, ap);
-    va_end(ap);
-    if (n > 0)
-        *len += n;
-}
-
-static int64_t count_parts(const uint8_t *v, int64_t n) {
-    int64_t k = 0;
-    for (int64_t i = 0; i < n; i++)
-        k += v[i];
-    return k;
-}
-
-int64_t pi_plan_describe(const pi_plan *pl, char *buf, size_t cap) {
-    if (!pl || (!buf && cap))
-        return PI_ERR_INVALID_ARG;
-    if (cap)
-        buf[0] = '\0';
-    const struct pi_placement *p = &pl->pl;
-    const int64_t L = p->n_layer, F = p->n_ff;
-    int64_t len = 0, neurons = 0;
-    for (int64_t l = 0; l < L; l++)
-        neurons += p->n_neurons[l];
-    static const char *const src[] = {"computed", "read from a file", "computed, cache written",
-                                      "computed, cache not written"};
-    const uint64_t used = p->total + pl->scratch;
-    const int gb = pl->budget >= (1ull << 30), gu = used >= (1ull << 30);
-    put(buf, cap, &len, "plan: budget %.2f %s, %.2f %s on the device (%s)\n",
-        (double)pl->budget / (gb ? GIB : MIB), gb ? "GiB" : "MiB",
-        (double)used / (gu ? GIB : MIB), gu ? "GiB" : "MiB",
-        src[pl->source >= 0 && pl->source < 4 ? pl->source : 0]);
-    put(buf, cap, &len, "  %-10s %10.1f MiB\n", "scratch", (double)pl->scratch / MIB);
-    put(buf, cap, &len, "  %-10s %10.1f MiB  %lld/%lld layers\n", "attention",
-        (double)p->bytes[PI_PART_ATTN] / MIB, (long long)count_parts(p->attn, L), (long long)L);
-    put(buf, cap, &len, "  %-10s %10.1f MiB  %lld/%lld layers\n", "predictor",
-        (double)p->bytes[PI_PART_PRED] / MIB, (long long)count_parts(p->pred, L), (long long)L);
-    put(buf, cap, &len, "  %-10s %10.1f MiB  %lld/%lld layers\n", "ffn_norm",
-        (double)p->bytes[PI_PART_NORM] / MIB, (long long)count_parts(p->norm, L), (long long)L);
-    put(buf, cap, &len, "  %-10s %10.1f MiB  %s\n", "output", (double)p->bytes[PI_PART_OUTPUT] / MIB,
-        p->output ? "on the device" : "on the host");
-    put(buf, cap, &len, "  %-10s %10.1f MiB  %s\n", "kv cache", (double)p->bytes[PI_PART_KV] / MIB,
-        p->kv ? "on the device" : "on the host");
-    put(buf, cap, &len, "  %-10s %10.1f MiB  %lld/%lld neurons (%.1f%%)%s\n", "ffn",
-        (double)p->bytes[PI_PART_FFN] / MIB, (long long)neurons, (long long)(L * F),
-        100.0 * (double)neurons / (double)(L * F), pl->whole_layers ? ", whole layers" : "");
-    put(buf, cap, &len, "  layer  attn  pred  norm  neurons on the device\n");
-    for (int64_t l = 0; l < L; l++)
-        put(buf, cap, &len, "  %5lld  %-4s  %-4s  %-4s  %lld (%.1f%%)\n", (long long)l,
-            p->attn[l] ? "dev" : "host",
-            pl->whole_layers ? "-" : p->pred[l] ? "dev" : "host", p->norm[l] ? "dev" : "host",
-            (long long)p->n_neurons[l], 100.0 * (double)p->n_neurons[l] / (double)F);
-    return len;
-}
-
-int pi_plan_save(const pi_plan *pl, const char *path) {
-    if (!pl || !path)
-        return PI_ERR_INVALID_ARG;
-    struct pi_error err;
-    return save(pl, path, &err);
-}
-
-/* ---- the device side of a context --------------------------------------------------- */
 
 void pi_hybrid_destroy(struct pi_hybrid *h) {
     if (!h)
@@ -458,6 +349,8 @@ static int dev_alloc(struct pi_hybrid *h, size_t size, const void *src, void **o
 static int up_weight(struct pi_hybrid *h, const struct pi_weight *w, struct pi_weight *out) {
     void *d;
     *out = *w;
+    if (!w->data)
+        return PI_OK; /* absent: stays absent */
     PI_TRY(dev_alloc(h, w->row_bytes * (size_t)w->n_out, w->data, &d));
     out->data = d;
     return PI_OK;
@@ -466,10 +359,17 @@ static int up_weight(struct pi_hybrid *h, const struct pi_weight *w, struct pi_w
 static int up_vector(struct pi_hybrid *h, const struct pi_vector *v, struct pi_vector *out) {
     void *d;
     *out = *v;
+    if (!v->data)
+        return PI_OK;
     const struct pi_type_traits *tr = pi_type_traits(v->type);
     PI_TRY(dev_alloc(h, (size_t)(v->n / tr->block_size * tr->block_bytes), v->data, &d));
     out->data = d;
     return PI_OK;
+}
+
+static int up_norm(struct pi_hybrid *h, const struct pi_norm_w *n, struct pi_norm_w *out) {
+    PI_TRY(up_vector(h, &n->w, &out->w));
+    return up_vector(h, &n->b, &out->b);
 }
 
 /* The rows `ids[0..n)` of w as a device matrix of n rows. */
@@ -498,6 +398,7 @@ static int setup_layer(struct pi_ctx *c, struct pi_hybrid *h, int64_t l, int32_t
     const struct pi_layer_w *L = &c->layers[l];
     struct pi_dev_layer *D = &h->layers[l];
     const int64_t F = p->n_ff;
+    struct pi_layer_w *W = &D->w;
     D->attn = p->attn[l];
     D->pred = p->pred[l] && c->hp->sparse;
     D->norm = p->norm[l];
@@ -510,27 +411,38 @@ static int setup_layer(struct pi_ctx *c, struct pi_hybrid *h, int64_t l, int32_t
             PI_FAIL(&c->err, PI_ERR_UNSUPPORTED, "the %s backend cannot compute %s weights",
                     h->be->name, pi_type_traits(ws[i]->type)->name);
     if (D->attn) {
-        PI_TRY(up_vector(h, &L->attn_norm, &D->attn_norm));
-        PI_TRY(up_weight(h, &L->wq, &D->wq));
-        PI_TRY(up_weight(h, &L->wk, &D->wk));
-        PI_TRY(up_weight(h, &L->wv, &D->wv));
-        PI_TRY(up_weight(h, &L->wo, &D->wo));
+        PI_TRY(up_norm(h, &L->norm_attn, &W->norm_attn));
+        const struct pi_weight *aw[] = {&L->wq, &L->wk, &L->wv, &L->wo};
+        struct pi_weight *dw[] = {&W->wq, &W->wk, &W->wv, &W->wo};
+        const struct pi_vector *av[] = {&L->bq, &L->bk, &L->bv, &L->bo, &L->q_norm, &L->k_norm,
+                                        &L->attn_post_norm};
+        struct pi_vector *dv[] = {&W->bq, &W->bk, &W->bv, &W->bo, &W->q_norm, &W->k_norm,
+                                  &W->attn_post_norm};
+        for (size_t i = 0; i < sizeof aw / sizeof *aw; i++)
+            PI_TRY(up_weight(h, aw[i], dw[i]));
+        for (size_t i = 0; i < sizeof av / sizeof *av; i++)
+            PI_TRY(up_vector(h, av[i], dv[i]));
     }
     if (D->pred) {
-        PI_TRY(up_weight(h, &L->fc1, &D->fc1));
-        PI_TRY(up_weight(h, &L->fc2, &D->fc2));
+        PI_TRY(up_weight(h, &L->fc1, &W->fc1));
+        PI_TRY(up_weight(h, &L->fc2, &W->fc2));
     }
     if (D->norm)
-        PI_TRY(up_vector(h, &L->ffn_norm, &D->ffn_norm));
+        PI_TRY(up_norm(h, &L->norm_ffn, &W->norm_ffn));
     if (D->n_dev == 0)
         return PI_OK;
     if (L->has_down) { /* dense file: the whole layer */
         if (D->n_dev != F)
             PI_FAIL(&c->err, PI_ERR_INTERNAL, "a dense layer split between devices");
-        PI_TRY(up_weight(h, &L->gate, &D->gate));
-        PI_TRY(up_weight(h, &L->up, &D->up));
-        PI_TRY(up_weight(h, &L->down, &D->down));
-        D->down_is_t = 0;
+        PI_TRY(up_weight(h, &L->gate, &W->gate));
+        PI_TRY(up_weight(h, &L->up, &W->up));
+        PI_TRY(up_weight(h, &L->down, &W->down));
+        W->has_down = 1;
+        const struct pi_vector *fv[] = {&L->b_gate, &L->b_up, &L->b_down, &L->ffn_post_norm};
+        struct pi_vector *dv[] = {&W->b_gate, &W->b_up, &W->b_down, &W->ffn_post_norm};
+        for (size_t i = 0; i < sizeof fv / sizeof *fv; i++)
+            PI_TRY(up_vector(h, fv[i], dv[i]));
+        D->ffn_whole = 1;
         return PI_OK;
     }
     int64_t n = 0;
@@ -551,7 +463,6 @@ static int setup_layer(struct pi_ctx *c, struct pi_hybrid *h, int64_t l, int32_t
     PI_TRY(up_rows(h, &L->gate, ids, n, *stage, &D->gate));
     PI_TRY(up_rows(h, &L->up, ids, n, *stage, &D->up));
     PI_TRY(up_rows(h, &L->down_t, ids, n, *stage, &D->down));
-    D->down_is_t = 1;
     void *map;
     PI_TRY(dev_alloc(h, (size_t)n * sizeof(int32_t), ids, &map));
     PI_TRY(h->be->sync(h->b));
@@ -572,9 +483,11 @@ static int setup_device(struct pi_ctx *c, struct pi_hybrid *h) {
     } bufs[] = {{&h->x, B * E},       {&h->xn, B * E},     {&h->yd, B * E},  {&h->yc, B * E},
                 {&h->q, B * qd},      {&h->k, B * kd},     {&h->v, B * vd},  {&h->att, B * ad},
                 {&h->score, B * F},   {&h->gd, B * F},     {&h->ud, B * F},  {&h->hid, B * R},
-                {&h->ones, B * R},    {&h->logits, PI_LOGIT_CHUNK * hp->n_vocab}};
+                {&h->ones, B * R},    {&h->logits, PI_LOGIT_CHUNK * hp->n_vocab},
+                {&h->ya, B * E}};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) {
-        if (!hp->sparse && bufs[i].p == &h->score)
+        if ((!hp->sparse && bufs[i].p == &h->score) ||
+            (!(hp->info->flags & PI_AF_PARALLEL) && bufs[i].p == &h->ya))
             continue;
         void *d;
         int st = dev_alloc(h, (size_t)bufs[i].n * sizeof(float), NULL, &d);
@@ -607,9 +520,16 @@ static int setup_device(struct pi_ctx *c, struct pi_hybrid *h) {
     if (st >= 0 && p->output) {
         st = up_weight(h, &c->output, &h->output);
         if (st >= 0)
-            st = up_vector(h, &c->output_norm, &h->output_norm);
+            st = up_norm(h, &c->output_norm, &h->output_norm);
         if (st < 0)
             pi_error_set(&c->err, st, "cannot place the output projection on the device");
+    }
+    if (st >= 0 && p->kv && c->rope_factors) {
+        void *f;
+        st = dev_alloc(h, (size_t)(hp->n_rot / 2) * sizeof(float), c->rope_factors, &f);
+        h->rope_factors = f;
+        if (st < 0)
+            pi_error_set(&c->err, st, "cannot place the RoPE factors on the device");
     }
     if (st >= 0 && p->kv) {
         struct pi_kv_desc kvd = {hp->n_layer * c->n_seq, c->n_ctx, hp->n_head, hp->n_head_kv,

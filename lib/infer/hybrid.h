@@ -6,6 +6,8 @@
 #define PI_INFER_HYBRID_H
 
 #include "backend.h"
+#include "infer/weights.h"
+#include "util/error.h"
 #include "plan/plan.h"
 #include "powerinfer.h"
 
@@ -42,6 +44,9 @@ int pi_hybrid_plan(const struct pi_model *m, const pi_ctx_params *p,
                    const struct pi_plan_shape *s, uint64_t budget, struct pi_plan **out,
                    struct pi_error *err);
 
+/* Write pl's placement as a PowerInfer .gpuidx file (api_plan.c's pi_plan_save). */
+int pi_hybrid_plan_save(const struct pi_plan *pl, const char *path, struct pi_error *err);
+
 /* A device backend for p->device (PI_DEVICE_GPU or PI_DEVICE_CPU). */
 int pi_hybrid_backend(const pi_ctx_params *p, const struct pi_backend_config *cfg,
                       const struct pi_backend_vtable **be, struct pi_backend **b,
@@ -53,16 +58,15 @@ uint64_t pi_hybrid_budget(const struct pi_model *m, const pi_ctx_params *p,
                           const struct pi_plan_shape *s, const struct pi_backend_vtable *be,
                           struct pi_backend *b);
 
-/* A layer's device part. Weights are device views (data in device memory); the FFN
+/* A layer's device part. w holds device views (data in device memory) of the parts
+ * on the device: attention (attn), predictor (pred), the FFN's input norm (norm) and,
+ * for dense files (whole layers), the whole FFN (ffn_whole). For sparse files the
  * subset holds the layer's device neurons in ascending id order: gate, up and down
- * have n_dev rows (down: rows of ffn_down_t; for dense files, whole layers, the
- * ffn_down matrix itself with down_is_t 0). */
+ * have n_dev rows (down: rows of ffn_down_t). */
 struct pi_dev_layer {
-    int attn, pred, norm;               /* parts on the device */
-    struct pi_vector attn_norm, ffn_norm;
-    struct pi_weight wq, wk, wv, wo, fc1, fc2;
-    struct pi_weight gate, up, down;
-    int down_is_t;
+    int attn, pred, norm, ffn_whole;    /* parts on the device */
+    struct pi_layer_w w;
+    struct pi_weight gate, up, down;    /* sparse files: the device's neurons */
     int32_t *map;                       /* device [n_dev]: neuron ids */
     int64_t n_dev;
     const uint8_t *on_dev;              /* host [n_ff]: 1 = computed on the device */
@@ -75,9 +79,10 @@ struct pi_hybrid {
     struct pi_kv *kv;                   /* the device's KV cache when plan->pl.kv */
     struct pi_dev_layer *layers;        /* [n_layer] */
     struct pi_weight output;
-    struct pi_vector output_norm;
+    struct pi_norm_w output_norm;
+    float *rope_factors;                /* device copy of the context's, or NULL */
     /* Device scratch, [n_batch][width] like the context's own. */
-    float *x, *xn, *q, *k, *v, *att, *score, *hid, *gd, *ud, *yd, *yc, *ones, *logits;
+    float *x, *xn, *q, *k, *v, *att, *score, *hid, *gd, *ud, *yd, *yc, *ones, *logits, *ya;
     /* Host scratch: the CPU part's FFN output and the device's, downloaded. */
     float *yc_host, *yd_host;
     void **bufs;                        /* every device allocation, freed at the end */

@@ -7,23 +7,13 @@
 
 #include "runtime/types.h"
 
-const char *pi_arch_name(enum pi_arch arch) {
-    switch (arch) {
-    case PI_ARCH_LLAMA:
-        return "llama";
-    case PI_ARCH_BAMBOO:
-        return "bamboo";
-    }
-    return "?";
-}
-
 /* Architectures known to exist in GGUF/PowerInfer files but not run by this build:
  * they fail with PI_ERR_UNSUPPORTED rather than as unknown. */
 static const char *const known_unsupported[] = {
-    "falcon", "opt", "gpt2", "gptj", "gptneox", "mpt", "starcoder", "persimmon",
-    "refact", "bloom", "stablelm", "baichuan", "qwen", "qwen2", "qwen3", "phi2", "phi3",
-    "gemma", "gemma2", "gemma3", "mistral3", "deepseek", "deepseek2", "command-r",
-    "olmo", "mamba", "bert", "t5", NULL,
+    "opt", "gpt2", "gptj", "gptneox", "mpt", "starcoder", "persimmon", "refact", "bloom",
+    "stablelm", "baichuan", "qwen", "qwen2moe", "qwen3moe", "phi2", "phimoe", "gemma",
+    "gemma3n", "mistral3", "deepseek", "deepseek2", "command-r", "cohere2", "olmo",
+    "olmo2", "granite", "exaone", "mamba", "bert", "t5", "llama4", NULL,
 };
 
 struct reader {
@@ -99,29 +89,71 @@ static const struct {
     const char *name, *what;
     float neutral;
 } compute_keys[] = {
-    {"rope.scaling.attn_factor", "RoPE attention factor", 1.0f},
-    {"attention.scale", "attention scale other than 1/sqrt(head dim)", 0.0f},
     {"embedding_scale", "embedding multiplier", 1.0f},
     {"residual_scale", "residual multiplier", 1.0f},
     {"logit_scale", "logit scale", 1.0f},
-    {"attn_logit_softcapping", "attention logit soft-capping", 0.0f},
-    {"final_logit_softcapping", "final logit soft-capping", 0.0f},
+    {"rope.scaling.yarn_log_multiplier", "YaRN log multiplier", 0.0f},
 };
 
-static int refuse_unsupported_keys(const struct reader *r, const struct pi_hparams *hp) {
-    const float std_scale = 1.0f / sqrtf((float)hp->head_dim_k);
+static int refuse_unsupported_keys(const struct reader *r) {
     for (size_t i = 0; i < sizeof compute_keys / sizeof compute_keys[0]; i++) {
         float v = compute_keys[i].neutral;
         PI_TRY(get_arch_float(r, compute_keys[i].name, compute_keys[i].neutral, -1e30f, 1e30f,
                               &v));
-        const int neutral = v == compute_keys[i].neutral ||
-                            (!strcmp(compute_keys[i].name, "attention.scale") &&
-                             fabsf(v - std_scale) <= 1e-6f * std_scale);
-        if (!neutral)
+        if (v != compute_keys[i].neutral)
             PI_FAIL(r->err, PI_ERR_UNSUPPORTED, "metadata '%s%s' = %g (%s) is not supported "
                     "yet: the model would run without it", r->prefix, compute_keys[i].name,
                     (double)v, compute_keys[i].what);
     }
+    return PI_OK;
+}
+
+/* rope.scaling.*: none, linear, YaRN or LongRoPE (the latter also when the file has
+ * LongRoPE factor tensors and no type, as Phi-3 conversions do). */
+static int read_rope_scaling(struct reader *r, struct pi_hparams *hp) {
+    hp->rope_scale = 1.0f;
+    hp->rope_scaling = PI_ROPE_NONE;
+    hp->rope_attn_factor = 1.0f;
+    hp->yarn_beta_fast = 32.0f;
+    hp->yarn_beta_slow = 1.0f;
+    hp->rope_ctx_orig = hp->n_ctx_train;
+    const char *stype;
+    uint64_t slen;
+    char key[128];
+    snprintf(key, sizeof key, "%srope.scaling.type", r->prefix);
+    int st = get_str(r, key, &stype, &slen);
+    if (st == PI_OK) {
+        if (slen == 6 && memcmp(stype, "linear", 6) == 0)
+            hp->rope_scaling = PI_ROPE_LINEAR;
+        else if (slen == 4 && memcmp(stype, "yarn", 4) == 0)
+            hp->rope_scaling = PI_ROPE_YARN;
+        else if (slen == 8 && memcmp(stype, "longrope", 8) == 0)
+            hp->rope_scaling = PI_ROPE_LONGROPE;
+        else if (!(slen == 4 && memcmp(stype, "none", 4) == 0))
+            PI_FAIL(r->err, PI_ERR_UNSUPPORTED, "rope scaling type '%.*s' is not supported "
+                    "(none, linear, yarn, longrope are)", (int)(slen > 32 ? 32 : slen), stype);
+    } else if (st != PI_ERR_NOT_FOUND) {
+        return st;
+    }
+    if (hp->rope_scaling == PI_ROPE_NONE && gguf_find_tensor(r->f, "rope_factors_long.weight") >= 0)
+        hp->rope_scaling = PI_ROPE_LONGROPE;
+    if (hp->rope_scaling == PI_ROPE_LINEAR || hp->rope_scaling == PI_ROPE_YARN)
+        PI_TRY(get_arch_float(r, "rope.scaling.factor", 1.0f, 1e-3f, 1e6f, &hp->rope_scale));
+    else if (st == PI_ERR_NOT_FOUND) /* legacy key for linear scaling */
+        PI_TRY(get_arch_float(r, "rope.scale_linear", 1.0f, 1e-3f, 1e6f, &hp->rope_scale));
+    PI_TRY(get_int(r, "rope.scaling.original_context_length", hp->n_ctx_train, 1,
+                   (int64_t)1 << 30, &hp->rope_ctx_orig));
+    PI_TRY(get_arch_float(r, "rope.scaling.attn_factor", 1.0f, 1e-3f, 1e3f,
+                          &hp->rope_attn_factor));
+    PI_TRY(get_arch_float(r, "rope.scaling.yarn_beta_fast", 32.0f, 1e-3f, 1e6f,
+                          &hp->yarn_beta_fast));
+    PI_TRY(get_arch_float(r, "rope.scaling.yarn_beta_slow", 1.0f, 1e-3f, 1e6f,
+                          &hp->yarn_beta_slow));
+    float ext = 1.0f;
+    PI_TRY(get_arch_float(r, "rope.scaling.yarn_ext_factor", 1.0f, 0.0f, 1e3f, &ext));
+    if (hp->rope_scaling == PI_ROPE_YARN && ext != 1.0f)
+        PI_FAIL(r->err, PI_ERR_UNSUPPORTED, "metadata '%srope.scaling.yarn_ext_factor' = %g "
+                "is not supported (1 is)", r->prefix, (double)ext);
     return PI_OK;
 }
 
@@ -157,56 +189,59 @@ static int read_hparams(struct reader *r, struct pi_hparams *hp, const struct pi
     if (hp->n_rot % 2)
         PI_FAIL(r->err, PI_ERR_FORMAT, "rope.dimension_count %lld is odd", (long long)hp->n_rot);
     PI_TRY(get_arch_float(r, "rope.freq_base", 10000.0f, 1e-3f, 1e12f, &hp->rope_freq_base));
-    PI_TRY(get_arch_float(r, "attention.layer_norm_rms_epsilon", 1e-5f, 0.0f, 1.0f,
-                          &hp->rms_eps));
-    hp->rope_scale = 1.0f;
-    const char *stype;
-    uint64_t slen;
-    char key[128];
-    snprintf(key, sizeof key, "%srope.scaling.type", r->prefix);
-    int st = get_str(r, key, &stype, &slen);
-    if (st == PI_OK) {
-        if (slen == 6 && memcmp(stype, "linear", 6) == 0) {
-            PI_TRY(get_arch_float(r, "rope.scaling.factor", 1.0f, 1e-3f, 1e6f,
-                                  &hp->rope_scale));
-        } else if (!(slen == 4 && memcmp(stype, "none", 4) == 0)) {
-            PI_FAIL(r->err, PI_ERR_UNSUPPORTED, "rope scaling type '%.*s' is not supported",
-                    (int)(slen > 32 ? 32 : slen), stype);
-        }
-    } else if (st != PI_ERR_NOT_FOUND) {
-        return st;
-    } else {
-        /* Legacy key for linear scaling. */
-        PI_TRY(get_arch_float(r, "rope.scale_linear", 1.0f, 1e-3f, 1e6f, &hp->rope_scale));
-    }
-    PI_TRY(refuse_unsupported_keys(r, hp));
+    const struct pi_arch_info *ai = hp->info;
+    if (ai->norm == PI_NORM_LAYER)
+        PI_TRY(get_arch_float(r, "attention.layer_norm_epsilon", 1e-5f, 0.0f, 1.0f,
+                              &hp->norm_eps));
+    else
+        PI_TRY(get_arch_float(r, "attention.layer_norm_rms_epsilon", 1e-5f, 0.0f, 1.0f,
+                              &hp->norm_eps));
+    PI_TRY(read_rope_scaling(r, hp));
+    PI_TRY(refuse_unsupported_keys(r));
+    /* attention: the file's scale, else 1/sqrt(head dim) -- but Gemma 2 27B (46 layers)
+     * and Gemma 3 27B (62 layers) scale by 1/sqrt(n_embd / n_head) (their
+     * query_pre_attn_scalar, which the converter does not store) */
+    float scale = 0.0f;
+    PI_TRY(get_arch_float(r, "attention.scale", 0.0f, 0.0f, 1e6f, &scale));
+    int64_t qpas = hp->head_dim_k;
+    if ((hp->arch == PI_ARCH_GEMMA2 && hp->n_layer == 46) ||
+        (hp->arch == PI_ARCH_GEMMA3 && hp->n_layer == 62))
+        qpas = hp->n_embd / hp->n_head;
+    hp->attn_scale = scale > 0.0f ? scale : 1.0f / sqrtf((float)qpas);
+    PI_TRY(get_arch_float(r, "attn_logit_softcapping", 0.0f, 0.0f, 1e6f, &hp->attn_softcap));
+    PI_TRY(get_arch_float(r, "final_logit_softcapping", 0.0f, 0.0f, 1e6f, &hp->final_softcap));
+    PI_TRY(get_int(r, "attention.sliding_window", 0, 0, (int64_t)1 << 30, &hp->n_swa));
+    hp->embd_scale = ai->flags & PI_AF_EMBD_SCALE ? sqrtf((float)hp->n_embd) : 1.0f;
     hp->sparse_threshold = 0.0f;
     if (hp->sparse) {
+        if (!(ai->flags & PI_AF_SPARSE))
+            PI_FAIL(r->err, PI_ERR_UNSUPPORTED, "PowerInfer (PWRI) files of architecture '%s' "
+                    "are not supported yet (llama, bamboo are)", ai->name);
         PI_TRY(get_float(r, "powerinfer.sparse_threshold", 0.0f, -1e30f, 1e30f,
                          &hp->sparse_threshold));
     } else if (gguf_find_kv(r->f, "powerinfer.sparse_threshold")) {
         pi_log(lg, PI_LOG_WARN,
                "powerinfer.sparse_threshold is ignored: the file has the dense GGUF magic");
     }
-    /* FFN activation: llama runs SiLU dense and ReLU in PowerInfer's sparse files
-     * (ReLU-Llama); bamboo is ReLU on both branches. Our own optional key
-     * powerinfer.ffn_activation ("silu" or "relu") overrides it for llama. */
-    hp->ffn_act = hp->arch == PI_ARCH_BAMBOO ? PI_ACT_RELU_BOTH
-                  : hp->sparse              ? PI_ACT_RELU
-                                            : PI_ACT_SILU;
-    st = get_str(r, "powerinfer.ffn_activation", &stype, &slen);
+    /* FFN activation: the architecture's; llama runs ReLU in PowerInfer's sparse files
+     * (ReLU-Llama). Our own optional key powerinfer.ffn_activation ("silu" or "relu")
+     * overrides it for llama. */
+    hp->ffn_act = hp->arch == PI_ARCH_LLAMA && hp->sparse ? PI_FFN_RELU : ai->act;
+    const char *stype;
+    uint64_t slen;
+    int st = get_str(r, "powerinfer.ffn_activation", &stype, &slen);
     if (st == PI_OK && hp->arch == PI_ARCH_LLAMA) {
         if (slen == 4 && memcmp(stype, "silu", 4) == 0)
-            hp->ffn_act = PI_ACT_SILU;
+            hp->ffn_act = PI_FFN_SILU;
         else if (slen == 4 && memcmp(stype, "relu", 4) == 0)
-            hp->ffn_act = PI_ACT_RELU;
+            hp->ffn_act = PI_FFN_RELU;
         else
             PI_FAIL(r->err, PI_ERR_UNSUPPORTED, "powerinfer.ffn_activation '%.*s' is not "
                     "supported (silu, relu)", (int)(slen > 32 ? 32 : slen), stype);
     } else if (st != PI_OK && st != PI_ERR_NOT_FOUND) {
         return st;
     }
-    if (hp->sparse && hp->ffn_act == PI_ACT_SILU)
+    if (hp->sparse && hp->ffn_act == PI_FFN_SILU)
         PI_FAIL(r->err, PI_ERR_FORMAT, "a sparse (PWRI) model needs a ReLU FFN, the file says "
                 "silu");
     return PI_OK;
@@ -257,27 +292,88 @@ static int want(struct reader *r, const char *name, enum tensor_kind kind, int64
     return PI_OK;
 }
 
+/* A norm: "<base>.weight" [n_embd] (required unless optional), and for LayerNorm its
+ * optional "<base>.bias". */
+static int want_norm(struct reader *r, const struct pi_hparams *hp, const char *base,
+                     int64_t n, int optional, struct pi_norm_desc *out) {
+    char n1[GGUF_MAX_NAME + 32];
+    snprintf(n1, sizeof n1, "%s.weight", base);
+    PI_TRY(want(r, n1, K_NORM, n, 0, optional, &out->w));
+    out->b = NULL;
+    if (out->w && hp->info->norm == PI_NORM_LAYER) {
+        snprintf(n1, sizeof n1, "%s.bias", base);
+        PI_TRY(want(r, n1, K_NORM, n, 0, 1, &out->b));
+    }
+    return PI_OK;
+}
+
 static int build_layer(struct reader *r, const struct pi_hparams *hp, int64_t il,
                        struct pi_layer_desc *L) {
-    char n[GGUF_MAX_NAME + 32];
+    char n[GGUF_MAX_NAME + 32], base[64];
     const int64_t E = hp->n_embd, F = hp->n_ff;
     const int64_t q = hp->n_head * hp->head_dim_k, k = hp->n_head_kv * hp->head_dim_k;
     const int64_t v = hp->n_head_kv * hp->head_dim_v, o = hp->n_head * hp->head_dim_v;
+    const unsigned flags = hp->info->flags;
 #define NAME(s) (snprintf(n, sizeof n, "blk.%lld." s ".weight", (long long)il), n)
-    PI_TRY(want(r, NAME("attn_norm"), K_NORM, E, 0, 0, &L->attn_norm));
-    PI_TRY(want(r, NAME("attn_q"), K_WEIGHT, E, q, 0, &L->wq));
-    PI_TRY(want(r, NAME("attn_k"), K_WEIGHT, E, k, 0, &L->wk));
-    PI_TRY(want(r, NAME("attn_v"), K_WEIGHT, E, v, 0, &L->wv));
+#define BIAS(s) (snprintf(n, sizeof n, "blk.%lld." s ".bias", (long long)il), n)
+#define BASE(s) (snprintf(base, sizeof base, "blk.%lld." s, (long long)il), base)
+    /* norms: sequential blocks attn_norm and ffn_norm; parallel ones attn_norm for both,
+     * or (Falcon 40B) attn_norm_2 for attention and attn_norm for the FFN */
+    if (flags & PI_AF_PARALLEL) {
+        struct pi_norm_desc n2;
+        PI_TRY(want_norm(r, hp, BASE("attn_norm_2"), E, 1, &n2));
+        if (n2.w) {
+            L->norm_attn = n2;
+            PI_TRY(want_norm(r, hp, BASE("attn_norm"), E, 0, &L->norm_ffn));
+        } else {
+            PI_TRY(want_norm(r, hp, BASE("attn_norm"), E, 0, &L->norm_attn));
+        }
+    } else {
+        PI_TRY(want_norm(r, hp, BASE("attn_norm"), E, 0, &L->norm_attn));
+        PI_TRY(want_norm(r, hp, BASE("ffn_norm"), E, 0, &L->norm_ffn));
+    }
+    /* attention: q, k, v separate or fused, each with an optional bias */
+    if (gguf_find_tensor(r->f, NAME("attn_qkv")) >= 0) {
+        PI_TRY(want(r, NAME("attn_qkv"), K_WEIGHT, E, q + k + v, 0, &L->wqkv));
+        PI_TRY(want(r, BIAS("attn_qkv"), K_NORM, q + k + v, 0, 1, &L->bqkv));
+    } else {
+        PI_TRY(want(r, NAME("attn_q"), K_WEIGHT, E, q, 0, &L->wq));
+        PI_TRY(want(r, NAME("attn_k"), K_WEIGHT, E, k, 0, &L->wk));
+        PI_TRY(want(r, NAME("attn_v"), K_WEIGHT, E, v, 0, &L->wv));
+        PI_TRY(want(r, BIAS("attn_q"), K_NORM, q, 0, 1, &L->bq));
+        PI_TRY(want(r, BIAS("attn_k"), K_NORM, k, 0, 1, &L->bk));
+        PI_TRY(want(r, BIAS("attn_v"), K_NORM, v, 0, 1, &L->bv));
+    }
+    PI_TRY(want(r, NAME("attn_q_norm"), K_NORM, hp->head_dim_k, 0, 1, &L->q_norm));
+    PI_TRY(want(r, NAME("attn_k_norm"), K_NORM, hp->head_dim_k, 0, 1, &L->k_norm));
     PI_TRY(want(r, NAME("attn_output"), K_WEIGHT, o, E, 0, &L->wo));
-    PI_TRY(want(r, NAME("ffn_norm"), K_NORM, E, 0, 0, &L->ffn_norm));
-    PI_TRY(want(r, NAME("ffn_gate"), K_WEIGHT, E, F, 0, &L->ffn_gate));
-    PI_TRY(want(r, NAME("ffn_up"), K_WEIGHT, E, F, 0, &L->ffn_up));
+    PI_TRY(want(r, BIAS("attn_output"), K_NORM, E, 0, 1, &L->bo));
+    PI_TRY(want(r, NAME("post_attention_norm"), K_NORM, E, 0, 1, &L->attn_post_norm));
+    /* FFN: gated with gate and up, gated with up holding both (Phi-3), or plain */
+    if (flags & PI_AF_GATED) {
+        const int has_gate = gguf_find_tensor(r->f, NAME("ffn_gate")) >= 0;
+        const int64_t ui = gguf_find_tensor(r->f, NAME("ffn_up"));
+        L->up_fused = !has_gate && !hp->sparse && ui >= 0 && r->f->tensors[ui].n_dims == 2 &&
+                      r->f->tensors[ui].ne[1] == 2 * F;
+        if (!L->up_fused)
+            PI_TRY(want(r, NAME("ffn_gate"), K_WEIGHT, E, F, 0, &L->ffn_gate));
+    }
+    PI_TRY(want(r, NAME("ffn_up"), K_WEIGHT, E, L->up_fused ? 2 * F : F, 0, &L->ffn_up));
+    if (L->ffn_gate)
+        PI_TRY(want(r, BIAS("ffn_gate"), K_NORM, F, 0, 1, &L->b_gate));
+    PI_TRY(want(r, BIAS("ffn_up"), K_NORM, L->up_fused ? 2 * F : F, 0, 1, &L->b_up));
+    PI_TRY(want(r, NAME("post_ffw_norm"), K_NORM, E, 0, 1, &L->ffn_post_norm));
     if (!hp->sparse) {
         PI_TRY(want(r, NAME("ffn_down"), K_WEIGHT, F, E, 0, &L->ffn_down));
+        PI_TRY(want(r, BIAS("ffn_down"), K_NORM, E, 0, 1, &L->b_down));
         return PI_OK;
     }
     /* PowerInfer layout: down stored transposed (one row per neuron), predictor
-     * fc2 . relu(fc1 . h) with a per-layer rank. */
+     * fc2 . relu(fc1 . h) with a per-layer rank; the sparse FFN adds no biases. */
+    if (L->b_gate || L->b_up || L->ffn_post_norm)
+        PI_FAIL(r->err, PI_ERR_UNSUPPORTED, "layer %lld of this sparse (PWRI) file has FFN "
+                "biases or a post-FFN norm, which the sparse FFN does not apply yet",
+                (long long)il);
     if (gguf_find_tensor(r->f, NAME("ffn_down")) >= 0)
         PI_FAIL(r->err, PI_ERR_FORMAT, "sparse (PWRI) model has '%s'; PowerInfer files store "
                 "the down projection transposed as ffn_down_t", n);
@@ -297,6 +393,51 @@ static int build_layer(struct reader *r, const struct pi_hparams *hp, int64_t il
     PI_TRY(want(r, NAME("fc2"), K_WEIGHT, rank, F, 0, &L->fc2));
     L->pred_rank = rank;
 #undef NAME
+#undef BIAS
+#undef BASE
+    return PI_OK;
+}
+
+/* Which layers attend within the sliding window, and each layer's RoPE base and
+ * scale: attention.sliding_window_pattern when the file has it (one bool per layer,
+ * true = local; or a period N: every N-th layer global), else the architecture's
+ * period. Local layers of interleaved architectures take rope.freq_base_swa (or the
+ * architecture's local base) and no linear scaling. */
+static int resolve_layers(struct reader *r, struct pi_model_desc *d) {
+    const struct pi_hparams *hp = &d->hp;
+    const struct pi_arch_info *ai = hp->info;
+    char key[128];
+    snprintf(key, sizeof key, "%sattention.sliding_window_pattern", r->prefix);
+    const struct gguf_kv *pat = gguf_find_kv(r->f, key);
+    int64_t period = ai->swa_period;
+    if (pat && pat->type == PI_META_ARRAY) {
+        if (pat->n != (uint64_t)hp->n_layer ||
+            (pat->elem_type != PI_META_BOOL && pat->elem_type != PI_META_U8 &&
+             pat->elem_type != PI_META_I8 && pat->elem_type != PI_META_U32 &&
+             pat->elem_type != PI_META_I32))
+            PI_FAIL(r->err, PI_ERR_FORMAT, "metadata '%s' must be an array of %lld booleans",
+                    key, (long long)hp->n_layer);
+    } else if (pat) {
+        PI_TRY(get_int(r, "attention.sliding_window_pattern", 0, 0, PI_MAX_LAYERS, &period));
+        pat = NULL;
+    }
+    float swa_base = ai->swa_rope_base > 0.0f ? ai->swa_rope_base : hp->rope_freq_base;
+    PI_TRY(get_arch_float(r, "rope.freq_base_swa", swa_base, 1e-3f, 1e12f, &swa_base));
+    const int interleaved = pat || period > 0;
+    for (int64_t l = 0; l < hp->n_layer; l++) {
+        struct pi_layer_desc *L = &d->layers[l];
+        int local = hp->n_swa > 0;
+        if (pat) {
+            int64_t b = 0;
+            PI_TRY(gguf_kv_int(r->f, pat, (uint64_t)l, &b));
+            local = local && b != 0;
+        } else if (period > 0) {
+            local = local && (l + 1) % period != 0;
+        }
+        L->window = local ? hp->n_swa : 0;
+        L->rope_base = local && interleaved ? swa_base : hp->rope_freq_base;
+        L->rope_scale = local && interleaved ? 1.0f : hp->rope_scale;
+    }
     return PI_OK;
 }
 
@@ -363,10 +504,6 @@ static int check_unused(const struct reader *r, const struct pi_hparams *hp, con
         for (const char *const *k = may_go_unused; *k; k++)
             if (strcmp(part, *k) == 0)
                 return PI_OK;
-    if (strcmp(name, "rope_freqs.weight") == 0)
-        PI_FAIL(r->err, PI_ERR_UNSUPPORTED, "tensor 'rope_freqs.weight' (Llama 3.1-style RoPE "
-                "frequency factors) is not supported yet; without it the model would run "
-                "with unscaled RoPE");
     if (ends_with(name, ".bias"))
         PI_FAIL(r->err, PI_ERR_UNSUPPORTED, "tensor '%s' is a bias, which the %s forward "
                 "pass does not add yet", name, pi_arch_name(hp->arch));
@@ -411,14 +548,20 @@ static int check_tensors(struct reader *r, struct pi_model_desc *d, const struct
     uint8_t *used = pi_calloc(a, (size_t)f->n_tensors + 1, 1);
     if (!used)
         PI_FAIL(r->err, PI_ERR_NOMEM, "out of memory");
-    mark(used, f, d->token_embd);
-    mark(used, f, d->output_norm);
-    mark(used, f, d->output);
+    const struct gguf_tensor *top[] = {d->token_embd,   d->output_norm.w, d->output_norm.b,
+                                       d->output,       d->rope_freqs,    d->rope_long,
+                                       d->rope_short};
+    for (size_t i = 0; i < sizeof top / sizeof *top; i++)
+        mark(used, f, top[i]);
     for (int64_t l = 0; l < hp->n_layer; l++) {
         const struct pi_layer_desc *L = &d->layers[l];
-        const struct gguf_tensor *ts[] = {L->attn_norm, L->wq,       L->wk,       L->wv,
-                                          L->wo,        L->ffn_norm, L->ffn_gate, L->ffn_up,
-                                          L->ffn_down,  L->ffn_down_t, L->fc1,    L->fc2};
+        const struct gguf_tensor *ts[] = {
+            L->norm_attn.w, L->norm_attn.b, L->wq,       L->wk,         L->wv,
+            L->wqkv,        L->bq,          L->bk,       L->bv,         L->bqkv,
+            L->q_norm,      L->k_norm,      L->wo,       L->bo,         L->attn_post_norm,
+            L->norm_ffn.w,  L->norm_ffn.b,  L->ffn_gate, L->ffn_up,     L->ffn_down,
+            L->ffn_down_t,  L->b_gate,      L->b_up,     L->b_down,     L->ffn_post_norm,
+            L->fc1,         L->fc2};
         for (size_t i = 0; i < sizeof ts / sizeof *ts; i++)
             mark(used, f, ts[i]);
     }
@@ -443,10 +586,9 @@ int pi_model_desc_build(struct pi_model_desc *d, const struct gguf_file *f,
         PI_FAIL(err, PI_ERR_FORMAT, "metadata 'general.architecture' is missing");
     PI_TRY(st);
     struct pi_hparams *hp = &d->hp;
-    if (match(arch, alen, "llama")) {
-        hp->arch = PI_ARCH_LLAMA;
-    } else if (match(arch, alen, "bamboo")) {
-        hp->arch = PI_ARCH_BAMBOO;
+    hp->info = pi_arch_find(arch, alen);
+    if (hp->info) {
+        hp->arch = hp->info->arch;
     } else {
         int known = 0;
         for (const char *const *k = known_unsupported; *k; k++)
@@ -459,7 +601,8 @@ int pi_model_desc_build(struct pi_model_desc *d, const struct gguf_file *f,
             shown[i] = (unsigned char)arch[i] < 0x20 || arch[i] == 0x7f ? '?' : arch[i];
         shown[n] = 0;
         PI_FAIL(err, PI_ERR_UNSUPPORTED, "%s architecture '%s' is not supported (llama, "
-                "bamboo are)", known ? "the" : "unknown", shown);
+                "bamboo, qwen2, qwen3, gemma2, gemma3, phi3, starcoder2, falcon are)",
+                known ? "the" : "unknown", shown);
     }
     hp->sparse = f->magic == GGUF_MAGIC_PWRI;
     snprintf(r.prefix, sizeof r.prefix, "%s.", pi_arch_name(hp->arch));
@@ -484,7 +627,19 @@ int pi_model_desc_build(struct pi_model_desc *d, const struct gguf_file *f,
     if (tok && tok->n != (uint64_t)hp->n_vocab)
         PI_FAIL(err, PI_ERR_FORMAT, "the tokenizer has %llu tokens but token_embd.weight has "
                 "%lld rows", (unsigned long long)tok->n, (long long)hp->n_vocab);
-    PI_TRY(want(&r, "output_norm.weight", K_NORM, hp->n_embd, 0, 0, &d->output_norm));
+    PI_TRY(want_norm(&r, hp, "output_norm", hp->n_embd, 0, &d->output_norm));
+    /* RoPE frequency factors: Llama 3.1's rope_freqs, Phi-3's LongRoPE pair */
+    const int64_t half = hp->n_rot / 2 > 0 ? hp->n_rot / 2 : 1;
+    PI_TRY(want(&r, "rope_freqs.weight", K_NORM, half, 0, 1, &d->rope_freqs));
+    if (hp->rope_scaling == PI_ROPE_LONGROPE) {
+        PI_TRY(want(&r, "rope_factors_long.weight", K_NORM, half, 0, 0, &d->rope_long));
+        PI_TRY(want(&r, "rope_factors_short.weight", K_NORM, half, 0, 0, &d->rope_short));
+    }
+    const struct gguf_tensor *factors[] = {d->rope_freqs, d->rope_long, d->rope_short};
+    for (size_t i = 0; i < 3; i++)
+        if (factors[i] && factors[i]->type != PI_TYPE_F32)
+            PI_FAIL(err, PI_ERR_UNSUPPORTED, "tensor '%s' has type %s, expected F32",
+                    factors[i]->name, pi_type_traits(factors[i]->type)->name);
     PI_TRY(want(&r, "output.weight", K_WEIGHT, hp->n_embd, hp->n_vocab, 1, &d->output));
     if (!d->output)
         d->output = d->token_embd; /* tied embeddings */
@@ -502,7 +657,9 @@ int pi_model_desc_build(struct pi_model_desc *d, const struct gguf_file *f,
             return s;
         }
     }
-    st = check_tensors(&r, d, a);
+    st = resolve_layers(&r, d);
+    if (st == PI_OK)
+        st = check_tensors(&r, d, a);
     if (st < 0)
         pi_model_desc_free(d, a);
     return st;

@@ -10,18 +10,70 @@
 #include "util/log.h"
 
 enum pi_arch {
-    PI_ARCH_LLAMA,  /* Llama 2/3, Mistral, SmolLM, ReLU-Llama (PowerInfer) */
-    PI_ARCH_BAMBOO, /* PowerInfer's Bamboo: relu(gate) * relu(up) */
+    PI_ARCH_LLAMA,      /* Llama 2/3/3.1, Mistral, SmolLM, ReLU-Llama (PowerInfer) */
+    PI_ARCH_BAMBOO,     /* PowerInfer's Bamboo: relu(gate) * relu(up) */
+    PI_ARCH_QWEN2,      /* Qwen2, Qwen2.5: QKV biases */
+    PI_ARCH_QWEN3,      /* Qwen3 (dense): per-head q/k RMSNorm */
+    PI_ARCH_GEMMA2,     /* post-norms, soft-capping, local/global layers */
+    PI_ARCH_GEMMA3,     /* q/k norms, 5 local : 1 global layers, two RoPE bases */
+    PI_ARCH_PHI3,       /* fused QKV and gate/up, LongRoPE */
+    PI_ARCH_STARCODER2, /* LayerNorm with bias, plain GELU FFN, biases */
+    PI_ARCH_FALCON,     /* parallel attention and FFN, LayerNorm, fused QKV */
+    PI_ARCH_COUNT
 };
 
+/* The FFN activation of a model (a gated FFN multiplies it with up). */
 enum pi_ffn_act {
-    PI_ACT_SILU, /* silu(gate) * up */
-    PI_ACT_RELU, /* relu(gate) * up */
-    PI_ACT_RELU_BOTH, /* relu(gate) * relu(up) */
+    PI_FFN_SILU,      /* silu(gate) */
+    PI_FFN_RELU,      /* relu(gate) */
+    PI_FFN_RELU_BOTH, /* relu(gate) * relu(up): Bamboo */
+    PI_FFN_GELU,      /* gelu, tanh approximation */
+    PI_FFN_GELU_ERF,  /* gelu, exact (erf) */
+    PI_FFN_RELU_SQR,  /* relu(x)^2 */
+};
+
+enum pi_norm_kind {
+    PI_NORM_RMS,   /* x / rms(x) * w */
+    PI_NORM_LAYER, /* (x - mean) / std(x) * w + b */
+};
+
+/* What an architecture is, as data (arch.c): the forward pass reads these flags and the
+ * per-layer description below, never the architecture's name. */
+enum {
+    PI_AF_NEOX = 1u << 0,       /* RoPE pairs (i, i + n_rot/2) */
+    PI_AF_GATED = 1u << 1,      /* FFN down(act(gate x) * up x); else down(act(up x)) */
+    PI_AF_PARALLEL = 1u << 2,   /* attention and FFN read the same input, x += both */
+    PI_AF_EMBD_SCALE = 1u << 3, /* embeddings multiplied by sqrt(n_embd) */
+    PI_AF_SPARSE = 1u << 4,     /* PowerInfer (PWRI) files of it run */
+};
+
+struct pi_arch_info {
+    const char *name;          /* general.architecture */
+    enum pi_arch arch;
+    enum pi_norm_kind norm;
+    enum pi_ffn_act act;
+    unsigned flags;            /* PI_AF_* */
+    /* Interleaved local/global attention when the file sets attention.sliding_window:
+     * layer il is global when (il + 1) % swa_period == 0, local otherwise; 0: every
+     * layer local (the window applies everywhere). */
+    int swa_period;
+    float swa_rope_base;       /* RoPE base of local layers when the file gives none; 0: the global one */
+};
+
+/* The table entry for general.architecture = name[0..len), or NULL. */
+const struct pi_arch_info *pi_arch_find(const char *name, uint64_t len);
+const struct pi_arch_info *pi_arch_info(enum pi_arch arch);
+
+enum pi_rope_scaling {
+    PI_ROPE_NONE,
+    PI_ROPE_LINEAR,   /* positions divided by rope.scaling.factor */
+    PI_ROPE_YARN,     /* YaRN ramp between interpolation and extrapolation */
+    PI_ROPE_LONGROPE, /* per-pair factors, long or short by context length (Phi-3) */
 };
 
 struct pi_hparams {
     enum pi_arch arch;
+    const struct pi_arch_info *info;
     int sparse;           /* PowerInfer file: predictors and ffn_down_t */
     int64_t n_layer;
     int64_t n_embd;
@@ -34,33 +86,63 @@ struct pi_hparams {
     int64_t n_ctx_train;
     int64_t n_rot;        /* rope.dimension_count, default head_dim_k */
     float rope_freq_base; /* default 10000 */
-    float rope_scale;     /* linear scaling factor: positions are divided by it */
-    float rms_eps;
+    float rope_scale;     /* linear or YaRN factor: positions are divided by it */
+    enum pi_rope_scaling rope_scaling;
+    int64_t rope_ctx_orig; /* rope.scaling.original_context_length (YaRN, LongRoPE) */
+    float rope_attn_factor; /* rope.scaling.attn_factor, default 1 */
+    float yarn_beta_fast, yarn_beta_slow;
+    float norm_eps;       /* RMSNorm or LayerNorm epsilon, as the architecture's norm */
+    float attn_scale;     /* scores = q.k * attn_scale */
+    float attn_softcap;   /* attn_logit_softcapping; 0: none */
+    float final_softcap;  /* final_logit_softcapping; 0: none */
+    float embd_scale;     /* 1, or sqrt(n_embd) (PI_AF_EMBD_SCALE) */
+    int64_t n_swa;        /* attention.sliding_window; 0: none */
     float sparse_threshold; /* powerinfer.sparse_threshold, default 0 */
     enum pi_ffn_act ffn_act;
 };
 
+/* A norm: weight, and a bias for LayerNorm when the file has one. */
+struct pi_norm_desc {
+    const struct gguf_tensor *w, *b;
+};
+
 struct pi_layer_desc {
-    const struct gguf_tensor *attn_norm;  /* [n_embd] */
-    const struct gguf_tensor *wq;         /* {n_embd, n_head*head_dim_k} */
+    /* attention: norm_attn(x), then q/k/v, per-head q/k norms, RoPE, attention, wo */
+    struct pi_norm_desc norm_attn;        /* attn_norm, or Falcon 40B's attn_norm_2 */
+    const struct gguf_tensor *wq;         /* {n_embd, n_head*head_dim_k}; NULL when fused */
     const struct gguf_tensor *wk;         /* {n_embd, n_head_kv*head_dim_k} */
     const struct gguf_tensor *wv;         /* {n_embd, n_head_kv*head_dim_v} */
+    const struct gguf_tensor *wqkv;       /* fused {n_embd, q + k + v}: rows of q, k, v */
+    const struct gguf_tensor *bq, *bk, *bv, *bqkv; /* biases, NULL when absent */
+    const struct gguf_tensor *q_norm, *k_norm; /* [head_dim_k] per-head RMSNorm */
     const struct gguf_tensor *wo;         /* {n_head*head_dim_v, n_embd} */
-    const struct gguf_tensor *ffn_norm;   /* [n_embd] */
-    const struct gguf_tensor *ffn_gate;   /* {n_embd, n_ff}: row r = neuron r */
-    const struct gguf_tensor *ffn_up;     /* {n_embd, n_ff}: row r = neuron r */
+    const struct gguf_tensor *bo;
+    const struct gguf_tensor *attn_post_norm; /* RMSNorm of the attention output (Gemma) */
+    /* FFN: norm_ffn(x) (parallel blocks: NULL = the attention's normed input) */
+    struct pi_norm_desc norm_ffn;
+    const struct gguf_tensor *ffn_gate;   /* {n_embd, n_ff}: row r = neuron r; NULL: plain
+                                           * FFN, or fused into ffn_up */
+    const struct gguf_tensor *ffn_up;     /* {n_embd, n_ff}, or {n_embd, 2 n_ff} fused */
+    int up_fused;                         /* ffn_up holds gate rows, then up rows */
     const struct gguf_tensor *ffn_down;   /* {n_ff, n_embd}, dense files; else NULL */
     const struct gguf_tensor *ffn_down_t; /* {n_embd, n_ff}, sparse files; else NULL */
+    const struct gguf_tensor *b_gate, *b_up, *b_down;
+    const struct gguf_tensor *ffn_post_norm; /* RMSNorm of the FFN output (Gemma) */
     const struct gguf_tensor *fc1;        /* {n_embd, rank}: predictor, sparse files */
     const struct gguf_tensor *fc2;        /* {rank, n_ff} */
     int64_t pred_rank;                    /* 0 for dense files */
+    /* resolved per layer */
+    int64_t window;                       /* sliding window; 0: the whole context */
+    float rope_base, rope_scale;          /* this layer's RoPE base and linear factor */
 };
 
 struct pi_model_desc {
     struct pi_hparams hp;
     const struct gguf_tensor *token_embd;  /* {n_embd, n_vocab} */
-    const struct gguf_tensor *output_norm; /* [n_embd] */
+    struct pi_norm_desc output_norm;       /* [n_embd] */
     const struct gguf_tensor *output;      /* {n_embd, n_vocab}; == token_embd if tied */
+    const struct gguf_tensor *rope_freqs;  /* [n_rot/2] Llama 3 frequency factors, or NULL */
+    const struct gguf_tensor *rope_long, *rope_short; /* [n_rot/2] LongRoPE, or NULL */
     struct pi_layer_desc *layers;          /* [n_layer] */
     int64_t max_rank;  /* the largest pred_rank (0: dense file) */
     /* The widest activation row the forward pass hands an op: the largest of n_embd,
@@ -78,8 +160,7 @@ struct pi_model_desc {
 
 /* Build and check the description. PI_ERR_UNSUPPORTED for an architecture, a tensor
  * type or a feature this build cannot run (mixture-of-experts, and every tensor the
- * forward pass would not read unless docs/formats.md lists it as harmless: RoPE
- * frequency factors, biases, ...), PI_ERR_FORMAT for a missing or misshaped tensor or a
+ * forward pass would not read unless docs/formats.md lists it as harmless), PI_ERR_FORMAT for a missing or misshaped tensor or a
  * bad hyper-parameter; the message names the tensor or key and what was expected. `progress` (may be NULL) is polled per layer; non-zero aborts. */
 int pi_model_desc_build(struct pi_model_desc *d, const struct gguf_file *f,
                         const struct pi_allocator *a, const struct pi_logger *lg,

@@ -321,15 +321,20 @@ def model_files():
         # A predictor rank far above n_embd and n_ff: scratch sized without the rank
         # overflowed on a 2-token decode (issue 12).
         "model_pwri_rank_2048.gguf": tiny_llama(sparse=True, rank=2048),
+        # Llama 3.1's RoPE frequency factors and a bias (issue 13: both were refused)
+        "model_llama_rope_freqs.gguf": tiny_llama(
+            extra_tensors=[("rope_freqs.weight", [2], T_F32, struct.pack("<2f", 1.0, 4.0))]),
+        "model_llama_attn_q_bias.gguf": tiny_llama(
+            extra_tensors=[("blk.0.attn_q.bias", [8], T_F32, f32s(8, 11))]),
     }
     zero = lambda n: b"\0" * n
     unsupported = {
-        "model_llama_rope_freqs.gguf": tiny_llama(
-            extra_tensors=[("rope_freqs.weight", [2], T_F32, zero(8))]),
-        "model_llama_attn_q_bias.gguf": tiny_llama(
-            extra_tensors=[("blk.0.attn_q.bias", [8], T_F32, zero(32))]),
+        # gpt-oss's attention sinks: not read by any architecture here
         "model_llama_unknown_tensor.gguf": tiny_llama(
-            extra_tensors=[("blk.0.attn_qkv.weight", [8, 24], T_F32, zero(768))]),
+            extra_tensors=[("blk.0.attn_sinks.weight", [2], T_F32, zero(8))]),
+        # a LayerNorm bias in an RMSNorm architecture would go unused
+        "model_llama_norm_bias.gguf": tiny_llama(
+            extra_tensors=[("blk.0.attn_norm.bias", [8], T_F32, zero(32))]),
         # "llama\0x" is not llama (the message once read "unknown architecture 'llama'")
         "model_arch_nul.gguf": tiny_llama(arch="llama\0x"),
         # Mixtral's layout: arch llama, 4 experts, a router and no dense FFN.

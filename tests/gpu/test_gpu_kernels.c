@@ -420,10 +420,14 @@ static void test_rope(void **state) {
             float *x = rnd_floats((size_t)n, 2.0f);
             float *got = malloc((size_t)n * sizeof *got);
             float *dx = dev_from(x, (size_t)n * sizeof *x);
-            C->rope(cb, x, cases[c].n_tok, cases[c].n_head, cases[c].head_dim, cases[c].n_rot,
-                    cases[c].pos0, cases[c].base, cases[c].scale, neox);
-            G->rope(gb, dx, cases[c].n_tok, cases[c].n_head, cases[c].head_dim, cases[c].n_rot,
-                    cases[c].pos0, cases[c].base, cases[c].scale, neox);
+            const struct pi_rope rp = {.n_rot = cases[c].n_rot, .neox = neox,
+                                       .base = cases[c].base,
+                                       .freq_scale = 1.0f / cases[c].scale,
+                                       .attn_factor = 1.0f};
+            C->rope(cb, x, cases[c].n_tok, cases[c].n_head, cases[c].head_dim, cases[c].pos0,
+                    &rp);
+            G->rope(gb, dx, cases[c].n_tok, cases[c].n_head, cases[c].head_dim, cases[c].pos0,
+                    &rp);
             dev_to(got, dx, (size_t)n * sizeof *got);
             for (int64_t i = 0; i < n; i++)
                 check("rope", got[i], x[i], 1e-6 * (1.0 + fabs(x[i])), neox ? "neox" : "pairs",
@@ -461,8 +465,9 @@ static void attention_case(const struct pi_kv_desc *d, const int64_t *chunks, in
         C->kv_store(cb, ckv, layer, pos, n_tok, k, v);
         G->kv_store(gb, gkv, layer, pos, n_tok, dk, dv);
         if (attend) {
-            C->attention(cb, ckv, layer, q, n_tok, pos, want);
-            G->attention(gb, gkv, layer, dq, n_tok, pos, dout);
+            const struct pi_attn ao = {1.0f / sqrtf((float)d->head_dim_k), 0.0f, 0};
+            C->attention(cb, ckv, layer, q, n_tok, pos, &ao, want);
+            G->attention(gb, gkv, layer, dq, n_tok, pos, &ao, dout);
             dev_to(got, dout, (size_t)(n_tok * no) * sizeof *got);
             for (int64_t i = 0; i < n_tok * no; i++)
                 check("attention", got[i], want[i], 1e-5 * (1.0 + fabs(want[i])), "vs cpu",
@@ -688,9 +693,11 @@ static void bench_run(const struct bench_op *o) {
     case B_MATMUL_T:
         G->matmul_t(gb, o->w, o->x, o->n_tok, o->y);
         break;
-    case B_ATTENTION:
-        G->attention(gb, o->kv, 0, o->x, o->n_tok, o->pos0, o->y);
+    case B_ATTENTION: {
+        const struct pi_attn ao = {0.125f, 0.0f, 0};
+        G->attention(gb, o->kv, 0, o->x, o->n_tok, o->pos0, &ao, o->y);
         break;
+    }
     }
 }
 

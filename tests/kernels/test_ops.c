@@ -57,82 +57,178 @@ static void test_rmsnorm(void **state) {
     be->destroy(b);
 }
 
+/* The rotation angle of pair i at position pos for RoPE parameters r, computed the way
+ * the documentation in backend.h (struct pi_rope) states it, in double. */
+static double rope_angle(const struct pi_rope *r, double pos, int i, double *mscale) {
+    double theta = pos * pow(r->base, -2.0 * i / (double)r->n_rot);
+    if (r->factors)
+        theta /= r->factors[i];
+    double t_s = theta * r->freq_scale, m = r->attn_factor;
+    if (r->ext_factor != 0.0f) {
+        const double two_pi = 6.283185307179586;
+        double lo = floor(r->n_rot * log(r->n_ctx_orig / (two_pi * r->beta_fast)) /
+                          (2 * log(r->base)));
+        double hi = ceil(r->n_rot * log(r->n_ctx_orig / (two_pi * r->beta_slow)) /
+                         (2 * log(r->base)));
+        lo = lo < 0 ? 0 : lo;
+        hi = hi > r->n_rot - 1 ? r->n_rot - 1 : hi;
+        double y = (i - lo) / (hi - lo > 0.001 ? hi - lo : 0.001);
+        y = y < 0 ? 0 : y > 1 ? 1 : y;
+        const double mix = (1 - y) * r->ext_factor;
+        t_s = t_s * (1 - mix) + theta * mix;
+        m *= 1 + 0.1 * log(1 / r->freq_scale);
+    }
+    *mscale = m;
+    return t_s;
+}
+
+/* RoPE, both pair layouts, against the formulas: plain with linear scaling, with
+ * per-pair frequency factors (Llama 3.1, LongRoPE) and an attention factor, and YaRN
+ * (the ramp has pairs on both sides of it for these corrections). */
 static void test_rope(void **state) {
     (void)state;
     const struct pi_backend_vtable *be = pi_backend_cpu();
     struct pi_backend *b = make(1, 64);
-    enum { T = 3, H = 2, D = 12, R = 8 }; /* rotate 8 of 12 values per head */
-    for (int neox = 0; neox <= 1; neox++) {
-        float x[T * H * D], y[T * H * D];
-        for (int i = 0; i < T * H * D; i++)
-            x[i] = y[i] = rnd();
-        const float base = 500.0f, scale = 2.0f;
-        const int64_t pos0 = 5;
-        be->rope(b, y, T, H, D, R, pos0, base, scale, neox);
-        for (int t = 0; t < T; t++)
-            for (int h = 0; h < H; h++) {
-                const float *in = x + (t * H + h) * D;
-                const float *out = y + (t * H + h) * D;
-                for (int i = 0; i < R / 2; i++) {
-                    double th = (pos0 + t) / (double)scale * pow(base, -2.0 * i / R);
-                    int a = neox ? i : 2 * i, c = neox ? i + R / 2 : 2 * i + 1;
-                    near(out[a], in[a] * cos(th) - in[c] * sin(th), 1e-5, "rope", a);
-                    near(out[c], in[a] * sin(th) + in[c] * cos(th), 1e-5, "rope", c);
+    enum { T = 3, H = 2, D = 20, R = 16 }; /* rotate 16 of 20 values per head */
+    static const float factors[R / 2] = {1.0f, 1.5f, 2.0f, 4.0f, 8.0f, 1.25f, 3.0f, 0.5f};
+    const struct pi_rope cases[] = {
+        {.n_rot = R, .base = 500.0f, .freq_scale = 0.5f, .attn_factor = 1.0f},
+        {.n_rot = R, .base = 10000.0f, .freq_scale = 1.0f, .factors = factors,
+         .attn_factor = 1.19f},
+        {.n_rot = R, .base = 10000.0f, .freq_scale = 0.25f, .attn_factor = 1.0f,
+         .ext_factor = 1.0f, .beta_fast = 32.0f, .beta_slow = 1.0f, .n_ctx_orig = 4096},
+    };
+    for (size_t ci = 0; ci < sizeof cases / sizeof *cases; ci++)
+        for (int neox = 0; neox <= 1; neox++) {
+            struct pi_rope rp = cases[ci];
+            rp.neox = neox;
+            float x[T * H * D], y[T * H * D];
+            for (int i = 0; i < T * H * D; i++)
+                x[i] = y[i] = rnd();
+            const int64_t pos0 = 1000;
+            be->rope(b, y, T, H, D, pos0, &rp);
+            for (int t = 0; t < T; t++)
+                for (int h = 0; h < H; h++) {
+                    const float *in = x + (t * H + h) * D;
+                    const float *out = y + (t * H + h) * D;
+                    for (int i = 0; i < R / 2; i++) {
+                        double m, th = rope_angle(&rp, (double)(pos0 + t), i, &m);
+                        int a = neox ? i : 2 * i, c = neox ? i + R / 2 : 2 * i + 1;
+                        near(out[a], m * (in[a] * cos(th) - in[c] * sin(th)), 2e-5, "rope", a);
+                        near(out[c], m * (in[a] * sin(th) + in[c] * cos(th)), 2e-5, "rope", c);
+                    }
+                    for (int i = R; i < D; i++) /* the rest is untouched */
+                        assert_true(out[i] == in[i]);
                 }
-                for (int i = R; i < D; i++) /* the rest is untouched */
-                    assert_true(out[i] == in[i]);
-            }
-    }
+        }
     be->destroy(b);
 }
 
 /* Attention for T new tokens at positions P..P+T-1 after P cached ones, 4 query heads
- * sharing 2 KV heads, head dims 6 (K) and 5 (V). */
+ * sharing 2 KV heads, head dims 6 (K) and 5 (V); with the standard scale, with another
+ * scale and soft-capping (Gemma 2), and within a sliding window of 3 positions. */
 static void test_attention(void **state) {
     (void)state;
     const struct pi_backend_vtable *be = pi_backend_cpu();
     enum { L = 2, CTX = 16, HQ = 4, HKV = 2, DK = 6, DV = 5, P = 4, T = 3 };
-    for (int threads = 1; threads <= 3; threads += 2) {
-        struct pi_backend *b = make(threads, 64);
-        struct pi_kv_desc d = {L, CTX, HQ, HKV, DK, DV};
-        struct pi_kv *kv;
-        assert_int_equal(be->kv_create(b, &d, &kv), PI_OK);
-        static float k[(P + T) * HKV * DK], v[(P + T) * HKV * DV], q[T * HQ * DK];
-        for (int i = 0; i < (P + T) * HKV * DK; i++)
-            k[i] = rnd();
-        for (int i = 0; i < (P + T) * HKV * DV; i++)
-            v[i] = rnd();
-        for (int i = 0; i < T * HQ * DK; i++)
-            q[i] = rnd();
-        be->kv_store(b, kv, 1, 0, P, k, v);
-        be->kv_store(b, kv, 1, P, T, k + P * HKV * DK, v + P * HKV * DV);
-        float out[T * HQ * DV];
-        be->attention(b, kv, 1, q, T, P, out);
-        for (int t = 0; t < T; t++)
-            for (int h = 0; h < HQ; h++) {
-                int hk = h / (HQ / HKV), n = P + t + 1;
-                double s[P + T], mx = -1e300, sum = 0;
-                for (int p = 0; p < n; p++) {
-                    double dot = 0;
-                    for (int i = 0; i < DK; i++) /* the cache holds F16 */
-                        dot += q[(t * HQ + h) * DK + i] *
-                               pi_fp16_to_fp32(pi_fp32_to_fp16(k[(p * HKV + hk) * DK + i]));
-                    s[p] = dot / sqrt((double)DK);
-                    mx = s[p] > mx ? s[p] : mx;
+    const struct pi_attn opts[] = {
+        {1.0f / sqrtf((float)DK), 0.0f, 0},
+        {0.9f, 1.5f, 0},
+        {1.0f / sqrtf((float)DK), 0.0f, 3},
+    };
+    for (size_t oi = 0; oi < sizeof opts / sizeof *opts; oi++)
+        for (int threads = 1; threads <= 3; threads += 2) {
+            const struct pi_attn *ao = &opts[oi];
+            struct pi_backend *b = make(threads, 64);
+            struct pi_kv_desc d = {L, CTX, HQ, HKV, DK, DV};
+            struct pi_kv *kv;
+            assert_int_equal(be->kv_create(b, &d, &kv), PI_OK);
+            static float k[(P + T) * HKV * DK], v[(P + T) * HKV * DV], q[T * HQ * DK];
+            for (int i = 0; i < (P + T) * HKV * DK; i++)
+                k[i] = rnd() * 3;
+            for (int i = 0; i < (P + T) * HKV * DV; i++)
+                v[i] = rnd();
+            for (int i = 0; i < T * HQ * DK; i++)
+                q[i] = rnd() * 3;
+            be->kv_store(b, kv, 1, 0, P, k, v);
+            be->kv_store(b, kv, 1, P, T, k + P * HKV * DK, v + P * HKV * DV);
+            float out[T * HQ * DV];
+            be->attention(b, kv, 1, q, T, P, ao, out);
+            for (int t = 0; t < T; t++)
+                for (int h = 0; h < HQ; h++) {
+                    int hk = h / (HQ / HKV), n = P + t + 1;
+                    int p0 = ao->window > 0 && n > ao->window ? n - (int)ao->window : 0;
+                    double s[P + T], mx = -1e300, sum = 0;
+                    for (int p = p0; p < n; p++) {
+                        double dot = 0;
+                        for (int i = 0; i < DK; i++) /* the cache holds F16 */
+                            dot += q[(t * HQ + h) * DK + i] *
+                                   pi_fp16_to_fp32(pi_fp32_to_fp16(k[(p * HKV + hk) * DK + i]));
+                        s[p] = dot * ao->scale;
+                        if (ao->softcap > 0)
+                            s[p] = ao->softcap * tanh(s[p] / ao->softcap);
+                        mx = s[p] > mx ? s[p] : mx;
+                    }
+                    for (int p = p0; p < n; p++)
+                        sum += (s[p] = exp(s[p] - mx));
+                    for (int i = 0; i < DV; i++) {
+                        double o = 0;
+                        for (int p = p0; p < n; p++)
+                            o += s[p] / sum *
+                                 pi_fp16_to_fp32(pi_fp32_to_fp16(v[(p * HKV + hk) * DV + i]));
+                        near(out[(t * HQ + h) * DV + i], o, 1e-5, "attention", i);
+                    }
                 }
-                for (int p = 0; p < n; p++)
-                    sum += (s[p] = exp(s[p] - mx));
-                for (int i = 0; i < DV; i++) {
-                    double o = 0;
-                    for (int p = 0; p < n; p++)
-                        o += s[p] / sum *
-                             pi_fp16_to_fp32(pi_fp32_to_fp16(v[(p * HKV + hk) * DV + i]));
-                    near(out[(t * HQ + h) * DV + i], o, 1e-5, "attention", i);
-                }
-            }
-        be->kv_destroy(b, kv);
-        be->destroy(b);
+            be->kv_destroy(b, kv);
+            be->destroy(b);
+        }
+}
+
+/* LayerNorm with and without weight and bias, biases added per row, scale and
+ * soft-capping, against the formulas. */
+static void test_norms_and_elementwise(void **state) {
+    (void)state;
+    const struct pi_backend_vtable *be = pi_backend_cpu();
+    struct pi_backend *b = make(1, 64);
+    enum { T = 3, N = 37 };
+    float x[T * N], y[T * N], w[N], bb[N];
+    for (int i = 0; i < T * N; i++)
+        x[i] = rnd() * 3 + 0.5f;
+    for (int i = 0; i < N; i++) {
+        w[i] = 1 + rnd();
+        bb[i] = rnd();
     }
+    const struct pi_vector g = {w, PI_TYPE_F32, N}, bv = {bb, PI_TYPE_F32, N};
+    for (int mode = 0; mode < 3; mode++) {
+        be->layernorm(b, x, mode ? &g : NULL, mode == 2 ? &bv : NULL, N, 1e-5f, T, y);
+        for (int t = 0; t < T; t++) {
+            double m = 0, var = 0;
+            for (int i = 0; i < N; i++)
+                m += x[t * N + i];
+            m /= N;
+            for (int i = 0; i < N; i++)
+                var += (x[t * N + i] - m) * (x[t * N + i] - m);
+            var /= N;
+            for (int i = 0; i < N; i++) {
+                double want = (x[t * N + i] - m) / sqrt(var + 1e-5);
+                want = want * (mode ? w[i] : 1) + (mode == 2 ? bb[i] : 0);
+                near(y[t * N + i], want, 1e-5, "layernorm", i);
+            }
+        }
+    }
+    memcpy(y, x, sizeof y);
+    be->add_rows(b, y, &bv, T);
+    for (int i = 0; i < T * N; i++)
+        assert_true(y[i] == x[i] + bb[i % N]);
+    memcpy(y, x, sizeof y);
+    be->scale(b, y, 3.5f, T * N);
+    for (int i = 0; i < T * N; i++)
+        assert_true(y[i] == x[i] * 3.5f);
+    memcpy(y, x, sizeof y);
+    be->softcap(b, y, 2.0f, T * N);
+    for (int i = 0; i < T * N; i++)
+        near(y[i], 2.0 * tanh(x[i] / 2.0), 1e-6, "softcap", i);
+    be->destroy(b);
 }
 
 static void test_matmul_and_transpose(void **state) {
@@ -270,15 +366,30 @@ static void test_ffn_act(void **state) {
         g0[i] = rnd() * 4;
         u[i] = rnd() * 4;
     }
-    const enum pi_act acts[3] = {PI_ACT_SILU_MUL, PI_ACT_RELU_MUL, PI_ACT_RELU_RELU_MUL};
-    for (int a = 0; a < 3; a++) {
+    for (int a = 0; a < PI_ACT_COUNT; a++) {
         memcpy(g, g0, sizeof g);
-        be->ffn_act(b, acts[a], g, u, N);
+        /* a plain activation must not read u: pass none */
+        be->ffn_act(b, (enum pi_act)a, g, pi_act_gated((enum pi_act)a) ? u : NULL, N);
         for (int i = 0; i < N; i++) {
-            double x = g0[i], want = a == 0   ? x / (1 + exp(-x)) * u[i]
-                                    : a == 1 ? (x > 0 ? x * u[i] : 0)
-                                             : (x > 0 && u[i] > 0 ? x * u[i] : 0);
-            near(g[i], want, 1e-6, "ffn_act", i);
+            const double x = g0[i], k = sqrt(2 / 3.141592653589793);
+            const double silu = x / (1 + exp(-x)), relu = x > 0 ? x : 0;
+            const double gelu = 0.5 * x * (1 + tanh(k * (x + 0.044715 * x * x * x)));
+            const double gelu_erf = 0.5 * x * (1 + erf(x / sqrt(2.0)));
+            double want = 0;
+            switch ((enum pi_act)a) {
+            case PI_ACT_SILU_MUL: want = silu * u[i]; break;
+            case PI_ACT_RELU_MUL: want = relu * u[i]; break;
+            case PI_ACT_RELU_RELU_MUL: want = x > 0 && u[i] > 0 ? x * u[i] : 0; break;
+            case PI_ACT_GELU_MUL: want = gelu * u[i]; break;
+            case PI_ACT_GELU_ERF_MUL: want = gelu_erf * u[i]; break;
+            case PI_ACT_SILU: want = silu; break;
+            case PI_ACT_GELU: want = gelu; break;
+            case PI_ACT_GELU_ERF: want = gelu_erf; break;
+            case PI_ACT_RELU: want = relu; break;
+            case PI_ACT_RELU_SQR: want = relu * relu; break;
+            case PI_ACT_COUNT: break;
+            }
+            near(g[i], want, 1e-6 * (1 + fabs(want)), "ffn_act", i);
         }
     }
     be->destroy(b);
@@ -330,13 +441,14 @@ static void test_refuses_wider_than_configured(void **state) {
     /* attention over more positions than the scores row holds */
     struct pi_backend *b = make(1, 8);
     struct pi_kv_desc d = {1, 16, 1, 1, 4, 4};
+    const struct pi_attn std = {0.5f, 0.0f, 0};
     struct pi_kv *kv;
     assert_int_equal(be->kv_create(b, &d, &kv), PI_OK);
     be->kv_store(b, kv, 0, 0, 8, x, x);
-    be->attention(b, kv, 0, x, 2, 6, y); /* positions 0..7: 8 scores */
+    be->attention(b, kv, 0, x, 2, 6, &std, y); /* positions 0..7: 8 scores */
     assert_int_equal(be->sync(b), PI_OK);
     be->kv_store(b, kv, 0, 8, 2, x, x);
-    be->attention(b, kv, 0, x, 2, 8, y); /* 10 scores */
+    be->attention(b, kv, 0, x, 2, 8, &std, y); /* 10 scores */
     assert_int_equal(be->sync(b), PI_ERR_INTERNAL);
     be->kv_destroy(b, kv);
     be->destroy(b);
@@ -347,7 +459,7 @@ int main(void) {
         cmocka_unit_test(test_refuses_wider_than_configured),
         cmocka_unit_test(test_rmsnorm),   cmocka_unit_test(test_rope),
         cmocka_unit_test(test_attention), cmocka_unit_test(test_matmul_and_transpose),
-        cmocka_unit_test(test_ffn_act),   cmocka_unit_test(test_sparse_ops),
+        cmocka_unit_test(test_norms_and_elementwise), cmocka_unit_test(test_ffn_act),   cmocka_unit_test(test_sparse_ops),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

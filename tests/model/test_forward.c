@@ -159,6 +159,49 @@ static void test_against_reference(void **state) {
     }
 }
 
+/* Hybrid execution with a second CPU backend as the device gives the CPU-only logits
+ * bit for bit (dense files place whole layers: the same kernels, in the same order),
+ * with everything on the device and with a budget that holds only part of the model;
+ * prompt and decode. */
+static void test_cpu_device_equals_cpu(void **state) {
+    (void)state;
+    for (int i = 0; i < g_n_refs; i++) {
+        const struct ref *r = &g_refs[i];
+        pi_model *m = open_model(r);
+        const size_t V = r->n_vocab, n = r->n_tok;
+        float *want = malloc(4 * V * 2), *got = malloc(4 * V * 2);
+        uint64_t budgets[] = {PI_DEVICE_BUDGET_AUTO, pi_model_size_bytes(m) / 2};
+        for (int b = -1; b < 2; b++) {
+            pi_ctx_params cp;
+            pi_ctx_default_params(&cp);
+            cp.f32_activations = r->f32_activations;
+            cp.n_ctx = 64;
+            if (b >= 0) {
+                cp.device = PI_DEVICE_CPU;
+                cp.device_budget = budgets[b];
+            }
+            pi_ctx *c = NULL;
+            char err[256] = "";
+            cp.errbuf = err;
+            cp.errbuf_cap = sizeof err;
+            if (pi_ctx_create(m, &cp, &c) != PI_OK)
+                fail_msg("%s: device budget %d: %s", r->model_path, b, err);
+            float *dst = b < 0 ? want : got;
+            assert_int_equal(pi_ctx_decode(c, r->tokens, (int64_t)n - 1), PI_OK);
+            memcpy(dst, pi_ctx_logits(c), 4 * V);
+            assert_int_equal(pi_ctx_decode(c, r->tokens + n - 1, 1), PI_OK);
+            memcpy(dst + V, pi_ctx_logits(c), 4 * V);
+            if (b >= 0 && memcmp(want, got, 4 * V * 2) != 0)
+                fail_msg("%s: CPU device (budget %s) differs from CPU only", r->model_path,
+                         b ? "half" : "all");
+            pi_ctx_destroy(c);
+        }
+        free(want);
+        free(got);
+        pi_model_close(m);
+    }
+}
+
 /* Results do not depend on the thread count (bit for bit) nor on how the prompt is
  * split into steps (to the rounding of the dot-product tiles). */
 static void test_threads_and_batches(void **state) {
@@ -211,7 +254,7 @@ static void test_failures_leave_context_unchanged(void **state) {
     assert_int_equal(pi_ctx_decode(c, r->tokens, 8), PI_OK);
     float *saved = malloc(4 * (size_t)r->n_vocab);
     memcpy(saved, pi_ctx_logits(c), 4 * (size_t)r->n_vocab);
-    budget = 1; /* abort in the second layer */
+    budget = pi_model_n_layer(m) > 1; /* abort in the second layer (one-layer models: the first) */
     assert_int_equal(pi_ctx_decode(c, r->tokens + 8, 4), PI_ERR_ABORTED);
     assert_int_equal(pi_ctx_pos(c), 8);
     assert_memory_equal(saved, pi_ctx_logits(c), 4 * (size_t)r->n_vocab);
@@ -366,6 +409,7 @@ int main(int argc, char **argv) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_against_reference),
         cmocka_unit_test(test_threads_and_batches),
+        cmocka_unit_test(test_cpu_device_equals_cpu),
         cmocka_unit_test(test_failures_leave_context_unchanged),
         cmocka_unit_test(test_sampler),
         cmocka_unit_test(test_chat_formats),

@@ -1,0 +1,156 @@
+/* exec.c -- a context's weights as backend views and the per-layer execution record:
+ * from the model description (lib/model/desc.h) to what forward.c runs, resolved once
+ * when the context is made. */
+#include <string.h>
+
+#include "infer/ctx.h"
+#include "runtime/types.h"
+
+static struct pi_weight weight_rows(const struct gguf_tensor *t, int64_t row0, int64_t n) {
+    struct pi_weight w = {0};
+    if (t) {
+        w.type = t->type;
+        w.n_in = t->ne[0];
+        w.row_bytes = (size_t)pi_type_row_bytes(t->type, t->ne[0]);
+        w.n_out = n;
+        w.data = (const uint8_t *)t->data + (size_t)row0 * w.row_bytes;
+    }
+    return w;
+}
+
+static struct pi_weight weight_of(const struct gguf_tensor *t) {
+    return weight_rows(t, 0, t ? t->ne[1] : 0);
+}
+
+/* Values off .. off + n - 1 of a 1-D F32/F16/BF16 tensor (a fused bias's part). */
+static struct pi_vector vector_part(const struct gguf_tensor *t, int64_t off, int64_t n) {
+    struct pi_vector v = {0};
+    if (t) {
+        const size_t es = t->type == PI_TYPE_F32 ? 4 : 2;
+        v.data = (const uint8_t *)t->data + (size_t)off * es;
+        v.type = t->type;
+        v.n = n;
+    }
+    return v;
+}
+
+static struct pi_vector vector_of(const struct gguf_tensor *t) {
+    return vector_part(t, 0, t ? t->ne[0] : 0);
+}
+
+static struct pi_norm_w norm_of(const struct pi_norm_desc *d) {
+    struct pi_norm_w n = {vector_of(d->w), vector_of(d->b)};
+    return n;
+}
+
+void pi_exec_weights(struct pi_ctx *c) {
+    const struct pi_model_desc *d = &c->model->desc;
+    const struct pi_hparams *hp = &d->hp;
+    const int64_t F = hp->n_ff, qd = hp->n_head * hp->head_dim_k;
+    const int64_t kd = hp->n_head_kv * hp->head_dim_k, vd = hp->n_head_kv * hp->head_dim_v;
+    c->tok_embd = weight_of(d->token_embd);
+    c->output = weight_of(d->output);
+    c->output_norm = norm_of(&d->output_norm);
+    for (int64_t l = 0; l < hp->n_layer; l++) {
+        const struct pi_layer_desc *L = &d->layers[l];
+        struct pi_layer_w *w = &c->layers[l];
+        w->norm_attn = norm_of(&L->norm_attn);
+        w->norm_ffn = norm_of(&L->norm_ffn);
+        if (L->wqkv) { /* rows of q, then k, then v */
+            w->wq = weight_rows(L->wqkv, 0, qd);
+            w->wk = weight_rows(L->wqkv, qd, kd);
+            w->wv = weight_rows(L->wqkv, qd + kd, vd);
+            w->bq = vector_part(L->bqkv, 0, qd);
+            w->bk = vector_part(L->bqkv, qd, kd);
+            w->bv = vector_part(L->bqkv, qd + kd, vd);
+        } else {
+            w->wq = weight_of(L->wq);
+            w->wk = weight_of(L->wk);
+            w->wv = weight_of(L->wv);
+            w->bq = vector_of(L->bq);
+            w->bk = vector_of(L->bk);
+            w->bv = vector_of(L->bv);
+        }
+        w->wo = weight_of(L->wo);
+        w->bo = vector_of(L->bo);
+        w->q_norm = vector_of(L->q_norm);
+        w->k_norm = vector_of(L->k_norm);
+        w->attn_post_norm = vector_of(L->attn_post_norm);
+        w->ffn_post_norm = vector_of(L->ffn_post_norm);
+        if (L->up_fused) { /* gate rows, then up rows */
+            w->gate = weight_rows(L->ffn_up, 0, F);
+            w->up = weight_rows(L->ffn_up, F, F);
+            w->b_gate = vector_part(L->b_up, 0, F);
+            w->b_up = vector_part(L->b_up, F, F);
+        } else {
+            w->gate = weight_of(L->ffn_gate);
+            w->up = weight_of(L->ffn_up);
+            w->b_gate = vector_of(L->b_gate);
+            w->b_up = vector_of(L->b_up);
+        }
+        w->b_down = vector_of(L->b_down);
+        w->has_down = L->ffn_down != NULL;
+        w->down = weight_of(L->ffn_down);
+        w->down_t = weight_of(L->ffn_down_t);
+        w->fc1 = weight_of(L->fc1);
+        w->fc2 = weight_of(L->fc2);
+    }
+    /* LongRoPE: the long factors when a sequence may grow past the trained context */
+    const struct gguf_tensor *f = d->rope_freqs;
+    if (hp->rope_scaling == PI_ROPE_LONGROPE)
+        f = c->n_ctx > hp->rope_ctx_orig ? d->rope_long : d->rope_short;
+    c->rope_factors = f ? (const float *)f->data : NULL;
+}
+
+/* The op a backend lacks for the parts of layer l it would run, or NULL. */
+static const char *missing_op(const struct pi_backend_vtable *be, const struct pi_hparams *hp,
+                              const struct pi_layer_w *L) {
+    if (hp->info->norm == PI_NORM_LAYER && !be->layernorm)
+        return "layernorm";
+    if ((L->bq.data || L->bk.data || L->bv.data || L->bo.data || L->b_gate.data ||
+         L->b_up.data || L->b_down.data) && !be->add_rows)
+        return "add_rows";
+    if ((hp->embd_scale != 1.0f) && !be->scale)
+        return "scale";
+    if (hp->final_softcap > 0.0f && !be->softcap)
+        return "softcap";
+    return NULL;
+}
+
+int pi_exec_resolve(struct pi_ctx *c) {
+    const struct pi_hparams *hp = c->hp;
+    const struct pi_hybrid *hy = c->hy;
+    for (int64_t l = 0; l < hp->n_layer; l++) {
+        const struct pi_layer_desc *Ld = &c->model->desc.layers[l];
+        const struct pi_dev_layer *D = hy ? &hy->layers[l] : NULL;
+        struct pi_layer_exec *x = &c->exec[l];
+        memset(x, 0, sizeof *x);
+        x->attn_dev = D && D->attn;
+        x->kv_dev = hy && hy->kv;
+        x->pred_dev = D && D->pred;
+        x->norm_dev = D && D->norm;
+        x->ffn_whole_dev = D && D->ffn_whole;
+        x->n_dev = D ? D->n_dev : 0;
+        if (D && (x->attn_dev || x->norm_dev || x->ffn_whole_dev || x->kv_dev)) {
+            const char *op = missing_op(hy->be, hp, &c->layers[l]);
+            if (op)
+                PI_FAIL(&c->err, PI_ERR_UNSUPPORTED, "the %s backend has no %s op, which layer "
+                        "%lld of this %s model needs on the device", hy->be->name, op,
+                        (long long)l, hp->info->name);
+        }
+        x->rope = (struct pi_rope){
+            .n_rot = hp->n_rot,
+            .neox = (hp->info->flags & PI_AF_NEOX) != 0,
+            .base = Ld->rope_base,
+            .freq_scale = 1.0f / Ld->rope_scale,
+            .factors = x->kv_dev ? hy->rope_factors : c->rope_factors,
+            .attn_factor = hp->rope_attn_factor,
+            .ext_factor = hp->rope_scaling == PI_ROPE_YARN ? 1.0f : 0.0f,
+            .beta_fast = hp->yarn_beta_fast,
+            .beta_slow = hp->yarn_beta_slow,
+            .n_ctx_orig = hp->rope_ctx_orig,
+        };
+        x->attn = (struct pi_attn){hp->attn_scale, hp->attn_softcap, Ld->window};
+    }
+    return PI_OK;
+}

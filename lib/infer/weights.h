@@ -1,0 +1,32 @@
+/* weights.h -- a layer's weights as backend views (ctx.h, hybrid.h). */
+#ifndef PI_INFER_WEIGHTS_H
+#define PI_INFER_WEIGHTS_H
+
+#include "backend.h"
+
+/* A norm's weight and (LayerNorm) bias; data NULL where absent. */
+struct pi_norm_w {
+    struct pi_vector w, b;
+};
+
+/* A layer's weights as backend views (the host's: the mapped file; a device's: its
+ * copies). Optional parts have data NULL. Fused tensors of the file (attn_qkv, Phi-3's
+ * gate+up) appear here as views of their row ranges. */
+struct pi_layer_w {
+    struct pi_norm_w norm_attn;           /* [n_embd] */
+    struct pi_norm_w norm_ffn;            /* [n_embd]; w.data NULL: a parallel block's FFN
+                                           * reads the attention's normed input */
+    struct pi_weight wq, wk, wv, wo;      /* {n_embd, q_dim}, {n_embd, kv_dim} x2, {q_dim_v, n_embd} */
+    struct pi_vector bq, bk, bv, bo;      /* biases */
+    struct pi_vector q_norm, k_norm;      /* [head_dim_k] per-head RMSNorm */
+    struct pi_vector attn_post_norm, ffn_post_norm; /* [n_embd] RMSNorm of a block's output */
+    struct pi_weight gate, up;            /* {n_embd, n_ff}: row r = neuron r; gate.data
+                                           * NULL: a plain FFN */
+    struct pi_vector b_gate, b_up, b_down;
+    struct pi_weight down;                /* {n_ff, n_embd} (dense files) */
+    struct pi_weight down_t;              /* {n_embd, n_ff} (PowerInfer files) */
+    int has_down;                         /* 1: down, 0: down_t */
+    struct pi_weight fc1, fc2;            /* predictor {n_embd, rank}, {rank, n_ff} */
+};
+
+#endif
