@@ -274,20 +274,22 @@ def f16s(n, seed, scale=0.1):
         (raw[2 * i] * 256 + raw[2 * i + 1]) / 32768.0 * scale - scale for i in range(n)])
 
 
-def tiny_llama(sparse=False, rank=4, extra_kvs=(), extra_tensors=(), drop=(), arch="llama"):
+def tiny_llama(sparse=False, rank=4, extra_kvs=(), extra_tensors=(), drop=(), arch="llama",
+               prefix="llama"):
     """A 1-layer llama: n_embd 8, n_ff 16, 2 heads, vocab 4, F32 weights (F16
     predictor), tied embeddings. The last byte of the file is 0 (fuzz_model reads it
-    as: CPU only, the file's default FFN mode, no statistics)."""
+    as: CPU only, the file's default FFN mode, no statistics). `prefix`: the key
+    prefix (another architecture's files reuse the layout, see arch_files)."""
     E, F, V = 8, 16, 4
     kvs = [("general.architecture", STRING, arch),
            ("general.name", STRING, "corpus model"),
-           ("llama.context_length", U32, 64),
-           ("llama.embedding_length", U32, E),
-           ("llama.block_count", U32, 1),
-           ("llama.feed_forward_length", U32, F),
-           ("llama.attention.head_count", U32, 2),
-           ("llama.attention.head_count_kv", U32, 2),
-           ("llama.attention.layer_norm_rms_epsilon", F32, 1e-5)]
+           (prefix + ".context_length", U32, 64),
+           (prefix + ".embedding_length", U32, E),
+           (prefix + ".block_count", U32, 1),
+           (prefix + ".feed_forward_length", U32, F),
+           (prefix + ".attention.head_count", U32, 2),
+           (prefix + ".attention.head_count_kv", U32, 2),
+           (prefix + ".attention.layer_norm_rms_epsilon", F32, 1e-5)]
     if sparse:
         kvs.append(("powerinfer.sparse_threshold", F32, 0.0))
     kvs += list(extra_kvs)
@@ -313,6 +315,54 @@ def tiny_llama(sparse=False, rank=4, extra_kvs=(), extra_tensors=(), drop=(), ar
                        for n, d, ty, data in ts], magic=b"PWRI" if sparse else b"GGUF")[0].b
 
 
+def arch_files():
+    """Seeds of each architecture family's layout (issue 13), on tiny_llama's 1-layer
+    shapes (n_embd 8, n_ff 16, 2 heads of 4, vocab 4): what fuzz_model mutates into the
+    other architectures' code paths."""
+    E, F = 8, 16
+    b = lambda name, n, seed: (name, [n], T_F32, f32s(n, seed))
+    norm = lambda name: (name, [E], T_F32, struct.pack("<%df" % E, *([1.0] * E)))
+    qkv_drop = ("blk.0.attn_q.weight", "blk.0.attn_k.weight", "blk.0.attn_v.weight")
+    return {
+        # QKV biases
+        "model_qwen2.gguf": tiny_llama(arch="qwen2", prefix="qwen2", extra_tensors=[
+            b("blk.0.attn_q.bias", E, 20), b("blk.0.attn_k.bias", E, 21),
+            b("blk.0.attn_v.bias", E, 22)]),
+        # per-head q/k norms
+        "model_qwen3.gguf": tiny_llama(arch="qwen3", prefix="qwen3", extra_tensors=[
+            ("blk.0.attn_q_norm.weight", [4], T_F32, f32s(4, 23, 1.0)),
+            ("blk.0.attn_k_norm.weight", [4], T_F32, f32s(4, 24, 1.0))]),
+        # post-norms, soft-caps, a 2-position window on layer 0 (local)
+        "model_gemma2.gguf": tiny_llama(arch="gemma2", prefix="gemma2", extra_kvs=[
+            ("gemma2.attn_logit_softcapping", F32, 5.0),
+            ("gemma2.final_logit_softcapping", F32, 3.0),
+            ("gemma2.attention.sliding_window", U32, 2)], extra_tensors=[
+            norm("blk.0.post_attention_norm.weight"), norm("blk.0.post_ffw_norm.weight")]),
+        # fused QKV and gate+up, LongRoPE factors and attention factor
+        "model_phi3.gguf": tiny_llama(arch="phi3", prefix="phi3", extra_kvs=[
+            ("phi3.rope.scaling.attn_factor", F32, 1.2),
+            ("phi3.rope.scaling.original_context_length", U32, 16)],
+            drop=qkv_drop + ("blk.0.ffn_gate.weight", "blk.0.ffn_up.weight"), extra_tensors=[
+            ("blk.0.attn_qkv.weight", [E, 3 * E], T_F32, f32s(3 * E * E, 25)),
+            ("blk.0.ffn_up.weight", [E, 2 * F], T_F32, f32s(2 * E * F, 26)),
+            ("rope_factors_long.weight", [2], T_F32, struct.pack("<2f", 1.0, 3.0)),
+            ("rope_factors_short.weight", [2], T_F32, struct.pack("<2f", 1.0, 1.5))]),
+        # LayerNorm with bias, plain GELU FFN, biases
+        "model_starcoder2.gguf": tiny_llama(arch="starcoder2", prefix="starcoder2",
+            drop=("blk.0.ffn_gate.weight",), extra_tensors=[
+            b("blk.0.attn_norm.bias", E, 27), b("blk.0.ffn_norm.bias", E, 28),
+            b("output_norm.bias", E, 29), b("blk.0.attn_output.bias", E, 30),
+            b("blk.0.ffn_up.bias", F, 31), b("blk.0.ffn_down.bias", E, 32)]),
+        # parallel attention and FFN (40B layout: attn_norm_2), fused QKV
+        "model_falcon.gguf": tiny_llama(arch="falcon", prefix="falcon", extra_kvs=[
+            ("falcon.attention.layer_norm_epsilon", F32, 1e-5)],
+            drop=qkv_drop + ("blk.0.ffn_gate.weight", "blk.0.ffn_norm.weight"),
+            extra_tensors=[
+            ("blk.0.attn_qkv.weight", [E, 3 * E], T_F32, f32s(3 * E * E, 33)),
+            norm("blk.0.attn_norm_2.weight"), b("blk.0.attn_norm_2.bias", E, 34)]),
+    }
+
+
 def model_files():
     """(valid, unsupported) model files."""
     valid = {
@@ -327,6 +377,7 @@ def model_files():
         "model_llama_attn_q_bias.gguf": tiny_llama(
             extra_tensors=[("blk.0.attn_q.bias", [8], T_F32, f32s(8, 11))]),
     }
+    valid.update(arch_files())
     zero = lambda n: b"\0" * n
     unsupported = {
         # gpt-oss's attention sinks: not read by any architecture here
