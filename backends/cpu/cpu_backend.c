@@ -813,10 +813,25 @@ static void cpu_scale(struct pi_backend *b, float *x, float s, int64_t n) {
         x[i] *= s;
 }
 
+struct softcap_job {
+    float *x;
+    float cap;
+};
+
+static void softcap_range(void *arg, int64_t lo, int64_t hi, int ith) {
+    const struct softcap_job *j = arg;
+    (void)ith;
+    for (int64_t i = lo; i < hi; i++)
+        j->x[i] = j->cap * tanhf(j->x[i] / j->cap);
+}
+
+/* Over the threads: a decode step caps a whole vocabulary row (256k for Gemma). */
 static void cpu_softcap(struct pi_backend *b, float *x, float cap, int64_t n) {
-    (void)b;
-    for (int64_t i = 0; i < n; i++)
-        x[i] = cap * tanhf(x[i] / cap);
+    struct softcap_job j = {x, cap};
+    if (n < 4096)
+        softcap_range(&j, 0, n, 0);
+    else
+        pi_pool_for(b->pool, n, 4096, softcap_range, &j);
 }
 
 static const struct pi_backend_vtable cpu_vtable = {

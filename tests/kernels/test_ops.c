@@ -229,6 +229,19 @@ static void test_norms_and_elementwise(void **state) {
     for (int i = 0; i < T * N; i++)
         near(y[i], 2.0 * tanh(x[i] / 2.0), 1e-6, "softcap", i);
     be->destroy(b);
+    /* a vocabulary row goes over the threads: the same values */
+    enum { V = 20000 };
+    static float big[V], ref[V];
+    for (int i = 0; i < V; i++)
+        big[i] = ref[i] = rnd() * 40;
+    struct pi_backend *b1 = make(1, 64), *b3 = make(3, 64);
+    be->softcap(b1, ref, 30.0f, V);
+    be->softcap(b3, big, 30.0f, V);
+    assert_memory_equal(big, ref, sizeof big);
+    for (int i = 0; i < V; i += 97)
+        assert_true(fabsf(big[i]) < 30.0f);
+    be->destroy(b1);
+    be->destroy(b3);
 }
 
 static void test_matmul_and_transpose(void **state) {
