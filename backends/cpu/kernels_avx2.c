@@ -812,13 +812,16 @@ INLINE __m128i q3_k_scales(const uint8_t *s) {
     w[1] = (b & 0x0f0f0f0fu) | (((c >> 2) & 0x03030303u) << 4);
     w[2] = ((a >> 4) & 0x0f0f0f0fu) | (((c >> 4) & 0x03030303u) << 4);
     w[3] = ((b >> 4) & 0x0f0f0f0fu) | (((c >> 6) & 0x03030303u) << 4);
-    return _mm_sub_epi8(loadu128(w), _mm_set1_epi8(32));
+    /* from registers: a 16-byte load of the four words just stored waits for store
+     * forwarding, which fails across stores (measured: it halved Q3_K's dot) */
+    return _mm_sub_epi8(_mm_setr_epi32((int)w[0], (int)w[1], (int)w[2], (int)w[3]),
+                        _mm_set1_epi8(32));
 }
 
 /* Q3_K: chunk c = 4h + s: bits 2s..2s+1 of qs[32h..], plus 4 where bit c of hmask[l] is
  * set: the quant plus 4, in 0..7 (the -4 is taken off with the bsums). */
 INLINE void q3_k_decode(const uint8_t *blk, struct kblock *kb) {
-    const __m256i m3 = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1);
+    const __m256i m3 = _mm256_set1_epi8(3), four = _mm256_set1_epi8(4);
     const __m256i hm = loadu256(blk);
     const __m256i sc = _mm256_cvtepi8_epi16(q3_k_scales(blk + 96));
     UNROLL
@@ -827,9 +830,11 @@ INLINE void q3_k_decode(const uint8_t *blk, struct kblock *kb) {
         UNROLL
         for (int s = 0; s < 4; s++) {
             const int c = 4 * h + s;
-            __m256i lo = _mm256_and_si256(_mm256_srli_epi16(q, 2 * s), m3);
-            __m256i hi = _mm256_and_si256(_mm256_srli_epi16(hm, c), one);
-            kb->q[c] = _mm256_or_si256(lo, _mm256_slli_epi16(hi, 2));
+            /* bit c of each hmask byte moved to bit 2 (16-bit shifts: both bytes of a word
+             * move by the same count, and bit 2 of each comes from its own byte) */
+            const __m256i hb = c >= 2 ? _mm256_srli_epi16(hm, c - 2) : _mm256_slli_epi16(hm, 2 - c);
+            kb->q[c] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 2 * s), m3),
+                                       _mm256_and_si256(hb, four));
         }
     }
     UNROLL
@@ -845,17 +850,27 @@ INLINE void q3_k_decode(const uint8_t *blk, struct kblock *kb) {
  * per sub-block. */
 INLINE void iq4_xs_decode(const uint8_t *blk, struct kblock *kb) {
     const __m256i grid = iq4_grid256();
-    int16_t ls[8];
     uint16_t sh;
+    uint32_t sl;
     memcpy(&sh, blk + 2, 2);
-    for (int s = 0; s < 8; s++)
-        ls[s] = (int16_t)((((blk[4 + s / 2] >> (4 * (s % 2))) & 15) | (((sh >> (2 * s)) & 3) << 4)) -
-                          32);
-    __m256i sc = _mm256_broadcastsi128_si256(loadu128(ls));
+    memcpy(&sl, blk + 4, 4);
+    /* dword s = scale s: nibble s of the u32 scales_l, 2 bits 2s of scales_h; then the
+     * low word copied to the high word, so that a broadcast dword is 16 equal words */
+    __m256i ls = _mm256_or_si256(
+        _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32((int)sl),
+                                           _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28)),
+                         _mm256_set1_epi32(15)),
+        _mm256_slli_epi32(
+            _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(sh),
+                                               _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14)),
+                             _mm256_set1_epi32(3)),
+            4));
+    ls = _mm256_and_si256(_mm256_sub_epi32(ls, _mm256_set1_epi32(32)), _mm256_set1_epi32(0xffff));
+    ls = _mm256_or_si256(ls, _mm256_slli_epi32(ls, 16));
     UNROLL
     for (int c = 0; c < 8; c++) {
         kb->q[c] = _mm256_shuffle_epi8(grid, unpack_nibbles(blk + 8 + 16 * c));
-        kb->sc[c] = bcast_word(sc, c);
+        kb->sc[c] = _mm256_permutevar8x32_epi32(ls, _mm256_set1_epi32(c));
     }
     kb->aux = _mm256_setzero_si256();
     kb->d = f16_at(blk);
