@@ -184,7 +184,11 @@ enum {
  *
  * A model is a GGUF file mapped into memory (by default; or read into memory, see
  * pi_model_params.load_mode) and validated. Two magics are accepted: "GGUF" (an ordinary, dense model) and "PWRI" (a PowerInfer
- * sparse model: the same layout, with FFN predictors). Architectures: llama, bamboo.
+ * sparse model: the same layout, with FFN predictors). Architectures (general.architecture):
+ * llama (Llama 2/3/3.1, Mistral, SmolLM), bamboo, qwen2, qwen3, gemma2, gemma3, phi3,
+ * starcoder2, falcon, as llama.cpp's converter writes them; PWRI files: llama, bamboo.
+ * A file asking for a computation this build does not do is PI_ERR_UNSUPPORTED naming
+ * the tensor or key (docs/formats.md).
  * ================================================================================= */
 typedef struct pi_model pi_model;
 
