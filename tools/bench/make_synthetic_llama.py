@@ -96,17 +96,22 @@ def byte_shape(shape, qtype):
     return gguf.quants.quant_shape_to_byte_shape(shape, qtype)
 
 
-def add_vocab(w, n_vocab):
-    if n_vocab < 3 + 256 + 1:
+def add_vocab(w, n_vocab, extra_control=()):
+    """The SentencePiece-style vocabulary of the module docstring; extra_control names
+    control tokens that take the last ids (Phi-3's "<|endoftext|>")."""
+    if n_vocab < 3 + 256 + 1 + len(extra_control):
         sys.exit(f"n_vocab must be at least 260 (3 specials + 256 byte tokens + 1), got {n_vocab}")
     toks = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)]
     types = [gguf.TokenType.UNKNOWN, gguf.TokenType.CONTROL, gguf.TokenType.CONTROL] + \
         [gguf.TokenType.BYTE] * 256
     scores = [0.0] * len(toks)
-    n_fill = n_vocab - len(toks)
+    n_fill = n_vocab - len(toks) - len(extra_control)
     toks += [f"\u2581a{i}" for i in range(n_fill)]
     types += [gguf.TokenType.NORMAL] * n_fill
     scores += [-float(i) for i in range(n_fill)]
+    toks += list(extra_control)
+    types += [gguf.TokenType.CONTROL] * len(extra_control)
+    scores += [0.0] * len(extra_control)
     w.add_tokenizer_model("llama")
     w.add_token_list(toks)
     w.add_token_scores(scores)
