@@ -431,8 +431,9 @@ PI_API uint64_t pi_model_tensor_nbytes(const pi_model *model, int64_t index);
  * The vocabulary comes from the model file: SentencePiece-style
  * (tokenizer.ggml.model = "llama", with byte fallback) and byte-level BPE ("gpt2", with
  * the pre-tokenizer named by tokenizer.ggml.pre: the names llama.cpp's converter
- * writes for the GPT-2, StarCoder/SmolLM, Llama 3, Phi-4 (dbrx), Qwen 2/3, Qwen 3.5,
- * Falcon and Mistral Tekken pre-tokenizers, listed in docs/formats.md; another name
+ * writes for the GPT-2, StarCoder/SmolLM, Llama 3, Phi-4 (dbrx), Qwen 2/3, Qwen 3.5
+ * (with Qwen's NFC normalisation), Falcon and Mistral Tekken pre-tokenizers, listed in
+ * docs/formats.md; another name
  * fails pi_model_open with PI_ERR_UNSUPPORTED naming it, since tokens would differ
  * from the model's own). A model without tokenizer metadata (no tokenizer.ggml.model),
  * or opened with metadata_only, opens fine; the calls below then fail with

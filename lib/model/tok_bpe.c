@@ -22,8 +22,10 @@
  *                                pre-token that is a whole token is emitted without
  *                                merging (ignore_merges)
  *   smaug-bpe, dbrx:             the Llama 3 regex, merging always (Phi-4 files)
- *   qwen2, deepseek-r1-qwen, megrez, stablelm2:  the Llama 3 regex with single digits
- *                                (Qwen 2, 2.5, 3; no NFC normalisation is applied)
+ *   qwen2, deepseek-r1-qwen:     NFC (Qwen's normalizer, with the Unicode data Hugging
+ *                                Face's tokenizers applies: nfc_table.h), then the
+ *                                Llama 3 regex with single digits (Qwen 2, 2.5, 3)
+ *   megrez, stablelm2:           the same regex, no NFC
  *   qwen35:                      as qwen2, with combining marks (\p{M}) inside words
  *   tekken:                      Mistral's Tekken regex (case-aware words), single
  *                                digits, ignore_merges
@@ -42,6 +44,7 @@
 #include <pcre2.h>
 #include <string.h>
 
+#include "model/nfc_table.h"
 #include "model/vocab.h"
 
 /* Unicode White_Space, and its complement, inside a character class. */
@@ -101,18 +104,20 @@ struct pre_def {
     int ignore_merges;
     int falcon_digits; /* Falcon's two digit steps on the byte-level text */
     int adds_bos;      /* add_bos_token's default when the file has no such key */
+    int nfc;           /* the tokenizer.json has an NFC normalizer */
 };
 
 static const struct pre_def pre_defs[] = {
-    {"default gpt2 gpt-2 phi-2 mpt olmo", "gpt2", {PAT_GPT2}, 0, 0, 0},
+    {"default gpt2 gpt-2 phi-2 mpt olmo", "gpt2", {PAT_GPT2}, 0, 0, 0, 0},
     {"smollm starcoder refact codeshell command-r exaone minerva-7b", "smollm",
-     {PAT_DIGIT, PAT_GPT2}, 0, 0, 0},
-    {"llama3 llama-v3 llama-bpe falcon3 falcon-h1 pixtral", "llama3", {PAT_LLAMA3}, 1, 0, 1},
-    {"smaug-bpe dbrx", "dbrx", {PAT_LLAMA3}, 0, 0, 0},
-    {"qwen2 deepseek-r1-qwen megrez stablelm2", "qwen2", {PAT_QWEN2}, 0, 0, 0},
-    {"qwen35", "qwen35", {PAT_QWEN35}, 0, 0, 0},
-    {"tekken", "tekken", {PAT_TEKKEN}, 1, 0, 1},
-    {"falcon", "falcon", {PAT_PUNCT, PAT_GPT2}, 0, 1, 0},
+     {PAT_DIGIT, PAT_GPT2}, 0, 0, 0, 0},
+    {"llama3 llama-v3 llama-bpe falcon3 falcon-h1 pixtral", "llama3", {PAT_LLAMA3}, 1, 0, 1, 0},
+    {"smaug-bpe dbrx", "dbrx", {PAT_LLAMA3}, 0, 0, 0, 0},
+    {"qwen2 deepseek-r1-qwen", "qwen2", {PAT_QWEN2}, 0, 0, 0, 1},
+    {"megrez stablelm2", "stablelm2", {PAT_QWEN2}, 0, 0, 0, 0},
+    {"qwen35", "qwen35", {PAT_QWEN35}, 0, 0, 0, 1},
+    {"tekken", "tekken", {PAT_TEKKEN}, 1, 0, 1, 0},
+    {"falcon", "falcon", {PAT_PUNCT, PAT_GPT2}, 0, 1, 0, 0},
 };
 
 static int name_in(const char *names, const char *s, size_t len) {
@@ -151,6 +156,7 @@ int tok_bpe_init(struct pi_vocab *v, const char *pre, size_t pre_len, const stru
     v->ignore_merges = def->ignore_merges;
     v->falcon_digits = def->falcon_digits;
     v->pre_adds_bos = def->adds_bos;
+    v->nfc = def->nfc;
     pcre2_general_context *g = pcre2_general_context_create(pcre_alloc, pcre_free, &v->alloc);
     if (!g)
         PI_FAIL(err, PI_ERR_NOMEM, "out of memory for the pre-tokenizer");
@@ -200,7 +206,7 @@ void tok_bpe_free(struct pi_vocab *v) {
 }
 
 void tok_scratch_free(struct tok_scratch *s) {
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < TOK_SCRATCH_BUFS; i++) {
         pi_free(s->alloc, s->buf[i]);
         s->buf[i] = NULL;
         s->cap[i] = 0;
@@ -397,6 +403,188 @@ static int split(const struct pi_vocab *v, int level, const char *p, size_t n,
     return split(v, level + 1, p + off, n - off, s, o);
 }
 
+/* ---- NFC (Qwen's normalizer) ----------------------------------------------------------- */
+
+/* Unicode's canonical composition over the tables of nfc_table.h: decompose each code
+ * point canonically (recursively; Hangul syllables by arithmetic), put each run of
+ * combining marks in the order of their classes (stable), then compose: a mark joins
+ * the last starter when that pair is a primary composite and no mark of the same or a
+ * higher class came between them. */
+enum { HANGUL_S = 0xac00, HANGUL_L = 0x1100, HANGUL_V = 0x1161, HANGUL_T = 0x11a7,
+       HANGUL_NL = 19, HANGUL_NV = 21, HANGUL_NT = 28, HANGUL_NS = 11172 };
+
+static int ccc_of(uint32_t cp) {
+    size_t lo = 0, hi = sizeof nfc_ccc / sizeof nfc_ccc[0];
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        uint32_t c = nfc_ccc[mid] >> 8;
+        if (c == cp)
+            return (int)(nfc_ccc[mid] & 0xff);
+        if (c < cp)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return 0;
+}
+
+static const uint32_t *decomp_of(uint32_t cp) {
+    size_t lo = 0, hi = sizeof nfc_decomp / sizeof nfc_decomp[0] / 3;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        uint32_t c = nfc_decomp[3 * mid];
+        if (c == cp)
+            return &nfc_decomp[3 * mid + 1];
+        if (c < cp)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return NULL;
+}
+
+static uint32_t compose_pair(uint32_t a, uint32_t b) {
+    if (a >= HANGUL_L && a < HANGUL_L + HANGUL_NL && b >= HANGUL_V && b < HANGUL_V + HANGUL_NV)
+        return HANGUL_S + ((a - HANGUL_L) * HANGUL_NV + (b - HANGUL_V)) * HANGUL_NT;
+    if (a >= HANGUL_S && a < HANGUL_S + HANGUL_NS && (a - HANGUL_S) % HANGUL_NT == 0 &&
+        b > HANGUL_T && b < HANGUL_T + HANGUL_NT)
+        return a + (b - HANGUL_T);
+    size_t lo = 0, hi = sizeof nfc_comp / sizeof nfc_comp[0] / 3;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        const uint32_t *e = &nfc_comp[3 * mid];
+        if (e[0] == a && e[1] == b)
+            return e[2];
+        if (e[0] < a || (e[0] == a && e[1] < b))
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return 0;
+}
+
+/* Append the full canonical decomposition of cp to out[*n] (room for 4 more). */
+static void decompose(uint32_t cp, uint32_t *out, size_t *n) {
+    if (cp >= HANGUL_S && cp < HANGUL_S + HANGUL_NS) {
+        uint32_t i = cp - HANGUL_S;
+        out[(*n)++] = HANGUL_L + i / (HANGUL_NV * HANGUL_NT);
+        out[(*n)++] = HANGUL_V + (i % (HANGUL_NV * HANGUL_NT)) / HANGUL_NT;
+        if (i % HANGUL_NT)
+            out[(*n)++] = HANGUL_T + i % HANGUL_NT;
+        return;
+    }
+    const uint32_t *d = decomp_of(cp);
+    if (!d) {
+        out[(*n)++] = cp;
+        return;
+    }
+    decompose(d[0], out, n);
+    if (d[1])
+        decompose(d[1], out, n);
+}
+
+static uint32_t utf8_decode(const unsigned char *p, int32_t len) {
+    if (len == 1)
+        return p[0];
+    uint32_t cp = p[0] & (0x7f >> len);
+    for (int32_t i = 1; i < len; i++)
+        cp = cp << 6 | (p[i] & 0x3f);
+    return cp;
+}
+
+static size_t utf8_encode(uint32_t cp, char *o) {
+    if (cp < 0x80) {
+        o[0] = (char)cp;
+        return 1;
+    }
+    if (cp < 0x800) {
+        o[0] = (char)(0xc0 | cp >> 6);
+        o[1] = (char)(0x80 | (cp & 0x3f));
+        return 2;
+    }
+    if (cp < 0x10000) {
+        o[0] = (char)(0xe0 | cp >> 12);
+        o[1] = (char)(0x80 | ((cp >> 6) & 0x3f));
+        o[2] = (char)(0x80 | (cp & 0x3f));
+        return 3;
+    }
+    o[0] = (char)(0xf0 | cp >> 18);
+    o[1] = (char)(0x80 | ((cp >> 12) & 0x3f));
+    o[2] = (char)(0x80 | ((cp >> 6) & 0x3f));
+    o[3] = (char)(0x80 | (cp & 0x3f));
+    return 4;
+}
+
+/* NFC of n bytes of well-formed UTF-8 into s->buf[4] (*out, *out_len). Text with no
+ * code point from U+0300 on is its own NFC (nothing below it decomposes into or
+ * composes with anything). */
+static int nfc(const char *p, size_t n, struct tok_scratch *s, const char **out,
+               size_t *out_len) {
+    const unsigned char *u = (const unsigned char *)p;
+    size_t i = 0;
+    while (i < n && u[i] < 0xcc) /* 0xcc 0x80 is U+0300 */
+        i++;
+    if (i == n) {
+        *out = p;
+        *out_len = n;
+        return PI_OK;
+    }
+    if (n > ((size_t)-1) / 16)
+        return PI_ERR_NOMEM;
+    PI_TRY(tok_scratch_reserve(s, 3, 4 * n * sizeof(uint32_t)));
+    PI_TRY(tok_scratch_reserve(s, 4, 16 * n));
+    uint32_t *cps = s->buf[3];
+    size_t k = 0;
+    for (i = 0; i < n;) {
+        int32_t cl = utf8_char_len(u + i, n - i);
+        decompose(utf8_decode(u + i, cl), cps, &k);
+        i += (size_t)cl;
+    }
+    /* canonical order: a stable insertion sort of each run of non-starters */
+    for (size_t a = 1; a < k; a++) {
+        int c = ccc_of(cps[a]);
+        if (c == 0)
+            continue;
+        uint32_t x = cps[a];
+        size_t b = a;
+        while (b > 0 && ccc_of(cps[b - 1]) > c) {
+            cps[b] = cps[b - 1];
+            b--;
+        }
+        cps[b] = x;
+    }
+    /* compose: last is the class of the last mark kept after the starter, -1 when the
+     * code point is right after it */
+    size_t w = 0, starter = 0;
+    int have_starter = 0, last = -1;
+    for (size_t a = 0; a < k; a++) {
+        uint32_t cp = cps[a];
+        int c = ccc_of(cp);
+        if (have_starter && (last == -1 || (last != 0 && last < c))) {
+            uint32_t comp = compose_pair(cps[starter], cp);
+            if (comp) {
+                cps[starter] = comp;
+                continue;
+            }
+        }
+        if (c == 0) {
+            starter = w;
+            have_starter = 1;
+            last = -1;
+        } else {
+            last = c;
+        }
+        cps[w++] = cp;
+    }
+    char *o = s->buf[4];
+    size_t m = 0;
+    for (size_t a = 0; a < w; a++)
+        m += utf8_encode(cps[a], o + m);
+    *out = o;
+    *out_len = m;
+    return PI_OK;
+}
+
 int tok_bpe_fragment(const struct pi_vocab *v, const char *text, size_t len, struct tok_scratch *s,
                      struct tok_out *o) {
     if (len == 0)
@@ -415,7 +603,14 @@ int tok_bpe_fragment(const struct pi_vocab *v, const char *text, size_t len, str
         size_t start = i;
         while (i < len && (u[i] < 0x80 || utf8_char_len(u + i, len - i) > 1))
             i += (size_t)utf8_char_len(u + i, len - i);
-        PI_TRY(split(v, 0, text + start, i - start, s, o));
+        if (v->nfc) {
+            const char *t;
+            size_t tl;
+            PI_TRY(nfc(text + start, i - start, s, &t, &tl));
+            PI_TRY(split(v, 0, t, tl, s, o));
+        } else {
+            PI_TRY(split(v, 0, text + start, i - start, s, o));
+        }
         start = i;
         while (i < len && u[i] >= 0x80 && utf8_char_len(u + i, len - i) == 1)
             i++;

@@ -102,6 +102,7 @@ struct pi_vocab {
     int ignore_merges;    /* a pre-token that is a whole token skips the merges */
     int falcon_digits;    /* Falcon's digit splits on the byte-level text (tok_bpe.c) */
     int pre_adds_bos;     /* add_bos_token's default for this pre-tokenizer */
+    int nfc;              /* NFC-normalise each fragment first (Qwen's tokenizer.json) */
     const char *pre_name; /* the pre-tokenizer in use (static string) */
     int n_patterns;       /* applied in order, each splitting the last one's pieces */
     void *patterns[PI_VOCAB_MAX_PATTERNS]; /* pcre2_code_8 * */
@@ -174,14 +175,16 @@ static inline void tok_out_push(struct tok_out *o, int32_t id) {
 }
 
 /* Per-call scratch memory, grown on demand through the vocabulary's allocator. */
+#define TOK_SCRATCH_BUFS 5
 struct tok_scratch {
     const struct pi_allocator *alloc;
-    void *buf[3];
-    size_t cap[3];
+    void *buf[TOK_SCRATCH_BUFS]; /* BPE: 0-2 merging, 3-4 NFC */
+    size_t cap[TOK_SCRATCH_BUFS];
     void *match_data; /* pcre2_match_data_8 * (BPE), created on first use */
 };
 
-/* Make sure s->buf[which] (0..2) holds `size` bytes; its old contents are lost. */
+/* Make sure s->buf[which] (0..TOK_SCRATCH_BUFS-1) holds `size` bytes; its old contents
+ * are lost. */
 int tok_scratch_reserve(struct tok_scratch *s, int which, size_t size);
 void tok_scratch_free(struct tok_scratch *s);
 

@@ -217,6 +217,13 @@ static void jfree(struct jv *v) {
     free(v->s);
 }
 
+static const struct jv *jfind(const struct jv *o, const char *key) {
+    for (size_t i = 0; o->t == J_OBJ && i < o->n; i++)
+        if (!strcmp(o->keys[i], key))
+            return &o->items[i];
+    return NULL;
+}
+
 static const struct jv *jget(const struct jv *o, const char *key) {
     for (size_t i = 0; o->t == J_OBJ && i < o->n; i++)
         if (!strcmp(o->keys[i], key))
@@ -684,6 +691,21 @@ static void test_bpe_families(void **state) {
         const struct jv *ref = jget(fam, "cases");
         assert_int_equal(ref->n, texts->n);
         bad += count_corpus_bpe(m, &cases, ref, label);
+        /* Qwen's NFC: strings that normalising changes, against Hugging Face's NFC. */
+        const struct jv *nfc = jfind(fam, "nfc_cases");
+        for (size_t i = 0; nfc && i < nfc->n; i++) {
+            const struct jv *c = &nfc->items[i], *text = jget(c, "text");
+            int64_t nn;
+            int32_t *ids = tokenize(m, text->s, text->len, 0, &nn);
+            if (!ids_equal(ids, nn, jget(c, "ids"))) {
+                bad++;
+                fprintf(stderr, "# %s: NFC case %zu \"%.60s\" differs\n", label, i, text->s);
+                print_ids("nfc", ids, nn, jget(c, "ids"));
+            }
+            free(ids);
+        }
+        if (nfc)
+            fprintf(stderr, "# %s: %zu NFC strings checked\n", label, nfc->n);
         /* ADD_SPECIAL puts BOS in front where the family adds one, nothing else. */
         int32_t bos = (int32_t)jget(fam, "bos")->num;
         int add_bos = (int)jget(fam, "add_bos")->num;
@@ -1477,6 +1499,14 @@ static void test_alloc_failure_spm(void **state) {
     alloc_failure(spm_path(), "<s>Hello world \xf0\x9f\x8e\x89 and 123 ab");
 }
 
+/* Qwen's NFC takes scratch memory of its own. */
+static void test_alloc_failure_nfc(void **state) {
+    (void)state;
+    char path[1024];
+    snprintf(path, sizeof path, "%s/bpe_qwen2.gguf", g_fixtures);
+    alloc_failure(path, "<|im_start|>cafe\xcc\x81 \xe1\x84\x80\xe1\x85\xa1 a\xcc\xa3\xcc\x82 123");
+}
+
 static void test_alloc_failure_bpe(void **state) {
     (void)state;
     need_smollm2();
@@ -1566,6 +1596,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_hostile_metadata),
         cmocka_unit_test(test_alloc_failure_spm),
         cmocka_unit_test(test_alloc_failure_bpe),
+        cmocka_unit_test(test_alloc_failure_nfc),
         cmocka_unit_test(test_threads),
         cmocka_unit_test(test_bpe_match_limit),
     };
