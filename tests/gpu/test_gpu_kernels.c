@@ -3,8 +3,11 @@
  *    (pi_type_traits()->to_float) and double-precision sums, on odd shapes, with a
  *    tolerance relative to the sum of |terms|; matmul_t also with rows of NaN weights
  *    whose activations are zero (they must not be read);
- *  - rmsnorm, rope, kv_store + attention, ffn_act, ffn_act_masked and add against the
- *    CPU backend's own ops (f32 tolerance; the ReLU activations and add exactly);
+ *  - rmsnorm, layernorm, rope (factors, YaRN, attn_factor, partial rotary, both pair
+ *    layouts), kv_store + attention (scale, soft-cap, sliding windows, split positions),
+ *    all ten activations in ffn_act and ffn_act_masked, add, add_rows, scale and softcap
+ *    against the CPU backend's own ops (f32 tolerances stated at each test; the ReLU
+ *    activations, add, add_rows and scale exactly);
  *  - the contract: supports, device_info, allocation failure, upload's buffer reuse,
  *    bad ordinals, errors recorded by ops and reported by sync.
  * Exits 77 (skip) when the library has no GPU backend or no device is usable. Prints
@@ -403,47 +406,99 @@ static void test_rmsnorm(void **state) {
             }
 }
 
+/* RoPE against the CPU's, both pair layouts each: plain and linear scaling, partial
+ * rotary (n_rot < head_dim: the rest must stay as it was), per-pair frequency factors
+ * (rope_freqs / LongRoPE: on the device for the GPU, on the host for the CPU), YaRN
+ * (ext_factor 1, freq_scale 0.25, trained context 4096, positions past it) and
+ * attn_factor != 1. Both backends compute the angle in double from the same expression
+ * and round cos and sin (times the scale) to float, then rotate with the same float
+ * products (no contraction on the device): they differ only where the device's double
+ * pow/cos/sin (within 2 ulp) tip a float rounding, one float ulp of cos or sin, so
+ * 1e-6 * (1 + |x|) (about 8 ulp at |x| ~ 2) bounds it. */
 static void test_rope(void **state) {
     (void)state;
     static const struct {
         int64_t n_tok, n_head, head_dim, n_rot, pos0;
-        float base, scale;
+        float base, scale, attn_factor, ext_factor;
+        int64_t n_ctx_orig;
+        int factors;
     } cases[] = {
-        {7, 5, 64, 64, 0, 10000.0f, 1.0f},
-        {1, 32, 128, 128, 4095, 500000.0f, 1.0f},
-        {33, 3, 80, 32, 1000, 10000.0f, 4.0f},
-        {2, 2, 12, 8, 5, 500.0f, 2.0f},
+        {7, 5, 64, 64, 0, 10000.0f, 1.0f, 1.0f, 0.0f, 0, 0},
+        {1, 32, 128, 128, 4095, 500000.0f, 1.0f, 1.0f, 0.0f, 0, 0},
+        {33, 3, 80, 32, 1000, 10000.0f, 4.0f, 1.0f, 0.0f, 0, 0},
+        {2, 2, 12, 8, 5, 500.0f, 2.0f, 1.0f, 0.0f, 0, 0},
+        /* Llama 3.1 rope_freqs / LongRoPE: factors, full and partial rotary */
+        {9, 4, 64, 64, 3000, 500000.0f, 1.0f, 1.0f, 0.0f, 0, 1},
+        {5, 3, 96, 48, 70, 10000.0f, 1.0f, 1.19f, 0.0f, 0, 1},
+        /* YaRN: 4x beyond a 4096 context, full and partial rotary, with and without
+         * attn_factor and factors */
+        {17, 4, 128, 128, 8000, 10000.0f, 4.0f, 1.0f, 1.0f, 4096, 0},
+        {3, 6, 64, 64, 16380, 1000000.0f, 4.0f, 0.8f, 1.0f, 4096, 0},
+        {4, 2, 80, 40, 5000, 10000.0f, 4.0f, 1.0f, 1.0f, 4096, 1},
+        /* attn_factor alone (Phi-3's LongRoPE scale), partial rotary, odd head count */
+        {6, 7, 40, 24, 12, 10000.0f, 1.0f, 1.25f, 0.0f, 0, 0},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
         for (int neox = 0; neox <= 1; neox++) {
             const int64_t n = cases[c].n_tok * cases[c].n_head * cases[c].head_dim;
+            const int64_t half = cases[c].n_rot / 2;
             float *x = rnd_floats((size_t)n, 2.0f);
+            float *x0 = malloc((size_t)n * sizeof *x0);
+            memcpy(x0, x, (size_t)n * sizeof *x0);
             float *got = malloc((size_t)n * sizeof *got);
             float *dx = dev_from(x, (size_t)n * sizeof *x);
-            const struct pi_rope rp = {.n_rot = cases[c].n_rot, .neox = neox,
-                                       .base = cases[c].base,
-                                       .freq_scale = 1.0f / cases[c].scale,
-                                       .attn_factor = 1.0f};
+            float *f = NULL, *df = NULL;
+            if (cases[c].factors) { /* 1 .. 40, rising with the pair like Llama 3.1's */
+                f = malloc((size_t)half * sizeof *f);
+                for (int64_t i = 0; i < half; i++)
+                    f[i] = 1.0f + 39.0f * (float)i / (float)half + 0.5f * (rnd() + 1.0f);
+                df = dev_from(f, (size_t)half * sizeof *f);
+            }
+            struct pi_rope rp = {.n_rot = cases[c].n_rot, .neox = neox,
+                                 .base = cases[c].base,
+                                 .freq_scale = 1.0f / cases[c].scale,
+                                 .factors = f,
+                                 .attn_factor = cases[c].attn_factor,
+                                 .ext_factor = cases[c].ext_factor,
+                                 .beta_fast = 32.0f, .beta_slow = 1.0f,
+                                 .n_ctx_orig = cases[c].n_ctx_orig};
             C->rope(cb, x, cases[c].n_tok, cases[c].n_head, cases[c].head_dim, cases[c].pos0,
                     &rp);
+            rp.factors = df;
             G->rope(gb, dx, cases[c].n_tok, cases[c].n_head, cases[c].head_dim, cases[c].pos0,
                     &rp);
             dev_to(got, dx, (size_t)n * sizeof *got);
-            for (int64_t i = 0; i < n; i++)
-                check("rope", got[i], x[i], 1e-6 * (1.0 + fabs(x[i])), neox ? "neox" : "pairs",
-                      (long)i);
+            const char *what = cases[c].ext_factor != 0.0f ? (neox ? "yarn neox" : "yarn pairs")
+                               : cases[c].factors          ? (neox ? "factors neox"
+                                                                   : "factors pairs")
+                               : neox                      ? "neox"
+                                                           : "pairs";
+            for (int64_t i = 0; i < n; i++) {
+                check("rope", got[i], x[i], 1e-6 * (1.0 + fabs(x[i])), what, (long)i);
+                /* values past n_rot are not rotated, on either backend */
+                if (i % cases[c].head_dim >= cases[c].n_rot)
+                    check("rope", got[i], x0[i], 0.0, "unrotated", (long)i);
+            }
+            /* the rotation moved something: the case tests what it claims */
+            assert_true(memcmp(x, x0, (size_t)n * sizeof *x) != 0 || cases[c].pos0 == 0);
             G->buf_free(gb, dx);
+            if (df)
+                G->buf_free(gb, df);
+            free(f);
             free(x);
+            free(x0);
             free(got);
         }
+    assert_int_equal(G->sync(gb), PI_OK);
 }
 
 /* The same stores and attentions on both backends' caches, chunk by chunk: the last
- * token of each chunk sees every earlier position. Attention runs on the first chunk
- * and the last `n_last` (all when n_last is 0; the CPU's attention is slow to check
- * on every chunk of a long context). */
+ * token of each chunk sees every earlier position (or the last a->window of them).
+ * Attention runs on the first chunk, every 5th and the last `n_last` (all when n_last
+ * is 0; the CPU's attention is slow to check on every chunk of a long context).
+ * a: the options (NULL: scale 1 / sqrt(head_dim_k), no cap, no window). */
 static void attention_case(const struct pi_kv_desc *d, const int64_t *chunks, int n_chunks,
-                           int64_t layer, int n_last) {
+                           int64_t layer, int n_last, const struct pi_attn *a) {
     struct pi_kv *ckv, *gkv;
     assert_int_equal(C->kv_create(cb, d, &ckv), PI_OK);
     assert_int_equal(G->kv_create(gb, d, &gkv), PI_OK);
@@ -461,16 +516,22 @@ static void attention_case(const struct pi_kv_desc *d, const int64_t *chunks, in
         float *dk = dev_from(k, (size_t)(n_tok * nk) * sizeof *k);
         float *dv = dev_from(v, (size_t)(n_tok * nv) * sizeof *v);
         float *dout = dev_alloc((size_t)(n_tok * no) * sizeof *got);
-        const int attend = n_last == 0 || c == 0 || c >= n_chunks - n_last;
+        const int attend = n_last == 0 || c == 0 || c % 5 == 0 || c >= n_chunks - n_last;
         C->kv_store(cb, ckv, layer, pos, n_tok, k, v);
         G->kv_store(gb, gkv, layer, pos, n_tok, dk, dv);
         if (attend) {
-            const struct pi_attn ao = {1.0f / sqrtf((float)d->head_dim_k), 0.0f, 0};
-            C->attention(cb, ckv, layer, q, n_tok, pos, &ao, want);
-            G->attention(gb, gkv, layer, dq, n_tok, pos, &ao, dout);
+            const struct pi_attn def = {1.0f / sqrtf((float)d->head_dim_k), 0.0f, 0};
+            const struct pi_attn *ao = a ? a : &def;
+            C->attention(cb, ckv, layer, q, n_tok, pos, ao, want);
+            G->attention(gb, gkv, layer, dq, n_tok, pos, ao, dout);
             dev_to(got, dout, (size_t)(n_tok * no) * sizeof *got);
+            const char *what = ao->window > 0 && ao->softcap > 0.0f ? "window, softcap"
+                               : ao->window > 0                      ? "window"
+                               : ao->softcap > 0.0f                  ? "softcap"
+                               : a                                   ? "scale"
+                                                                     : "vs cpu";
             for (int64_t i = 0; i < n_tok * no; i++)
-                check("attention", got[i], want[i], 1e-5 * (1.0 + fabs(want[i])), "vs cpu",
+                check("attention", got[i], want[i], 1e-5 * (1.0 + fabs(want[i])), what,
                       (long)i);
         }
         G->buf_free(gb, dq);
@@ -494,12 +555,12 @@ static void test_attention(void **state) {
     { /* grouped-query, prefill then decode steps */
         const struct pi_kv_desc d = {2, 160, 6, 2, 64, 64};
         const int64_t chunks[] = {7, 1, 33, 1, 64, 1};
-        attention_case(&d, chunks, 6, 1, 0);
+        attention_case(&d, chunks, 6, 1, 0, NULL);
     }
     { /* multi-head, odd head dims, K wider than V */
         const struct pi_kv_desc d = {1, 64, 4, 4, 40, 24};
         const int64_t chunks[] = {1, 2, 3, 7, 1};
-        attention_case(&d, chunks, 5, 0, 0);
+        attention_case(&d, chunks, 5, 0, 0, NULL);
     }
     { /* one K/V head for 8, wide heads, a long context (split positions) */
         const struct pi_kv_desc d = {1, 3000, 8, 1, 128, 128};
@@ -509,12 +570,12 @@ static void test_attention(void **state) {
             chunks[n++] = 2990 - p < 64 ? 2990 - p : 64;
         chunks[n++] = 7;
         chunks[n++] = 1;
-        attention_case(&d, chunks, n, 0, 3);
+        attention_case(&d, chunks, n, 0, 3, NULL);
     }
     { /* the widest heads the kernel takes on every warp width */
         const struct pi_kv_desc d = {1, 300, 2, 2, 256, 256};
         const int64_t chunks[] = {33, 1, 64, 64, 64, 1};
-        attention_case(&d, chunks, 6, 0, 0);
+        attention_case(&d, chunks, 6, 0, 0, NULL);
     }
     { /* wider heads: refused at creation, not failed later */
         const struct pi_kv_desc d = {1, 8, 2, 2, 1024, 1024};
@@ -524,8 +585,86 @@ static void test_attention(void **state) {
     }
 }
 
+/* Attention options against the CPU's: a scale other than 1 / sqrt(head_dim_k) (Gemma's
+ * query_pre_attn_scalar), a soft-cap that bites (scores of about +-1.6 (q.k std ~5.3 at
+ * head dim 64, times 0.3) capped at 1.5, so tanh is well off linear), and sliding
+ * windows: 1 (only itself), 16 (smaller than the contexts), 107 (exactly the positions
+ * the last token sees) and 1000 (larger than the cache); then long contexts with a
+ * window, in 64-token prefill steps and decode, where the device splits the positions
+ * (k_attn_merge) over windowed ranges and steps cross the point where the window starts
+ * to cut (positions 700 and 40). Tolerance as above, 1e-5 * (1 + |want|): the cap adds
+ * one tanhf per score (within 2 ulp on the device, 1 in glibc), far below the
+ * summation-order differences the bound covers; a position wrongly in or out of the
+ * window moves an output by ~1e-2. */
+static void test_attention_options(void **state) {
+    (void)state;
+    {
+        const struct pi_kv_desc d = {2, 160, 6, 2, 64, 64};
+        const int64_t chunks[] = {7, 1, 33, 1, 64, 1}; /* 107 positions */
+        static const struct pi_attn opts[] = {
+            {0.3f, 0.0f, 0},    {0.3f, 1.5f, 0},    {0.125f, 0.0f, 16}, {0.125f, 0.0f, 107},
+            {0.125f, 0.0f, 1000}, {0.125f, 0.0f, 1}, {0.3f, 1.5f, 8},
+        };
+        for (size_t i = 0; i < sizeof opts / sizeof opts[0]; i++)
+            attention_case(&d, chunks, 6, 1, 0, &opts[i]);
+    }
+    { /* one K/V head for 8 over a long context: windows of 700 and of 40 (with a cap) */
+        const struct pi_kv_desc d = {1, 3000, 8, 1, 128, 128};
+        int64_t chunks[64];
+        int n = 0;
+        for (int64_t p = 0; p < 2990; p += 64)
+            chunks[n++] = 2990 - p < 64 ? 2990 - p : 64;
+        chunks[n++] = 7;
+        chunks[n++] = 1;
+        chunks[n++] = 1;
+        const struct pi_attn wide = {0.0884f, 0.0f, 700}, narrow = {0.0884f, 2.0f, 40};
+        attention_case(&d, chunks, n, 0, 4, &wide);
+        attention_case(&d, chunks, n, 0, 0, &narrow);
+    }
+    { /* the widest heads, a window and a cap */
+        const struct pi_kv_desc d = {1, 300, 2, 2, 256, 256};
+        const int64_t chunks[] = {33, 1, 64, 64, 64, 1};
+        const struct pi_attn o = {0.0625f, 1.0f, 100};
+        attention_case(&d, chunks, 6, 0, 0, &o);
+    }
+}
+
+static const char *const k_act_names[PI_ACT_COUNT] = {
+    [PI_ACT_SILU_MUL] = "silu*u",       [PI_ACT_RELU_MUL] = "relu*u",
+    [PI_ACT_RELU_RELU_MUL] = "relu*relu", [PI_ACT_GELU_MUL] = "gelu*u",
+    [PI_ACT_GELU_ERF_MUL] = "gelu_erf*u", [PI_ACT_SILU] = "silu",
+    [PI_ACT_GELU] = "gelu",             [PI_ACT_GELU_ERF] = "gelu_erf",
+    [PI_ACT_RELU] = "relu",             [PI_ACT_RELU_SQR] = "relu^2",
+};
+
+/* Tolerance of one activation against the CPU's, g and u the inputs. The ReLU family
+ * is exact (a compare, then at most one product: g * u or g * g). SiLU: expf within
+ * 2 ulp on the device (1 in glibc), then one add, one divide and one product, each
+ * correctly rounded: 1e-6 relative. GELU (tanh or erf form): 0.5 g (1 + t) cancels
+ * for negative g (t near -1), so a 2-ulp error of tanhf or erff (at most 1.2e-7
+ * absolute for |t| < 1) is 6e-8 |g| absolute, not relative: 3e-7 |g| |u| bounds it with
+ * a margin of 5, plus 1e-6 relative for the float operations around it. */
+static double act_tol(enum pi_act act, float g, float u, double want) {
+    const double uu = pi_act_gated(act) ? fabs(u) : 1.0;
+    switch (act) {
+    case PI_ACT_SILU_MUL:
+    case PI_ACT_SILU:
+        return 1e-6 * fabs(want) + 1e-30;
+    case PI_ACT_GELU_MUL:
+    case PI_ACT_GELU_ERF_MUL:
+    case PI_ACT_GELU:
+    case PI_ACT_GELU_ERF:
+        return 1e-6 * fabs(want) + 3e-7 * fabs(g) * uu + 1e-30;
+    default:
+        return 0.0;
+    }
+}
+
+/* One activation on both backends: ffn_act (masked 2) or ffn_act_masked without (0) or
+ * with (1) a score mask. The plain activations get u NULL, as the executor passes it. */
 static void act_case(enum pi_act act, int64_t n_tok, int64_t n, int masked) {
     const int64_t stride = n + 101, total = n_tok * n;
+    const int gated = pi_act_gated(act);
     float *g = rnd_floats((size_t)total, 4.0f);
     float *u = rnd_floats((size_t)total, 4.0f);
     g[0] = 0.0f;
@@ -539,47 +678,49 @@ static void act_case(enum pi_act act, int64_t n_tok, int64_t n, int masked) {
     score[map[0]] = thr;             /* equal: active */
     score[map[n > 1 ? 1 : 0]] = NAN; /* NaN: masked */
     float *want = malloc((size_t)total * sizeof *want);
+    float *g0 = malloc((size_t)total * sizeof *g0);
     memcpy(want, g, (size_t)total * sizeof *want);
+    memcpy(g0, g, (size_t)total * sizeof *g0);
     float *dg = dev_from(g, (size_t)total * sizeof *g);
-    float *du = dev_from(u, (size_t)total * sizeof *u);
+    float *du = gated ? dev_from(u, (size_t)total * sizeof *u) : NULL;
     float *ds = dev_from(score, (size_t)(n_tok * stride) * sizeof *score);
     int32_t *dm = dev_from(map, (size_t)n * sizeof *map);
+    const float *hu = gated ? u : NULL;
     if (masked == 2) {
-        C->ffn_act(cb, act, want, u, total);
+        C->ffn_act(cb, act, want, hu, total);
         G->ffn_act(gb, act, dg, du, total);
     } else {
-        C->ffn_act_masked(cb, act, want, u, n_tok, n, masked ? score : NULL, stride, map, thr);
+        C->ffn_act_masked(cb, act, want, hu, n_tok, n, masked ? score : NULL, stride, map, thr);
         G->ffn_act_masked(gb, act, dg, du, n_tok, n, masked ? ds : NULL, stride, dm, thr);
     }
     dev_to(g, dg, (size_t)total * sizeof *g);
     const char *op = masked == 2 ? "ffn_act" : "ffn_act_masked";
-    const char *what = act == PI_ACT_SILU_MUL   ? "silu"
-                       : act == PI_ACT_RELU_MUL ? "relu"
-                                                : "relu-relu";
     for (int64_t i = 0; i < total; i++)
-        check(op, g[i], want[i], act == PI_ACT_SILU_MUL ? 1e-6 * fabs(want[i]) + 1e-30 : 0.0, what,
+        check(op, g[i], want[i], act_tol(act, g0[i], u[i], want[i]), k_act_names[act],
               (long)i);
     G->buf_free(gb, dg);
-    G->buf_free(gb, du);
+    if (du)
+        G->buf_free(gb, du);
     G->buf_free(gb, ds);
     G->buf_free(gb, dm);
     free(g);
+    free(g0);
     free(u);
     free(score);
     free(map);
     free(want);
 }
 
+/* All ten activations, plain and under the predictor's mask. */
 static void test_ffn_act(void **state) {
     (void)state;
-    static const enum pi_act acts[] = {PI_ACT_SILU_MUL, PI_ACT_RELU_MUL, PI_ACT_RELU_RELU_MUL};
-    for (int a = 0; a < 3; a++) {
-        act_case(acts[a], 1, 10007, 2);
-        act_case(acts[a], 1, 3, 2);
+    for (int a = 0; a < PI_ACT_COUNT; a++) {
+        act_case((enum pi_act)a, 1, 10007, 2);
+        act_case((enum pi_act)a, 1, 3, 2);
         for (int masked = 0; masked <= 1; masked++) {
-            act_case(acts[a], 1, 333, masked);
-            act_case(acts[a], 7, 333, masked);
-            act_case(acts[a], 33, 4099, masked);
+            act_case((enum pi_act)a, 1, 333, masked);
+            act_case((enum pi_act)a, 7, 333, masked);
+            act_case((enum pi_act)a, 33, 4099, masked);
         }
     }
     assert_int_equal(G->sync(gb), PI_OK);
@@ -601,6 +742,198 @@ static void test_add(void **state) {
     free(y);
     free(x);
     free(got);
+}
+
+/* n values of `type` (F32, F16 or BF16) from f, rounded as stored: [n] bytes on the host. */
+static uint8_t *vec_bytes(const float *f, int64_t n, uint32_t type, size_t *bytes) {
+    const size_t w = type == PI_TYPE_F32 ? 4 : 2;
+    uint8_t *v = malloc((size_t)n * w);
+    assert_non_null(v);
+    for (int64_t i = 0; i < n; i++) {
+        if (type == PI_TYPE_F32) {
+            memcpy(v + 4 * i, &f[i], 4);
+        } else {
+            const uint16_t h = type == PI_TYPE_F16 ? pi_fp32_to_fp16(f[i]) : pi_fp32_to_bf16(f[i]);
+            memcpy(v + 2 * i, &h, 2);
+        }
+    }
+    *bytes = (size_t)n * w;
+    return v;
+}
+
+/* LayerNorm against the CPU's: with and without weight and bias (F32, F16, BF16
+ * vectors; F16 weight with F32 bias too), in place and not, rows of 1 (variance 0),
+ * odd and long lengths; inputs off-centre (mean ~2) so the mean matters. Both take the
+ * mean and the variance in double (the device over a fixed tree, the CPU in order), so
+ * their float mean and 1/sqrt(var + eps) agree to about one float ulp; the result
+ * (x - m) * inv * g + b is then the same float expression. 2e-6 relative to
+ * |(x - m) * inv * g| + |b| (the bias may cancel the rest) plus 1e-6 absolute (one ulp
+ * of the mean, times inv ~ 0.6) bounds that. */
+static void test_layernorm(void **state) {
+    (void)state;
+    static const int64_t ns[] = {1, 37, 4096, 5003};
+    static const struct {
+        uint32_t gtype, btype; /* 0: NULL */
+    } vecs[] = {
+        {0, 0},
+        {PI_TYPE_F32, 0},
+        {0, PI_TYPE_F32},
+        {PI_TYPE_F32, PI_TYPE_F32},
+        {PI_TYPE_F16, PI_TYPE_F16},
+        {PI_TYPE_BF16, PI_TYPE_BF16},
+        {PI_TYPE_F16, PI_TYPE_F32},
+    };
+    for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++)
+        for (size_t vi = 0; vi < sizeof vecs / sizeof vecs[0]; vi++)
+            for (int alias = 0; alias <= 1; alias++) {
+                const int64_t n = ns[ni], n_tok = ni % 2 ? 7 : 3;
+                float *x = rnd_floats((size_t)(n * n_tok), 3.0f);
+                for (int64_t i = 0; i < n * n_tok; i++)
+                    x[i] += 2.0f;
+                float *gf = rnd_floats((size_t)n, 1.5f), *bf = rnd_floats((size_t)n, 1.0f);
+                size_t gbytes = 0, bbytes = 0;
+                uint8_t *g = vecs[vi].gtype ? vec_bytes(gf, n, vecs[vi].gtype, &gbytes) : NULL;
+                uint8_t *bi = vecs[vi].btype ? vec_bytes(bf, n, vecs[vi].btype, &bbytes) : NULL;
+                const struct pi_vector gv = {g, vecs[vi].gtype, n}, bv = {bi, vecs[vi].btype, n};
+                float *want = malloc((size_t)(n * n_tok) * sizeof *want);
+                float *got = malloc((size_t)(n * n_tok) * sizeof *got);
+                C->layernorm(cb, x, g ? &gv : NULL, bi ? &bv : NULL, n, 1e-5f, n_tok, want);
+                /* the bias as the CPU read it, for the tolerance */
+                float *bval = calloc((size_t)n, sizeof *bval);
+                if (bi) {
+                    float *zero = calloc((size_t)n, sizeof *zero);
+                    C->add_rows(cb, zero, &bv, 1);
+                    memcpy(bval, zero, (size_t)n * sizeof *bval);
+                    free(zero);
+                }
+                float *dx = dev_from(x, (size_t)(n * n_tok) * sizeof *x);
+                float *dy = alias ? dx : dev_alloc((size_t)(n * n_tok) * sizeof *x);
+                void *dg = g ? dev_from(g, gbytes) : NULL, *db = bi ? dev_from(bi, bbytes) : NULL;
+                const struct pi_vector dgv = {dg, vecs[vi].gtype, n}, dbv = {db, vecs[vi].btype, n};
+                /* a vector with data NULL means none too (only the NULL vector here) */
+                G->layernorm(gb, dx, g ? &dgv : NULL, bi ? &dbv : NULL, n, 1e-5f, n_tok, dy);
+                dev_to(got, dy, (size_t)(n * n_tok) * sizeof *got);
+                char what[48];
+                snprintf(what, sizeof what, "g %s, bias %s%s",
+                         g ? pi_type_traits(vecs[vi].gtype)->name : "none",
+                         bi ? pi_type_traits(vecs[vi].btype)->name : "none",
+                         alias ? ", in place" : "");
+                for (int64_t i = 0; i < n * n_tok; i++) {
+                    const double b = bval[i % n];
+                    check("layernorm", got[i], want[i],
+                          2e-6 * (fabs(want[i] - b) + fabs(b)) + 1e-6, what, (long)i);
+                }
+                G->buf_free(gb, dx);
+                if (!alias)
+                    G->buf_free(gb, dy);
+                if (dg)
+                    G->buf_free(gb, dg);
+                if (db)
+                    G->buf_free(gb, db);
+                free(x);
+                free(gf);
+                free(bf);
+                free(g);
+                free(bi);
+                free(bval);
+                free(want);
+                free(got);
+            }
+    /* a vector whose data is NULL is no vector, as on the CPU */
+    {
+        const int64_t n = 37;
+        float *x = rnd_floats((size_t)n, 3.0f), *want = malloc((size_t)n * sizeof *want);
+        float *got = malloc((size_t)n * sizeof *got);
+        const struct pi_vector none = {NULL, PI_TYPE_F32, n};
+        C->layernorm(cb, x, &none, &none, n, 1e-5f, 1, want);
+        float *dx = dev_from(x, (size_t)n * sizeof *x);
+        G->layernorm(gb, dx, &none, &none, n, 1e-5f, 1, dx);
+        dev_to(got, dx, (size_t)n * sizeof *got);
+        for (int64_t i = 0; i < n; i++)
+            check("layernorm", got[i], want[i], 2e-6 * fabs(want[i]) + 1e-6, "data NULL",
+                  (long)i);
+        G->buf_free(gb, dx);
+        free(x);
+        free(want);
+        free(got);
+    }
+    assert_int_equal(G->sync(gb), PI_OK);
+}
+
+/* Biases: y[t][i] += v[i] with F32, F16 and BF16 vectors; one float add of the same
+ * decoded value on both backends (the device's F16/BF16 decoding is bit-exact, see
+ * f16 patterns), so exact. */
+static void test_add_rows(void **state) {
+    (void)state;
+    static const uint32_t types[] = {PI_TYPE_F32, PI_TYPE_F16, PI_TYPE_BF16};
+    static const struct {
+        int64_t n, n_tok;
+    } shapes[] = {{1, 1}, {37, 7}, {4099, 3}, {64, 33}};
+    for (size_t ti = 0; ti < 3; ti++)
+        for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+            const int64_t n = shapes[si].n, n_tok = shapes[si].n_tok, total = n * n_tok;
+            float *y = rnd_floats((size_t)total, 2.0f), *vf = rnd_floats((size_t)n, 1.0f);
+            float *got = malloc((size_t)total * sizeof *got);
+            size_t bytes;
+            uint8_t *v = vec_bytes(vf, n, types[ti], &bytes);
+            const struct pi_vector hv = {v, types[ti], n};
+            float *dy = dev_from(y, (size_t)total * sizeof *y);
+            const struct pi_vector dv = {dev_from(v, bytes), types[ti], n};
+            C->add_rows(cb, y, &hv, n_tok);
+            G->add_rows(gb, dy, &dv, n_tok);
+            dev_to(got, dy, (size_t)total * sizeof *got);
+            for (int64_t i = 0; i < total; i++)
+                check("add_rows", got[i], y[i], 0.0, pi_type_traits(types[ti])->name, (long)i);
+            G->buf_free(gb, dy);
+            G->buf_free(gb, (void *)dv.data);
+            free(y);
+            free(vf);
+            free(v);
+            free(got);
+        }
+    assert_int_equal(G->sync(gb), PI_OK);
+}
+
+/* scale (one float product: exact) and softcap (cap * tanhf(x / cap): tanhf within
+ * 2 ulp on the device, 1 in glibc, then one product; 1e-6 relative is ~8 ulp), with
+ * Gemma's caps (30 for logits, 50 for attention) and a small one, on values from far
+ * inside the linear range to saturation (|x| up to 1e4: exactly +-cap). */
+static void test_scale_softcap(void **state) {
+    (void)state;
+    const int64_t n = 10007;
+    static const float scales[] = {45.254834f, 0.0625f, -1.5f, 1.0f};
+    static const float caps[] = {30.0f, 50.0f, 0.5f};
+    float *x = rnd_floats((size_t)n, 60.0f);
+    x[0] = 1e4f;
+    x[1] = -1e4f;
+    x[2] = 0.0f;
+    x[3] = -0.0f;
+    x[4] = 1e-20f;
+    float *want = malloc((size_t)n * sizeof *want), *got = malloc((size_t)n * sizeof *got);
+    float *dx = dev_alloc((size_t)n * sizeof *x);
+    for (size_t k = 0; k < sizeof scales / sizeof scales[0] + sizeof caps / sizeof caps[0];
+         k++) {
+        const int is_cap = k >= sizeof scales / sizeof scales[0];
+        memcpy(want, x, (size_t)n * sizeof *want);
+        assert_int_equal(G->upload(gb, dx, x, (size_t)n * sizeof *x), PI_OK);
+        if (is_cap) {
+            const float cap = caps[k - sizeof scales / sizeof scales[0]];
+            C->softcap(cb, want, cap, n);
+            G->softcap(gb, dx, cap, n);
+        } else {
+            C->scale(cb, want, scales[k], n);
+            G->scale(gb, dx, scales[k], n);
+        }
+        dev_to(got, dx, (size_t)n * sizeof *got);
+        for (int64_t i = 0; i < n; i++)
+            check(is_cap ? "softcap" : "scale", got[i], want[i],
+                  is_cap ? 1e-6 * fabs(want[i]) + 1e-30 : 0.0, "vs cpu", (long)i);
+    }
+    G->buf_free(gb, dx);
+    free(x);
+    free(want);
+    free(got);
+    assert_int_equal(G->sync(gb), PI_OK);
 }
 
 /* ---- the contract -------------------------------------------------------------------- */
@@ -818,7 +1151,10 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_matmul_t),     cmocka_unit_test(test_get_rows),
         cmocka_unit_test(test_f16_patterns), cmocka_unit_test(test_rmsnorm),
         cmocka_unit_test(test_rope),         cmocka_unit_test(test_attention),
+        cmocka_unit_test(test_attention_options),
         cmocka_unit_test(test_ffn_act),      cmocka_unit_test(test_add),
+        cmocka_unit_test(test_layernorm),    cmocka_unit_test(test_add_rows),
+        cmocka_unit_test(test_scale_softcap),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     print_table();
