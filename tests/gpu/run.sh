@@ -2,7 +2,8 @@
 # tests/gpu/run.sh -- every check that needs a GPU, in one go (about 5 minutes on an
 # H200): the kernel conformance table (each GPU op and weight type against the CPU
 # scalar reference on random shapes), the hybrid equality tests on the GPU (every
-# budget gives the CPU-only logits), and pi-bench at a few budgets on a synthetic
+# budget gives the CPU-only logits), the architecture fixtures (tests/fixtures/archs)
+# as GPU hybrid contexts against CPU only, and pi-bench at a few budgets on a synthetic
 # 1B-shape PowerInfer model. A summary table comes last.
 #
 #   sh tests/gpu/run.sh [BUILD]
@@ -10,10 +11,11 @@
 # BUILD: a meson build directory configured with -Dcuda=enabled (or -Dhip=enabled);
 # made as build-gpu when missing. Or a flat directory holding test_gpu_kernels,
 # test_hybrid, pi-bench and libpowerinfer.so.* (what tests/gpu/pack.sh writes, for a
-# machine without the build tools). Environment: PI_GPU_MODEL, a PowerInfer model for
-# pi-bench (default: generated into $TMPDIR with tools/bench/make_synthetic_powerinfer.py,
-# which needs numpy and gguf); PI_GPU_BUDGETS (GiB list, default 0,0.1,0.25,0.5,auto);
-# PI_GPU_LOG, a directory for the logs (default $TMPDIR/pi-gpu).
+# machine without the build tools; test_gpu_archs too, else that check is skipped).
+# Environment: PI_GPU_MODEL, a PowerInfer model for pi-bench (default: generated into
+# $TMPDIR with tools/bench/make_synthetic_powerinfer.py, which needs numpy and gguf);
+# PI_GPU_BUDGETS (GiB list, default 0,0.1,0.25,0.5,auto); PI_GPU_LOG, a directory for
+# the logs (default $TMPDIR/pi-gpu).
 set -u
 here=$(cd "$(dirname "$0")/../.." && pwd)
 B=${1:-build-gpu}
@@ -26,9 +28,10 @@ if [ -f "$B/build.ninja" ] || [ ! -e "$B" ]; then
     fi
     ninja -C "$B" || exit 1
     kernels=$B/tests/gpu/test_gpu_kernels hybrid=$B/tests/test_hybrid bench=$B/tools/pi-bench
-    batch=$B/tests/test_batch
+    batch=$B/tests/test_batch archs=$B/tests/gpu/test_gpu_archs
 else
     kernels=$B/test_gpu_kernels hybrid=$B/test_hybrid bench=$B/pi-bench batch=$B/test_batch
+    archs=$B/test_gpu_archs
     export LD_LIBRARY_PATH="$B${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 fi
 
@@ -46,6 +49,21 @@ grep -E '^#|ERROR|FAILED|PASSED' "$log/hybrid.txt"
 "$batch" --gpu >"$log/batch.txt" 2>&1
 s_rc=$?
 grep -E '^#|ERROR|FAILED|PASSED' "$log/batch.txt"
+# every architecture fixture with the reference that gives its tokens
+a_rc=77
+if [ -x "$archs" ]; then
+    set --
+    for m in "$here"/tests/fixtures/archs/*.gguf; do
+        r=${m%.gguf}.ref.bin
+        [ -f "$r" ] || r=${m%.*.gguf}.ref.bin
+        [ -f "$r" ] && set -- "$@" "$m" "$r"
+    done
+    "$archs" "$@" >"$log/archs.txt" 2>&1
+    a_rc=$?
+    grep -E '^#|ERROR|FAILED|PASSED|SKIP' "$log/archs.txt"
+else
+    echo "test_gpu_archs: not in $B, skipped"
+fi
 t2=$(date +%s)
 
 model=${PI_GPU_MODEL:-}
@@ -81,6 +99,7 @@ echo
 echo "| check | result | seconds |"
 echo "|---|---|--:|"
 echo "| kernel conformance (test_gpu_kernels) | $(word $k_rc) | $((t1 - t0)) |"
-echo "| hybrid = CPU-only logits (test_hybrid --gpu), batches and states with the KV cache on the GPU (test_batch --gpu) | $(word $h_rc), $(word $s_rc) | $((t2 - t1)) |"
+echo "| hybrid = CPU-only logits (test_hybrid --gpu), batches and states with the KV cache on the GPU (test_batch --gpu), architecture fixtures on the GPU = CPU only (test_gpu_archs) | $(word $h_rc), $(word $s_rc), $(word $a_rc) | $((t2 - t1)) |"
 echo "| pi-bench at budgets | $(word $b_rc) | $((t3 - t2)) |"
-[ $k_rc -eq 0 ] && [ $h_rc -eq 0 ] && [ $s_rc -eq 0 ] && { [ $b_rc -eq 0 ] || [ "${PI_GPU_BUDGETS:-}" = none ]; }
+[ $k_rc -eq 0 ] && [ $h_rc -eq 0 ] && [ $s_rc -eq 0 ] &&
+    { [ $a_rc -eq 0 ] || [ ! -x "$archs" ]; } && { [ $b_rc -eq 0 ] || [ "${PI_GPU_BUDGETS:-}" = none ]; }
