@@ -555,7 +555,10 @@ enum {
     PI_CHAT_AUTO = 0,   /* from the model's tokenizer.chat_template */
     PI_CHAT_CHATML = 1, /* <|im_start|>role\ncontent<|im_end|>\n (Qwen, SmolLM, ...) */
     PI_CHAT_LLAMA2 = 2, /* <s>[INST] <<SYS>>\n...\n<</SYS>>\n\nuser [/INST] answer </s> */
-    PI_CHAT_LLAMA3 = 3, /* <|start_header_id|>role<|end_header_id|>\n\ncontent<|eot_id|> */
+    /* <|start_header_id|>role<|end_header_id|>\n\ncontent<|eot_id|>; Llama 3.1+
+     * templates open with their "Cutting Knowledge Date" system turn (with the
+     * template's own date: the library has no clock) */
+    PI_CHAT_LLAMA3 = 3,
     /* <start_of_turn>user\n[system\n\n]content<end_of_turn>\n<start_of_turn>model\n
      * (Gemma 2, 3; contents trimmed). Since: 0.1 */
     PI_CHAT_GEMMA = 4,

@@ -136,9 +136,55 @@ static void chatml(const pi_model *m, struct out *o, const pi_chat_message *msgs
 
 static void put_trim(struct out *o, const char *s);
 
+/* The text of a template from `after` up to the next quote or backslash (the end of a
+ * Jinja string literal or its \n), or NULL. */
+static const char *literal_after(const char *t, uint64_t n, const char *after, size_t *len) {
+    size_t k = strlen(after);
+    for (uint64_t i = 0; i + k <= n; i++) {
+        if (memcmp(t + i, after, k) != 0)
+            continue;
+        size_t j = 0;
+        while (i + k + j < n && !strchr("\"'\\", t[i + k + j]))
+            j++;
+        *len = j;
+        return t + i + k;
+    }
+    return NULL;
+}
+
+/* Llama 3.1 / 3.2 / 3.3: the template always opens with a system turn holding its
+ * knowledge cut-off and a date: "Cutting Knowledge Date: <cut-off>\nToday Date: <date>
+ * \n\n" and the (trimmed) system message. The date is the template's own default
+ * (date_string, "26 Jul 2024"), what it renders without a clock; a library has none. */
+static void llama31_system(const pi_model *m, struct out *o, const char *sys) {
+    uint64_t n;
+    const char *t = template_of(m, &n);
+    size_t cl = 0, dl = 0;
+    const char *cut = literal_after(t, n, "Cutting Knowledge Date: ", &cl);
+    const char *date = literal_after(t, n, "set date_string = \"", &dl);
+    put(o, "<|start_header_id|>system<|end_header_id|>\n\nCutting Knowledge Date: ");
+    put_n(o, cut, cl);
+    put(o, "\nToday Date: ");
+    if (date)
+        put_n(o, date, dl);
+    put(o, "\n\n");
+    if (sys)
+        put_trim(o, sys);
+    put(o, "<|eot_id|>");
+}
+
 /* Llama 3 / 3.1: contents trimmed, as the template does. */
-static void llama3(struct out *o, const pi_chat_message *msgs, size_t n, int add_assistant) {
-    for (size_t i = 0; i < n; i++) {
+static void llama3(const pi_model *m, struct out *o, const pi_chat_message *msgs, size_t n,
+                   int add_assistant) {
+    uint64_t tn;
+    const char *t = template_of(m, &tn);
+    size_t i = 0;
+    if (t && contains(t, tn, "Cutting Knowledge Date: ")) {
+        int sys = n > 0 && !strcmp(msgs[0].role, "system");
+        llama31_system(m, o, sys ? msgs[0].content : NULL);
+        i = sys ? 1 : 0;
+    }
+    for (; i < n; i++) {
         put(o, "<|start_header_id|>");
         put(o, msgs[i].role);
         put(o, "<|end_header_id|>\n\n");
@@ -334,7 +380,7 @@ int64_t pi_chat_apply(const pi_model *m, int format, const pi_chat_message *msgs
         chatml(m, &o, msgs, n, add_assistant);
         break;
     case PI_CHAT_LLAMA3:
-        llama3(&o, msgs, n, add_assistant);
+        llama3(m, &o, msgs, n, add_assistant);
         break;
     case PI_CHAT_LLAMA2:
         llama2(&o, msgs, n, add_assistant);
