@@ -565,3 +565,20 @@ def test_reading_stream_is_not_cut(srv):
         assert finish == "length", finish
     finally:
         conn.close()
+
+
+def test_chat_format_names():
+    # every PI_CHAT_* name is taken (the library renders it: SmolLM2's ChatML tokens
+    # are plain text to another format, so a chat request still answers), and an
+    # unknown one exits 2 naming the choices
+    for name in ("gemma", "mistral-v7"):
+        s = Server("--parallel", 1, "-c", 256, "--chat-format", name)
+        try:
+            st, j = s.json("POST", "/v1/chat/completions",
+                           {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2})
+            assert st == 200, j
+        finally:
+            s.finish()
+    p = subprocess.run([server_binary(), "-m", model_path(), "--port", "0",
+                        "--chat-format", "gemma4"], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and "mistral-v3-tekken" in p.stderr, (p.returncode, p.stderr)
