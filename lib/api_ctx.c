@@ -63,6 +63,7 @@ void pi_ctx_destroy(pi_ctx *c) {
     pi_stats_destroy(c->stats);
     pi_free(&a, c->layers);
     pi_free(&a, c->exec);
+    pi_free(&a, c->rope_factors);
     pi_free(&a, c);
 }
 
@@ -127,7 +128,7 @@ static int setup(struct pi_ctx *c, const pi_ctx_params *p) {
     c->exec = pi_calloc(a, (size_t)hp->n_layer, sizeof *c->exec);
     if (!c->layers || !c->exec)
         PI_FAIL(&c->err, PI_ERR_NOMEM, "out of memory");
-    pi_exec_weights(c);
+    PI_TRY(pi_exec_weights(c));
 
     const int64_t E = hp->n_embd, F = hp->n_ff, B = c->n_batch;
     const int64_t qd = hp->n_head * hp->head_dim_k, kd = hp->n_head_kv * hp->head_dim_k;

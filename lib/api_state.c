@@ -86,7 +86,9 @@ int pi_ctx_state_save(const pi_ctx *c, int32_t seq, void *buf, size_t cap, size_
     memcpy(p, MAGIC, 8);
     p += 8;
     put32(&p, STATE_VERSION);
-    put32(&p, whole ? 0u : 1u);
+    /* kind: whole (0) or one sequence (1), and in bits 8..15 the RoPE factor set the
+     * keys were rotated with (LongRoPE's short or long; 0 for every other model) */
+    put32(&p, (whole ? 0u : 1u) | (uint32_t)c->rope_set << 8);
     put64(&p, pi_model_identity(c->model));
     put32(&p, (uint32_t)hp->n_layer);
     put32(&p, (uint32_t)nk);
@@ -136,14 +138,16 @@ int pi_ctx_state_load(pi_ctx *c, int32_t seq, const void *buf, size_t size) {
     if (get64(&tail) != sum)
         PI_FAIL(&c->err, PI_ERR_FORMAT, "state checksum mismatch: truncated or corrupted");
     p += 8;
-    const uint32_t version = get32(&p), kind = get32(&p);
+    const uint32_t version = get32(&p), kind_word = get32(&p);
+    const uint32_t kind = kind_word & 0xffu, rope_set = kind_word >> 8;
     const uint64_t id = get64(&p);
     const uint32_t n_layer = get32(&p), fk = get32(&p), fv = get32(&p), n_vocab = get32(&p);
     const uint32_t n_seq = get32(&p), has_logits = get32(&p);
     if (version != STATE_VERSION)
         PI_FAIL(&c->err, PI_ERR_FORMAT, "state version %u; this library reads %u", version,
                 STATE_VERSION);
-    if (kind > 1 || has_logits > 1 || (kind == 1 && (n_seq != 1 || has_logits)))
+    if (kind > 1 || has_logits > 1 || (kind == 1 && (n_seq != 1 || has_logits)) ||
+        rope_set > PI_ROPE_SET_LONG)
         PI_FAIL(&c->err, PI_ERR_FORMAT, "state header is inconsistent");
     if ((seq < 0) != (kind == 0))
         PI_FAIL(&c->err, PI_ERR_INVALID_ARG, seq < 0 ? "a one-sequence state needs a target "
@@ -151,6 +155,11 @@ int pi_ctx_state_load(pi_ctx *c, int32_t seq, const void *buf, size_t size) {
     if (id != pi_model_identity(c->model) || n_layer != hp->n_layer || fk != nk || fv != nv ||
         n_vocab != hp->n_vocab)
         PI_FAIL(&c->err, PI_ERR_FORMAT, "the state belongs to another model");
+    if (rope_set != (uint32_t)c->rope_set) /* its keys carry the other rotation */
+        PI_FAIL(&c->err, PI_ERR_FORMAT, "the state was saved by a context using LongRoPE's "
+                "%s factors (n_ctx %s %lld); this one uses the %s ones", rope_set == 2 ? "long" : "short",
+                rope_set == 2 ? "above" : "at most", (long long)hp->rope_ctx_orig,
+                c->rope_set == 2 ? "long" : "short");
     if (n_seq > (uint32_t)c->n_seq && kind == 0)
         PI_FAIL(&c->err, PI_ERR_RANGE, "the state holds %u sequences; the context has %lld",
                 n_seq, (long long)c->n_seq);

@@ -128,7 +128,7 @@ for f in gguf model state; do
     echo "fuzz_$f: ${secs}s"
     build-asan/tests/fuzz_$f -max_total_time="$secs" -max_len=262144 -print_final_stats=1 \
         "$work/$f" "$work/seeds" "$work/state-seeds" tests/corpus/valid tests/corpus/malformed \
-        tests/corpus/unsupported > "$work/fuzz_$f.log" 2>&1 || {
+        tests/corpus/unsupported tests/corpus/refused > "$work/fuzz_$f.log" 2>&1 || {
         tail -n 40 "$work/fuzz_$f.log"
         echo "fuzz_$f found a failure (reproducer in $work)"
         exit 1

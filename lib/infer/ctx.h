@@ -46,7 +46,8 @@ struct pi_ctx {
     struct pi_norm_w output_norm;
     struct pi_layer_w *layers;         /* [n_layer] */
     struct pi_layer_exec *exec;        /* [n_layer] */
-    const float *rope_factors;         /* host [n_rot/2]: rope_freqs or LongRoPE's, or NULL */
+    float *rope_factors;               /* host [n_rot/2], owned: rope_freqs or LongRoPE's, or NULL */
+    int rope_set;                      /* PI_ROPE_SET_*: which factors the cache was rotated with */
     /* Scratch activations, [n_batch][width]; ya: a parallel block's attention output. */
     float *x, *xn, *q, *k, *v, *att, *g, *u, *ya;
     float *logits;                     /* [n_vocab] */
@@ -86,9 +87,12 @@ struct pi_ctx {
  * logits). */
 #define PI_LOGIT_CHUNK 16
 
-/* Fill c's weight views (tok_embd, output, layers, rope_factors) from its model; c->n_ctx
- * and c->layers must be set (exec.c). */
-void pi_exec_weights(struct pi_ctx *c);
+/* The RoPE factor set a context rotates keys with (its states record it). */
+enum { PI_ROPE_SET_FILE = 0, PI_ROPE_SET_SHORT = 1, PI_ROPE_SET_LONG = 2 };
+
+/* Fill c's weight views (tok_embd, output, layers) and its copy of the RoPE factors from
+ * its model; c->n_ctx and c->layers must be set (exec.c). PI_ERR_NOMEM. */
+int pi_exec_weights(struct pi_ctx *c);
 
 /* Fill c->exec from the weights, the plan (c->hy) and the model; PI_ERR_UNSUPPORTED
  * when the device lacks an op a part placed on it needs. */

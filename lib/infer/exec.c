@@ -5,6 +5,7 @@
 
 #include "infer/ctx.h"
 #include "runtime/types.h"
+#include "util/alloc.h"
 
 static struct pi_weight weight_rows(const struct gguf_tensor *t, int64_t row0, int64_t n) {
     struct pi_weight w = {0};
@@ -43,7 +44,7 @@ static struct pi_norm_w norm_of(const struct pi_norm_desc *d) {
     return n;
 }
 
-void pi_exec_weights(struct pi_ctx *c) {
+int pi_exec_weights(struct pi_ctx *c) {
     const struct pi_model_desc *d = &c->model->desc;
     const struct pi_hparams *hp = &d->hp;
     const int64_t F = hp->n_ff, qd = hp->n_head * hp->head_dim_k;
@@ -95,11 +96,23 @@ void pi_exec_weights(struct pi_ctx *c) {
         w->fc1 = weight_of(L->fc1);
         w->fc2 = weight_of(L->fc2);
     }
-    /* LongRoPE: the long factors when a sequence may grow past the trained context */
+    /* LongRoPE: the long factors when a sequence may grow past the trained context.
+     * Copied: a file's data may sit at any byte (general.alignment 1), floats may not. */
     const struct gguf_tensor *f = d->rope_freqs;
-    if (hp->rope_scaling == PI_ROPE_LONGROPE)
-        f = c->n_ctx > hp->rope_ctx_orig ? d->rope_long : d->rope_short;
-    c->rope_factors = f ? (const float *)f->data : NULL;
+    c->rope_set = PI_ROPE_SET_FILE;
+    if (hp->rope_scaling == PI_ROPE_LONGROPE) {
+        const int lng = c->n_ctx > hp->rope_ctx_orig;
+        f = lng ? d->rope_long : d->rope_short;
+        c->rope_set = lng ? PI_ROPE_SET_LONG : PI_ROPE_SET_SHORT;
+    }
+    if (!f)
+        return PI_OK;
+    const size_t n = (size_t)f->ne[0];
+    c->rope_factors = pi_malloc(&c->alloc, n * sizeof(float));
+    if (!c->rope_factors)
+        PI_FAIL(&c->err, PI_ERR_NOMEM, "out of memory");
+    memcpy(c->rope_factors, f->data, n * sizeof(float));
+    return PI_OK;
 }
 
 /* The op a backend lacks for the parts of layer l it would run, or NULL. */
@@ -152,5 +165,10 @@ int pi_exec_resolve(struct pi_ctx *c) {
         };
         x->attn = (struct pi_attn){hp->attn_scale, hp->attn_softcap, Ld->window};
     }
+    if (hy && hy->plan->pl.output &&
+        ((hp->info->norm == PI_NORM_LAYER && !hy->be->layernorm) ||
+         (hp->final_softcap > 0.0f && !hy->be->softcap)))
+        PI_FAIL(&c->err, PI_ERR_UNSUPPORTED, "the %s backend lacks an op the output of this %s "
+                "model needs on the device", hy->be->name, hp->info->name);
     return PI_OK;
 }

@@ -70,6 +70,8 @@ static int get_float(const struct reader *r, const char *key, float def, float l
     if (!(v >= lo && v <= hi)) /* also rejects NaN */
         PI_FAIL(r->err, PI_ERR_FORMAT, "metadata '%s' = %g is outside [%g, %g]", key, v,
                 (double)lo, (double)hi);
+    if (v != 0.0 && (float)v == 0.0f) /* an F64 that a float cannot hold: it would read as 0 */
+        PI_FAIL(r->err, PI_ERR_FORMAT, "metadata '%s' = %g rounds to 0 as a float", key, v);
     *out = (float)v;
     return PI_OK;
 }
@@ -139,8 +141,14 @@ static int read_rope_scaling(struct reader *r, struct pi_hparams *hp) {
         hp->rope_scaling = PI_ROPE_LONGROPE;
     if (hp->rope_scaling == PI_ROPE_LINEAR || hp->rope_scaling == PI_ROPE_YARN)
         PI_TRY(get_arch_float(r, "rope.scaling.factor", 1.0f, 1e-3f, 1e6f, &hp->rope_scale));
-    else if (st == PI_ERR_NOT_FOUND) /* legacy key for linear scaling */
+    else if (st == PI_ERR_NOT_FOUND && hp->rope_scaling == PI_ROPE_NONE) /* legacy linear key */
         PI_TRY(get_arch_float(r, "rope.scale_linear", 1.0f, 1e-3f, 1e6f, &hp->rope_scale));
+    float legacy = 1.0f;
+    PI_TRY(get_arch_float(r, "rope.scale_linear", 1.0f, 1e-3f, 1e6f, &legacy));
+    if (legacy != hp->rope_scale && legacy != 1.0f)
+        PI_FAIL(r->err, PI_ERR_UNSUPPORTED, "metadata '%srope.scale_linear' = %g does not go "
+                "with the file's other RoPE scaling; refusing rather than picking one",
+                r->prefix, (double)legacy);
     PI_TRY(get_int(r, "rope.scaling.original_context_length", hp->n_ctx_train, 1,
                    (int64_t)1 << 30, &hp->rope_ctx_orig));
     PI_TRY(get_arch_float(r, "rope.scaling.attn_factor", 1.0f, 1e-3f, 1e3f,
@@ -210,6 +218,18 @@ static int read_hparams(struct reader *r, struct pi_hparams *hp, const struct pi
     hp->attn_scale = scale > 0.0f ? scale : 1.0f / sqrtf((float)qpas);
     PI_TRY(get_arch_float(r, "attn_logit_softcapping", 0.0f, 0.0f, 1e6f, &hp->attn_softcap));
     PI_TRY(get_arch_float(r, "final_logit_softcapping", 0.0f, 0.0f, 1e6f, &hp->final_softcap));
+    /* a cap is 0 (none) or a scale: one that rounds to 0 as a float would turn it off */
+    if ((hp->attn_softcap != 0.0f && hp->attn_softcap < 1e-3f) ||
+        (hp->final_softcap != 0.0f && hp->final_softcap < 1e-3f))
+        PI_FAIL(r->err, PI_ERR_FORMAT, "a logit soft-cap of this file is below 1e-3 (0 means "
+                "none)");
+    char ckey[128];
+    snprintf(ckey, sizeof ckey, "%sattention.causal", r->prefix);
+    const struct gguf_kv *causal = gguf_find_kv(r->f, ckey);
+    int64_t cv = 1;
+    if (causal && (gguf_kv_int(r->f, causal, 0, &cv) < 0 || cv != 1))
+        PI_FAIL(r->err, PI_ERR_UNSUPPORTED, "metadata '%s' other than true (non-causal "
+                "attention) is not supported", ckey);
     PI_TRY(get_int(r, "attention.sliding_window", 0, 0, (int64_t)1 << 30, &hp->n_swa));
     hp->embd_scale = ai->flags & PI_AF_EMBD_SCALE ? sqrtf((float)hp->n_embd) : 1.0f;
     hp->sparse_threshold = 0.0f;
@@ -238,7 +258,10 @@ static int read_hparams(struct reader *r, struct pi_hparams *hp, const struct pi
         else
             PI_FAIL(r->err, PI_ERR_UNSUPPORTED, "powerinfer.ffn_activation '%.*s' is not "
                     "supported (silu, relu)", (int)(slen > 32 ? 32 : slen), stype);
-    } else if (st != PI_OK && st != PI_ERR_NOT_FOUND) {
+    } else if (st == PI_OK) {
+        PI_FAIL(r->err, PI_ERR_UNSUPPORTED, "powerinfer.ffn_activation is read for llama files "
+                "only; a %s file's activation is its architecture's", ai->name);
+    } else if (st != PI_ERR_NOT_FOUND) {
         return st;
     }
     if (hp->sparse && hp->ffn_act == PI_FFN_SILU)
@@ -353,8 +376,9 @@ static int build_layer(struct reader *r, const struct pi_hparams *hp, int64_t il
     if (flags & PI_AF_GATED) {
         const int has_gate = gguf_find_tensor(r->f, NAME("ffn_gate")) >= 0;
         const int64_t ui = gguf_find_tensor(r->f, NAME("ffn_up"));
-        L->up_fused = !has_gate && !hp->sparse && ui >= 0 && r->f->tensors[ui].n_dims == 2 &&
-                      r->f->tensors[ui].ne[1] == 2 * F;
+        /* no gate and an up that is not {E, F}: a fused one, checked as {E, 2F} */
+        L->up_fused = !has_gate && !hp->sparse && ui >= 0 &&
+                      !(r->f->tensors[ui].n_dims == 2 && r->f->tensors[ui].ne[1] == F);
         if (!L->up_fused)
             PI_TRY(want(r, NAME("ffn_gate"), K_WEIGHT, E, F, 0, &L->ffn_gate));
     }
@@ -424,12 +448,21 @@ static int resolve_layers(struct reader *r, struct pi_model_desc *d) {
     float swa_base = ai->swa_rope_base > 0.0f ? ai->swa_rope_base : hp->rope_freq_base;
     PI_TRY(get_arch_float(r, "rope.freq_base_swa", swa_base, 1e-3f, 1e12f, &swa_base));
     const int interleaved = pat || period > 0;
+    char bkey[128];
+    snprintf(bkey, sizeof bkey, "%srope.freq_base_swa", r->prefix);
+    if (!interleaved && gguf_find_kv(r->f, bkey) && swa_base != hp->rope_freq_base)
+        PI_FAIL(r->err, PI_ERR_UNSUPPORTED, "metadata '%s' gives local layers their own RoPE "
+                "base, but this %s file does not say which layers are local "
+                "(attention.sliding_window_pattern)", bkey, ai->name);
     for (int64_t l = 0; l < hp->n_layer; l++) {
         struct pi_layer_desc *L = &d->layers[l];
         int local = hp->n_swa > 0;
         if (pat) {
             int64_t b = 0;
             PI_TRY(gguf_kv_int(r->f, pat, (uint64_t)l, &b));
+            if (b != 0 && b != 1)
+                PI_FAIL(r->err, PI_ERR_FORMAT, "metadata '%s'[%lld] = %lld: want 0 (global) "
+                        "or 1 (local)", key, (long long)l, (long long)b);
             local = local && b != 0;
         } else if (period > 0) {
             local = local && (l + 1) % period != 0;
@@ -635,11 +668,24 @@ int pi_model_desc_build(struct pi_model_desc *d, const struct gguf_file *f,
         PI_TRY(want(&r, "rope_factors_long.weight", K_NORM, half, 0, 0, &d->rope_long));
         PI_TRY(want(&r, "rope_factors_short.weight", K_NORM, half, 0, 0, &d->rope_short));
     }
+    if (d->rope_freqs && hp->rope_scaling == PI_ROPE_LONGROPE)
+        PI_FAIL(err, PI_ERR_UNSUPPORTED, "tensor 'rope_freqs.weight' and LongRoPE's factors in "
+                "one file: which RoPE factors apply is not defined");
     const struct gguf_tensor *factors[] = {d->rope_freqs, d->rope_long, d->rope_short};
-    for (size_t i = 0; i < 3; i++)
-        if (factors[i] && factors[i]->type != PI_TYPE_F32)
+    for (size_t i = 0; i < 3; i++) {
+        if (!factors[i])
+            continue;
+        if (factors[i]->type != PI_TYPE_F32)
             PI_FAIL(err, PI_ERR_UNSUPPORTED, "tensor '%s' has type %s, expected F32",
                     factors[i]->name, pi_type_traits(factors[i]->type)->name);
+        for (int64_t k = 0; k < factors[i]->ne[0]; k++) { /* divisors of the angles */
+            float v;
+            memcpy(&v, factors[i]->data + 4 * k, 4);
+            if (!(v > 0.0f) || !isfinite(v))
+                PI_FAIL(err, PI_ERR_FORMAT, "tensor '%s' value %lld is %g; RoPE factors must "
+                        "be finite and positive", factors[i]->name, (long long)k, (double)v);
+        }
+    }
     PI_TRY(want(&r, "output.weight", K_WEIGHT, hp->n_embd, hp->n_vocab, 1, &d->output));
     if (!d->output)
         d->output = d->token_embd; /* tied embeddings */

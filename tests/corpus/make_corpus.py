@@ -275,7 +275,7 @@ def f16s(n, seed, scale=0.1):
 
 
 def tiny_llama(sparse=False, rank=4, extra_kvs=(), extra_tensors=(), drop=(), arch="llama",
-               prefix="llama"):
+               prefix="llama", alignment=32):
     """A 1-layer llama: n_embd 8, n_ff 16, 2 heads, vocab 4, F32 weights (F16
     predictor), tied embeddings. The last byte of the file is 0 (fuzz_model reads it
     as: CPU only, the file's default FFN mode, no statistics). `prefix`: the key
@@ -311,8 +311,46 @@ def tiny_llama(sparse=False, rank=4, extra_kvs=(), extra_tensors=(), drop=(), ar
     else:
         ts.append(("blk.0.ffn_down.weight", [F, E], T_F32, f32s(F * E, 8)[:-4] + b"\0" * 4))
     ts = [t for t in ts if t[0] not in drop] + list(extra_tensors)
+    if alignment != 32:
+        kvs.append(("general.alignment", U32, alignment))
     return build(kvs, [{"name": n, "dims": d, "type": ty, "data": data}
-                       for n, d, ty, data in ts], magic=b"PWRI" if sparse else b"GGUF")[0].b
+                       for n, d, ty, data in ts], magic=b"PWRI" if sparse else b"GGUF",
+                 alignment=alignment)[0].b
+
+
+def refused_files():
+    """Models whose metadata opens (metadata_only) but whose full open is PI_ERR_FORMAT:
+    values the description checks when it is built."""
+    f = lambda *v: struct.pack("<%df" % len(v), *v)
+    freqs = lambda data: tiny_llama(extra_tensors=[("rope_freqs.weight", [2], T_F32, data)])
+    return {
+        # RoPE factors divide the angles: zero, negative, NaN or infinite are broken files
+        "model_llama_rope_freqs_zero.gguf": freqs(f(1.0, 0.0)),
+        "model_llama_rope_freqs_negative.gguf": freqs(f(-2.0, 1.0)),
+        "model_llama_rope_freqs_nan.gguf": freqs(f(1.0, float("nan"))),
+        "model_llama_rope_freqs_inf.gguf": freqs(f(float("inf"), 1.0)),
+        # a cap that becomes 0 as a float would silently mean "no cap"
+        "model_gemma2_softcap_tiny.gguf": tiny_llama(arch="gemma2", prefix="gemma2",
+            extra_kvs=[("gemma2.final_logit_softcapping", F64, 1e-60)]),
+        # pattern entries are 0 (global) or 1 (local)
+        "model_gemma2_swa_pattern_bad.gguf": tiny_llama(arch="gemma2", prefix="gemma2",
+            extra_kvs=[("gemma2.attention.sliding_window", U32, 2),
+                       ("gemma2.attention.sliding_window_pattern", ARRAY, arr(I32, [-1]))]),
+        # a fused gate+up of the wrong width is named as ffn_up, not as a missing ffn_gate
+        "model_phi3_ffn_up_wrong_width.gguf": tiny_llama(arch="phi3", prefix="phi3",
+            drop=("blk.0.ffn_gate.weight", "blk.0.ffn_up.weight"),
+            extra_tensors=[("blk.0.ffn_up.weight", [8, 24], T_F32, f32s(8 * 24, 40))]),
+    }
+
+
+def data_offset(b):
+    """Where the data section of the GGUF file in bytes b starts (gguf's reader)."""
+    import tempfile
+    import gguf
+    with tempfile.NamedTemporaryFile(suffix=".gguf") as f:
+        f.write(b)
+        f.flush()
+        return gguf.GGUFReader(f.name).data_offset
 
 
 def arch_files():
@@ -323,7 +361,17 @@ def arch_files():
     b = lambda name, n, seed: (name, [n], T_F32, f32s(n, seed))
     norm = lambda name: (name, [E], T_F32, struct.pack("<%df" % E, *([1.0] * E)))
     qkv_drop = ("blk.0.attn_q.weight", "blk.0.attn_k.weight", "blk.0.attn_v.weight")
+    # rope_freqs at an odd address (general.alignment 1): the factors are read as floats
+    # (UBSan: misaligned load before they were copied); the name's length moves the
+    # data section until its offset is odd
+    for n in range(4):
+        odd = tiny_llama(extra_kvs=[("corpus.pad", STRING, "x" * n)], alignment=1,
+                         extra_tensors=[("rope_freqs.weight", [2], T_F32,
+                                         struct.pack("<2f", 1.0, 2.0))])
+        if data_offset(odd) % 2:
+            break
     return {
+        "model_llama_rope_freqs_align1.gguf": odd,
         # QKV biases
         "model_qwen2.gguf": tiny_llama(arch="qwen2", prefix="qwen2", extra_tensors=[
             b("blk.0.attn_q.bias", E, 20), b("blk.0.attn_k.bias", E, 21),
@@ -383,6 +431,22 @@ def model_files():
         # gpt-oss's attention sinks: not read by any architecture here
         "model_llama_unknown_tensor.gguf": tiny_llama(
             extra_tensors=[("blk.0.attn_sinks.weight", [2], T_F32, zero(8))]),
+        # Llama 3.1's factors and LongRoPE's in one file: which apply is undefined
+        "model_phi3_rope_freqs_and_longrope.gguf": tiny_llama(arch="phi3", prefix="phi3",
+            extra_tensors=[("rope_freqs.weight", [2], T_F32, struct.pack("<2f", 1.0, 4.0)),
+                           ("rope_factors_long.weight", [2], T_F32, struct.pack("<2f", 1.0, 3.0)),
+                           ("rope_factors_short.weight", [2], T_F32, struct.pack("<2f", 1.0, 1.5))]),
+        # keys that would change the computation and are not done (red-team findings:
+        # each ran as if absent)
+        "model_qwen2_not_causal.gguf": tiny_llama(arch="qwen2", prefix="qwen2",
+            extra_kvs=[("qwen2.attention.causal", BOOL, 0)]),
+        "model_qwen2_ffn_activation.gguf": tiny_llama(arch="qwen2", prefix="qwen2",
+            extra_kvs=[("powerinfer.ffn_activation", STRING, "relu")]),
+        "model_llama_freq_base_swa.gguf": tiny_llama(extra_kvs=[
+            ("llama.attention.sliding_window", U32, 4), ("llama.rope.freq_base_swa", F32, 500.0)]),
+        "model_llama_scale_linear_and_type.gguf": tiny_llama(extra_kvs=[
+            ("llama.rope.scaling.type", STRING, "linear"), ("llama.rope.scaling.factor", F32, 2.0),
+            ("llama.rope.scale_linear", F32, 4.0)]),
         # a LayerNorm bias in an RMSNorm architecture would go unused
         "model_llama_norm_bias.gguf": tiny_llama(
             extra_tensors=[("blk.0.attn_norm.bias", [8], T_F32, zero(32))]),
@@ -667,7 +731,7 @@ def write_dir(name, files):
 def main():
     summary = []
     for name, fn in (("valid", valid_files), ("malformed", malformed_files),
-                     ("unsupported", unsupported_files)):
+                     ("unsupported", unsupported_files), ("refused", refused_files)):
         summary.append((name,) + write_dir(name, fn()))
     for name, n, total in summary:
         print("%s: %d files, %d bytes" % (name, n, total))

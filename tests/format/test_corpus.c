@@ -6,8 +6,9 @@
  *   malformed/    PI_ERR_FORMAT, *out == NULL, a non-empty error message
  *   unsupported/  PI_ERR_UNSUPPORTED, *out == NULL, a non-empty error message, in a full
  *                 open (model_*.gguf are models this build refuses to run)
+ *   refused/      PI_ERR_FORMAT in a full open (values the model description checks)
  *
- * Usage: test_corpus CORPUS_ROOT (the directory that holds the three folders).
+ * Usage: test_corpus CORPUS_ROOT (the directory that holds the four folders).
  * Every file is checked even after a failure; each test fails at its end if any file
  * was wrong, and the failing files are named in the output. */
 #define _POSIX_C_SOURCE 200809L
@@ -180,6 +181,14 @@ static void test_malformed(void **state) {
     check_folder("malformed", PI_ERR_FORMAT, 0);
 }
 
+/* refused/: valid containers whose values the model description refuses in a full open
+ * (RoPE factors that are not positive and finite, a soft-cap that rounds to 0, a bad
+ * sliding-window pattern entry, a fused tensor of the wrong width) */
+static void test_refused(void **state) {
+    (void)state;
+    check_folder("refused", PI_ERR_FORMAT, 1);
+}
+
 static void test_unsupported(void **state) {
     (void)state;
     check_folder("unsupported", PI_ERR_UNSUPPORTED, 1);
@@ -210,6 +219,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_valid),
         cmocka_unit_test(test_malformed),
         cmocka_unit_test(test_unsupported),
+        cmocka_unit_test(test_refused),
     };
     return cmocka_run_group_tests_name("corpus", tests, NULL, NULL);
 }

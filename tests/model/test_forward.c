@@ -202,6 +202,47 @@ static void test_cpu_device_equals_cpu(void **state) {
     }
 }
 
+/* A state saved by one context loads into another of a different n_ctx and continues
+ * exactly -- unless the model is LongRoPE and the two contexts rotate keys with different
+ * factor sets (n_ctx at most or above the trained context): PI_ERR_FORMAT naming it
+ * (red-team finding: it loaded and decoded 4e-2 off). */
+static void test_state_across_contexts(void **state) {
+    (void)state;
+    for (int i = 0; i < g_n_refs; i++) {
+        const struct ref *r = &g_refs[i];
+        pi_model *m = open_model(r);
+        int64_t idx;
+        const int longrope = pi_model_tensor_find(m, "rope_factors_long.weight", &idx) == PI_OK;
+        pi_ctx_params cp;
+        pi_ctx_default_params(&cp);
+        cp.f32_activations = r->f32_activations;
+        cp.n_ctx = 16;
+        pi_ctx *a, *b;
+        assert_int_equal(pi_ctx_create(m, &cp, &a), PI_OK);
+        cp.n_ctx = 64;
+        assert_int_equal(pi_ctx_create(m, &cp, &b), PI_OK);
+        assert_int_equal(pi_ctx_decode(a, r->tokens, 8), PI_OK);
+        size_t size = 0;
+        assert_int_equal(pi_ctx_state_save(a, -1, NULL, 0, &size), PI_ERR_RANGE);
+        void *buf = malloc(size);
+        assert_int_equal(pi_ctx_state_save(a, -1, buf, size, &size), PI_OK);
+        const int st = pi_ctx_state_load(b, -1, buf, size);
+        if (longrope) { /* the trained context of these fixtures is 32: short, then long */
+            assert_int_equal(st, PI_ERR_FORMAT);
+            assert_non_null(strstr(pi_ctx_errmsg(b), "LongRoPE"));
+        } else {
+            assert_int_equal(st, PI_OK);
+            assert_int_equal(pi_ctx_decode(a, r->tokens + 8, 1), PI_OK);
+            assert_int_equal(pi_ctx_decode(b, r->tokens + 8, 1), PI_OK);
+            assert_memory_equal(pi_ctx_logits(a), pi_ctx_logits(b), 4 * (size_t)r->n_vocab);
+        }
+        free(buf);
+        pi_ctx_destroy(a);
+        pi_ctx_destroy(b);
+        pi_model_close(m);
+    }
+}
+
 /* Results do not depend on the thread count (bit for bit) nor on how the prompt is
  * split into steps (to the rounding of the dot-product tiles). */
 static void test_threads_and_batches(void **state) {
@@ -410,6 +451,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_against_reference),
         cmocka_unit_test(test_threads_and_batches),
         cmocka_unit_test(test_cpu_device_equals_cpu),
+        cmocka_unit_test(test_state_across_contexts),
         cmocka_unit_test(test_failures_leave_context_unchanged),
         cmocka_unit_test(test_sampler),
         cmocka_unit_test(test_chat_formats),
