@@ -157,9 +157,10 @@ int pi_ctx_state_load(pi_ctx *c, int32_t seq, const void *buf, size_t size) {
         PI_FAIL(&c->err, PI_ERR_FORMAT, "the state belongs to another model");
     if (rope_set != (uint32_t)c->rope_set) /* its keys carry the other rotation */
         PI_FAIL(&c->err, PI_ERR_FORMAT, "the state was saved by a context using LongRoPE's "
-                "%s factors (n_ctx %s %lld); this one uses the %s ones", rope_set == 2 ? "long" : "short",
-                rope_set == 2 ? "above" : "at most", (long long)hp->rope_ctx_orig,
-                c->rope_set == 2 ? "long" : "short");
+                "%s factors (n_ctx %s %lld); this one uses the %s ones",
+                rope_set == PI_ROPE_SET_LONG ? "long" : "short",
+                rope_set == PI_ROPE_SET_LONG ? "above" : "at most", (long long)hp->rope_ctx_orig,
+                c->rope_set == PI_ROPE_SET_LONG ? "long" : "short");
     if (n_seq > (uint32_t)c->n_seq && kind == 0)
         PI_FAIL(&c->err, PI_ERR_RANGE, "the state holds %u sequences; the context has %lld",
                 n_seq, (long long)c->n_seq);

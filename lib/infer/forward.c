@@ -355,10 +355,9 @@ static const float *ffn_dense(struct run *r, int64_t l, const struct unit *u,
     bias(u, y, &W->b_down, T);
     rms_inplace(u, y, &W->ffn_post_norm, hp->norm_eps, T);
     if (c->stats && u->at == HOST) {
-        const struct pi_layer_w *L = W;
         pi_layer_stats *ls = &c->stats->layer[l];
-        uint64_t down_bytes = (uint64_t)L->down.n_out * L->down.row_bytes, rows = (uint64_t)F;
-        if (!L->has_down) { /* matmul_t reads only rows some token needs */
+        uint64_t down_bytes = (uint64_t)W->down.n_out * W->down.row_bytes, rows = (uint64_t)F;
+        if (!W->has_down) { /* matmul_t reads only rows some token needs */
             rows = 0;
             for (int64_t i = 0; i < F; i++) {
                 int any = 0;
@@ -366,11 +365,11 @@ static const float *ffn_dense(struct run *r, int64_t l, const struct unit *u,
                     any = g[t * F + i] != 0.0f;
                 rows += (uint64_t)any;
             }
-            down_bytes = rows * L->down_t.row_bytes;
+            down_bytes = rows * W->down_t.row_bytes;
         }
         ls->rows_gate_up += (uint64_t)F;
         ls->rows_down += rows;
-        ls->bytes_ffn += (uint64_t)F * (L->gate.row_bytes + L->up.row_bytes) + down_bytes;
+        ls->bytes_ffn += (uint64_t)F * (W->gate.row_bytes + W->up.row_bytes) + down_bytes;
     }
     return g;
 }

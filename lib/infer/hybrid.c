@@ -2,7 +2,6 @@
  * hybrid.h). */
 #include "infer/hybrid.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -12,7 +11,6 @@
 #include "util/hash.h"
 
 #define MIB (1024.0 * 1024.0)
-#define GIB (1024.0 * 1024.0 * 1024.0)
 #define AUTO_RESERVE (256ull << 20) /* left free on a GPU with PI_DEVICE_BUDGET_AUTO */
 #define NEURON_GROUP 32             /* neurons per planner group (PowerInfer rounds too) */
 
