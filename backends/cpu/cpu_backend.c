@@ -545,47 +545,80 @@ static float vec_value(const struct pi_vector *v, int64_t i) {
     }
 }
 
-static void cpu_rmsnorm(struct pi_backend *b, const float *x, const struct pi_vector *g,
-                        float eps, int64_t n_tok, float *y) {
-    (void)b;
-    const int64_t n = g->n;
-    for (int64_t t = 0; t < n_tok; t++) {
-        const float *xt = x + t * n;
-        float *yt = y + t * n;
+struct norm_job {
+    const float *x;
+    const struct pi_vector *g, *bias;
+    float eps;
+    int64_t n;
+    float *y;
+};
+
+static void rmsnorm_rows(void *arg, int64_t lo, int64_t hi, int ith) {
+    const struct norm_job *j = arg;
+    const int64_t n = j->n;
+    (void)ith;
+    for (int64_t t = lo; t < hi; t++) {
+        const float *xt = j->x + t * n;
+        float *yt = j->y + t * n;
         double ss = 0.0;
         for (int64_t i = 0; i < n; i++)
             ss += (double)xt[i] * xt[i];
-        const float scale = (float)(1.0 / sqrt(ss / (double)n + (double)eps));
+        const float scale = (float)(1.0 / sqrt(ss / (double)n + (double)j->eps));
         for (int64_t i = 0; i < n; i++)
-            yt[i] = xt[i] * scale * vec_value(g, i);
+            yt[i] = xt[i] * scale * vec_value(j->g, i);
     }
 }
 
 /* y[t] = (x[t] - mean) / sqrt(var + eps) * g + bias */
-static void cpu_layernorm(struct pi_backend *b, const float *x, const struct pi_vector *g,
-                          const struct pi_vector *bias, int64_t n, float eps, int64_t n_tok,
-                          float *y) {
-    (void)b;
-    for (int64_t t = 0; t < n_tok; t++) {
-        const float *xt = x + t * n;
-        float *yt = y + t * n;
+static void layernorm_rows(void *arg, int64_t lo, int64_t hi, int ith) {
+    const struct norm_job *j = arg;
+    const int64_t n = j->n;
+    const struct pi_vector *g = j->g && j->g->data ? j->g : NULL;
+    const struct pi_vector *bias = j->bias && j->bias->data ? j->bias : NULL;
+    (void)ith;
+    for (int64_t t = lo; t < hi; t++) {
+        const float *xt = j->x + t * n;
+        float *yt = j->y + t * n;
         double sum = 0.0, ss = 0.0;
         for (int64_t i = 0; i < n; i++)
             sum += xt[i];
         const double mean = sum / (double)n;
         for (int64_t i = 0; i < n; i++)
             ss += ((double)xt[i] - mean) * ((double)xt[i] - mean);
-        const float inv = (float)(1.0 / sqrt(ss / (double)n + (double)eps));
+        const float inv = (float)(1.0 / sqrt(ss / (double)n + (double)j->eps));
         const float m = (float)mean;
         for (int64_t i = 0; i < n; i++) {
             float v = (xt[i] - m) * inv;
-            if (g && g->data)
+            if (g)
                 v *= vec_value(g, i);
-            if (bias && bias->data)
+            if (bias)
                 v += vec_value(bias, i);
             yt[i] = v;
         }
     }
+}
+
+/* Tokens over the threads (a Gemma 2 prompt has four norms a layer; one thread doing
+ * them was 1.9% of its time with the other waiting); a decode step's one row stays on
+ * the calling thread. Each row is computed the same way wherever it runs. */
+static void norm_tokens(struct pi_backend *b, int64_t n_tok, pi_pool_fn fn, struct norm_job *j) {
+    if (n_tok < 2)
+        fn(j, 0, n_tok, 0);
+    else
+        pi_pool_for(b->pool, n_tok, 1, fn, j);
+}
+
+static void cpu_rmsnorm(struct pi_backend *b, const float *x, const struct pi_vector *g,
+                        float eps, int64_t n_tok, float *y) {
+    struct norm_job j = {x, g, NULL, eps, g->n, y};
+    norm_tokens(b, n_tok, rmsnorm_rows, &j);
+}
+
+static void cpu_layernorm(struct pi_backend *b, const float *x, const struct pi_vector *g,
+                          const struct pi_vector *bias, int64_t n, float eps, int64_t n_tok,
+                          float *y) {
+    struct norm_job j = {x, g, bias, eps, n, y};
+    norm_tokens(b, n_tok, layernorm_rows, &j);
 }
 
 /* YaRN's ramp between the corrected dimensions lo and hi (backend.h, struct pi_rope). */
@@ -650,33 +683,6 @@ static void cpu_kv_store(struct pi_backend *b, struct pi_kv *kv, int64_t layer, 
         vd[i] = pi_fp32_to_fp16(v[i]);
 }
 
-/* tanh(u) = 1 - 2 / (e^(2u) + 1): one expf (libm's tanhf costs about ten; it was 14% of a
- * Gemma 2 prompt). Absolute error within ~1.2e-7 (the rounding of 1 - ...), what the
- * soft-caps need (the cap multiplies it). e^(2u) overflowing to infinity gives 1,
- * underflowing to 0 gives -1. */
-static float tanh_fast(float u) {
-    return 1.0f - 2.0f / (expf(2.0f * u) + 1.0f);
-}
-
-/* gelu(x) = x/2 (1 + tanh(u)) = x sigmoid(2u), u = sqrt(2/pi) (x + 0.044715 x^3): one
- * expf and no cancellation for either sign. */
-static float gelu_tanh(float x) {
-    const float u = 0.7978845608028654f * (x + 0.044715f * x * x * x);
-    return x / (1.0f + expf(-2.0f * u));
-}
-
-/* gelu_erf(x) = x/2 (1 + erf(x / sqrt 2)) = x/2 erfc(-x / sqrt 2), erfc(a) for a >= 0 by
- * Abramowitz and Stegun 7.1.26 (|error| <= 1.5e-7) with one expf, 2 - erfc(a) for the
- * other sign: libm's erff was 5.5% of a Falcon prompt. */
-static float gelu_erf(float x) {
-    const float a = fabsf(x) * 0.7071067811865476f, t = 1.0f / (1.0f + 0.3275911f * a);
-    const float poly = t * (0.254829592f +
-                            t * (-0.284496736f +
-                                 t * (1.421413741f + t * (-1.453152027f + t * 1.061405429f))));
-    const float erfc_a = poly * expf(-a * a);
-    return 0.5f * x * (x < 0.0f ? erfc_a : 2.0f - erfc_a);
-}
-
 struct attn_job {
     struct pi_backend *b;
     struct pi_kv *kv;
@@ -703,22 +709,10 @@ static void attn_pairs(void *arg, int64_t lo, int64_t hi, int ith) {
         const int64_t last = j->pos0 + t, w = j->a->window;
         const int64_t p0 = w > 0 && last + 1 > w ? last + 1 - w : 0, n_pos = last + 1 - p0;
         const float *q = j->q + (t * d->n_head + h) * d->head_dim_k;
-        float mx = -INFINITY;
         j->b->k.dot_f16_rows(scores, kl + (size_t)p0 * (size_t)kv->nk + (size_t)(hk * d->head_dim_k),
                              (size_t)kv->nk * 2, n_pos, q, d->head_dim_k);
-        for (int64_t p = 0; p < n_pos; p++) {
-            float s = scores[p] * inv;
-            if (cap > 0.0f)
-                s = cap * tanh_fast(s / cap);
-            scores[p] = s;
-            mx = s > mx ? s : mx;
-        }
-        double sum = 0.0;
-        for (int64_t p = 0; p < n_pos; p++) {
-            scores[p] = expf(scores[p] - mx);
-            sum += scores[p];
-        }
-        const float norm = (float)(1.0 / sum);
+        const float sum = j->b->k.softmax_exp(scores, n_pos, inv, cap);
+        const float norm = 1.0f / sum;
         float *o = j->out + (t * d->n_head + h) * d->head_dim_v;
         for (int64_t p = 0; p < n_pos; p++)
             scores[p] *= norm;
@@ -741,6 +735,7 @@ static void cpu_attention(struct pi_backend *b, struct pi_kv *kv, int64_t layer,
 }
 
 struct act_job {
+    const struct pi_backend *b;
     enum pi_act act;
     float *g;
     const float *u;
@@ -749,45 +744,42 @@ struct act_job {
 
 static void act_range(void *arg, int64_t lo, int64_t hi, int ith) {
     struct act_job *j = arg;
+    const struct pi_cpu_kernels *k = &j->b->k;
+    float *g = j->g + lo;
+    const float *u = j->u ? j->u + lo : NULL;
+    const int64_t n = hi - lo;
     (void)ith;
-    for (int64_t i = lo; i < hi; i++) {
-        float g = j->g[i];
-        const float u = j->u ? j->u[i] : 1.0f;
-        switch (j->act) {
-        case PI_ACT_SILU_MUL:
-            g = g / (1.0f + expf(-g)) * u;
-            break;
-        case PI_ACT_RELU_MUL:
-            g = g > 0.0f ? g * u : 0.0f;
-            break;
-        case PI_ACT_RELU_RELU_MUL:
-            g = g > 0.0f && u > 0.0f ? g * u : 0.0f;
-            break;
-        case PI_ACT_GELU_MUL:
-            g = gelu_tanh(g) * u;
-            break;
-        case PI_ACT_GELU_ERF_MUL:
-            g = gelu_erf(g) * u;
-            break;
-        case PI_ACT_SILU:
-            g = g / (1.0f + expf(-g));
-            break;
-        case PI_ACT_GELU:
-            g = gelu_tanh(g);
-            break;
-        case PI_ACT_GELU_ERF:
-            g = gelu_erf(g);
-            break;
-        case PI_ACT_RELU:
-            g = g > 0.0f ? g : 0.0f;
-            break;
-        case PI_ACT_RELU_SQR:
-            g = g > 0.0f ? g * g : 0.0f;
-            break;
-        case PI_ACT_COUNT:
-            break;
-        }
-        j->g[i] = g;
+    switch (j->act) {
+    case PI_ACT_SILU_MUL:
+    case PI_ACT_SILU:
+        k->silu(g, u, n);
+        return;
+    case PI_ACT_GELU_MUL:
+    case PI_ACT_GELU:
+        k->gelu(g, u, n);
+        return;
+    case PI_ACT_GELU_ERF_MUL:
+    case PI_ACT_GELU_ERF:
+        k->gelu_erf(g, u, n);
+        return;
+    case PI_ACT_RELU_MUL:
+        for (int64_t i = 0; i < n; i++)
+            g[i] = g[i] > 0.0f ? g[i] * u[i] : 0.0f;
+        return;
+    case PI_ACT_RELU_RELU_MUL:
+        for (int64_t i = 0; i < n; i++)
+            g[i] = g[i] > 0.0f && u[i] > 0.0f ? g[i] * u[i] : 0.0f;
+        return;
+    case PI_ACT_RELU:
+        for (int64_t i = 0; i < n; i++)
+            g[i] = g[i] > 0.0f ? g[i] : 0.0f;
+        return;
+    case PI_ACT_RELU_SQR:
+        for (int64_t i = 0; i < n; i++)
+            g[i] = g[i] > 0.0f ? g[i] * g[i] : 0.0f;
+        return;
+    case PI_ACT_COUNT:
+        return;
     }
 }
 
@@ -801,7 +793,7 @@ static int64_t ew_grain(const struct pi_backend *b, int64_t n) {
 
 static void cpu_ffn_act(struct pi_backend *b, enum pi_act act, float *g, const float *u,
                         int64_t n) {
-    struct act_job j = {act, g, pi_act_gated(act) ? u : NULL, n};
+    struct act_job j = {b, act, g, pi_act_gated(act) ? u : NULL, n};
     if (n < 1024)
         act_range(&j, 0, n, 0);
     else
@@ -840,6 +832,7 @@ static void cpu_scale(struct pi_backend *b, float *x, float s, int64_t n) {
 }
 
 struct softcap_job {
+    const struct pi_backend *b;
     float *x;
     float cap;
 };
@@ -847,13 +840,12 @@ struct softcap_job {
 static void softcap_range(void *arg, int64_t lo, int64_t hi, int ith) {
     const struct softcap_job *j = arg;
     (void)ith;
-    for (int64_t i = lo; i < hi; i++)
-        j->x[i] = j->cap * tanh_fast(j->x[i] / j->cap);
+    j->b->k.softcap(j->x + lo, hi - lo, j->cap);
 }
 
 /* Over the threads: a decode step caps a whole vocabulary row (256k for Gemma). */
 static void cpu_softcap(struct pi_backend *b, float *x, float cap, int64_t n) {
-    struct softcap_job j = {x, cap};
+    struct softcap_job j = {b, x, cap};
     if (n < 1024)
         softcap_range(&j, 0, n, 0);
     else

@@ -23,6 +23,7 @@ void pi_cpu_kernels_init(struct pi_cpu_kernels *k, unsigned flags) {
 #if defined(PI_HAVE_AVX2_KERNELS)
     if (flags & PI_CPU_AVX2) {
         pi_cpu_kernels_avx2(k);
+        pi_cpu_kernels_avx2_math(k);
         k->flags |= PI_CPU_AVX2;
     }
 #endif

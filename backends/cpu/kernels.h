@@ -149,6 +149,29 @@ struct pi_cpu_kernels {
      * F16 dot, without a call per row. */
     void (*dot_f16_rows)(float *s, const void *x, size_t stride, int64_t nrows, const float *q,
                          int64_t n);
+    /* The activations that need an exponential, g[i] = f(g[i]) * u[i] for i < n (u NULL:
+     * f(g[i]) alone), in place (g may not overlap u otherwise):
+     *   silu(x)     = x / (1 + e^-x)
+     *   gelu(x)     = x / (1 + e^-2v), v = sqrt(2/pi) (x + 0.044715 x^3): x/2 (1 + tanh v)
+     *   gelu_erf(x) = x/2 (1 + erf(x / sqrt 2)), erfc by Abramowitz-Stegun 7.1.26
+     *                 (|error| <= 1.5e-7) with one exponential
+     * The reference calls libm's expf; the overrides use a polynomial exp (relative error
+     * below 2e-7 where the result is a normal float; 0 below e^-86.5, where the reference
+     * may give a subnormal), so implementations agree to a few ulp, not bit for bit. NaN
+     * in gives NaN out. */
+    void (*silu)(float *g, const float *u, int64_t n);
+    void (*gelu)(float *g, const float *u, int64_t n);
+    void (*gelu_erf)(float *g, const float *u, int64_t n);
+    /* Attention's softmax numerators over one row of n >= 1 scores, in place:
+     *   v_p = scale * s[p], soft-capped to cap * tanh(v_p / cap) when cap > 0,
+     *   s[p] = e^(v_p - max_q v_q)
+     * and returns the sum of the new s[p] (>= 1). tanh(u) is 1 - 2 / (e^2u + 1) (one
+     * exponential; absolute error ~1.2e-7, which the cap scales). Same agreement as the
+     * activations; the sum's order differs too (the reference adds in double). */
+    float (*softmax_exp)(float *s, int64_t n, float scale, float cap);
+    /* x[i] = cap * tanh(x[i] / cap), i < n, cap > 0 (the final logit soft-cap), tanh as
+     * in softmax_exp. */
+    void (*softcap)(float *x, int64_t n, float cap);
 };
 
 /* Fill k with the scalar reference kernels, then override with the versions that the
@@ -161,6 +184,7 @@ void pi_cpu_kernels_ref(struct pi_cpu_kernels *k);
 /* Overrides, each defined in its own file compiled with its own ISA flags; they only
  * replace entries and must be called on a table already filled by the reference. */
 void pi_cpu_kernels_avx2(struct pi_cpu_kernels *k);
+void pi_cpu_kernels_avx2_math(struct pi_cpu_kernels *k); /* kernels_math_avx2.c */
 void pi_cpu_kernels_avx512(struct pi_cpu_kernels *k);
 
 #endif
