@@ -553,19 +553,69 @@ struct norm_job {
     float *y;
 };
 
+/* Sums in double, in four interleaved partial sums (one chain of dependent double adds
+ * was most of a norm's time); float products and sums of them are exact in double up to
+ * the last few bits, so the order does not matter at float precision. */
+static double sum_sq(const float *x, int64_t n, double mean) {
+    double s[4] = {0.0, 0.0, 0.0, 0.0};
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4)
+        for (int k = 0; k < 4; k++)
+            s[k] += ((double)x[i + k] - mean) * ((double)x[i + k] - mean);
+    for (; i < n; i++)
+        s[0] += ((double)x[i] - mean) * ((double)x[i] - mean);
+    return (s[0] + s[1]) + (s[2] + s[3]);
+}
+
+static double sum_of(const float *x, int64_t n) {
+    double s[4] = {0.0, 0.0, 0.0, 0.0};
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4)
+        for (int k = 0; k < 4; k++)
+            s[k] += (double)x[i + k];
+    for (; i < n; i++)
+        s[0] += (double)x[i];
+    return (s[0] + s[1]) + (s[2] + s[3]);
+}
+
+/* y = x * scale * g (+ bias), g and bias F32 (the usual case: a plain loop) or any
+ * vector type; mean is subtracted first (LayerNorm; 0 for RMSNorm). */
+static void norm_out(const float *x, float mean, float scale, const struct pi_vector *g,
+                     const struct pi_vector *bias, int64_t n, float *y) {
+    if ((!g || g->type == PI_TYPE_F32) && (!bias || bias->type == PI_TYPE_F32)) {
+        const uint8_t *gp = g ? g->data : NULL, *bp = bias ? bias->data : NULL;
+        for (int64_t i = 0; i < n; i++) {
+            float v = (x[i] - mean) * scale, w, c;
+            if (gp) {
+                memcpy(&w, gp + 4 * i, 4);
+                v *= w;
+            }
+            if (bp) {
+                memcpy(&c, bp + 4 * i, 4);
+                v += c;
+            }
+            y[i] = v;
+        }
+        return;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        float v = (x[i] - mean) * scale;
+        if (g)
+            v *= vec_value(g, i);
+        if (bias)
+            v += vec_value(bias, i);
+        y[i] = v;
+    }
+}
+
 static void rmsnorm_rows(void *arg, int64_t lo, int64_t hi, int ith) {
     const struct norm_job *j = arg;
     const int64_t n = j->n;
     (void)ith;
     for (int64_t t = lo; t < hi; t++) {
         const float *xt = j->x + t * n;
-        float *yt = j->y + t * n;
-        double ss = 0.0;
-        for (int64_t i = 0; i < n; i++)
-            ss += (double)xt[i] * xt[i];
-        const float scale = (float)(1.0 / sqrt(ss / (double)n + (double)j->eps));
-        for (int64_t i = 0; i < n; i++)
-            yt[i] = xt[i] * scale * vec_value(j->g, i);
+        const float scale = (float)(1.0 / sqrt(sum_sq(xt, n, 0.0) / (double)n + (double)j->eps));
+        norm_out(xt, 0.0f, scale, j->g, NULL, n, j->y + t * n);
     }
 }
 
@@ -578,23 +628,9 @@ static void layernorm_rows(void *arg, int64_t lo, int64_t hi, int ith) {
     (void)ith;
     for (int64_t t = lo; t < hi; t++) {
         const float *xt = j->x + t * n;
-        float *yt = j->y + t * n;
-        double sum = 0.0, ss = 0.0;
-        for (int64_t i = 0; i < n; i++)
-            sum += xt[i];
-        const double mean = sum / (double)n;
-        for (int64_t i = 0; i < n; i++)
-            ss += ((double)xt[i] - mean) * ((double)xt[i] - mean);
-        const float inv = (float)(1.0 / sqrt(ss / (double)n + (double)j->eps));
-        const float m = (float)mean;
-        for (int64_t i = 0; i < n; i++) {
-            float v = (xt[i] - m) * inv;
-            if (g)
-                v *= vec_value(g, i);
-            if (bias)
-                v += vec_value(bias, i);
-            yt[i] = v;
-        }
+        const double mean = sum_of(xt, n) / (double)n;
+        const float inv = (float)(1.0 / sqrt(sum_sq(xt, n, mean) / (double)n + (double)j->eps));
+        norm_out(xt, (float)mean, inv, g, bias, n, j->y + t * n);
     }
 }
 
@@ -632,34 +668,34 @@ static double yarn_corr(const struct pi_rope *r, float beta) {
            (2.0 * log((double)r->base));
 }
 
-static void cpu_rope(struct pi_backend *b, float *x, int64_t n_tok, int64_t n_head,
-                     int64_t head_dim, int64_t pos0, const struct pi_rope *r) {
-    (void)b;
+struct rope_job {
+    float *x;
+    int64_t n_head, head_dim, pos0;
+    const struct pi_rope *r;
+    double lo, hi, mscale; /* YaRN's ramp ends and the magnitude scale */
+};
+
+static void rope_tokens(void *arg, int64_t t0, int64_t t1, int ith) {
+    const struct rope_job *j = arg;
+    const struct pi_rope *r = j->r;
     const int64_t n_rot = r->n_rot, half = n_rot / 2;
-    double lo = 0.0, hi = 0.0, mscale = (double)r->attn_factor;
-    if (r->ext_factor != 0.0f) {
-        lo = floor(yarn_corr(r, r->beta_fast));
-        hi = ceil(yarn_corr(r, r->beta_slow));
-        lo = lo > 0.0 ? lo : 0.0;
-        hi = hi < (double)(n_rot - 1) ? hi : (double)(n_rot - 1);
-        mscale *= 1.0 + 0.1 * log(1.0 / (double)r->freq_scale);
-    }
-    for (int64_t t = 0; t < n_tok; t++) {
-        const double pos = (double)(pos0 + t);
+    (void)ith;
+    for (int64_t t = t0; t < t1; t++) {
+        const double pos = (double)(j->pos0 + t);
         for (int64_t i = 0; i < half; i++) {
             double theta = pos * pow((double)r->base, -2.0 * (double)i / (double)n_rot);
             if (r->factors)
                 theta /= (double)r->factors[i];
             const double interp = theta * (double)r->freq_scale;
             if (r->ext_factor != 0.0f) {
-                const double mix = yarn_ramp(lo, hi, i) * (double)r->ext_factor;
+                const double mix = yarn_ramp(j->lo, j->hi, i) * (double)r->ext_factor;
                 theta = interp * (1.0 - mix) + theta * mix;
             } else {
                 theta = interp;
             }
-            const float c = (float)(cos(theta) * mscale), s = (float)(sin(theta) * mscale);
-            for (int64_t h = 0; h < n_head; h++) {
-                float *v = x + (t * n_head + h) * head_dim;
+            const float c = (float)(cos(theta) * j->mscale), s = (float)(sin(theta) * j->mscale);
+            for (int64_t h = 0; h < j->n_head; h++) {
+                float *v = j->x + (t * j->n_head + h) * j->head_dim;
                 const int64_t a = r->neox ? i : 2 * i, bb = r->neox ? i + half : 2 * i + 1;
                 const float x0 = v[a], x1 = v[bb];
                 v[a] = x0 * c - x1 * s;
@@ -669,18 +705,54 @@ static void cpu_rope(struct pi_backend *b, float *x, int64_t n_tok, int64_t n_he
     }
 }
 
+/* Tokens over the threads when there are several (each token's rotation is computed
+ * the same way wherever it runs). */
+static void cpu_rope(struct pi_backend *b, float *x, int64_t n_tok, int64_t n_head,
+                     int64_t head_dim, int64_t pos0, const struct pi_rope *r) {
+    struct rope_job j = {x, n_head, head_dim, pos0, r, 0.0, 0.0, (double)r->attn_factor};
+    if (r->ext_factor != 0.0f) {
+        const int64_t n_rot = r->n_rot;
+        j.lo = floor(yarn_corr(r, r->beta_fast));
+        j.hi = ceil(yarn_corr(r, r->beta_slow));
+        j.lo = j.lo > 0.0 ? j.lo : 0.0;
+        j.hi = j.hi < (double)(n_rot - 1) ? j.hi : (double)(n_rot - 1);
+        j.mscale *= 1.0 + 0.1 * log(1.0 / (double)r->freq_scale);
+    }
+    if (n_tok < 2)
+        rope_tokens(&j, 0, n_tok, 0);
+    else
+        pi_pool_for(b->pool, n_tok, 1, rope_tokens, &j);
+}
+
+struct kv_store_job {
+    uint16_t *kd, *vd;
+    const float *k, *v;
+    int64_t nk, nv;
+};
+
+static void kv_store_tokens(void *arg, int64_t t0, int64_t t1, int ith) {
+    const struct kv_store_job *j = arg;
+    (void)ith;
+    for (int64_t i = t0 * j->nk; i < t1 * j->nk; i++)
+        j->kd[i] = pi_fp32_to_fp16(j->k[i]);
+    for (int64_t i = t0 * j->nv; i < t1 * j->nv; i++)
+        j->vd[i] = pi_fp32_to_fp16(j->v[i]);
+}
+
 static void cpu_kv_store(struct pi_backend *b, struct pi_kv *kv, int64_t layer, int64_t pos0,
                          int64_t n_tok, const float *k, const float *v) {
     if (!kv_range_ok(kv, layer, pos0, n_tok)) {
         b->fault = PI_ERR_INTERNAL;
         return;
     }
-    uint16_t *kd = kv->k + ((size_t)layer * (size_t)kv->d.n_ctx + (size_t)pos0) * (size_t)kv->nk;
-    uint16_t *vd = kv->v + ((size_t)layer * (size_t)kv->d.n_ctx + (size_t)pos0) * (size_t)kv->nv;
-    for (int64_t i = 0; i < n_tok * kv->nk; i++)
-        kd[i] = pi_fp32_to_fp16(k[i]);
-    for (int64_t i = 0; i < n_tok * kv->nv; i++)
-        vd[i] = pi_fp32_to_fp16(v[i]);
+    struct kv_store_job j = {
+        kv->k + ((size_t)layer * (size_t)kv->d.n_ctx + (size_t)pos0) * (size_t)kv->nk,
+        kv->v + ((size_t)layer * (size_t)kv->d.n_ctx + (size_t)pos0) * (size_t)kv->nv,
+        k, v, kv->nk, kv->nv};
+    if (n_tok < 8)
+        kv_store_tokens(&j, 0, n_tok, 0);
+    else
+        pi_pool_for(b->pool, n_tok, 4, kv_store_tokens, &j);
 }
 
 struct attn_job {
@@ -812,10 +884,25 @@ static void cpu_ffn_act_masked(struct pi_backend *b, enum pi_act act, float *g, 
                 g[t * n + i] = 0.0f;
 }
 
+struct add_job {
+    float *y;
+    const float *x;
+};
+
+static void add_range(void *arg, int64_t lo, int64_t hi, int ith) {
+    const struct add_job *j = arg;
+    (void)ith;
+    for (int64_t i = lo; i < hi; i++)
+        j->y[i] += j->x[i];
+}
+
+/* The residual adds: a prompt's are n_tok * n_embd values, over the threads. */
 static void cpu_add(struct pi_backend *b, float *y, const float *x, int64_t n) {
-    (void)b;
-    for (int64_t i = 0; i < n; i++)
-        y[i] += x[i];
+    struct add_job j = {y, x};
+    if (n < 16384)
+        add_range(&j, 0, n, 0);
+    else
+        pi_pool_for(b->pool, n, ew_grain(b, n), add_range, &j);
 }
 
 static void cpu_add_rows(struct pi_backend *b, float *y, const struct pi_vector *v, int64_t n_tok) {
