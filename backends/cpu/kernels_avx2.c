@@ -1076,6 +1076,10 @@ INLINE void rows_to_y(int type, const uint8_t *row, size_t rb, int64_t n, const 
     rows_ptr_to_y(type, rows, n, x, xt, ys);
 }
 
+#if defined(PI_VNNI)
+#  include "gemm_pairs_avx512.h"
+#endif
+
 /* The loop nest of gemm: blocks of rows that fit in L2 (GEMM_L2_BYTES); inside them
  * tiles of GEMM_TILE tokens, each decoded weight unit serving the whole tile. When the
  * tile's activations fit in L1 (decode: one token) each row is done in one pass, so the
@@ -1097,6 +1101,12 @@ INLINE void gemm_units(int type, const void *W, size_t rb, int64_t nr, const voi
                 for (int t = 0; t < tt; t++)
                     tail_gather(x + (size_t)t * vb + (size_t)(n / 256) * PI_Q8_0_GROUP_BYTES,
                                 (int)(n % 256 / 32), xt + (size_t)t * TAIL_BYTES);
+#if defined(PI_VNNI)
+            if (tt == GEMM_TILE && (pairs_type(type) || kpairs_type(type))) {
+                gemm_tile_pairs(type, w, rb, r0, r1, x, vb, xt, y, ldy, n);
+                continue;
+            }
+#endif
             if (tt == 1 && nk == 1 && !is_k_quant(type)) {
                 int64_t r = r0;
                 for (; r + DEC_ROWS <= r1; r += DEC_ROWS)
