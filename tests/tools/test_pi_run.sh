@@ -126,6 +126,17 @@ if [ -n "$smol" ] && [ -f "$smol" ]; then
     expect greedy "$work/greedy.txt" "The capital of France is Paris."
     "$pirun" -m "$smol" --chat -p "What is 2+2?" -n 16 --temp 0 > "$work/chat.txt" 2>/dev/null
     expect chat "$work/chat.txt" "4"
+    # --chat-format: SmolLM2's template is ChatML, so naming it changes nothing; Llama 2's
+    # [INST] wrapping is another prompt (14 tokens against ChatML's 37); an unknown name
+    # is a usage error that lists the names
+    "$pirun" -m "$smol" --chat-format chatml -p "What is 2+2?" -n 16 --temp 0 > "$work/chat2.txt" 2>/dev/null
+    cmp -s "$work/chat.txt" "$work/chat2.txt" && ok "--chat-format chatml = --chat on SmolLM2" || bad "--chat-format chatml differs from --chat"
+    "$pirun" -m "$smol" --chat-format llama2 -p "What is 2+2?" -n 1 --temp 0 > /dev/null 2> "$work/chat3.err"
+    expect "--chat-format llama2 prompt" "$work/chat3.err" "prompt 14 tokens"
+    "$pirun" -m "$smol" --chat-format chatml -p "What is 2+2?" -n 1 --temp 0 > /dev/null 2> "$work/chat4.err"
+    expect "--chat-format chatml prompt" "$work/chat4.err" "prompt 37 tokens"
+    "$pirun" -m "$smol" --chat-format gemma4 -p "x" > /dev/null 2> "$work/chat5.err"
+    [ $? -eq 2 ] && grep -q "mistral-v3-tekken" "$work/chat5.err" && ok "unknown --chat-format: exit 2 naming the formats" || bad "unknown --chat-format"
     "$pirun" -m "$smol" -p "Hello" -n 0 --dump-logits "$work/logits.bin" > /dev/null 2>&1
     [ "$(wc -c < "$work/logits.bin")" -eq $((49152 * 4)) ] && ok "--dump-logits writes 49152 floats" || bad "--dump-logits size"
     printf 'The capital of France is' > "$work/prompt.txt"

@@ -15,6 +15,20 @@ static struct {
     int32_t lock_memory;
 } load_opts = {PI_LOAD_MMAP, 0};
 
+int cli_chat_format(const char *opt, const char *name) {
+    static const char *const names[] = {"auto",       "chatml",     "llama2",
+                                        "llama3",     "gemma",      "phi3",
+                                        "mistral-v1", "mistral-v3", "mistral-v3-tekken",
+                                        "mistral-v7", "falcon"}; /* PI_CHAT_* order */
+    for (int k = 0; k < (int)(sizeof names / sizeof *names); k++)
+        if (name && !strcmp(name, names[k]))
+            return k;
+    fprintf(stderr, "%s: %s wants auto, chatml, llama2, llama3, gemma, phi3, mistral-v1, "
+            "mistral-v3, mistral-v3-tekken, mistral-v7 or falcon, not '%s'\n",
+            cli_prog, opt, name ? name : "");
+    return -1;
+}
+
 int cli_load_option(const char *a) {
     if (!strcmp(a, "--no-mmap"))
         load_opts.load_mode = PI_LOAD_READ;

@@ -38,6 +38,17 @@ int cli_common_option(const char *a, const char *v, void (*usage)(FILE *out), in
  * them. */
 int cli_load_option(const char *a);
 
+/* The PI_CHAT_* format named `name` (auto, chatml, llama2, llama3, gemma, phi3,
+ * mistral-v1, mistral-v3, mistral-v3-tekken, mistral-v7, falcon), or -1 after printing
+ * "PROG: OPT wants ..." with every name. */
+int cli_chat_format(const char *opt, const char *name);
+
+/* Those names, for --help. */
+#define CLI_CHAT_FORMAT_NAMES                                                              \
+    "auto (the model's template), chatml, llama2, llama3,\n"                               \
+    "                          gemma, phi3, mistral-v1, mistral-v3, mistral-v3-tekken,\n"  \
+    "                          mistral-v7, falcon"
+
 /* The lines of --help for cli_load_option's options, in the tools' column layout. */
 #define CLI_LOAD_USAGE                                                                     \
     "  --no-mmap               read the model into memory instead of mapping it: the\n"   \

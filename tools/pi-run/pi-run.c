@@ -38,7 +38,9 @@ static void usage(FILE *out) {
             "  --presence-penalty F    (default 0)\n"
             "  --seed N                sampling seed (default 0x5eed)\n"
             "  --chat                  wrap the prompt as a user message in the model's chat\n"
-            "                          template (ChatML, Llama 2, Llama 3)\n"
+            "                          template (the format it is recognised as)\n"
+            "  --chat-format F         as --chat, in format F, one of\n"
+            "                          " CLI_CHAT_FORMAT_NAMES "\n"
             "  --system TEXT           system message for --chat\n"
             "  --dump-logits FILE      write the float32 logits of the last prompt position\n"
             "  --sparse-mode M         FFN of PowerInfer models: sparse (default for them:\n"
@@ -245,7 +247,7 @@ static int info(const char *path, int list_tensors, int verbose) {
 
 struct opts {
     const char *model, *prompt, *prompt_file, *system, *dump_logits, *profile;
-    int info, tensors, verbose, chat, stats;
+    int info, tensors, verbose, chat, chat_format, stats;
     long n_predict;
     /* hybrid execution */
     int device_set, budget_set, print_plan, dry_run, reset_plan, no_plan_cache;
@@ -437,15 +439,18 @@ static int generate(struct opts *o) {
         if (o->system)
             msgs[n++] = (pi_chat_message){"system", o->system};
         msgs[n++] = (pi_chat_message){"user", ptext};
-        int64_t need = pi_chat_apply(m, PI_CHAT_AUTO, msgs, n, 1, NULL, 0);
+        int64_t need = pi_chat_apply(m, o->chat_format, msgs, n, 1, NULL, 0);
         if (need < 0) {
             free(ptext);
             pi_model_close(m);
-            return cli_fail("--chat: the model's chat template", (int)need, NULL);
+            return cli_fail(o->chat_format == PI_CHAT_AUTO
+                                ? "--chat: the model's chat template (--chat-format names one)"
+                                : "--chat-format",
+                            (int)need, NULL);
         }
         char *chat = malloc((size_t)need + 1);
         if (chat)
-            pi_chat_apply(m, PI_CHAT_AUTO, msgs, n, 1, chat, (size_t)need + 1);
+            pi_chat_apply(m, o->chat_format, msgs, n, 1, chat, (size_t)need + 1);
         free(ptext);
         ptext = chat;
         plen = (size_t)need;
@@ -692,6 +697,11 @@ int main(int argc, char **argv) {
             o.prompt = v;
         } else if (IS("-f") || IS("--file")) {
             o.prompt_file = v;
+        } else if (IS("--chat-format")) {
+            o.chat_format = cli_chat_format("--chat-format", v);
+            if (o.chat_format < 0)
+                return 2;
+            o.chat = 1;
         } else if (IS("--system")) {
             o.system = v;
         } else if (IS("--dump-logits")) {

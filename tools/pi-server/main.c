@@ -55,9 +55,7 @@ static void usage(FILE *out) {
             "  --host-allow NAME       accept requests whose Host header is NAME (besides the\n"
             "                          bound address, localhost and 127.0.0.1/::1); repeatable;\n"
             "                          '*' accepts any (behind a proxy that checks it)\n"
-            "  --chat-format F         auto (the model's template), chatml, llama2, llama3,\n"
-            "                          gemma, phi3, mistral-v1, mistral-v3, mistral-v3-tekken,\n"
-            "                          mistral-v7, falcon\n"
+            "  --chat-format F         " CLI_CHAT_FORMAT_NAMES "\n"
             "  --sparse-mode M         FFN of PowerInfer models: sparse, dense or oracle\n"
             "  --no-prompt-cache       decode every prompt whole (by default a slot keeps its\n"
             "                          tokens and a new prompt decodes only what differs)\n"
@@ -296,20 +294,9 @@ int main(int argc, char **argv) {
             if (read_key(v, &o.api_key) != 0)
                 return 2;
         } else if (IS("--chat-format")) {
-            static const char *const names[] = {
-                "auto",       "chatml",     "llama2",            "llama3",
-                "gemma",      "phi3",       "mistral-v1",        "mistral-v3",
-                "mistral-v3-tekken", "mistral-v7", "falcon"}; /* PI_CHAT_* order */
-            o.chat_format = -1;
-            for (int k = 0; k < (int)(sizeof names / sizeof *names); k++)
-                if (!strcmp(v, names[k]))
-                    o.chat_format = k;
-            if (o.chat_format < 0) {
-                fprintf(stderr, "pi-server: --chat-format wants auto, chatml, llama2, llama3, "
-                        "gemma, phi3, mistral-v1, mistral-v3, mistral-v3-tekken, mistral-v7 or "
-                        "falcon\n");
+            o.chat_format = cli_chat_format("--chat-format", v);
+            if (o.chat_format < 0)
                 return 2;
-            }
         } else if (IS("--sparse-mode")) {
             if (!strcmp(v, "sparse") || !strcmp(v, "predictor"))
                 o.sparse_mode = PI_SPARSE_PREDICTOR;
