@@ -93,6 +93,12 @@ sed 's/^/# /' "$work/profile.txt"
     && ok "pi-bench with three modes exits 0" || bad "pi-bench modes"
 expect bench "$work/bench.txt" "| sparse | tg4"
 expect bench "$work/bench.txt" "decode speed-up oracle / sparse"
+# the bandwidth probe: threads started once, the median of 7 passes with its range, and
+# eta from it (compare.sh and sparse_compare.sh read the figure before "GB/s")
+"$bench" -m "$dn" -t 2 -p 4 -n 2 -r 1 > "$work/bench3.txt" 2>&1 && ok "pi-bench with the probe exits 0" || bad "pi-bench probe"
+expect bandwidth "$work/bench3.txt" "^read bandwidth (2 threads): [0-9.]* GB/s (median of 7 passes, [0-9.]*-[0-9.]*)"
+bw=$(sed -n 's/^read bandwidth ([0-9]* threads): \([0-9.]*\) GB\/s.*/\1/p' "$work/bench3.txt")
+python3 -c "import sys; sys.exit(0 if float('$bw' or 0) > 0 else 1)" && ok "probe figure parses: $bw GB/s" || bad "probe figure '$bw'"
 "$bench" -m "$dn" -p 4 -n 2 -r 1 --no-bandwidth --sparse-mode sparse > "$work/bench2.txt" 2>&1
 [ $? -eq 1 ] && ok "pi-bench sparse on a dense file exits 1" || bad "pi-bench sparse on dense"
 

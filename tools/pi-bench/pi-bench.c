@@ -30,55 +30,130 @@ static struct stats summarize(double *v, int n) {
     return s;
 }
 
-/* ---- memory bandwidth: each thread sums its slice of a large buffer ---------------- */
+/* ---- memory bandwidth: each thread sums its slice of a large buffer ----------------
+ *
+ * The threads are started once and meet at a barrier before and after every pass, so a
+ * pass's time is the reading alone (thread start-up was inside it before, and made the
+ * figure depend on the scheduler). The result is the median pass with the spread. */
+
+struct bw_shared {
+    pthread_barrier_t start, done;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int go; /* 0: wait; 1: every thread started, run; -1: one did not, return */
+    int reps;
+};
 
 struct bw_job {
+    struct bw_shared *sh;
     const uint64_t *p;
     size_t n;
     uint64_t sum;
 };
 
+static uint64_t bw_sum(const uint64_t *p, size_t n) {
+    uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    for (size_t i = 0; i + 4 <= n; i += 4) {
+        s0 += p[i];
+        s1 += p[i + 1];
+        s2 += p[i + 2];
+        s3 += p[i + 3];
+    }
+    return s0 + s1 + s2 + s3;
+}
+
 static void *bw_thread(void *arg) {
     struct bw_job *j = arg;
-    uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-    for (size_t i = 0; i + 4 <= j->n; i += 4) {
-        s0 += j->p[i];
-        s1 += j->p[i + 1];
-        s2 += j->p[i + 2];
-        s3 += j->p[i + 3];
+    pthread_mutex_lock(&j->sh->mu);
+    while (j->sh->go == 0)
+        pthread_cond_wait(&j->sh->cv, &j->sh->mu);
+    const int go = j->sh->go;
+    pthread_mutex_unlock(&j->sh->mu);
+    if (go < 0)
+        return NULL;
+    for (int r = 0; r < j->sh->reps; r++) {
+        pthread_barrier_wait(&j->sh->start);
+        j->sum += bw_sum(j->p, j->n);
+        pthread_barrier_wait(&j->sh->done);
     }
-    j->sum = s0 + s1 + s2 + s3;
     return NULL;
 }
 
-static double read_bandwidth(int threads, size_t bytes, int reps) {
+struct bw_result {
+    struct stats gbs; /* GB/s over the passes */
+    int passes;
+};
+
+/* `reps` passes over `bytes` with `threads` threads (the calling one included); all
+ * zero when the buffer or a thread cannot be had. */
+static struct bw_result read_bandwidth(int threads, size_t bytes, int reps) {
+    struct bw_result res = {{0.0, 0.0, 0.0}, 0};
+    enum { MAX_T = 64, MAX_R = 32 };
+    const int nt = threads < 1 ? 1 : threads < MAX_T ? threads : MAX_T;
+    reps = reps < 1 ? 1 : reps < MAX_R ? reps : MAX_R;
     uint64_t *buf = malloc(bytes);
     if (!buf)
-        return 0.0;
-    size_t n = bytes / 8;
+        return res;
+    const size_t n = bytes / 8;
     for (size_t i = 0; i < n; i++)
         buf[i] = i;
-    double best = 0.0;
-    uint64_t sink = 0;
-    for (int r = 0; r < reps; r++) {
-        pthread_t th[64];
-        struct bw_job jobs[64];
-        int nt = threads < 64 ? threads : 64;
-        double t0 = cli_now_s();
-        for (int t = 0; t < nt; t++) {
-            size_t lo = n / (size_t)nt * (size_t)t, hi = t == nt - 1 ? n : n / (size_t)nt * (size_t)(t + 1);
-            jobs[t] = (struct bw_job){buf + lo, hi - lo, 0};
-            pthread_create(&th[t], NULL, bw_thread, &jobs[t]);
-        }
-        for (int t = 0; t < nt; t++) {
-            pthread_join(th[t], NULL);
-            sink += jobs[t].sum;
-        }
-        double gbs = (double)bytes / (cli_now_s() - t0) / 1e9;
-        best = gbs > best ? gbs : best;
+    struct bw_shared sh = {.reps = reps};
+    pthread_t th[MAX_T];
+    struct bw_job jobs[MAX_T];
+    int started = 0;
+    if (pthread_barrier_init(&sh.start, NULL, (unsigned)nt) != 0) {
+        free(buf);
+        return res;
     }
+    if (pthread_barrier_init(&sh.done, NULL, (unsigned)nt) != 0) {
+        pthread_barrier_destroy(&sh.start);
+        free(buf);
+        return res;
+    }
+    pthread_mutex_init(&sh.mu, NULL);
+    pthread_cond_init(&sh.cv, NULL);
+    for (int t = 0; t < nt; t++) {
+        const size_t lo = n / (size_t)nt * (size_t)t;
+        const size_t hi = t == nt - 1 ? n : n / (size_t)nt * (size_t)(t + 1);
+        jobs[t] = (struct bw_job){&sh, buf + lo, hi - lo, 0};
+    }
+    for (int t = 1; t < nt; t++) {
+        if (pthread_create(&th[t], NULL, bw_thread, &jobs[t]) != 0)
+            break;
+        started++;
+    }
+    /* the barriers need every thread: run only when all started, else let them go */
+    pthread_mutex_lock(&sh.mu);
+    sh.go = started == nt - 1 ? 1 : -1;
+    pthread_cond_broadcast(&sh.cv);
+    pthread_mutex_unlock(&sh.mu);
+    double gbs[MAX_R];
+    uint64_t sink = 0;
+    if (sh.go > 0)
+        for (int r = 0; r < reps; r++) {
+            pthread_barrier_wait(&sh.start);
+            const double t0 = cli_now_s();
+            jobs[0].sum += bw_sum(jobs[0].p, jobs[0].n);
+            pthread_barrier_wait(&sh.done);
+            gbs[r] = (double)bytes / (cli_now_s() - t0) / 1e9;
+        }
+    for (int t = 1; t <= started; t++) {
+        pthread_join(th[t], NULL);
+        sink += jobs[t].sum;
+    }
+    if (sh.go > 0) {
+        res.gbs = summarize(gbs, reps);
+        res.passes = reps;
+    }
+    pthread_cond_destroy(&sh.cv);
+    pthread_mutex_destroy(&sh.mu);
+    pthread_barrier_destroy(&sh.start);
+    pthread_barrier_destroy(&sh.done);
+    sink += jobs[0].sum;
     free(buf);
-    return sink == 1 ? 0.0 : best; /* use the sums so they are not optimised away */
+    if (sink == 1) /* use the sums so that they are not optimised away */
+        res.gbs.median = 0.0;
+    return res;
 }
 
 static void usage(void) {
@@ -414,7 +489,9 @@ int main(int argc, char **argv) {
             pi_ctx_destroy(c);
         }
     }
-    double bw = probe_bw ? read_bandwidth((int)nt, (size_t)1 << 30, 5) : 0.0;
+    const struct bw_result bwr = probe_bw ? read_bandwidth((int)nt, (size_t)1 << 30, 7)
+                                          : (struct bw_result){{0.0, 0.0, 0.0}, 0};
+    const double bw = bwr.gbs.median;
     const uint64_t dense_b = tele_dense_bytes(m);
     /* KV bytes a decode step reads, at the mean position of the timed decode steps */
     const uint64_t kv_b = tele_kv_bytes(m, n_prompt + n_gen / 2);
@@ -427,7 +504,8 @@ int main(int argc, char **argv) {
            (double)pi_model_size_bytes(m) / 1048576.0);
     printf("threads:     %u, load %.1f ms\n", nt, load_ms);
     if (bw > 0)
-        printf("read bandwidth (%u threads): %.2f GB/s\n", nt, bw);
+        printf("read bandwidth (%u threads): %.2f GB/s (median of %d passes, %.2f-%.2f)\n", nt,
+               bw, bwr.passes, bwr.gbs.min, bwr.gbs.max);
     if (hybrid)
         printf("device:      %s %u (budget: bytes the plan may place there; neurons: FFN "
                "neurons on the device; GiB dev: what the plan puts there)\n",
