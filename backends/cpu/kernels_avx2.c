@@ -638,19 +638,6 @@ INLINE void row_kblock_n(int type, const uint8_t *row, int64_t nb, int64_t g0, i
         out[t] = hsum_ps(acc[t]) + off[t];
 }
 
-/* With 32 registers, full tiles get a constant token count, so that their accumulators
- * live in registers (with 16 that spills more than it saves). */
-INLINE void row_kblock(int type, const uint8_t *row, int64_t nb, int64_t g0, int64_t g1,
-                       const uint8_t *x, size_t vb, const uint8_t *xt, int tt, float *out) {
-#if defined(PI_VNNI)
-    if (tt == GEMM_TILE) {
-        row_kblock_n(type, row, nb, g0, g1, x, vb, xt, GEMM_TILE, out);
-        return;
-    }
-#endif
-    row_kblock_n(type, row, nb, g0, g1, x, vb, xt, tt, out);
-}
-
 /* ---- K-quants ------------------------------------------------------------------------- */
 
 /* PI_VEC_Q8_K views of super-block b (of nb). */
@@ -966,6 +953,10 @@ INLINE void row_kblock_kn(int type, const uint8_t *row, int64_t nb, int64_t b0, 
         out[t] = hsum_ps(acc[t]);
 }
 
+/* With 32 registers, full tiles get a constant token count, so that their accumulators
+ * live in registers (with 16 that spills more than it saves). In the VNNI build only
+ * IQ4_XS still reaches it with a full tile: the other types' full tiles go through
+ * gemm_pairs_avx512.h. */
 INLINE void row_kblock_k(int type, const uint8_t *row, int64_t nb, int64_t b0, int64_t b1,
                          const uint8_t *x, size_t vb, int tt, float *out) {
 #if defined(PI_VNNI)
@@ -991,7 +982,7 @@ INLINE void row_units(int type, const uint8_t *row, int64_t n, int64_t u0, int64
     if (is_k_quant(type))
         row_kblock_k(type, row, n / 256, u0, u1, x, vb, tt, out);
     else
-        row_kblock(type, row, n / 32, u0, u1, x, vb, xt, tt, out);
+        row_kblock_n(type, row, n / 32, u0, u1, x, vb, xt, tt, out);
 }
 
 /* Rows are summed in K-blocks of KB_UNITS units (2048 values), each reduced to a float
