@@ -51,8 +51,8 @@ def first_token(srv, messages):
 
 
 def main():
-    on = Server("--parallel", 2, "-c", 2048)
-    off = Server("--parallel", 2, "-c", 2048, "--no-prompt-cache")
+    on = Server("--parallel", 2, "-c", 4096)
+    off = Server("--parallel", 2, "-c", 4096, "--no-prompt-cache")
     try:
         rows = []
         for rep in range(REPEATS):

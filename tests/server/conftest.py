@@ -221,6 +221,6 @@ def status_of(raw):
 @pytest.fixture(scope="session")
 def server():
     """The shared server: 8 slots, a queue of 16, an API key."""
-    s = Server("--parallel", 8, "--queue", 16, "-c", 2048)
+    s = Server("--parallel", 8, "--queue", 16, "-c", 8 * 2048)
     yield s
     s.finish()

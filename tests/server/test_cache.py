@@ -33,7 +33,7 @@ def cached(usage):
 
 @pytest.fixture(scope="module")
 def uncached():
-    s = Server("--parallel", 2, "-c", 1024, "--no-prompt-cache")
+    s = Server("--parallel", 2, "-c", 2048, "--no-prompt-cache")
     yield s
     s.finish()
 
@@ -41,7 +41,7 @@ def uncached():
 @pytest.fixture(scope="module")
 def cache_srv():
     """Two slots, so the test knows which caches can exist."""
-    s = Server("--parallel", 2, "-c", 1024)
+    s = Server("--parallel", 2, "-c", 2048)
     yield s
     s.finish()
 

@@ -38,7 +38,7 @@ OTHER = "http://evil.example"
 
 @pytest.fixture(scope="module")
 def srv():
-    s = Server("--parallel", 2, "--queue", 4, "-c", 1024, "-n", 8, "--max-connections", 4,
+    s = Server("--parallel", 2, "--queue", 4, "-c", 2048, "-n", 8, "--max-connections", 4,
                "--header-timeout", HEAD_S, "--read-timeout", READ_S, "--timeout", 30,
                "--max-stream-buffer", 4096, "--cors-origin", ORIGIN,
                "--cors-origin", "http://localhost:5173", "--host-allow", "pi.internal")

@@ -146,6 +146,18 @@ if [ -n "$smol" ] && [ -f "$smol" ]; then
     cmp -s "$work/greedy.txt" "$work/greedy3.txt" && ok "-f /dev/stdin reads a pipe" || bad "-f /dev/stdin"
     "$pirun" -m "$smol" -p "The capital of France is" -n 8 --temp 0 --no-mmap --mlock > "$work/greedy4.txt" 2>/dev/null
     cmp -s "$work/greedy.txt" "$work/greedy4.txt" && ok "--no-mmap --mlock: same greedy text" || bad "--no-mmap --mlock"
+    # a full context: generation stops with a message; --context-shift goes on past it,
+    # and the greedy text up to the first shift is the same
+    "$pirun" -m "$smol" -p "Once upon a time" -c 48 -n 200 --temp 0 > "$work/full.txt" 2> "$work/full.err"
+    expect "full context" "$work/full.err" "the context is full (48 positions)"
+    expect "full context" "$work/full.err" "generated 45 tokens"
+    "$pirun" -m "$smol" -p "Once upon a time" -c 48 -n 120 --temp 0 --context-shift > "$work/shift.txt" 2> "$work/shift.err"
+    expect "context shift" "$work/shift.err" "generated 120 tokens"
+    expect "context shift" "$work/shift.err" "[0-9][0-9]* context shifts\{0,1\} (kept the first"
+    python3 -c "import sys; a, b = (open(f, encoding='utf-8', errors='replace').read().rstrip('\n') for f in sys.argv[1:]); sys.exit(not b.startswith(a))" "$work/full.txt" "$work/shift.txt" \
+        && ok "the shifted text starts with the unshifted one" || bad "shifted text differs before the shift"
+    "$pirun" -m "$smol" -p "Once upon a time" -c 48 -n 60 --temp 0 --context-shift --keep -1 > /dev/null 2> "$work/keep.err"
+    expect "--keep -1" "$work/keep.err" "kept the first 4 positions, dropped 22"
     "$pirun" -m "$smol" -p "x" -c 100000000 > /dev/null 2>&1
     [ $? -eq 2 ] && ok "absurd -c rejected" || bad "absurd -c"
     "$pirun" -m "$smol" -p "x" --temp abc > /dev/null 2>&1

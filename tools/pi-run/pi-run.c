@@ -3,6 +3,7 @@
  * Text generation from a prompt, and model inspection (--info). */
 #include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,6 +28,12 @@ static void usage(FILE *out) {
             "                          or a full context; 0: only process the prompt)\n"
             "  -t, --threads N         worker threads (default: all processors)\n"
             "  -c, --ctx-size N        context positions (default: model's, at most 4096)\n"
+            "  --context-shift         when the context is full, drop the older half of what\n"
+            "                          follows the kept start and go on (attention then sees\n"
+            "                          only the recent text); with -n -1, until end of text\n"
+            "  --keep N                positions --context-shift keeps at the start (default:\n"
+            "                          the BOS token if the prompt has one; -1: the whole\n"
+            "                          prompt; at most half the context)\n"
             "  -b, --batch-size N      prompt tokens per step (default 256)\n"
             "  --temp T                temperature (default 0.8; 0: greedy)\n"
             "  --top-k N               (default 40; 0: off)\n"
@@ -249,6 +256,10 @@ struct opts {
     const char *model, *prompt, *prompt_file, *system, *dump_logits, *profile;
     int info, tensors, verbose, chat, chat_format, stats;
     long n_predict;
+    /* --context-shift: on a full context, keep the first n_keep positions (-1: the BOS
+     * token when the prompt starts with one) and drop the older half of the rest */
+    int context_shift;
+    long n_keep;
     /* hybrid execution */
     int device_set, budget_set, print_plan, dry_run, reset_plan, no_plan_cache;
     const char *plan_stats, *plan_file;
@@ -539,8 +550,20 @@ static int generate(struct opts *o) {
         }
         fclose(fp);
     }
-    long n_gen = 0;
-    long limit = o->n_predict < 0 ? (long)(pi_ctx_n_ctx(ctx) - nt) : o->n_predict;
+    long n_gen = 0, n_shifts = 0;
+    const int64_t n_ctx = pi_ctx_n_ctx(ctx);
+    long limit = o->n_predict >= 0 ? o->n_predict
+                 : o->context_shift ? LONG_MAX
+                                    : (long)(n_ctx - nt);
+    /* what a shift keeps: at least 0, and at most half the context, so that each shift
+     * frees at least a quarter of it */
+    int64_t keep = o->n_keep >= 0                                         ? o->n_keep
+                   : o->n_keep == -2 && toks[0] == pi_model_token_bos(m) ? 1
+                   : o->n_keep == -2                                      ? 0
+                                                                          : nt;
+    if (keep > n_ctx / 2)
+        keep = n_ctx / 2;
+    int full = 0;
     const double tg = cli_now_s();
     while (n_gen < limit) {
         int32_t tok;
@@ -552,8 +575,18 @@ static int generate(struct opts *o) {
             break;
         pi_detok_push(dt, tok, emit, NULL);
         n_gen++;
-        if (pi_ctx_pos(ctx) >= pi_ctx_n_ctx(ctx))
-            break;
+        if (pi_ctx_pos(ctx) >= n_ctx) {
+            if (!o->context_shift) {
+                full = 1;
+                break;
+            }
+            const int64_t drop = (n_ctx - keep) / 2;
+            if ((st = pi_ctx_seq_remove(ctx, 0, keep, keep + drop)) != PI_OK) {
+                cli_fail("context shift failed", st, pi_ctx_errmsg(ctx));
+                goto done;
+            }
+            n_shifts++;
+        }
         if ((st = pi_ctx_decode(ctx, &tok, 1)) != PI_OK) {
             cli_fail("decode failed", st, pi_ctx_errmsg(ctx));
             goto done;
@@ -563,6 +596,17 @@ static int generate(struct opts *o) {
     pi_detok_flush(dt, emit, NULL);
     printf("\n");
     fflush(stdout);
+    if (full)
+        fprintf(stderr,
+                "pi-run: the context is full (%lld positions): generation stopped; -c sets a "
+                "larger one, --context-shift goes on past it\n",
+                (long long)n_ctx);
+    if (n_shifts)
+        fprintf(stderr,
+                "pi-run: %ld context shift%s (kept the first %lld positions, dropped %lld "
+                "each time)\n",
+                n_shifts, n_shifts == 1 ? "" : "s", (long long)keep,
+                (long long)((n_ctx - keep) / 2));
     fprintf(stderr,
             "pi-run: load %.0f ms | prompt %lld tokens, %.1f ms, %.2f tok/s | generated %ld "
             "tokens, %.1f ms, %.2f tok/s | %u threads\n",
@@ -646,6 +690,7 @@ int main(int argc, char **argv) {
     struct opts o;
     memset(&o, 0, sizeof o);
     o.n_predict = 128;
+    o.n_keep = -2;
     pi_ctx_default_params(&o.cp);
     pi_sampler_default_params(&o.sp);
     for (int i = 1; i < argc; i++) {
@@ -659,6 +704,9 @@ int main(int argc, char **argv) {
             takes = 0;
         } else if (IS("--tensors")) {
             o.tensors = 1;
+            takes = 0;
+        } else if (IS("--context-shift")) {
+            o.context_shift = 1;
             takes = 0;
         } else if (IS("--chat")) {
             o.chat = 1;
@@ -755,6 +803,9 @@ int main(int argc, char **argv) {
             if (cli_parse_long(a, v, 0, 0, 512, &n))
                 return 2;
             o.cp.n_threads = (uint32_t)n;
+        } else if (IS("--keep")) {
+            if (cli_parse_long(a, v, 0, -1, 1 << 20, &o.n_keep))
+                return 2;
         } else if (IS("-c") || IS("--ctx-size")) {
             if (cli_parse_long(a, v, 0, 0, 1 << 20, &n))
                 return 2;

@@ -604,7 +604,10 @@ struct srv_job *api_make_job(const struct srv_model_info *mi, const cJSON *req, 
     const char *mt_name =
         field(req, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
     /* 0 only with echo: the prompt comes back, scored, and nothing is generated */
-    if (get_int(req, mt_name, echo ? 0 : 1, (double)mi->n_ctx, &max_tokens, err) < 0)
+    if (get_int(req, mt_name, echo ? 0 : 1, 2147483647.0, &max_tokens, err) < 0)
+        return NULL;
+    int64_t n_keep = mi->n_keep;
+    if (get_int(req, "n_keep", -1, 2147483647.0, &n_keep, err) < 0)
         return NULL;
     int has_seed = get_int(req, "seed", -9223372036854775808.0, 9223372036854775807.0, &seed, err);
     if (has_seed < 0)
@@ -639,12 +642,25 @@ struct srv_job *api_make_job(const struct srv_model_info *mi, const cJSON *req, 
                       (long long)mi->n_ctx, job->n_prompt);
         goto fail;
     }
-    if (max_tokens < 0) {
+    if (max_tokens < 0)
         max_tokens = mi->default_max_tokens;
-        if (max_tokens > mi->n_ctx - (int64_t)job->n_prompt)
-            max_tokens = mi->n_ctx - (int64_t)job->n_prompt;
+    /* What fits: a choice ends (finish_reason length) when its slot's context is full,
+     * unless the context shifts; then max_tokens alone ends it, up to SRV_MAX_SHIFTED. */
+    const int64_t room = mi->n_ctx - (int64_t)job->n_prompt;
+    if (max_tokens > (mi->context_shift ? SRV_MAX_SHIFTED : room)) {
+        max_tokens = mi->context_shift ? SRV_MAX_SHIFTED : room;
+        job->clamped = !mi->context_shift;
     }
     job->max_tokens = max_tokens;
+    job->shift_keep = -1;
+    if (mi->context_shift) {
+        const int64_t bos = pi_model_token_bos(mi->model);
+        job->shift_keep = n_keep == -2 ? (bos >= 0 && job->prompt[0] == bos)
+                          : n_keep < 0 ? (int64_t)job->n_prompt
+                                       : n_keep;
+        if (job->shift_keep > mi->n_ctx / 2) /* each shift frees at least a quarter */
+            job->shift_keep = mi->n_ctx / 2;
+    }
     job->logprobs = (int)logprobs;
     job->echo = echo;
     if (logprobs >= 0) {
@@ -901,6 +917,8 @@ char *api_completion_json(const struct srv_model_info *mi, const struct srv_job 
             cJSON_AddItemToObject(c, "logprobs", completion_logprobs(mi, job, ch, ptext, plen, 0,
                                                                      tokens_in_text(ch)));
         add_finish(c, ch->finish);
+        if (ch->finish == SRV_FINISH_LENGTH && ch->context_full)
+            cJSON_AddTrueToObject(c, "context_full");
         cJSON_AddItemToArray(choices, c);
         completion += ch->n_tokens;
     }
@@ -958,6 +976,8 @@ int api_stream_chunk(struct srv_buf *out, const struct srv_model_info *mi, int c
         cJSON_AddItemToObject(c, "logprobs",
                               completion_logprobs(mi, NULL, ch, "", 0, lp_from, lp_to));
     add_finish(c, finish);
+    if (finish == SRV_FINISH_LENGTH && ch && ch->context_full)
+        cJSON_AddTrueToObject(c, "context_full");
     return append_event(out, root);
 }
 

@@ -48,6 +48,7 @@ struct slot {
     int32_t *toks;
     size_t n_toks;
     int trim;           /* leading slot: cut the sequence to n_done before the next batch */
+    size_t exact;       /* toks[0..exact) match the cache exactly (a shift cuts it) */
     uint64_t last_used; /* engine step it was last given back at */
     struct jm_state jm; /* response_format json_object: the text so far */
     float *row;         /* [n_vocab]: logits with logit_bias and the JSON mask applied */
@@ -73,7 +74,7 @@ struct srv_engine {
     int stopping, started;
     pthread_t thread;
     uint64_t requests, tokens, steps;
-    uint64_t prompt_tokens, prompt_cached, decoded, failed; /* for /metrics */
+    uint64_t prompt_tokens, prompt_cached, decoded, failed, shifts; /* for /metrics */
     double decode_s;
 };
 
@@ -152,6 +153,9 @@ static void release_slot(struct srv_engine *e, struct slot *s) {
         pi_ctx_seq_clear(e->ctx, s->seq);
         s->n_toks = 0;
     }
+    if (s->n_toks > s->exact) /* after a shift: only the exact part is offered again */
+        s->n_toks = s->exact;
+    s->exact = SIZE_MAX;
     s->trim = 0;
     s->last_used = e->steps;
     pi_detok_flush(s->detok, discard_text, NULL);
@@ -296,9 +300,32 @@ static void accept_token(struct srv_engine *e, struct slot *s, int32_t tok, cons
     } else {
         ch->stable = ch->text.len;
     }
-    if (ch->n_tokens >= job->max_tokens || pi_ctx_seq_len(e->ctx, s->seq) >= e->n_ctx) {
+    if (ch->n_tokens >= job->max_tokens) {
+        ch->context_full = job->clamped;
         finish_choice(e, s, SRV_FINISH_LENGTH, 1);
         return;
+    }
+    if (pi_ctx_seq_len(e->ctx, s->seq) >= e->n_ctx) {
+        if (job->shift_keep < 0) { /* not reached: max_tokens is clamped to what fits */
+            ch->context_full = 1;
+            finish_choice(e, s, SRV_FINISH_LENGTH, 1);
+            return;
+        }
+        /* Context shift: drop the older half of what follows the kept start. The
+         * positions after it now hold keys and values computed while the dropped text
+         * was visible, so the slot's cache is exact only up to `keep` for a later prompt. */
+        const size_t keep = (size_t)job->shift_keep;
+        const size_t drop = (size_t)(e->n_ctx - job->shift_keep) / 2;
+        if (pi_ctx_seq_remove(e->ctx, s->seq, (int64_t)keep, (int64_t)(keep + drop)) != PI_OK) {
+            fail_job(e, job, "the context shift failed");
+            return;
+        }
+        memmove(s->toks + keep, s->toks + keep + drop,
+                (s->n_toks - keep - drop) * sizeof *s->toks);
+        s->n_toks -= drop;
+        if (s->exact > keep)
+            s->exact = keep;
+        e->shifts++;
     }
     s->pending = tok;
     s->phase = SLOT_GEN;
@@ -695,6 +722,7 @@ int engine_create(pi_ctx *ctx, const struct srv_engine_config *cfg, struct srv_e
         struct slot *s = &e->slots[i];
         s->seq = (int32_t)i;
         s->logits_at = -1;
+        s->exact = SIZE_MAX;
         s->toks = malloc((size_t)e->n_ctx * sizeof *s->toks);
         s->row = malloc((size_t)e->n_vocab * sizeof *s->row);
         if (!s->toks || !s->row || pi_detok_create(e->model, 0, &s->detok) != PI_OK) {
@@ -839,6 +867,7 @@ void engine_health(struct srv_engine *e, struct srv_health *out) {
     out->tokens_decoded = e->decoded;
     out->failed = e->failed;
     out->decode_seconds = e->decode_s;
+    out->context_shifts = e->shifts;
     pthread_mutex_unlock(&e->mu);
 }
 

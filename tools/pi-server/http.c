@@ -631,6 +631,8 @@ static enum MHD_Result do_metrics(struct srv_http *h, struct conn *c, struct MHD
         {"pi_decode_steps_total", "counter", "Batched decode steps."},
         {"pi_tokens_decoded_total", "counter", "Tokens the decode steps took (prompt and generated)."},
         {"pi_decode_seconds_total", "counter", "Seconds spent in decode steps."},
+        {"pi_context_shifts_total", "counter",
+         "Context shifts (--context-shift): a full slot dropped old positions."},
         {"pi_slots_busy", "gauge", "Slots serving a request."},
         {"pi_slots_idle", "gauge", "Free slots."},
         {"pi_requests_queued", "gauge", "Requests waiting for a slot."},
@@ -639,6 +641,7 @@ static enum MHD_Result do_metrics(struct srv_http *h, struct conn *c, struct MHD
                         (double)hs.prompt_tokens, (double)hs.prompt_tokens_cached,
                         (double)hs.tokens_generated, (double)hs.steps,
                         (double)hs.tokens_decoded, hs.decode_seconds,
+                        (double)hs.context_shifts,
                         (double)hs.slots_busy,    (double)hs.slots_idle,
                         (double)hs.queued};
     struct srv_buf out = {0};

@@ -29,7 +29,16 @@ static void usage(FILE *out) {
             "  -np, --parallel N       slots: requests decoded together (default 4)\n"
             "  --queue N               requests that may wait for a slot (default 16); more\n"
             "                          are answered 503\n"
-            "  -c, --ctx-size N        positions per slot (default: the model's, at most 4096)\n"
+            "  -c, --ctx-size N        positions of all slots together, split evenly between\n"
+            "                          them (llama-server's meaning; default: each slot gets\n"
+            "                          the model's context, at most 4096)\n"
+            "  --context-shift         when a slot's context is full, drop the older half of\n"
+            "                          what follows its kept start and go on generating (by\n"
+            "                          default generation ends there, finish_reason length);\n"
+            "                          max_tokens is then not bounded by the context\n"
+            "  --keep N                positions --context-shift keeps at the start unless a\n"
+            "                          request sets n_keep (default: the BOS token if the\n"
+            "                          prompt has one; -1: the whole prompt)\n"
             "  -b, --batch-size N      most tokens one decode step takes (default 256)\n"
             "  -t, --threads N         worker threads (default: all processors)\n"
             "  -n, --max-tokens N      max_tokens when a request gives none (default 256)\n"
@@ -48,7 +57,8 @@ static void usage(FILE *out) {
             "  --max-stream-buffer B   cut a stream (and free its slot) when its client leaves\n"
             "                          more than B bytes of generated text unread (default\n"
             "                          4194304; 0: no limit)\n"
-            "  --max-connections N     open connections at once (default 256)\n"
+            "  --max-connections N     open connections at once (default 256)\n");
+    fputs(
             "  --cors-origin ORIGIN    let web pages from ORIGIN (e.g. http://localhost:3000)\n"
             "                          read the answers; repeatable (default: none, only the\n"
             "                          server's own chat page)\n"
@@ -62,7 +72,8 @@ static void usage(FILE *out) {
             CLI_LOAD_USAGE
             "  -v, --verbose           log each request, and what the library does, to stderr\n"
             "  --version               print the library version\n"
-            "  -h, --help              this text\n");
+            "  -h, --help              this text\n",
+          out);
 }
 
 struct opts {
@@ -73,7 +84,8 @@ struct opts {
 #define MAX_NAMES 32
     const char *cors[MAX_NAMES], *host_allow[MAX_NAMES]; /* into argv */
     size_t n_cors, n_host_allow;
-    int verbose, chat_format, no_prompt_cache;
+    int verbose, chat_format, no_prompt_cache, context_shift;
+    long n_keep;
     uint32_t sparse_mode;
     struct srv_http_config http;
 };
@@ -172,7 +184,15 @@ static int serve(struct opts *o) {
 
     pi_ctx_params cp;
     pi_ctx_default_params(&cp);
-    cp.n_ctx = (uint32_t)o->n_ctx;
+    /* -c is the total: each slot gets an equal share */
+    cp.n_ctx = (uint32_t)(o->n_ctx / o->n_slots);
+    if (o->n_ctx > 0 && cp.n_ctx < 16) {
+        fprintf(stderr,
+                "pi-server: -c %ld leaves each of the %ld slots %u positions; give at least "
+                "%ld (16 per slot) or fewer slots (--parallel)\n",
+                o->n_ctx, o->n_slots, cp.n_ctx, 16 * o->n_slots);
+        goto done;
+    }
     cp.n_batch = (uint32_t)o->n_batch;
     cp.n_threads = (uint32_t)o->n_threads;
     cp.n_seq_max = (uint32_t)o->n_slots;
@@ -182,6 +202,8 @@ static int serve(struct opts *o) {
     mi.n_ctx = pi_ctx_n_ctx(ctx);
     struct srv_engine_config ec = {(uint32_t)o->n_slots, (uint32_t)o->queue, (uint32_t)o->n_batch,
                                    !o->no_prompt_cache};
+    mi.context_shift = o->context_shift;
+    mi.n_keep = o->n_keep;
     if (engine_create(ctx, &ec, &engine) != 0 || engine_start(engine) != 0) {
         fprintf(stderr, "pi-server: cannot start the inference thread\n");
         goto done;
@@ -237,6 +259,7 @@ int main(int argc, char **argv) {
     o.header_timeout = 10;
     o.read_timeout = 30;
     o.max_stream_buffer = 4L << 20;
+    o.n_keep = -2;
 
     o.chat_format = PI_CHAT_AUTO;
     o.http.host = "127.0.0.1";
@@ -251,6 +274,13 @@ int main(int argc, char **argv) {
         if (IS("--no-prompt-cache")) {
             o.no_prompt_cache = 1;
             takes = 0;
+        } else if (IS("--context-shift")) {
+            o.context_shift = 1;
+            takes = 0;
+        } else if (IS("--keep")) {
+            num = &o.n_keep;
+            lo = -1;
+            hi = 1 << 20;
         } else if ((r = cli_common_option(a, v, usage, &o.verbose)) >= 0) {
             return r;
         } else if (r == CLI_OPT_TAKEN) {

@@ -77,6 +77,7 @@ enum { SRV_FINISH_NONE = 0, SRV_FINISH_STOP, SRV_FINISH_LENGTH, SRV_FINISH_ERROR
 enum { SRV_JOB_QUEUED = 0, SRV_JOB_RUNNING, SRV_JOB_DONE };
 #define SRV_MAX_STOP 4
 #define SRV_MAX_TOP_LOGPROBS 20
+#define SRV_MAX_SHIFTED 65536 /* max_tokens at most, when the context shifts */
 
 /* One token's log-probability under the model (log-softmax of its logits: temperature
  * 1, no penalties), and the most likely alternatives at that position. */
@@ -95,6 +96,7 @@ struct srv_choice {
                           * inside them (the rest may be the beginning of one) */
     int finish;          /* SRV_FINISH_* */
     int64_t n_tokens;    /* tokens generated */
+    int context_full;    /* ended (finish length) because the slot's context was full */
     struct srv_logprob *lp; /* [n_tokens] when the job wants logprobs (else NULL) */
 };
 
@@ -104,6 +106,10 @@ struct srv_job {
     size_t n_prompt;
     int n;                      /* choices, each in its own slot */
     int64_t max_tokens;         /* per choice */
+    int64_t shift_keep;         /* --context-shift: positions a full slot keeps at its
+                                 * start before dropping the older half of the rest;
+                                 * -1: no shift (the choice ends at a full context) */
+    int clamped;                /* max_tokens was cut to what fits in the context */
     pi_sampler_params sampling; /* choice i samples with seed + i */
     char *stop[SRV_MAX_STOP];   /* malloc'd, non-empty */
     size_t n_stop;
@@ -172,6 +178,7 @@ struct srv_health {
     /* for /metrics: prompt tokens of started jobs and how many of them the prompt cache
      * held; decode steps, the tokens they decoded and the seconds they took */
     uint64_t prompt_tokens, prompt_tokens_cached, steps, tokens_decoded, failed;
+    uint64_t context_shifts;
     double decode_seconds;
 };
 void engine_health(struct srv_engine *e, struct srv_health *out);
@@ -186,6 +193,8 @@ struct srv_model_info {
     int chat_format;  /* PI_CHAT_* used for messages */
     int64_t n_ctx;    /* positions per slot */
     uint32_t n_slots;
+    int context_shift; /* --context-shift: a full slot drops old positions and goes on */
+    long n_keep;       /* --keep: positions a shift keeps (-1 whole prompt, -2 the BOS) */
     int64_t default_max_tokens;
     int64_t created; /* Unix time the server started */
 };
