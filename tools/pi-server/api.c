@@ -806,9 +806,32 @@ static const char *finish_name(int f) {
         return "stop";
     case SRV_FINISH_LENGTH:
         return "length";
+    case SRV_FINISH_TOOLS:
+        return "tool_calls";
     default:
         return NULL;
     }
+}
+
+/* A choice's calls as OpenAI's tool_calls (in a stream each with its index). The ids
+ * are the response's own: unique per response, choice and call. */
+static cJSON *tool_calls_json(const struct srv_choice *ch, const char *id, int choice,
+                              int stream) {
+    cJSON *a = cJSON_CreateArray();
+    for (size_t k = 0; a && k < ch->calls.n; k++) {
+        cJSON *t = cJSON_CreateObject();
+        char cid[96];
+        snprintf(cid, sizeof cid, "call_%s_%d_%zu", id, choice, k);
+        if (stream)
+            cJSON_AddNumberToObject(t, "index", (double)k);
+        cJSON_AddStringToObject(t, "id", cid);
+        cJSON_AddStringToObject(t, "type", "function");
+        cJSON *f = cJSON_AddObjectToObject(t, "function");
+        cJSON_AddStringToObject(f, "name", ch->calls.calls[k].name);
+        cJSON_AddStringToObject(f, "arguments", ch->calls.calls[k].arguments);
+        cJSON_AddItemToArray(a, t);
+    }
+    return a;
 }
 
 static cJSON *response_head(const struct srv_model_info *mi, const char *object, const char *id,
@@ -900,7 +923,22 @@ char *api_completion_json(const struct srv_model_info *mi, const struct srv_job 
         if (chat) {
             cJSON *msg = cJSON_AddObjectToObject(c, "message");
             cJSON_AddStringToObject(msg, "role", "assistant");
-            cJSON_AddStringToObject(msg, "content", text);
+            if (ch->finish != SRV_FINISH_TOOLS) {
+                cJSON_AddStringToObject(msg, "content", text);
+            } else {
+                if (ch->calls.content_len == 0) {
+                    cJSON_AddNullToObject(msg, "content");
+                } else {
+                    char *ct = malloc(ch->calls.content_len + 1);
+                    if (ct) {
+                        memcpy(ct, text, ch->calls.content_len);
+                        ct[ch->calls.content_len] = '\0';
+                        cJSON_AddStringToObject(msg, "content", ct);
+                        free(ct);
+                    }
+                }
+                cJSON_AddItemToObject(msg, "tool_calls", tool_calls_json(ch, id, i, 0));
+            }
         } else if (job->echo) {
             full.len = 0;
             if (buf_append(&full, ptext, plen) == 0 && buf_append(&full, text, ch->text.len) == 0)
@@ -978,6 +1016,19 @@ int api_stream_chunk(struct srv_buf *out, const struct srv_model_info *mi, int c
     add_finish(c, finish);
     if (finish == SRV_FINISH_LENGTH && ch && ch->context_full)
         cJSON_AddTrueToObject(c, "context_full");
+    return append_event(out, root);
+}
+
+int api_stream_tool_calls(struct srv_buf *out, const struct srv_model_info *mi, const char *id,
+                          int64_t created, int index, const struct srv_choice *ch) {
+    cJSON *root = response_head(mi, "chat.completion.chunk", id, created);
+    cJSON *choices = cJSON_AddArrayToObject(root, "choices");
+    cJSON *c = cJSON_CreateObject();
+    cJSON_AddItemToArray(choices, c);
+    cJSON_AddNumberToObject(c, "index", index);
+    cJSON *d = cJSON_AddObjectToObject(c, "delta");
+    cJSON_AddItemToObject(d, "tool_calls", tool_calls_json(ch, id, index, 1));
+    cJSON_AddNullToObject(c, "logprobs");
     return append_event(out, root);
 }
 

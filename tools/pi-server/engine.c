@@ -43,6 +43,8 @@ struct slot {
     int64_t logits_at;   /* batch entry whose logits this slot samples from, or -1 */
     pi_sampler *smp;     /* the choice's own, made when the slot is taken */
     pi_detok *detok;
+    pi_detok *detok_sp; /* with control tokens' text: for answers that may call tools
+                         * ("[TOOL_CALLS]", "<|python_tag|>" are control tokens) */
     /* the tokens the sequence holds (prompt cache), [n_ctx]; written by the engine's
      * thread only, with the mutex held */
     int32_t *toks;
@@ -99,6 +101,7 @@ void job_free(struct srv_job *job) {
     for (int i = 0; i < job->n; i++) {
         buf_free(&job->choices[i].text);
         free(job->choices[i].lp);
+        tc_result_free(&job->choices[i].calls);
     }
     free(job->prompt_lp);
     free(job->prompt_text);
@@ -118,6 +121,10 @@ static void job_unref_locked(struct srv_job *job) {
 }
 
 /* ---- slots -------------------------------------------------------------------------- */
+
+static pi_detok *detok_of(const struct slot *s) {
+    return s->job && s->job->tool_syntax ? s->detok_sp : s->detok;
+}
 
 static int discard_text(void *user, const char *text, size_t len) {
     (void)user;
@@ -159,6 +166,7 @@ static void release_slot(struct srv_engine *e, struct slot *s) {
     s->trim = 0;
     s->last_used = e->steps;
     pi_detok_flush(s->detok, discard_text, NULL);
+    pi_detok_flush(s->detok_sp, discard_text, NULL);
     pi_sampler_destroy(s->smp);
     s->smp = NULL;
     s->job = NULL;
@@ -173,9 +181,15 @@ static void release_slot(struct srv_engine *e, struct slot *s) {
  * come out as U+FFFD (not when a stop string cut the text: they followed it). */
 static void finish_choice(struct srv_engine *e, struct slot *s, int reason, int flush) {
     struct srv_choice *ch = &s->job->choices[s->choice];
-    if (flush && pi_detok_flush(s->detok, append_text, &ch->text) != PI_OK)
+    if (flush && pi_detok_flush(detok_of(s), append_text, &ch->text) != PI_OK)
         reason = SRV_FINISH_ERROR;
     ch->stable = ch->text.len;
+    if (reason != SRV_FINISH_ERROR && s->job->tool_syntax &&
+        tc_parse(s->job->tool_syntax, ch->text.data ? ch->text.data : "", ch->text.len,
+                 &ch->calls)) {
+        ch->stable = ch->calls.content_len;
+        reason = SRV_FINISH_TOOLS;
+    }
     ch->finish = reason;
     pthread_cond_broadcast(&s->job->cond);
     release_slot(e, s);
@@ -283,7 +297,7 @@ static void accept_token(struct srv_engine *e, struct slot *s, int32_t tok, cons
     e->tokens++;
     if (job->json)
         jm_feed(&s->jm, e->pieces + e->piece_at[tok], e->piece_at[tok + 1] - e->piece_at[tok]);
-    if (pi_detok_push(s->detok, tok, append_text, &ch->text) != PI_OK) {
+    if (pi_detok_push(detok_of(s), tok, append_text, &ch->text) != PI_OK) {
         fail_job(e, job, "out of memory");
         return;
     }
@@ -299,6 +313,11 @@ static void accept_token(struct srv_engine *e, struct slot *s, int32_t tok, cons
         }
     } else {
         ch->stable = ch->text.len;
+    }
+    if (job->tool_syntax) { /* a call that may be starting is not streamed as content */
+        const size_t hold = tc_hold(job->tool_syntax, ch->text.data, ch->text.len);
+        if (ch->stable > hold)
+            ch->stable = hold;
     }
     if (ch->n_tokens >= job->max_tokens) {
         ch->context_full = job->clamped;
@@ -725,7 +744,8 @@ int engine_create(pi_ctx *ctx, const struct srv_engine_config *cfg, struct srv_e
         s->exact = SIZE_MAX;
         s->toks = malloc((size_t)e->n_ctx * sizeof *s->toks);
         s->row = malloc((size_t)e->n_vocab * sizeof *s->row);
-        if (!s->toks || !s->row || pi_detok_create(e->model, 0, &s->detok) != PI_OK) {
+        if (!s->toks || !s->row || pi_detok_create(e->model, 0, &s->detok) != PI_OK ||
+            pi_detok_create(e->model, PI_PIECE_SPECIAL, &s->detok_sp) != PI_OK) {
             engine_destroy(e);
             return -1;
         }
@@ -759,6 +779,7 @@ void engine_destroy(struct srv_engine *e) {
     for (uint32_t i = 0; i < e->cfg.n_slots; i++) {
         pi_sampler_destroy(e->slots[i].smp);
         pi_detok_destroy(e->slots[i].detok);
+        pi_detok_destroy(e->slots[i].detok_sp);
         free(e->slots[i].toks);
         free(e->slots[i].row);
     }

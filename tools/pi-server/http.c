@@ -696,6 +696,8 @@ static int collect_events(struct conn *c) {
             c->sent[i] = ch->stable;
             c->lp_sent[i] = lp_to > c->lp_sent[i] ? lp_to : c->lp_sent[i];
         }
+        if (rc == 0 && done && !c->finish_sent[i] && ch->finish == SRV_FINISH_TOOLS && c->chat)
+            rc = api_stream_tool_calls(&c->out, mi, c->id, c->created, i, ch);
         if (rc == 0 && done && !c->finish_sent[i]) {
             rc = api_stream_chunk(&c->out, mi, c->chat, c->id, c->created, i, NULL, 0, 0,
                                   ch->finish, ch, c->lp_sent[i], lp_to);

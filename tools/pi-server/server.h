@@ -73,7 +73,36 @@ int jm_done(const struct jm_state *s);
 
 /* ---- engine.c: slots, the queue, continuous batching -------------------------------- */
 
-enum { SRV_FINISH_NONE = 0, SRV_FINISH_STOP, SRV_FINISH_LENGTH, SRV_FINISH_ERROR };
+/* ---- toolcall.c: tool calls in an answer ---------------------------------------------- */
+
+/* The call syntax a chat template teaches (TC_NONE: the request has no tools; TC_GENERIC:
+ * the template takes none, so api.c teaches the Hermes syntax in a system message). */
+enum { TC_NONE = 0, TC_GENERIC, TC_HERMES, TC_QWEN_XML, TC_LLAMA3, TC_MISTRAL, TC_MISTRAL_ARGS,
+       TC_GRANITE };
+#define TC_MAX_CALLS 16 /* calls one answer may make */
+
+struct tc_call {
+    char *name;      /* malloc'd */
+    char *arguments; /* malloc'd JSON text */
+};
+
+struct tc_result {
+    size_t content_len; /* the answer's text before its first call (trailing space cut) */
+    struct tc_call calls[TC_MAX_CALLS];
+    size_t n;
+};
+
+int tc_syntax_of_template(const char *tmpl);
+/* How much of an unfinished answer a stream may send: up to where a call starts or
+ * may start. */
+size_t tc_hold(int syntax, const char *text, size_t len);
+/* 1 and *r filled (free with tc_result_free) when the finished answer makes calls in
+ * `syntax`; 0 (nothing to free) when it is plain content. */
+int tc_parse(int syntax, const char *text, size_t len, struct tc_result *r);
+void tc_result_free(struct tc_result *r);
+
+enum { SRV_FINISH_NONE = 0, SRV_FINISH_STOP, SRV_FINISH_LENGTH, SRV_FINISH_ERROR,
+       SRV_FINISH_TOOLS };
 enum { SRV_JOB_QUEUED = 0, SRV_JOB_RUNNING, SRV_JOB_DONE };
 #define SRV_MAX_STOP 4
 #define SRV_MAX_TOP_LOGPROBS 20
@@ -97,6 +126,8 @@ struct srv_choice {
     int finish;          /* SRV_FINISH_* */
     int64_t n_tokens;    /* tokens generated */
     int context_full;    /* ended (finish length) because the slot's context was full */
+    struct tc_result calls; /* finish SRV_FINISH_TOOLS: the calls; text[0..content_len)
+                             * is the content before them */
     struct srv_logprob *lp; /* [n_tokens] when the job wants logprobs (else NULL) */
 };
 
@@ -110,6 +141,7 @@ struct srv_job {
                                  * start before dropping the older half of the rest;
                                  * -1: no shift (the choice ends at a full context) */
     int clamped;                /* max_tokens was cut to what fits in the context */
+    int tool_syntax;            /* TC_*: the request has tools, answers may call them */
     pi_sampler_params sampling; /* choice i samples with seed + i */
     char *stop[SRV_MAX_STOP];   /* malloc'd, non-empty */
     size_t n_stop;
@@ -235,6 +267,9 @@ int api_stream_chunk(struct srv_buf *out, const struct srv_model_info *mi, int c
  * cuts it; a token the cut passes through counts). */
 size_t api_lp_count(const struct srv_choice *ch, size_t upto, int final);
 /* The final usage-only chunk (stream_options.include_usage). */
+/* A chat stream's chunk with the choice's tool calls (before its finish chunk). */
+int api_stream_tool_calls(struct srv_buf *out, const struct srv_model_info *mi, const char *id,
+                          int64_t created, int index, const struct srv_choice *ch);
 int api_stream_usage(struct srv_buf *out, const struct srv_model_info *mi, int chat, const char *id,
                      int64_t created, int64_t prompt_tokens, int64_t cached_tokens,
                      int64_t completion_tokens);
