@@ -13,6 +13,8 @@
 
 #include <cmocka.h>
 
+#include <cjson/cJSON.h>
+
 #include "server.h"
 
 struct want {
@@ -150,12 +152,95 @@ static void test_hold(void **state) {
     assert_int_equal(tc_hold(TC_LLAMA3, t, strlen(t)), strlen(t));
 }
 
+static int request(const char *json, struct tc_request *r, const char **param) {
+    cJSON *req = cJSON_Parse(json);
+    assert_non_null(req);
+    char why[256] = "";
+    int st = tc_request(req, r, param, why, sizeof why);
+    assert_true(st == 0 || why[0]);
+    cJSON_Delete(req);
+    return st;
+}
+
+static void test_request(void **state) {
+    (void)state;
+    struct tc_request r;
+    const char *param = NULL;
+    const char *tool = "{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", "
+                       "\"parameters\": {\"type\": \"object\"}}}";
+    char buf[1024];
+    assert_int_equal(request("{}", &r, &param), 0);
+    assert_int_equal(r.n_tools, 0);
+    snprintf(buf, sizeof buf, "{\"tools\": [%s, %s]}", tool, tool);
+    assert_int_equal(request(buf, &r, &param), 0);
+    assert_int_equal(r.n_tools, 2);
+    assert_int_equal(r.choice, TC_CHOICE_AUTO);
+    assert_true(r.parallel);
+    snprintf(buf, sizeof buf, "{\"tools\": [%s], \"tool_choice\": \"none\"}", tool);
+    assert_int_equal(request(buf, &r, &param), 0);
+    assert_int_equal(r.n_tools, 0);
+    snprintf(buf, sizeof buf,
+             "{\"tools\": [%s], \"tool_choice\": {\"type\": \"function\", \"function\": "
+             "{\"name\": \"get_weather\"}}, \"parallel_tool_calls\": false}",
+             tool);
+    assert_int_equal(request(buf, &r, &param), 0);
+    assert_int_equal(r.choice, TC_CHOICE_REQUIRED);
+    assert_false(r.parallel);
+    static const char *const bad[] = {
+        "{\"tools\": {}}",
+        "{\"tools\": [{\"type\": \"function\"}]}",
+        "{\"tools\": [{\"type\": \"code\", \"function\": {\"name\": \"f\"}}]}",
+        "{\"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"a b\"}}]}",
+        "{\"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"f\", "
+        "\"parameters\": 3}}]}",
+        "{\"tool_choice\": \"required\"}",
+        "{\"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"f\"}}], "
+        "\"tool_choice\": {\"type\": \"function\", \"function\": {\"name\": \"g\"}}}",
+        "{\"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"f\"}}], "
+        "\"tool_choice\": \"sometimes\"}",
+        "{\"parallel_tool_calls\": 1}",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
+        if (request(bad[i], &r, &param) != -1 || !param)
+            fail_msg("accepted: %s", bad[i]);
+}
+
+static void test_messages_for_template(void **state) {
+    (void)state;
+    cJSON *m = cJSON_Parse(
+        "[{\"role\": \"assistant\", \"content\": null, \"tool_calls\": [{\"id\": \"c1\", "
+        "\"type\": \"function\", \"function\": {\"name\": \"f\", \"arguments\": "
+        "\"{\\\"city\\\": \\\"Paris\\\"}\"}}, {\"id\": \"c2\", \"type\": \"function\", "
+        "\"function\": {\"name\": \"g\", \"arguments\": \"not json\"}}]}, "
+        "{\"role\": \"tool\", \"tool_call_id\": \"c1\", \"content\": \"sunny\"}]");
+    assert_non_null(m);
+    cJSON *t = tc_messages_for_template(m);
+    char *s = cJSON_PrintUnformatted(t);
+    assert_string_equal(
+        s, "[{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{\"id\":\"c1\","
+           "\"type\":\"function\",\"function\":{\"name\":\"f\",\"arguments\":{\"city\":"
+           "\"Paris\"}}},{\"id\":\"c2\",\"type\":\"function\",\"function\":{\"name\":\"g\","
+           "\"arguments\":\"not json\"}}]},{\"role\":\"tool\",\"tool_call_id\":\"c1\","
+           "\"content\":\"sunny\"}]");
+    free(s);
+    cJSON_Delete(t);
+    cJSON_Delete(m);
+    cJSON *tools = cJSON_Parse("[{\"type\": \"function\", \"function\": {\"name\": \"f\"}}]");
+    char *p = tc_generic_prompt(tools);
+    assert_non_null(strstr(p, "{\"type\":\"function\",\"function\":{\"name\":\"f\"}}\n"));
+    assert_non_null(strstr(p, "<tool_call>"));
+    free(p);
+    cJSON_Delete(tools);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cases),
         cmocka_unit_test(test_prefixes),
         cmocka_unit_test(test_syntax_of_template),
         cmocka_unit_test(test_hold),
+        cmocka_unit_test(test_request),
+        cmocka_unit_test(test_messages_for_template),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -101,6 +101,30 @@ size_t tc_hold(int syntax, const char *text, size_t len);
 int tc_parse(int syntax, const char *text, size_t len, struct tc_result *r);
 void tc_result_free(struct tc_result *r);
 
+struct cJSON;
+enum { TC_CHOICE_AUTO = 0, TC_CHOICE_NONE, TC_CHOICE_REQUIRED };
+#define TC_MAX_TOOLS 128
+
+/* A request's tools (borrowed from it). */
+struct tc_request {
+    const struct cJSON *tools; /* the request's array, NULL when none (or tool_choice none) */
+    int n_tools;
+    int choice;         /* TC_CHOICE_* */
+    const char *forced; /* tool_choice {"function": {"name"}}: that name, else NULL */
+    int parallel;       /* parallel_tool_calls (default true) */
+};
+
+/* Check `tools`, `tool_choice` and `parallel_tool_calls`. 0, or -1 with *param and why. */
+int tc_request(const struct cJSON *req, struct tc_request *out, const char **param, char *why,
+               size_t cap);
+/* The system message teaching the Hermes syntax, for a template that takes no tools
+ * (malloc'd; NULL when out of memory). */
+char *tc_generic_prompt(const struct cJSON *tools);
+/* A copy of `messages` for a template: each assistant call's arguments given as a JSON
+ * text (OpenAI's form) become that object, which is what templates render. NULL: out
+ * of memory. */
+struct cJSON *tc_messages_for_template(const struct cJSON *messages);
+
 enum { SRV_FINISH_NONE = 0, SRV_FINISH_STOP, SRV_FINISH_LENGTH, SRV_FINISH_ERROR,
        SRV_FINISH_TOOLS };
 enum { SRV_JOB_QUEUED = 0, SRV_JOB_RUNNING, SRV_JOB_DONE };

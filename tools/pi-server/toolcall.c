@@ -11,6 +11,7 @@
  *   Granite, Phi-4-mini:  <|tool_call|>[{"name": N, "arguments": {..}}, ...]
  * A template that takes no tools gets the Hermes syntax taught in a system message
  * (api.c). An answer whose call does not parse is plain content: nothing is lost. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -373,4 +374,145 @@ void tc_result_free(struct tc_result *r) {
         free(r->calls[i].arguments);
     }
     memset(r, 0, sizeof *r);
+}
+
+/* ---- the request side ------------------------------------------------------------------ */
+
+static int valid_name(const char *s) {
+    size_t n = strlen(s);
+    if (n == 0 || n > 64)
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        const char c = s[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '_' || c == '-' || c == '.'))
+            return 0;
+    }
+    return 1;
+}
+
+static int fail(const char **param, const char *p, char *why, size_t cap, const char *msg) {
+    *param = p;
+    snprintf(why, cap, "%s", msg);
+    return -1;
+}
+
+int tc_request(const cJSON *req, struct tc_request *out, const char **param, char *why,
+               size_t cap) {
+    memset(out, 0, sizeof *out);
+    const cJSON *tools = cJSON_GetObjectItemCaseSensitive(req, "tools");
+    const cJSON *choice = cJSON_GetObjectItemCaseSensitive(req, "tool_choice");
+    const cJSON *par = cJSON_GetObjectItemCaseSensitive(req, "parallel_tool_calls");
+    if (tools && !cJSON_IsNull(tools)) {
+        if (!cJSON_IsArray(tools) || cJSON_GetArraySize(tools) > TC_MAX_TOOLS)
+            return fail(param, "tools", why, cap,
+                        "'tools' must be an array of at most 128 tools.");
+        const cJSON *t;
+        cJSON_ArrayForEach(t, tools) {
+            const cJSON *type = cJSON_GetObjectItemCaseSensitive(t, "type");
+            const cJSON *fn = cJSON_GetObjectItemCaseSensitive(t, "function");
+            const cJSON *name = cJSON_GetObjectItemCaseSensitive(fn, "name");
+            const cJSON *params = cJSON_GetObjectItemCaseSensitive(fn, "parameters");
+            if (!cJSON_IsObject(t) || !cJSON_IsString(type) || strcmp(type->valuestring, "function") ||
+                !cJSON_IsObject(fn) || !cJSON_IsString(name))
+                return fail(param, "tools", why, cap,
+                            "Each tool must be {\"type\": \"function\", \"function\": {\"name\": ..}}.");
+            if (!valid_name(name->valuestring))
+                return fail(param, "tools", why, cap,
+                            "A tool's name must be 1 to 64 letters, digits, '_', '-' or '.'.");
+            if (params && !cJSON_IsObject(params))
+                return fail(param, "tools", why, cap, "A tool's 'parameters' must be an object.");
+        }
+        out->n_tools = cJSON_GetArraySize(tools);
+    }
+    out->choice = TC_CHOICE_AUTO;
+    if (choice && !cJSON_IsNull(choice)) {
+        if (cJSON_IsString(choice) && !strcmp(choice->valuestring, "none")) {
+            out->choice = TC_CHOICE_NONE;
+        } else if (cJSON_IsString(choice) && !strcmp(choice->valuestring, "auto")) {
+            out->choice = TC_CHOICE_AUTO;
+        } else if (cJSON_IsString(choice) && !strcmp(choice->valuestring, "required")) {
+            out->choice = TC_CHOICE_REQUIRED;
+        } else if (cJSON_IsObject(choice)) {
+            const cJSON *fn = cJSON_GetObjectItemCaseSensitive(choice, "function");
+            const cJSON *name = cJSON_GetObjectItemCaseSensitive(fn, "name");
+            if (!cJSON_IsString(name))
+                return fail(param, "tool_choice", why, cap,
+                            "'tool_choice' must be none, auto, required or {\"type\": \"function\", "
+                            "\"function\": {\"name\": ..}}.");
+            out->choice = TC_CHOICE_REQUIRED;
+            out->forced = name->valuestring;
+        } else {
+            return fail(param, "tool_choice", why, cap,
+                        "'tool_choice' must be none, auto, required or {\"type\": \"function\", "
+                        "\"function\": {\"name\": ..}}.");
+        }
+        if (out->choice != TC_CHOICE_NONE && out->n_tools == 0)
+            return fail(param, "tool_choice", why, cap, "'tool_choice' needs 'tools'.");
+        if (out->forced) {
+            int found = 0;
+            const cJSON *t;
+            cJSON_ArrayForEach(t, tools) {
+                const cJSON *n = cJSON_GetObjectItemCaseSensitive(
+                    cJSON_GetObjectItemCaseSensitive(t, "function"), "name");
+                found |= !strcmp(n->valuestring, out->forced);
+            }
+            if (!found)
+                return fail(param, "tool_choice", why, cap,
+                            "'tool_choice' names a function that is not in 'tools'.");
+        }
+    }
+    if (par && !cJSON_IsBool(par))
+        return fail(param, "parallel_tool_calls", why, cap,
+                    "'parallel_tool_calls' must be a boolean.");
+    out->parallel = !par || cJSON_IsTrue(par);
+    out->tools = out->choice == TC_CHOICE_NONE ? NULL : tools;
+    if (out->choice == TC_CHOICE_NONE)
+        out->n_tools = 0;
+    return 0;
+}
+
+char *tc_generic_prompt(const cJSON *tools) {
+    static const char head[] =
+        "You can call functions. These are their signatures, as JSON schemas:\n<tools>\n";
+    static const char tail[] =
+        "</tools>\nTo call one, answer with a JSON object holding its name and arguments "
+        "inside <tool_call></tool_call> tags:\n<tool_call>\n{\"name\": <function-name>, "
+        "\"arguments\": <args-json-object>}\n</tool_call>";
+    struct srv_buf b = {0};
+    int rc = buf_append(&b, head, sizeof head - 1);
+    const cJSON *t;
+    cJSON_ArrayForEach(t, tools) {
+        char *s = cJSON_PrintUnformatted(t);
+        rc |= s ? buf_append(&b, s, strlen(s)) : -1;
+        rc |= buf_append(&b, "\n", 1);
+        free(s);
+    }
+    rc |= buf_append(&b, tail, sizeof tail - 1);
+    if (rc != 0) {
+        buf_free(&b);
+        return NULL;
+    }
+    return b.data;
+}
+
+cJSON *tc_messages_for_template(const cJSON *messages) {
+    cJSON *m = cJSON_Duplicate(messages, 1);
+    cJSON *msg;
+    cJSON_ArrayForEach(msg, m) {
+        cJSON *calls = cJSON_GetObjectItemCaseSensitive(msg, "tool_calls");
+        cJSON *call;
+        cJSON_ArrayForEach(call, calls) {
+            cJSON *fn = cJSON_GetObjectItemCaseSensitive(call, "function");
+            cJSON *args = cJSON_GetObjectItemCaseSensitive(fn, "arguments");
+            if (!cJSON_IsString(args))
+                continue;
+            cJSON *obj = cJSON_Parse(args->valuestring);
+            if (obj && cJSON_IsObject(obj))
+                cJSON_ReplaceItemInObjectCaseSensitive(fn, "arguments", obj);
+            else
+                cJSON_Delete(obj);
+        }
+    }
+    return m;
 }
