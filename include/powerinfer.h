@@ -685,7 +685,26 @@ typedef struct pi_ctx_params {
      * that produced one (a debugging aid: it reads every activation once more and
      * waits for a device after each block). Default PI_CHECK_LOGITS. Since: 0.1 */
     uint32_t check_numerics;
+    /* Final hidden states for embeddings, PI_EMBD_* (see "Embeddings" below). Default
+     * PI_EMBD_OFF. Since: 0.1 */
+    uint32_t embeddings;
+    uint32_t reserved2; /* zero (fills what would be padding, see ABI.md) */
 } pi_ctx_params;
+
+/* pi_ctx_params.embeddings:
+ * - OFF: no hidden states are kept.
+ * - ON: every decode keeps the final hidden state of each of its tokens
+ *   (pi_ctx_embedding) and adds them to its sequence's pooled sums
+ *   (pi_ctx_embedding_pooled); logits as usual. Costs the output norm of every token
+ *   (not only of those asking for logits) and memory: n_embd floats per entry of the
+ *   last decode, and 16 * n_embd bytes per sequence for the pooled sums.
+ * - ONLY: as ON, and no logits are computed at all (the LM head is skipped: the entries'
+ *   `logits` flags are ignored, pi_ctx_logits and pi_ctx_batch_logits return NULL). */
+enum {
+    PI_EMBD_OFF = 0,
+    PI_EMBD_ON = 1,
+    PI_EMBD_ONLY = 2
+};
 
 /* pi_ctx_params.check_numerics. */
 enum {
@@ -847,6 +866,57 @@ PI_API const float *pi_ctx_batch_logits(const pi_ctx *ctx, size_t i);
 
 /* Sequences the context holds. 0 for NULL. Since: 0.1 */
 PI_API uint32_t pi_ctx_n_seq_max(const pi_ctx *ctx);
+
+/* ---- Embeddings ---------------------------------------------------------------------
+ *
+ * A context created with pi_ctx_params.embeddings (PI_EMBD_ON or _ONLY) keeps the final
+ * hidden state of every token it decodes: the residual stream after the last layer,
+ * normalized by the model's output norm, i.e. the input of the LM head (transformers'
+ * last_hidden_state), n_embd floats. For decoder-only embedding models (Qwen3-Embedding,
+ * e5-mistral, gte-Qwen2) a text's embedding pools these over its tokens: the file says
+ * how in {arch}.pooling_type (pi_model_pooling); chat models have none, and last-token
+ * pooling is the usual choice for them. Inputs longer than n_batch need no care (a
+ * decode splits them), and a caller may also decode a long text in several calls: the
+ * pooled sums cover every token of the sequence since it last started at position 0. */
+
+/* Pooling, the values of GGUF's {arch}.pooling_type. NONE: per-token states only;
+ * MEAN: the mean over the sequence's tokens; CLS: its first token's state; LAST: its
+ * last token's; RANK: a reranker's classifier head (reported by pi_model_pooling, not
+ * computed). */
+enum {
+    PI_POOL_NONE = 0,
+    PI_POOL_MEAN = 1,
+    PI_POOL_CLS = 2,
+    PI_POOL_LAST = 3,
+    PI_POOL_RANK = 4
+};
+
+/* The pooling the model's file asks for ({general.architecture}.pooling_type), a
+ * PI_POOL_* value >= 0; PI_ERR_NOT_FOUND when the file has no such key (ordinary chat
+ * models); PI_ERR_FORMAT when the value is not an integer 0..4; PI_ERR_INVALID_ARG for
+ * NULL. Since: 0.1 */
+PI_API int pi_model_pooling(const pi_model *model);
+
+/* The final hidden state (n_embd floats, pi_model_n_embd) of entry `i` of the last
+ * successful pi_ctx_decode (token i of its input) or pi_ctx_decode_batch (entry i), or
+ * NULL: NULL context, i out of range, or a context created with PI_EMBD_OFF. Borrowed
+ * until the next decode, state load, reset, truncate or destroy (the seq_* calls keep
+ * it), like pi_ctx_batch_logits. Since: 0.1 */
+PI_API const float *pi_ctx_embedding(const pi_ctx *ctx, size_t i);
+
+/* Pool the final hidden states of sequence `seq` (0 for a single-sequence context)
+ * into out[0..n_embd): `pooling` PI_POOL_MEAN, _CLS or _LAST, over every token decoded
+ * into the sequence since it last started at position 0 (through any number of
+ * decodes); `normalize` non-zero: scaled to unit L2 norm (a zero vector stays zero),
+ * as OpenAI's and llama-server's /v1/embeddings return them. out: n floats, borrowed
+ * for the call, n >= n_embd.
+ * Returns PI_OK; PI_ERR_INVALID_ARG (NULL ctx or out, a bad seq, pooling not MEAN, CLS
+ * or LAST, a context created with PI_EMBD_OFF); PI_ERR_RANGE (n below n_embd, or the
+ * sums do not cover the sequence: it is empty, or was shortened (truncate, seq_remove)
+ * or loaded from a state since its tokens were decoded; decode it again from position
+ * 0). pi_ctx_seq_copy copies the sums with the sequence. Since: 0.1 */
+PI_API int pi_ctx_embedding_pooled(const pi_ctx *ctx, int32_t seq, int pooling,
+                                   uint32_t normalize, float *out, size_t n);
 
 /* Positions decoded in sequence `seq` (its next position); -1 for NULL or a bad seq.
  * Since: 0.1 */

@@ -56,7 +56,12 @@ void pi_ctx_destroy(pi_ctx *c) {
     for (int i = 0; i < 2; i++) {
         pi_free(&a, c->rows[i]);
         pi_free(&a, c->row_of[i]);
+        pi_free(&a, c->hs[i]);
     }
+    pi_free(&a, c->pool_sum);
+    pi_free(&a, c->pool_first);
+    pi_free(&a, c->pool_last);
+    pi_free(&a, c->pool_n);
     pi_free(&a, c->seq_len);
     pi_free(&a, c->next_pos);
     pi_free(&a, c->step_tok);
@@ -153,6 +158,17 @@ static int setup(struct pi_ctx *c, const pi_ctx_params *p) {
     c->step_tok = pi_calloc(a, (size_t)B, sizeof *c->step_tok);
     if (!c->logits || !c->seq_len || !c->next_pos || !c->step_tok)
         PI_FAIL(&c->err, PI_ERR_NOMEM, "out of memory");
+    c->embd_mode = (int)p->embeddings;
+    if (c->embd_mode != PI_EMBD_OFF) {
+        const size_t se = (size_t)(c->n_seq * E);
+        c->pool_sum = pi_calloc(a, se, sizeof *c->pool_sum);
+        c->pool_first = pi_calloc(a, se, sizeof *c->pool_first);
+        c->pool_last = pi_calloc(a, se, sizeof *c->pool_last);
+        c->pool_n = pi_calloc(a, (size_t)c->n_seq, sizeof *c->pool_n);
+        if (!c->pool_sum || !c->pool_first || !c->pool_last || !c->pool_n)
+            PI_FAIL(&c->err, PI_ERR_NOMEM, "out of memory for the pooled embeddings of %lld "
+                    "sequences", (long long)c->n_seq);
+    }
     PI_TRY(setup_sparse(c, p));
 
     /* every width an op sees: the file's (predictor ranks included) and the attention
@@ -204,7 +220,8 @@ static const char *bad_params(const pi_ctx_params *pp) {
            : p.plan_file && !p.plan_path ? "plan_file is set but plan_path is NULL"
            : p.n_seq_max > MAX_SEQ ? "n_seq_max is above 256"
            : p.check_numerics > PI_CHECK_LAYERS ? "check_numerics is not a PI_CHECK_* value"
-           : p.reserved0 ? "reserved fields are not zero"
+           : p.embeddings > PI_EMBD_ONLY ? "embeddings is not a PI_EMBD_* value"
+           : p.reserved0 || p.reserved2 ? "reserved fields are not zero"
            : NULL;
 }
 
@@ -255,10 +272,18 @@ const pi_model *pi_ctx_model(const pi_ctx *c) {
 }
 
 /* Room for the logits rows and row map of a batch of n entries, k of them asking
- * for logits, in the spare set. */
+ * for logits, and for their hidden states (embeddings), in the spare set. */
 static int batch_room(struct pi_ctx *c, size_t n, size_t k) {
     const int s = !c->cur;
-    const size_t V = (size_t)c->hp->n_vocab;
+    const size_t V = (size_t)c->hp->n_vocab, E = (size_t)c->hp->n_embd;
+    if (c->embd_mode != PI_EMBD_OFF && n > c->hs_cap[s]) {
+        float *h = pi_malloc(&c->alloc, n * E * sizeof *h); /* n <= 2^28, E < 2^31 */
+        if (!h)
+            return PI_ERR_NOMEM;
+        pi_free(&c->alloc, c->hs[s]);
+        c->hs[s] = h;
+        c->hs_cap[s] = n;
+    }
     if (n > c->row_of_cap[s]) {
         int32_t *r = pi_malloc(&c->alloc, n * sizeof *r);
         if (!r)
@@ -301,7 +326,7 @@ static int decode_entries(struct pi_ctx *c, const pi_batch_entry *e, size_t n, i
                     "of %lld positions", i, (int)e[i].seq, (long long)c->n_ctx);
         pos[i] = (int32_t)want;
         c->next_pos[e[i].seq] = want + 1;
-        k += e[i].logits != 0;
+        k += e[i].logits != 0 && c->embd_mode != PI_EMBD_ONLY;
     }
     if (batch_room(c, n, k) < 0)
         PI_FAIL(&c->err, PI_ERR_NOMEM, "out of memory for the logits of %zu entries", k);
@@ -376,6 +401,70 @@ uint32_t pi_ctx_n_seq_max(const pi_ctx *c) {
 
 int64_t pi_ctx_seq_len(const pi_ctx *c, int32_t seq) {
     return c && seq >= 0 && seq < c->n_seq ? c->seq_len[seq] : -1;
+}
+
+const float *pi_ctx_embedding(const pi_ctx *c, size_t i) {
+    if (!c || c->embd_mode == PI_EMBD_OFF || i >= c->n_entries)
+        return NULL;
+    return c->hs[c->cur] + i * (size_t)c->hp->n_embd;
+}
+
+int pi_ctx_embedding_pooled(const pi_ctx *c, int32_t seq, int pooling, uint32_t normalize,
+                            float *out, size_t n) {
+    if (!c)
+        return PI_ERR_INVALID_ARG;
+    struct pi_error *err = (struct pi_error *)&c->err; /* the error record only */
+    pi_error_clear(err);
+    if (!out)
+        PI_FAIL(err, PI_ERR_INVALID_ARG, "pi_ctx_embedding_pooled: out is NULL");
+    if (c->embd_mode == PI_EMBD_OFF)
+        PI_FAIL(err, PI_ERR_INVALID_ARG, "pi_ctx_embedding_pooled: the context was created "
+                "with embeddings PI_EMBD_OFF (set pi_ctx_params.embeddings)");
+    PI_TRY(pi_ctx_check_seq(c, seq, 0, "pi_ctx_embedding_pooled"));
+    if (pooling != PI_POOL_MEAN && pooling != PI_POOL_CLS && pooling != PI_POOL_LAST)
+        PI_FAIL(err, PI_ERR_INVALID_ARG, "pi_ctx_embedding_pooled: pooling %d is not "
+                "PI_POOL_MEAN, _CLS or _LAST", pooling);
+    const int64_t E = c->hp->n_embd, got = c->pool_n[seq], len = c->seq_len[seq];
+    if (n < (size_t)E)
+        PI_FAIL(err, PI_ERR_RANGE, "pi_ctx_embedding_pooled: room for %zu floats, the "
+                "model's n_embd is %lld", n, (long long)E);
+    if (len == 0 || got != len)
+        PI_FAIL(err, PI_ERR_RANGE, "pi_ctx_embedding_pooled: sequence %d %s; decode it "
+                "from position 0", (int)seq, len == 0 ? "is empty"
+                : "changed since its tokens were decoded (shortened or loaded from a state)");
+    const size_t at = (size_t)seq * (size_t)E;
+    double ss = 0.0;
+    for (int64_t j = 0; j < E; j++) {
+        const double v = pooling == PI_POOL_MEAN  ? c->pool_sum[at + j] / (double)got
+                         : pooling == PI_POOL_CLS ? c->pool_first[at + j]
+                                                  : c->pool_last[at + j];
+        out[j] = (float)v;
+        ss += (double)out[j] * (double)out[j];
+    }
+    if (normalize && ss > 0.0) {
+        const double k = 1.0 / sqrt(ss);
+        for (int64_t j = 0; j < E; j++)
+            out[j] = (float)((double)out[j] * k);
+    }
+    return PI_OK;
+}
+
+void pi_embd_copy(struct pi_ctx *c, int32_t src, int32_t dst) {
+    if (c->embd_mode == PI_EMBD_OFF || src == dst)
+        return;
+    const size_t E = (size_t)c->hp->n_embd, s = (size_t)src * E, d = (size_t)dst * E;
+    memcpy(c->pool_sum + d, c->pool_sum + s, E * sizeof *c->pool_sum);
+    memcpy(c->pool_first + d, c->pool_first + s, E * sizeof *c->pool_first);
+    memcpy(c->pool_last + d, c->pool_last + s, E * sizeof *c->pool_last);
+    c->pool_n[dst] = c->pool_n[src];
+}
+
+void pi_embd_forget(struct pi_ctx *c, int32_t seq) {
+    if (c->embd_mode == PI_EMBD_OFF)
+        return;
+    for (int64_t s = 0; s < c->n_seq; s++)
+        if (seq == -1 || s == seq)
+            c->pool_n[s] = -1;
 }
 
 /* Forget the batch logits (after the cache changed under them). */
@@ -454,6 +543,7 @@ int pi_ctx_seq_copy(pi_ctx *c, int32_t src, int32_t dst) {
     const int64_t n = c->seq_len[src];
     if (src == dst || n == 0) {
         c->seq_len[dst] = n;
+        pi_embd_copy(c, src, dst);
         return PI_OK;
     }
     const struct pi_hparams *hp = c->hp;
@@ -478,6 +568,7 @@ int pi_ctx_seq_copy(pi_ctx *c, int32_t src, int32_t dst) {
         PI_FAIL(&c->err, st, "copying sequence %d to %d failed", (int)src, (int)dst);
     }
     c->seq_len[dst] = n;
+    pi_embd_copy(c, src, dst);
     return PI_OK;
 }
 

@@ -346,6 +346,24 @@ HP_GETTER(pi_model_n_vocab, n_vocab)
 HP_GETTER(pi_model_n_ctx_train, n_ctx_train)
 #undef HP_GETTER
 
+int pi_model_pooling(const pi_model *m) {
+    if (!m)
+        return PI_ERR_INVALID_ARG;
+    /* the key {arch}.pooling_type, matched in two parts (no buffer for a long arch) */
+    const size_t la = strlen(m->arch);
+    for (uint64_t i = 0; i < m->gguf.n_kv; i++) {
+        const struct gguf_kv *kv = &m->gguf.kv[i];
+        if (strncmp(kv->key, m->arch, la) != 0 || strcmp(kv->key + la, ".pooling_type") != 0)
+            continue;
+        int64_t v;
+        if (kv->type == PI_META_ARRAY || gguf_kv_int(&m->gguf, kv, 0, &v) < 0 ||
+            v < PI_POOL_NONE || v > PI_POOL_RANK)
+            return PI_ERR_FORMAT;
+        return (int)v;
+    }
+    return PI_ERR_NOT_FOUND;
+}
+
 int64_t pi_model_predictor_rank(const pi_model *m, int64_t layer) {
     const struct pi_hparams *hp = hp_of(m);
     if (!hp || layer < 0 || layer >= hp->n_layer)

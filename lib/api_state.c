@@ -214,6 +214,7 @@ int pi_ctx_state_load(pi_ctx *c, int32_t seq, const void *buf, size_t size) {
         }
         c->seq_len[dst] = len;
     }
+    pi_embd_forget(c, kind == 0 ? -1 : seq);
     if (kind == 0) {
         c->has_logits = (int)has_logits;
         if (has_logits)

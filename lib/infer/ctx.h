@@ -58,6 +58,17 @@ struct pi_ctx {
     size_t rows_cap[2], row_of_cap[2];
     size_t n_entries;                  /* entries of the last batch */
     int cur;                           /* the set holding the last batch */
+    /* Embeddings (PI_EMBD_*): the final hidden states of the last batch, [n][n_embd],
+     * in the set `cur` (filled in the spare set, swapped with rows); per sequence the
+     * pooled state of its tokens since position 0: their sum (double), first and last
+     * state, [n_seq][n_embd], and how many tokens it covers (valid when it equals
+     * seq_len; -1: invalidated). */
+    int embd_mode;
+    float *hs[2];
+    size_t hs_cap[2];
+    double *pool_sum;
+    float *pool_first, *pool_last;
+    int64_t *pool_n;
     int32_t *step_tok;                 /* [n_batch] tokens of a step */
     int64_t *next_pos;                 /* [n_seq] scratch: next position per sequence */
     /* Sparse FFN (PowerInfer files). */
@@ -106,6 +117,12 @@ int pi_forward(struct pi_ctx *ctx, const pi_batch_entry *e, const int32_t *pos, 
 /* PI_OK when seq names a sequence of c (or is -1 and all_ok: every sequence); else
  * PI_ERR_INVALID_ARG with "FN: sequence S is outside 0..N-1" as c's message (the error
  * record is written even through a const handle: it is not the context's state). */
+/* Embeddings (PI_EMBD_ON/_ONLY; no-ops when off): sequence dst takes src's pooled state
+ * (pi_ctx_seq_copy); sequence seq's (-1: every one's) stops covering it until it is
+ * decoded again from position 0 (a state was loaded into it). */
+void pi_embd_copy(struct pi_ctx *c, int32_t src, int32_t dst);
+void pi_embd_forget(struct pi_ctx *c, int32_t seq);
+
 int pi_ctx_check_seq(const struct pi_ctx *c, int32_t seq, int all_ok, const char *fn);
 
 #endif

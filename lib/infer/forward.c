@@ -383,10 +383,16 @@ static int next_at(const struct run *r, int64_t l) {
     return dev ? DEV : HOST;
 }
 
+/* Whether entry e's logits are computed (never for a context made for embeddings only). */
+static int wants_logits(const struct pi_ctx *c, const pi_batch_entry *e) {
+    return e->logits && c->embd_mode != PI_EMBD_ONLY;
+}
+
 /* One step of T <= n_batch entries at positions pos[0..T). The logits of the entries
- * that ask for them go to consecutive rows of `rows` [..][n_vocab] (host memory). */
+ * that ask for them go to consecutive rows of `rows` [..][n_vocab] (host memory); with
+ * embeddings, every entry's final hidden state to hs [T][n_embd] (host memory). */
 static int step(struct pi_ctx *c, const pi_batch_entry *e, const int32_t *pos, int64_t T,
-                float *rows) {
+                float *rows, float *hs) {
     const struct pi_hparams *hp = c->hp;
     struct pi_hybrid *hy = c->hy;
     const int64_t E = hp->n_embd, F = hp->n_ff;
@@ -534,8 +540,18 @@ static int step(struct pi_ctx *c, const pi_batch_entry *e, const int32_t *pos, i
     float *xn = out(&r.xn, o->at);
     const struct pi_norm_w *onorm = o->at == DEV ? &hy->output_norm : &c->output_norm;
     const int64_t V = hp->n_vocab;
+    /* embeddings: the hidden states hs [T][E] = output_norm(x), the LM head's input,
+     * computed where the output is (the logits below normalize their rows again: the
+     * same op on the same rows, so the same values) */
+    if (hs && x && o->at == DEV) {
+        norm_rows(o, hp, onorm, x, T, xn);
+        int st = o->be->download(o->b, hs, xn, (size_t)(T * E) * sizeof(float));
+        r.st = r.st < 0 ? r.st : st;
+    } else if (hs && x) {
+        norm_rows(o, hp, onorm, x, T, hs);
+    }
     for (int64_t i = 0, n = 0; x && i <= T; i++) {
-        if (i < T && e[i].logits) {
+        if (i < T && wants_logits(c, &e[i])) {
             norm_rows(o, hp, onorm, x + i * E, 1, xn + n * E);
             n++;
         }
@@ -564,14 +580,37 @@ static int step(struct pi_ctx *c, const pi_batch_entry *e, const int32_t *pos, i
     return PI_OK;
 }
 
+/* Add the hidden states hs [n][E] of a successful batch to their sequences' pooled
+ * state; an entry at position 0 starts its sequence's afresh. */
+static void pool_add(struct pi_ctx *c, const pi_batch_entry *e, const int32_t *pos, int64_t n,
+                     const float *hs) {
+    const int64_t E = c->hp->n_embd;
+    for (int64_t i = 0; i < n; i++) {
+        const int64_t s = e[i].seq;
+        const float *h = hs + i * E;
+        double *sum = c->pool_sum + s * E;
+        if (pos[i] == 0) {
+            c->pool_n[s] = 0;
+            memset(sum, 0, (size_t)E * sizeof *sum);
+            memcpy(c->pool_first + s * E, h, (size_t)E * sizeof *h);
+        }
+        for (int64_t j = 0; j < E; j++)
+            sum[j] += (double)h[j];
+        memcpy(c->pool_last + s * E, h, (size_t)E * sizeof *h);
+        if (c->pool_n[s] >= 0)
+            c->pool_n[s]++;
+    }
+}
+
 int pi_forward(struct pi_ctx *c, const pi_batch_entry *e, const int32_t *pos, int64_t n) {
     const int spare = !c->cur;
-    const int64_t V = c->hp->n_vocab;
+    const int64_t V = c->hp->n_vocab, E = c->hp->n_embd;
     float *rows = c->rows[spare];
+    float *hs = c->embd_mode != PI_EMBD_OFF ? c->hs[spare] : NULL;
     int32_t *row_of = c->row_of[spare];
     int64_t n_rows = 0;
     for (int64_t i = 0; i < n; i++)
-        row_of[i] = e[i].logits ? (int32_t)n_rows++ : -1;
+        row_of[i] = wants_logits(c, &e[i]) ? (int32_t)n_rows++ : -1;
     for (int64_t done = 0; done < n;) {
         const int64_t T = n - done < c->n_batch ? n - done : c->n_batch;
         int64_t first = 0;
@@ -579,9 +618,17 @@ int pi_forward(struct pi_ctx *c, const pi_batch_entry *e, const int32_t *pos, in
             first++;
         /* no row asked in this step: rows may be NULL (a batch without logits) */
         float *dst = first < T ? rows + (size_t)row_of[done + first] * (size_t)V : rows;
-        PI_TRY(step(c, e + done, pos + done, T, dst));
+        PI_TRY(step(c, e + done, pos + done, T, dst, hs ? hs + done * E : NULL));
         done += T;
     }
+    /* the hidden states are checked too: without logits (PI_EMBD_ONLY, or entries that
+     * ask for none) nothing else would catch a NaN */
+    const int64_t bad = hs ? first_nonfinite(hs, n * E) : -1;
+    if (bad >= 0)
+        PI_FAIL(&c->err, PI_ERR_NUMERIC, "the final hidden state of entry %lld (sequence %d, "
+                "position %d) holds %s; checking every layer (check_numerics) finds where",
+                (long long)(bad / E), (int)e[bad / E].seq, (int)pos[bad / E],
+                isnan(hs[bad]) ? "NaN" : "infinity");
     /* NaN or infinity in a logit (an overflowing layer, a broken file) would reach the
      * sampler as garbage: the decode fails instead, and the context stays as it was. */
     for (int64_t i = 0; i < n; i++) {
@@ -601,6 +648,8 @@ int pi_forward(struct pi_ctx *c, const pi_batch_entry *e, const int32_t *pos, in
     c->cur = spare;
     c->n_entries = (size_t)n;
     c->has_logits = n_rows > 0; /* a batch asking for none leaves none readable */
+    if (hs)
+        pool_add(c, e, pos, n, hs);
     if (n_rows)
         memcpy(c->logits, rows + (size_t)(n_rows - 1) * (size_t)V, (size_t)V * sizeof(float));
     return PI_OK;

@@ -277,6 +277,77 @@ def test_decode_logits(smollm2):
             assert ctx.pos == len(toks)
 
 
+def read_hidden(path):
+    """tests/fixtures/embed/<name>.hidden.bin (make_embed_refs.py): per sequence its
+    tokens, final hidden states [n_tok][n_embd], mean and last."""
+    import struct
+    with open(path, "rb") as f:
+        data = f.read()
+    n_seq, n_embd = struct.unpack_from("<II", data)
+    at, out = 8, []
+    for _ in range(n_seq):
+        (n,) = struct.unpack_from("<I", data, at)
+        at += 4
+        toks = list(struct.unpack_from("<%di" % n, data, at))
+        at += 4 * n
+        vals = struct.unpack_from("<%df" % (n * n_embd + 2 * n_embd), data, at)
+        at += 4 * len(vals)
+        rows = [vals[t * n_embd:(t + 1) * n_embd] for t in range(n)]
+        out.append((toks, rows, vals[n * n_embd:n * n_embd + n_embd], vals[n * n_embd + n_embd:]))
+    assert at == len(data)
+    return out
+
+
+def unit(v):
+    n = math.sqrt(sum(x * x for x in v))
+    return [x / n for x in v]
+
+
+def rel_err(a, b):
+    return max(abs(x - y) for x, y in zip(a, b)) / max(abs(y) for y in b)
+
+
+def test_embeddings_against_transformers():
+    """Model.pooling, Context.embedding and embedding_pooled on the tiny Qwen3 embedding
+    fixture (last-token pooling) against transformers' last_hidden_state."""
+    d = os.path.join(ROOT, "tests", "fixtures", "embed")
+    seqs = read_hidden(os.path.join(d, "qwen3-embed.hidden.bin"))
+    with pi.Model(os.path.join(d, "qwen3-embed.f16.gguf"), log=None) as m:
+        assert m.pooling == "last"
+        with pi.Context(m, n_ctx=64, f32_activations=True, embeddings="on") as ctx:
+            for toks, rows, mean, last in seqs:
+                ctx.reset()
+                ctx.decode(toks)
+                assert ctx.logits() is not None
+                for t, row in enumerate(rows):
+                    assert rel_err(list(ctx.embedding(t)), row) < 2e-3
+                assert ctx.embedding(len(toks)) is None
+                got = ctx.embedding_pooled("last")
+                assert abs(math.sqrt(sum(x * x for x in got)) - 1.0) < 1e-5
+                assert rel_err(list(got), unit(last)) < 2e-3
+                assert rel_err(list(ctx.embedding_pooled("mean", normalize=False)), mean) < 2e-3
+                assert rel_err(list(ctx.embedding_pooled(pi.POOLINGS["cls"], seq=0,
+                                                         normalize=False)), rows[0]) < 2e-3
+        with pi.Context(m, n_ctx=64, f32_activations=True, embeddings="only") as ctx:
+            ctx.decode(seqs[0][0])
+            assert ctx.logits() is None and ctx.embedding(0) is not None
+            with pytest.raises(pi.PowerInferError) as e:
+                ctx.embedding_pooled("mean", seq=1)
+            assert e.value.status == pi.PI_ERR_INVALID_ARG
+            with pytest.raises(ValueError):
+                ctx.embedding_pooled("median")
+        with pi.Context(m, n_ctx=64) as ctx:
+            ctx.decode(seqs[0][0])
+            assert ctx.embedding(0) is None
+            with pytest.raises(pi.PowerInferError) as e:
+                ctx.embedding_pooled()
+            assert e.value.status == pi.PI_ERR_INVALID_ARG and "PI_EMBD_OFF" in str(e.value)
+
+
+def test_smollm2_has_no_pooling(smollm2):
+    assert smollm2.pooling is None
+
+
 def test_decode_errors_leave_context_unchanged(smollm2):
     m = smollm2
     with pi.Context(m, n_ctx=8, n_threads=2) as ctx:

@@ -149,7 +149,7 @@ def test_bad_json(srv, name, path, body, status, param):
 # (name, method, path, headers, status, error code)
 ROUTE_CASES = [
     ("unknown path", "GET", "/nope", {}, 404, "unknown_url"),
-    ("unknown v1 path", "POST", "/v1/embeddings", {}, 404, "unknown_url"),
+    ("unknown v1 path", "POST", "/v1/audio/speech", {}, 404, "unknown_url"),
     ("path traversal", "GET", "/../../etc/passwd", {}, 404, "unknown_url"),
     ("GET a POST endpoint", "GET", CHAT, {}, 405, "method_not_allowed"),
     ("PUT", "PUT", COMP, {}, 405, "method_not_allowed"),

@@ -104,6 +104,7 @@ void job_free(struct srv_job *job) {
         tc_result_free(&job->choices[i].calls);
     }
     free(job->prompt_lp);
+    free(job->embd);
     free(job->prompt_text);
     free(job->bias_id);
     free(job->bias);
@@ -404,13 +405,18 @@ static void assign_locked(struct srv_engine *e) {
         job->state = SRV_JOB_RUNNING;
         for (int c = 0; c < job->n; c++) {
             size_t reuse;
-            struct slot *s = pick_slot(e, c == 0 ? job->prompt : NULL, job->n_prompt, &reuse);
+            /* an embedding pools every token from position 0: no prefix is reused, so it
+             * takes the least recently used slot */
+            const int32_t *match = c == 0 && !job->embed ? job->prompt : NULL;
+            struct slot *s = pick_slot(e, match, job->n_prompt, &reuse);
             s->job = job;
             s->choice = c;
             s->phase = c == 0 ? SLOT_PROMPT : SLOT_WAIT;
             /* at least the last prompt token is decoded again, for its logits; all of
              * it when each position is to be scored */
-            s->n_done = job->prompt_lp ? 0 : reuse < job->n_prompt ? reuse : job->n_prompt - 1;
+            s->n_done = job->prompt_lp || job->embed ? 0
+                        : reuse < job->n_prompt     ? reuse
+                                                    : job->n_prompt - 1;
             s->n_taken = 0;
             s->trim = c == 0;
             jm_init(&s->jm);
@@ -423,8 +429,8 @@ static void assign_locked(struct srv_engine *e) {
              * sampler (out of memory) fails its job in reap(), on the engine's thread. */
             pi_sampler_params sp = job->sampling;
             sp.seed += (uint64_t)c;
-            if (pi_sampler_create(e->model, &sp, &s->smp) != PI_OK)
-                s->smp = NULL;
+            if (job->embed || pi_sampler_create(e->model, &sp, &s->smp) != PI_OK)
+                s->smp = NULL; /* an embedding samples nothing */
         }
         job->slots_held = job->n;
     }
@@ -437,7 +443,7 @@ static void reap(struct srv_engine *e) {
         struct slot *s = &e->slots[i];
         if (s->job && s->job->cancelled)
             release_slot(e, s);
-        else if (s->job && !s->smp)
+        else if (s->job && !s->smp && !s->job->embed)
             fail_job(e, s->job, "cannot create a sampler (out of memory?)");
     }
 }
@@ -474,7 +480,8 @@ static size_t build_batch(struct srv_engine *e) {
         const int every = s->job->prompt_lp != NULL; /* each position scores the next */
         s->taken_at = n;
         for (size_t k = 0; k < take; k++) {
-            int last = s->n_done + k + 1 == s->job->n_prompt;
+            /* an embedding needs no logits: its tokens skip the LM head */
+            int last = s->n_done + k + 1 == s->job->n_prompt && !s->job->embed;
             e->batch[n] = (pi_batch_entry){s->job->prompt[s->n_done + k], s->seq, -1,
                                            (uint32_t)(last || every)};
             if (last)
@@ -549,6 +556,22 @@ static const float *sampling_row(struct srv_engine *e, struct slot *s, const flo
     return allowed ? s->row : NULL;
 }
 
+/* An embedding job's prompt is read: its pooled state is the result. */
+static void finish_embedding(struct srv_engine *e, struct slot *s) {
+    struct srv_job *job = s->job;
+    const int64_t n_embd = pi_model_n_embd(e->model);
+    int st = pi_ctx_embedding_pooled(e->ctx, s->seq, e->cfg.pooling, 1, job->embd,
+                                     (size_t)n_embd);
+    if (st != PI_OK) {
+        char why[sizeof job->error];
+        snprintf(why, sizeof why, "pooling failed: %s: %s", pi_status_str(st),
+                 pi_ctx_errmsg(e->ctx));
+        fail_job(e, job, why);
+        return;
+    }
+    finish_choice(e, s, SRV_FINISH_STOP, 0);
+}
+
 static void after_decode(struct srv_engine *e) {
     e->steps++;
     /* What the sequences now hold. */
@@ -579,6 +602,10 @@ static void after_decode(struct srv_engine *e) {
         s->n_taken = 0;
         if (s->n_done < s->job->n_prompt)
             continue;
+        if (job->embed) {
+            finish_embedding(e, s);
+            continue;
+        }
         for (uint32_t j = 0; j < e->cfg.n_slots; j++) {
             struct slot *f = &e->slots[j];
             if (f->job != s->job || f->phase != SLOT_WAIT)

@@ -110,6 +110,7 @@ enum route {
     R_COMPLETIONS,
     R_TOKENIZE,
     R_DETOKENIZE,
+    R_EMBEDDINGS,
     R_ASSET
 };
 
@@ -299,6 +300,7 @@ static const struct {
     {"/v1/models", R_MODELS, 0, 1},
     {"/v1/chat/completions", R_CHAT, 1, 1},
     {"/v1/completions", R_COMPLETIONS, 1, 1},
+    {"/v1/embeddings", R_EMBEDDINGS, 1, 1},
     {"/tokenize", R_TOKENIZE, 1, 1},
     {"/detokenize", R_DETOKENIZE, 1, 1},
 };
@@ -840,6 +842,68 @@ static enum MHD_Result do_completion(struct srv_http *h, struct conn *c, struct 
     return respond_json(c, mc, 200, api_completion_json(h->mi, c->job, c->chat, c->id, c->created));
 }
 
+/* /v1/embeddings: one engine job per input. As many as the queue takes are submitted at
+ * once (they run in parallel slots); when it is full the rest wait for the earlier ones.
+ * Answered once all are done; a client that goes away cancels what is left. */
+static enum MHD_Result do_embeddings(struct srv_http *h, struct conn *c, struct MHD_Connection *mc,
+                                     cJSON *req) {
+    struct srv_error err;
+    size_t n = 0, sent = 0, done = 0;
+    int base64 = 0;
+    struct srv_job **jobs = api_make_embed_jobs(h->mi, req, &n, &base64, &err);
+    if (!jobs)
+        return respond_error(c, mc, &err);
+    enum MHD_Result rc = MHD_NO;
+    char why[sizeof jobs[0]->error] = "";
+    int busy = 0, gone = 0;
+    atomic_fetch_add(&h->active, 1); /* http_drain waits for the answer */
+    c->counted = 1;
+    hold_timeout(c, 1);
+    while (done < n && !why[0] && !gone) {
+        for (; sent < n; sent++) {
+            const int st = engine_submit(h->engine, jobs[sent]);
+            if (st == SRV_ERR_BUSY && sent > done)
+                break; /* our own jobs hold the queue: wait for one */
+            if (st != 0) {
+                busy = st == SRV_ERR_BUSY ? 1 : 2;
+                break;
+            }
+        }
+        if (busy)
+            break;
+        engine_lock(h->engine);
+        while (jobs[done]->state != SRV_JOB_DONE && !(gone = peer_gone(c->fd)))
+            engine_wait(h->engine, jobs[done], WAIT_MS);
+        if (!gone && jobs[done]->error[0])
+            snprintf(why, sizeof why, "%s", jobs[done]->error);
+        engine_unlock(h->engine);
+        done += !gone;
+    }
+    hold_timeout(c, 0);
+    if (gone || why[0] || busy) /* what is still queued or running is dropped */
+        for (size_t i = done; i < sent; i++)
+            engine_cancel(h->engine, jobs[i]);
+    if (gone) {
+        c->status = 499;
+    } else if (busy) {
+        rc = fail(c, mc, 503, "server_error", busy == 1 ? "server_busy" : "shutting_down", "%s",
+                  busy == 1 ? "Every slot is busy and the queue is full; try again later."
+                            : "The server is shutting down.");
+    } else if (why[0]) {
+        rc = fail(c, mc, 500, "server_error", NULL, "%s", why);
+    } else {
+        rc = respond_json(c, mc, 200, api_embeddings_json(h->mi, jobs, n, base64));
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (i < sent)
+            engine_release(h->engine, jobs[i]); /* the engine keeps its own reference */
+        else
+            job_free(jobs[i]);
+    }
+    free(jobs);
+    return rc;
+}
+
 static enum MHD_Result dispatch(struct srv_http *h, struct conn *c, struct MHD_Connection *mc) {
     switch (c->route) {
     case R_HEALTH:
@@ -875,6 +939,9 @@ static enum MHD_Result dispatch(struct srv_http *h, struct conn *c, struct MHD_C
     case R_DETOKENIZE:
         out = api_detokenize(h->mi, req, &err);
         rc = out ? respond_json(c, mc, 200, out) : respond_error(c, mc, &err);
+        break;
+    case R_EMBEDDINGS:
+        rc = do_embeddings(h, c, mc, req);
         break;
     default:
         rc = do_completion(h, c, mc, req);

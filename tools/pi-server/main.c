@@ -21,7 +21,7 @@ static void usage(FILE *out) {
             "\n"
             "An OpenAI-compatible HTTP server: POST /v1/chat/completions, /v1/completions\n"
             "(streaming or not), GET /v1/models, GET /health, GET /metrics (Prometheus),\n"
-            "POST /tokenize, /detokenize, and a chat page at /.\n"
+            "POST /tokenize, /detokenize, /v1/embeddings, and a chat page at /.\n"
             "\n"
             "  -m, --model FILE        model file (GGUF, or PowerInfer GGUF)\n"
             "  --host ADDR             address to bind (default 127.0.0.1; 0.0.0.0 or :: for all)\n"
@@ -69,6 +69,9 @@ static void usage(FILE *out) {
             "  --sparse-mode M         FFN of PowerInfer models: sparse, dense or oracle\n"
             "  --no-prompt-cache       decode every prompt whole (by default a slot keeps its\n"
             "                          tokens and a new prompt decodes only what differs)\n"
+            "  --pooling P             /v1/embeddings: mean, last or cls (first token) pooling\n"
+            "                          of the final hidden states (default: the file's\n"
+            "                          pooling_type, else last)\n"
             CLI_LOAD_USAGE
             "  -v, --verbose           log each request, and what the library does, to stderr\n"
             "  --version               print the library version\n"
@@ -85,6 +88,7 @@ struct opts {
     const char *cors[MAX_NAMES], *host_allow[MAX_NAMES]; /* into argv */
     size_t n_cors, n_host_allow;
     int verbose, chat_format, no_prompt_cache, context_shift;
+    int pooling; /* PI_POOL_*, -1: the file's */
     long n_keep;
     uint32_t sparse_mode;
     struct srv_http_config http;
@@ -197,11 +201,18 @@ static int serve(struct opts *o) {
     cp.n_threads = (uint32_t)o->n_threads;
     cp.n_seq_max = (uint32_t)o->n_slots;
     cp.sparse_mode = o->sparse_mode;
+    /* the final hidden states for /v1/embeddings: one more norm per token decoded, and
+     * a few vectors of n_embd floats per slot and batch entry */
+    cp.embeddings = PI_EMBD_ON;
     if (cli_ctx_create(m, &cp, &ctx))
         goto done;
     mi.n_ctx = pi_ctx_n_ctx(ctx);
     struct srv_engine_config ec = {(uint32_t)o->n_slots, (uint32_t)o->queue, (uint32_t)o->n_batch,
-                                   !o->no_prompt_cache};
+                                   !o->no_prompt_cache, o->pooling};
+    if (ec.pooling < 0) { /* the file's, when it is one the library pools; else last token */
+        const int p = pi_model_pooling(m);
+        ec.pooling = p == PI_POOL_MEAN || p == PI_POOL_CLS ? p : PI_POOL_LAST;
+    }
     mi.context_shift = o->context_shift;
     mi.n_keep = o->n_keep;
     if (engine_create(ctx, &ec, &engine) != 0 || engine_start(engine) != 0) {
@@ -262,6 +273,7 @@ int main(int argc, char **argv) {
     o.n_keep = -2;
 
     o.chat_format = PI_CHAT_AUTO;
+    o.pooling = -1;
     o.http.host = "127.0.0.1";
     long port = 8080;
     for (int i = 1; i < argc; i++) {
@@ -336,6 +348,16 @@ int main(int argc, char **argv) {
                 o.sparse_mode = PI_SPARSE_ORACLE;
             else {
                 fprintf(stderr, "pi-server: --sparse-mode wants sparse, dense or oracle\n");
+                return 2;
+            }
+        } else if (IS("--pooling")) {
+            o.pooling = !v                 ? -2
+                        : !strcmp(v, "mean") ? PI_POOL_MEAN
+                        : !strcmp(v, "last") ? PI_POOL_LAST
+                        : !strcmp(v, "cls")  ? PI_POOL_CLS
+                                             : -2;
+            if (o.pooling == -2) {
+                fprintf(stderr, "pi-server: --pooling wants mean, last or cls\n");
                 return 2;
             }
         } else if (IS("--port")) {

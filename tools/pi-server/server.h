@@ -177,6 +177,11 @@ struct srv_job {
     float *bias;
     size_t n_bias;
     struct srv_logprob *prompt_lp; /* echo with logprobs: [n_prompt], [0] has none */
+    /* /v1/embeddings: a prompt-only job (n 1, no logits, no sampling) whose result is
+     * the prompt's pooled, L2-normalised final hidden state, written into embd
+     * [n_embd] (malloc'd) by the engine before the job is done. */
+    int embed;
+    float *embd;
 
     /* ---- guarded by the engine's mutex ---- */
     struct srv_choice *choices; /* n of them */
@@ -197,6 +202,8 @@ struct srv_engine_config {
     uint32_t queue_max; /* jobs that may wait for slots */
     uint32_t n_batch;   /* most tokens one decode step takes */
     int prompt_cache;   /* a slot given back keeps its sequence for the next prompt */
+    int pooling;        /* embedding jobs: PI_POOL_MEAN, _CLS or _LAST (the context must
+                         * have been created with pi_ctx_params.embeddings) */
 };
 
 struct srv_engine;
@@ -306,6 +313,19 @@ char *api_error_json(const struct srv_error *err);
 char *api_tokenize(const struct srv_model_info *mi, const struct cJSON *req, struct srv_error *err);
 char *api_detokenize(const struct srv_model_info *mi, const struct cJSON *req,
                      struct srv_error *err);
+
+/* ---- embeddings.c: /v1/embeddings ---------------------------------------------------- */
+
+/* The jobs of a /v1/embeddings body, one per input, in order (each embed 1, its prompt
+ * and an n_embd result buffer; never submitted): *n_jobs of them, *base64 the
+ * encoding_format. NULL with *err (a 400 naming the field) on failure. */
+struct srv_job **api_make_embed_jobs(const struct srv_model_info *mi, const struct cJSON *req,
+                                     size_t *n_jobs, int *base64, struct srv_error *err);
+/* Free jobs never submitted (NULL entries skipped) and the array. */
+void api_embed_jobs_free(struct srv_job **jobs, size_t n);
+/* The response of n finished embedding jobs; malloc'd text or NULL (out of memory). */
+char *api_embeddings_json(const struct srv_model_info *mi, struct srv_job *const *jobs, size_t n,
+                          int base64);
 
 /* /v1/models (id NULL) or /v1/models/{id}. */
 char *api_models_json(const struct srv_model_info *mi, int one);

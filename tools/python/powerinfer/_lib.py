@@ -82,6 +82,9 @@ class CtxParams(Structure):
         # several sequences
         ("n_seq_max", c_uint32),
         ("check_numerics", c_uint32),
+        # embeddings
+        ("embeddings", c_uint32),
+        ("reserved2", c_uint32),
     ]
 
 
@@ -234,6 +237,10 @@ _PROTOTYPES = {
     "pi_ctx_decode_batch": (c_int, [_H, POINTER(BatchEntry), c_size_t]),
     "pi_ctx_batch_logits": (POINTER(c_float), [_H, c_size_t]),
     "pi_ctx_n_seq_max": (c_uint32, [_H]),
+    "pi_model_pooling": (c_int, [_H]),
+    "pi_ctx_embedding": (POINTER(c_float), [_H, c_size_t]),
+    "pi_ctx_embedding_pooled": (c_int, [_H, c_int32, c_int, c_uint32, POINTER(c_float),
+                                        c_size_t]),
     "pi_ctx_seq_len": (c_int64, [_H, c_int32]),
     "pi_ctx_seq_remove": (c_int, [_H, c_int32, c_int64, c_int64]),
     "pi_ctx_seq_copy": (c_int, [_H, c_int32, c_int32]),

@@ -30,6 +30,8 @@ _DEVICE_NAMES = {v: k for k, v in DEVICES.items()}
 DEVICE_BUDGET_AUTO = (1 << 64) - 1
 # PI_PLAN_FILE_*
 PLAN_FILES = {"read": 1, "cache": 2, "write": 3}
+# PI_EMBD_*
+EMBEDDINGS = {"off": 0, "on": 1, "only": 2}
 
 
 def _enum(value, table, what):
@@ -45,7 +47,7 @@ def _enum(value, table, what):
 def ctx_params(*, n_ctx=0, n_threads=0, n_batch=0, f32_activations=False,
                sparse_mode="auto", sparse_threshold=None, stats="off", device="none",
                device_index=0, device_budget=None, plan_stats=None, plan_path=None,
-               plan_file=None, n_seq_max=1, check_numerics=False):
+               plan_file=None, n_seq_max=1, check_numerics=False, embeddings="off"):
     """A CtxParams filled by pi_ctx_default_params, then from the keyword arguments
     (see Context). Used by Context and Model.plan; the errbuf is left to the caller."""
     lib = _lib.lib()
@@ -58,6 +60,8 @@ def ctx_params(*, n_ctx=0, n_threads=0, n_batch=0, f32_activations=False,
     params.f32_activations = 1 if f32_activations else 0
     params.check_numerics = 1 if check_numerics else 0  # PI_CHECK_LAYERS / PI_CHECK_LOGITS
     params.sparse_mode = _enum(sparse_mode, SPARSE_MODES, "sparse mode")
+    params.embeddings = _enum({True: "on", False: "off"}.get(embeddings, embeddings),
+                              EMBEDDINGS, "embeddings mode")
     if sparse_threshold is not None:
         params.sparse_threshold_set = 1
         params.sparse_threshold = c_float(sparse_threshold, "sparse_threshold")
@@ -131,6 +135,9 @@ class Context(Owner):
     check_numerics:   also check each layer's output for NaN/infinity, so that the
                       PowerInferError(PI_ERR_NUMERIC) of a decode names the layer and
                       block (logits are always checked).
+    embeddings:       "off" (default), "on" (keep each decoded token's final hidden
+                      state: embedding(i), embedding_pooled) or "only" (the same, and no
+                      logits are computed: the LM head is skipped); True is "on".
 
     The Context keeps its model alive; closing the model closes the context. One
     thread at a time (enforced: see the module docstring)."""
@@ -138,7 +145,8 @@ class Context(Owner):
     def __init__(self, model, *, n_ctx=0, n_threads=0, n_batch=0, f32_activations=False,
                  sparse_mode="auto", sparse_threshold=None, stats="off", abort=None,
                  device="none", device_index=0, device_budget=None, plan_stats=None,
-                 plan_path=None, plan_file=None, n_seq_max=1, check_numerics=False):
+                 plan_path=None, plan_file=None, n_seq_max=1, check_numerics=False,
+                 embeddings="off"):
         self._handle = None
         lib = _lib.lib()
         params = ctx_params(n_ctx=n_ctx, n_threads=n_threads, n_batch=n_batch,
@@ -146,7 +154,8 @@ class Context(Owner):
                             sparse_threshold=sparse_threshold, stats=stats, device=device,
                             device_index=device_index, device_budget=device_budget,
                             plan_stats=plan_stats, plan_path=plan_path, plan_file=plan_file,
-                            n_seq_max=n_seq_max, check_numerics=check_numerics)
+                            n_seq_max=n_seq_max, check_numerics=check_numerics,
+                            embeddings=embeddings)
         self._abort_error = None
         self._abort_fn = None
         if abort is not None:
@@ -317,6 +326,31 @@ class Context(Owner):
             return float_array(ptr, self._model.n_vocab, "f") if ptr else None
         finally:
             self._busy.release()
+
+    # ---- embeddings -----------------------------------------------------------------
+    def embedding(self, i):
+        """A copy of the final hidden state (n_embd floats: after the output norm, the
+        LM head's input) of entry i of the last decode or decode_batch, or None (i out
+        of range, or a context made with embeddings "off")."""
+        p = self._enter()
+        try:
+            ptr = _lib.lib().pi_ctx_embedding(p, c_int(i, "size_t", "index"))
+            return float_array(ptr, self._model.n_embd, "f") if ptr else None
+        finally:
+            self._busy.release()
+
+    def embedding_pooled(self, pooling="last", seq=0, normalize=True):
+        """The pooled final hidden states of sequence seq over every token decoded
+        into it since position 0: pooling "mean", "cls" (first token) or "last" (or a
+        POOL_* id); normalize: scaled to unit L2 norm. PowerInferError
+        PI_ERR_INVALID_ARG (embeddings "off", a bad seq or pooling) or PI_ERR_RANGE
+        (the sequence is empty, or shortened or loaded since it was decoded)."""
+        from .model import POOLINGS
+        n = self._model.n_embd
+        arr, ptr = new_float_buffer(n, "f")
+        self._call("pi_ctx_embedding_pooled", c_int(seq, "int32_t", "seq"),
+                   _enum(pooling, POOLINGS, "pooling"), 1 if normalize else 0, ptr, n)
+        return arr
 
     def seq_len(self, seq):
         """Positions decoded in sequence seq (-1 for a bad id)."""

@@ -47,6 +47,9 @@ CHAT_FORMATS = {"auto": 0, "chatml": 1, "llama2": 2, "llama3": 3, "gemma": 4, "p
                 "mistral-v1": 6, "mistral-v3": 7, "mistral-v3-tekken": 8, "mistral-v7": 9,
                 "falcon": 10}
 _CHAT_NAMES = {v: k for k, v in CHAT_FORMATS.items()}
+# PI_POOL_*
+POOLINGS = {"none": 0, "mean": 1, "cls": 2, "last": 3, "rank": 4}
+_POOL_NAMES = {v: k for k, v in POOLINGS.items()}
 
 _DEFAULT_LOGGER = object()
 
@@ -455,6 +458,18 @@ class Model(Owner):
         st = self._check(_lib.lib().pi_model_chat_format(self._ptr()),
                          "pi_model_chat_format")
         return _CHAT_NAMES.get(st, st)
+
+    @property
+    @holding
+    def pooling(self):
+        """The pooling the file asks for ({arch}.pooling_type): a name of POOLINGS
+        ('none', 'mean', 'cls', 'last', 'rank'), or None when the file has none (chat
+        models). PowerInferError PI_ERR_FORMAT for a value that is not one of them."""
+        st = _lib.lib().pi_model_pooling(self._ptr())
+        if st == PI_ERR_NOT_FOUND:
+            return None
+        st = self._check(st, "pi_model_pooling")
+        return _POOL_NAMES.get(st, st)
 
     @holding
     def chat_apply(self, messages, *, format="auto", add_assistant=True):

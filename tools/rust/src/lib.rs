@@ -281,6 +281,28 @@ pub enum SparseMode {
     Oracle = 3,
 }
 
+/// Whether a context keeps final hidden states (`PI_EMBD_*`): `On` keeps them
+/// ([`Context::embedding`], [`Context::embedding_pooled`]) beside the logits, `Only`
+/// computes no logits at all (the LM head is skipped).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Embeddings {
+    Off = 0,
+    On = 1,
+    Only = 2,
+}
+
+/// How hidden states are pooled (`PI_POOL_*`, the values of GGUF's
+/// `{arch}.pooling_type`). [`Context::embedding_pooled`] computes `Mean`, `Cls` (the
+/// first token) and `Last`; `None` and `Rank` are only reported by [`Model::pooling`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Pooling {
+    None = 0,
+    Mean = 1,
+    Cls = 2,
+    Last = 3,
+    Rank = 4,
+}
+
 /// Which statistics a context collects (`PI_STATS_*`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum StatsLevel {
@@ -804,6 +826,22 @@ impl Model {
         Ok(String::from_utf8_lossy(&bytes).into_owned())
     }
 
+    /// The pooling the file asks for (`{arch}.pooling_type`), `None` when it has none
+    /// (chat models); an error for a value that is not a `PI_POOL_*`.
+    pub fn pooling(&self) -> Result<Option<Pooling>> {
+        let st = unsafe { sys::pi_model_pooling(self.as_ptr()) };
+        if st == sys::PI_ERR_NOT_FOUND {
+            return Ok(None);
+        }
+        match check(st.into(), || "pooling type of the model".to_owned())? as c_int {
+            sys::PI_POOL_NONE => Ok(Some(Pooling::None)),
+            sys::PI_POOL_MEAN => Ok(Some(Pooling::Mean)),
+            sys::PI_POOL_CLS => Ok(Some(Pooling::Cls)),
+            sys::PI_POOL_LAST => Ok(Some(Pooling::Last)),
+            _ => Ok(Some(Pooling::Rank)),
+        }
+    }
+
     /// The chat format recognised from the model's template.
     pub fn chat_format(&self) -> Result<ChatFormat> {
         let st = unsafe { sys::pi_model_chat_format(self.as_ptr()) };
@@ -980,6 +1018,7 @@ pub struct ContextBuilder<'s> {
     plan_file: Option<PlanFile>,
     n_seq_max: u32,
     check_layers: bool,
+    embeddings: Option<Embeddings>,
 }
 
 impl<'s> ContextBuilder<'s> {
@@ -1005,6 +1044,11 @@ impl<'s> ContextBuilder<'s> {
     /// together by [`Context::decode_batch`]; 0: 1. At most 256.
     pub fn n_seq_max(mut self, n: u32) -> Self {
         self.n_seq_max = n;
+        self
+    }
+    /// Keep final hidden states for embeddings; default [`Embeddings::Off`].
+    pub fn embeddings(mut self, mode: Embeddings) -> Self {
+        self.embeddings = Some(mode);
         self
     }
     /// Keep activations in f32 for quantized products (slower, closer to a reference).
@@ -1085,6 +1129,9 @@ impl<'s> ContextBuilder<'s> {
         p.n_seq_max = self.n_seq_max;
         p.f32_activations = self.f32_activations as u32;
         p.check_numerics = self.check_layers as u32;
+        if let Some(e) = self.embeddings {
+            p.embeddings = e as u32;
+        }
         if let Some(m) = self.sparse_mode {
             p.sparse_mode = m as u32;
         }
@@ -1423,6 +1470,50 @@ impl Context<'_> {
         // until the next decode, state load, reset, truncate or destroy, all of which
         // need &mut self or self.
         Some(unsafe { std::slice::from_raw_parts(p, n) })
+    }
+
+    /// The final hidden state (n_embd floats: after the output norm, the LM head's
+    /// input) of entry `i` of the last decode or [`Context::decode_batch`]; `None` if
+    /// `i` is out of range or the context keeps none ([`Embeddings::Off`]). Borrowed
+    /// like [`Context::batch_logits`].
+    pub fn embedding(&self, i: usize) -> Option<&[f32]> {
+        let p = unsafe { sys::pi_ctx_embedding(self.as_ptr(), i) };
+        if p.is_null() {
+            return None;
+        }
+        let n = self.model.n_embd().max(0) as usize;
+        // SAFETY: a non-NULL state is n_embd floats owned by the context, valid until
+        // the next decode, state load, reset, truncate or destroy (all need &mut self
+        // or self).
+        Some(unsafe { std::slice::from_raw_parts(p, n) })
+    }
+
+    /// Sequence `seq`'s final hidden states pooled (`Mean`, `Cls` or `Last`) over every
+    /// token decoded into it since position 0, scaled to unit L2 norm when
+    /// `normalize`. Errors: embeddings off, a bad `seq` or pooling
+    /// (`PI_ERR_INVALID_ARG`); an empty sequence, or one shortened or loaded since it
+    /// was decoded (`PI_ERR_RANGE`).
+    pub fn embedding_pooled(
+        &self,
+        seq: i32,
+        pooling: Pooling,
+        normalize: bool,
+    ) -> Result<Vec<f32>> {
+        let n = self.model.n_embd().max(0) as usize;
+        let mut out = vec![0f32; n];
+        // SAFETY: out has n writable floats, borrowed for the call.
+        let st = unsafe {
+            sys::pi_ctx_embedding_pooled(
+                self.as_ptr(),
+                seq,
+                pooling as c_int,
+                normalize as u32,
+                out.as_mut_ptr(),
+                n,
+            )
+        };
+        self.check(st, "pool embeddings")?;
+        Ok(out)
     }
 
     /// Positions decoded in sequence `seq` (its next position).

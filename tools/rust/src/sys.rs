@@ -188,6 +188,8 @@ pub struct pi_ctx_params {
     pub reserved0: u32,
     pub n_seq_max: u32,
     pub check_numerics: u32,
+    pub embeddings: u32,
+    pub reserved2: u32,
 }
 
 #[repr(C)]
@@ -208,6 +210,16 @@ pub const PI_DEVICE_BUDGET_AUTO: u64 = u64::MAX;
 pub const PI_PLAN_FILE_READ: c_int = 1;
 pub const PI_PLAN_FILE_CACHE: c_int = 2;
 pub const PI_PLAN_FILE_WRITE: c_int = 3;
+
+pub const PI_EMBD_OFF: c_int = 0;
+pub const PI_EMBD_ON: c_int = 1;
+pub const PI_EMBD_ONLY: c_int = 2;
+
+pub const PI_POOL_NONE: c_int = 0;
+pub const PI_POOL_MEAN: c_int = 1;
+pub const PI_POOL_CLS: c_int = 2;
+pub const PI_POOL_LAST: c_int = 3;
+pub const PI_POOL_RANK: c_int = 4;
 
 pub const PI_SPARSE_AUTO: c_int = 0;
 pub const PI_SPARSE_DENSE: c_int = 1;
@@ -455,6 +467,16 @@ extern "C" {
         -> c_int;
     pub fn pi_ctx_batch_logits(ctx: *const pi_ctx, i: usize) -> *const f32;
     pub fn pi_ctx_n_seq_max(ctx: *const pi_ctx) -> u32;
+    pub fn pi_model_pooling(model: *const pi_model) -> c_int;
+    pub fn pi_ctx_embedding(ctx: *const pi_ctx, i: usize) -> *const f32;
+    pub fn pi_ctx_embedding_pooled(
+        ctx: *const pi_ctx,
+        seq: i32,
+        pooling: c_int,
+        normalize: u32,
+        out: *mut f32,
+        n: usize,
+    ) -> c_int;
     pub fn pi_ctx_seq_len(ctx: *const pi_ctx, seq: i32) -> i64;
     pub fn pi_ctx_seq_remove(ctx: *mut pi_ctx, seq: i32, p0: i64, p1: i64) -> c_int;
     pub fn pi_ctx_seq_copy(ctx: *mut pi_ctx, src: i32, dst: i32) -> c_int;
@@ -584,7 +606,7 @@ mod tests {
         assert_eq!(offset_of!(pi_model_params, load_mode), 64);
         assert_eq!(offset_of!(pi_model_params, lock_memory), 68);
 
-        assert_eq!(size_of::<pi_ctx_params>(), 120);
+        assert_eq!(size_of::<pi_ctx_params>(), 128);
         assert_eq!(align_of::<pi_ctx_params>(), 8);
         assert_eq!(offset_of!(pi_ctx_params, f32_activations), 32);
         assert_eq!(offset_of!(pi_ctx_params, sparse_mode), 36);
@@ -598,6 +620,7 @@ mod tests {
         assert_eq!(offset_of!(pi_ctx_params, plan_file), 104);
         assert_eq!(offset_of!(pi_ctx_params, n_seq_max), 112);
         assert_eq!(offset_of!(pi_ctx_params, check_numerics), 116);
+        assert_eq!(offset_of!(pi_ctx_params, embeddings), 120);
         assert_eq!(size_of::<pi_batch_entry>(), 16);
 
         assert_eq!(size_of::<pi_layer_stats>(), 104);

@@ -504,3 +504,79 @@ fn sample_logits_from_batch_entries() {
     let e = one.sample_logits(&longer).unwrap_err();
     assert_eq!(e.status(), sys::PI_ERR_INVALID_ARG, "{e}");
 }
+
+/// Embeddings through the bindings: every entry's final hidden state, the pooled
+/// sequence (last = the last entry's state, normalised; mean = the mean of the entries'
+/// states), the same in a batch of two sequences as alone, `Only` computes no logits,
+/// and the errors (embeddings off, a bad sequence).
+#[test]
+fn embeddings_per_token_and_pooled() {
+    use powerinfer::{Embeddings, Pooling};
+    let model = open();
+    assert_eq!(model.pooling().expect("pooling"), None); // SmolLM2: a chat model
+    let e = model.n_embd() as usize;
+    let a = tokens(&model, PROMPTS[0]);
+    let b = tokens(&model, PROMPTS[1]);
+    let build = |mode, n_seq| {
+        Context::builder()
+            .n_ctx(128)
+            .n_threads(2)
+            .n_seq_max(n_seq)
+            .embeddings(mode)
+            .build(&model)
+            .expect("context")
+    };
+    let mut ctx = build(Embeddings::On, 1);
+    ctx.decode(&a).expect("decode");
+    let states: Vec<Vec<f32>> =
+        (0..a.len()).map(|i| ctx.embedding(i).expect("state").to_vec()).collect();
+    assert!(states.iter().all(|s| s.len() == e));
+    assert!(ctx.embedding(a.len()).is_none());
+    let last = ctx.embedding_pooled(0, Pooling::Last, true).expect("last");
+    let n: f64 =
+        states[a.len() - 1].iter().map(|&x| f64::from(x) * f64::from(x)).sum::<f64>().sqrt();
+    for (x, y) in last.iter().zip(&states[a.len() - 1]) {
+        assert!((f64::from(*x) - f64::from(*y) / n).abs() < 1e-6);
+    }
+    let mean = ctx.embedding_pooled(0, Pooling::Mean, false).expect("mean");
+    for j in 0..e {
+        let m: f64 = states.iter().map(|s| f64::from(s[j])).sum::<f64>() / a.len() as f64;
+        assert!((f64::from(mean[j]) - m).abs() < 1e-5);
+    }
+    let cls = ctx.embedding_pooled(0, Pooling::Cls, false).expect("cls");
+    assert_eq!(cls, states[0]);
+    let err = ctx.embedding_pooled(1, Pooling::Mean, true).unwrap_err();
+    assert_eq!(err.status(), sys::PI_ERR_INVALID_ARG);
+    assert_eq!(
+        ctx.embedding_pooled(0, Pooling::Rank, true).unwrap_err().status(),
+        sys::PI_ERR_INVALID_ARG
+    );
+
+    // a batch of both prompts, interleaved, in a context that computes no logits
+    let mut two = build(Embeddings::Only, 2);
+    let mut entries = Vec::new();
+    for i in 0..a.len().max(b.len()) {
+        for (seq, p) in [(0, &a), (1, &b)] {
+            if i < p.len() {
+                entries.push(BatchEntry::new(p[i], seq).logits(true));
+            }
+        }
+    }
+    two.decode_batch(&entries).expect("decode a batch");
+    assert!(two.batch_logits(0).is_none());
+    let got = two.embedding_pooled(0, Pooling::Last, true).expect("last");
+    assert!(rel(&last, &got) < 1e-4, "{}", rel(&last, &got));
+    let mut alone_b = build(Embeddings::On, 1);
+    alone_b.decode(&b).expect("decode");
+    let want_b = alone_b.embedding_pooled(0, Pooling::Mean, true).expect("mean");
+    let got_b = two.embedding_pooled(1, Pooling::Mean, true).expect("mean");
+    assert!(rel(&want_b, &got_b) < 1e-4, "{}", rel(&want_b, &got_b));
+
+    let mut off = context(&model, 1);
+    off.decode(&a).expect("decode");
+    assert!(off.embedding(0).is_none());
+    assert_eq!(
+        off.embedding_pooled(0, Pooling::Last, true).unwrap_err().status(),
+        sys::PI_ERR_INVALID_ARG
+    );
+}
