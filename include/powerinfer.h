@@ -1207,6 +1207,98 @@ PI_API int pi_sampler_accept(pi_sampler *sampler, int32_t token);
 PI_API int pi_sampler_reset(pi_sampler *sampler);
 
 /* =================================================================================
+ * Grammars (constrained decoding)
+ *
+ * A grammar restricts what may be generated: at each step pi_grammar_mask sets the
+ * logits of every token whose text cannot continue a sentence of the grammar to
+ * -infinity, and pi_grammar_accept moves the grammar on by the token sampled.
+ *
+ * The notation is GBNF (llama.cpp's): rules `name ::= alternatives`, one per line (a
+ * rule goes on over several lines inside parentheses, after `::=` or `|`, and on lines
+ * that start with `|`); alternatives separated by `|`; elements are rule names, string
+ * literals "..." (escapes \n \r \t \\ \" \xHH \uHHHH \UHHHHHHHH), character classes
+ * [a-z_] and [^"\\] over code points, `.` (any code point), groups ( ... ) and the
+ * postfixes `*` `+` `?` `{m}` `{m,}` `{m,n}` (m, n up to 1000); `#` starts a comment to
+ * the end of the line. Text is UTF-8: a class matches one whole code point, and the
+ * grammar refuses ill-formed UTF-8 at the byte that makes it so.
+ *
+ * Limits, so that a hostile grammar cannot make a call slow or big: 1 MiB of text,
+ * 8192 rules (groups and repetitions make rules too), 2M words of compiled code, 1024
+ * parse stacks alive at once, stacks 512 frames deep. Left recursion (a rule that can
+ * derive itself before reading anything, `expr ::= expr "+" term`, or a repetition of
+ * something that can be empty, `("")*`) is refused when the grammar is created:
+ * write it as repetition (`expr ::= term ("+" term)*`).
+ *
+ * A grammar borrows its model (which must outlive it) and is used by one thread at a
+ * time; clones share the compiled grammar and the vocabulary's trie (read-only) and may
+ * be used on distinct threads. docs/design.md describes the recogniser and the mask.
+ * ================================================================================= */
+typedef struct pi_grammar pi_grammar;
+
+/* Compile `len` bytes of GBNF (`gbnf`, borrowed for the call) with start rule `root`
+ * (NUL-terminated; NULL: "root") for `model` (borrowed until pi_grammar_destroy; NULL
+ * makes a grammar that takes text only: pi_grammar_accept_text and pi_grammar_complete
+ * work, pi_grammar_mask and pi_grammar_accept are PI_ERR_INVALID_ARG). With a model, the
+ * trie of its vocabulary's pieces (pi_token_to_piece without flags) is built here, once.
+ * On success *out is the grammar at the start of its text. On failure *out is NULL and
+ * err (err_cap bytes, NUL-terminated when err_cap > 0; NULL with err_cap 0 to ignore)
+ * says why, as "line:col: reason" when it has a place (line and column count from 1,
+ * columns in code points): a syntax error, an undefined or twice-defined rule, "left
+ * recursion: rule 'x' can derive itself before reading anything".
+ * Returns PI_OK; PI_ERR_INVALID_ARG (NULL gbnf or out); PI_ERR_FORMAT (the grammar is
+ * malformed, as above, or has no rule `root`); PI_ERR_RANGE (a limit above: text size,
+ * rule count, repetition count, nesting); PI_ERR_UNSUPPORTED (the model has no
+ * tokenizer, or the start alone needs more parse stacks than the limits allow);
+ * PI_ERR_NOMEM. Since: 0.1 */
+PI_API int pi_grammar_create(const pi_model *model, const char *gbnf, size_t len,
+                             const char *root, pi_grammar **out, char *err, size_t err_cap);
+
+/* NULL is a no-op. Clones stay valid. Since: 0.1 */
+PI_API void pi_grammar_destroy(pi_grammar *grammar);
+
+/* The message of the last failed call on `grammar` (owned by it, valid until the next
+ * call on it); "" when none. Since: 0.1 */
+PI_API const char *pi_grammar_errmsg(const pi_grammar *grammar);
+
+/* A copy of `grammar` in its current state (e.g. one per choice when sampling several);
+ * the two then move on independently. Returns PI_OK, PI_ERR_INVALID_ARG, PI_ERR_NOMEM
+ * (*out NULL). Since: 0.1 */
+PI_API int pi_grammar_clone(const pi_grammar *grammar, pi_grammar **out);
+
+/* Back to the start of the text. PI_OK, PI_ERR_INVALID_ARG, PI_ERR_NOMEM. Since: 0.1 */
+PI_API int pi_grammar_reset(pi_grammar *grammar);
+
+/* 1 when the text read so far is a whole sentence of the grammar (generation may end
+ * here; it may also go on if the grammar allows more), else 0 (also for NULL).
+ * Since: 0.1 */
+PI_API int pi_grammar_complete(const pi_grammar *grammar);
+
+/* Set logits[t] to -infinity for every token t that may not come next: a token whose
+ * piece cannot continue the text (all of its bytes must be readable; a piece may end
+ * inside a UTF-8 sequence), a token with an empty piece, and an end-of-generation token
+ * (pi_model_token_is_eog) unless the text is complete. Other logits are left as they
+ * are. logits: n_vocab floats, borrowed for the call. Nothing is allocated after the
+ * first call. Returns how many tokens stay allowed (0: none can: the grammar allows
+ * nothing more yet is not complete, or a limit was hit on every way on),
+ * PI_ERR_INVALID_ARG (NULL, a grammar without a model, n_vocab not the model's),
+ * PI_ERR_NOMEM. Since: 0.1 */
+PI_API int64_t pi_grammar_mask(pi_grammar *grammar, float *logits, int64_t n_vocab);
+
+/* Move on by `token`'s piece. An end-of-generation token is accepted (PI_OK, nothing
+ * changes) only when the text is complete. Returns PI_OK; PI_ERR_RANGE (the token may
+ * not come next: what pi_grammar_mask refuses; nothing changes, the message names the
+ * byte); PI_ERR_UNSUPPORTED (reading it would need more parse stacks than the limits
+ * allow; nothing changes); PI_ERR_INVALID_ARG (NULL, a token outside the vocabulary, a
+ * grammar without a model); PI_ERR_NOMEM (nothing changes). Since: 0.1 */
+PI_API int pi_grammar_accept(pi_grammar *grammar, int32_t token);
+
+/* Move on by `len` bytes of text (borrowed for the call; NULL allowed when len is 0),
+ * all or nothing. Returns PI_OK; PI_ERR_RANGE (some byte cannot continue the text: the
+ * message gives its offset; nothing changes); PI_ERR_UNSUPPORTED (a limit, as
+ * pi_grammar_accept); PI_ERR_INVALID_ARG; PI_ERR_NOMEM. Since: 0.1 */
+PI_API int pi_grammar_accept_text(pi_grammar *grammar, const char *text, size_t len);
+
+/* =================================================================================
  * Quantization
  *
  * pi_model_quantize rewrites a GGUF or PowerInfer ("PWRI") file with its large

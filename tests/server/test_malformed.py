@@ -112,8 +112,13 @@ JSON_CASES = [
     ("prompt longer than the context", COMP, comp(prompt="hello " * (N_CTX + 10)), 400,
      "prompt"),
     ("echo streamed", COMP, comp(echo=True, stream=True), 400, "echo"),
-    ("response_format json_schema", CHAT, chat(response_format={"type": "json_schema",
-     "json_schema": {"name": "x", "schema": {}}}), 400, "response_format"),
+    ("response_format json_schema unsupported", CHAT, chat(response_format={
+     "type": "json_schema", "json_schema": {"name": "x", "schema": {"pattern": "a"}}}), 400,
+     "response_format"),
+    ("response_format json_schema without schema", CHAT, chat(response_format={
+     "type": "json_schema", "json_schema": {"name": "x"}}), 400, "response_format"),
+    ("grammar malformed", CHAT, chat(grammar="root ::= ("), 400, "grammar"),
+    ("grammar a number", COMP, comp(grammar=1), 400, "grammar"),
     ("response_format unknown", CHAT, chat(response_format={"type": "yaml"}), 400,
      "response_format"),
     ("response_format a string", CHAT, chat(response_format="json"), 400, "response_format"),

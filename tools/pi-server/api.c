@@ -13,6 +13,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "jsonschema.h"
 #include "server.h"
 
 #define MAX_MESSAGES 4096
@@ -454,11 +455,30 @@ static int get_stops(const cJSON *req, struct srv_job *job, struct srv_error *er
     return 0;
 }
 
-/* response_format: {"type": "text"} (nothing), {"type": "json_object"} (*json = 1);
- * a JSON schema is refused. */
-static int get_response_format(const cJSON *req, int *json, struct srv_error *err) {
+/* A grammar for the job from GBNF text; `param` names the field for errors. */
+static int make_grammar(const struct srv_model_info *mi, const char *gbnf, size_t len,
+                        const char *param, const char *what, struct srv_job *job,
+                        struct srv_error *err) {
+    char msg[200];
+    int st = pi_grammar_create(mi->model, gbnf, len, NULL, &job->grammar, msg, sizeof msg);
+    if (st == PI_ERR_NOMEM) {
+        srv_error_set(err, 500, "server_error", NULL, NULL, "Out of memory.");
+        return -1;
+    }
+    if (st != PI_OK) {
+        bad(err, param, "%s: %s", what, msg);
+        return -1;
+    }
+    return 0;
+}
+
+/* response_format: {"type": "text"} (nothing), {"type": "json_object"} (*json = 1),
+ * {"type": "json_schema", "json_schema": {"name": ..., "schema": {...}, "strict": ...}}
+ * (a grammar made from the schema: tools/common/jsonschema.h says what is supported). */
+static int get_response_format(const struct srv_model_info *mi, const cJSON *req,
+                               struct srv_job *job, struct srv_error *err) {
     const cJSON *rf = field(req, "response_format");
-    *json = 0;
+    job->json = 0;
     if (!rf)
         return 0;
     const cJSON *type = cJSON_IsObject(rf) ? field(rf, "type") : NULL;
@@ -467,19 +487,51 @@ static int get_response_format(const cJSON *req, int *json, struct srv_error *er
         return -1;
     }
     if (!strcmp(type->valuestring, "json_object")) {
-        *json = 1;
+        job->json = 1;
         return 0;
     }
     if (!strcmp(type->valuestring, "text"))
         return 0;
     if (!strcmp(type->valuestring, "json_schema")) {
-        srv_error_set(err, 400, "invalid_request_error", "unsupported_parameter",
-                      "response_format", "response_format 'json_schema' is not supported by "
-                      "this server; 'json_object' is.");
+        const cJSON *js = field(rf, "json_schema");
+        const cJSON *schema = cJSON_IsObject(js) ? field(js, "schema") : NULL;
+        if (!schema || !(cJSON_IsObject(schema) || cJSON_IsBool(schema))) {
+            bad(err, "response_format", "response_format 'json_schema' must be an object with "
+                                        "a 'schema' (a JSON schema).");
+            return -1;
+        }
+        char msg[200];
+        char *gbnf = json_schema_to_gbnf(schema, msg, sizeof msg);
+        if (!gbnf) {
+            bad(err, "response_format", "response_format json_schema: %s", msg);
+            return -1;
+        }
+        int st = make_grammar(mi, gbnf, strlen(gbnf), "response_format",
+                              "response_format json_schema", job, err);
+        free(gbnf);
+        return st;
+    }
+    bad(err, "response_format",
+        "response_format 'type' must be 'text', 'json_object' or 'json_schema'.");
+    return -1;
+}
+
+/* grammar: GBNF text (as llama-server takes it), start rule "root". */
+static int get_grammar(const struct srv_model_info *mi, const cJSON *req, struct srv_job *job,
+                       struct srv_error *err) {
+    const cJSON *g = field(req, "grammar");
+    if (!g || cJSON_IsNull(g))
+        return 0;
+    if (!cJSON_IsString(g)) {
+        bad(err, "grammar", "'grammar' must be a string (GBNF).");
         return -1;
     }
-    bad(err, "response_format", "response_format 'type' must be 'text' or 'json_object'.");
-    return -1;
+    if (job->json || job->grammar) {
+        bad(err, "grammar", "'grammar' and a JSON response_format cannot be combined.");
+        return -1;
+    }
+    return make_grammar(mi, g->valuestring, strlen(g->valuestring), "grammar", "grammar", job,
+                        err);
 }
 
 /* logit_bias: {"token id": bias in [-100, 100], ...}, at most 1024 of them. */
@@ -624,8 +676,8 @@ struct srv_job *api_make_job(const struct srv_model_info *mi, const cJSON *req, 
         srv_error_set(err, 500, "server_error", NULL, NULL, "Out of memory.");
         return NULL;
     }
-    if (get_stops(req, job, err) < 0 || get_response_format(req, &job->json, err) < 0 ||
-        get_logit_bias(mi, req, job, err) < 0)
+    if (get_stops(req, job, err) < 0 || get_response_format(mi, req, job, err) < 0 ||
+        get_grammar(mi, req, job, err) < 0 || get_logit_bias(mi, req, job, err) < 0)
         goto fail;
     job->prompt = chat ? chat_prompt(mi, req, &job->n_prompt, err)
                        : completion_prompt(mi, req, &job->n_prompt, err);

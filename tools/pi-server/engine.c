@@ -53,7 +53,8 @@ struct slot {
     size_t exact;       /* toks[0..exact) match the cache exactly (a shift cuts it) */
     uint64_t last_used; /* engine step it was last given back at */
     struct jm_state jm; /* response_format json_object: the text so far */
-    float *row;         /* [n_vocab]: logits with logit_bias and the JSON mask applied */
+    pi_grammar *gram;   /* the job's grammar, this choice's clone (NULL: none) */
+    float *row;         /* [n_vocab]: logits with logit_bias and the JSON or grammar mask */
 };
 
 struct srv_engine {
@@ -106,6 +107,7 @@ void job_free(struct srv_job *job) {
     free(job->prompt_lp);
     free(job->embd);
     free(job->prompt_text);
+    pi_grammar_destroy(job->grammar);
     free(job->bias_id);
     free(job->bias);
     for (size_t i = 0; i < job->n_stop; i++)
@@ -170,6 +172,8 @@ static void release_slot(struct srv_engine *e, struct slot *s) {
     pi_detok_flush(s->detok_sp, discard_text, NULL);
     pi_sampler_destroy(s->smp);
     s->smp = NULL;
+    pi_grammar_destroy(s->gram);
+    s->gram = NULL;
     s->job = NULL;
     s->phase = SLOT_FREE;
     s->n_done = s->n_taken = 0;
@@ -298,6 +302,10 @@ static void accept_token(struct srv_engine *e, struct slot *s, int32_t tok, cons
     e->tokens++;
     if (job->json)
         jm_feed(&s->jm, e->pieces + e->piece_at[tok], e->piece_at[tok + 1] - e->piece_at[tok]);
+    if (s->gram && pi_grammar_accept(s->gram, tok) != PI_OK) { /* the mask allowed it */
+        fail_job(e, job, pi_grammar_errmsg(s->gram));
+        return;
+    }
     if (pi_detok_push(detok_of(s), tok, append_text, &ch->text) != PI_OK) {
         fail_job(e, job, "out of memory");
         return;
@@ -431,6 +439,10 @@ static void assign_locked(struct srv_engine *e) {
             sp.seed += (uint64_t)c;
             if (job->embed || pi_sampler_create(e->model, &sp, &s->smp) != PI_OK)
                 s->smp = NULL; /* an embedding samples nothing */
+            if (job->grammar && pi_grammar_clone(job->grammar, &s->gram) != PI_OK) {
+                pi_sampler_destroy(s->smp); /* fails the job in reap(), as above */
+                s->smp = NULL;
+            }
         }
         job->slots_held = job->n;
     }
@@ -525,15 +537,18 @@ static int make_pieces(struct srv_engine *e) {
 
 /* The row a slot samples from: the model's logits, plus logit_bias, and under
  * response_format json_object -inf for every token that cannot continue the JSON text
- * (an end-of-generation token only once the object is complete). NULL when no token can
- * (then the job fails). */
+ * (an end-of-generation token only once the object is complete), under a grammar
+ * (json_schema, `grammar`) what pi_grammar_mask refuses. NULL when no token can (then
+ * the job fails). */
 static const float *sampling_row(struct srv_engine *e, struct slot *s, const float *logits) {
     const struct srv_job *job = s->job;
-    if (!job->json && !job->n_bias)
+    if (!job->json && !job->n_bias && !s->gram)
         return logits;
     memcpy(s->row, logits, (size_t)e->n_vocab * sizeof *s->row);
     for (size_t i = 0; i < job->n_bias; i++)
         s->row[job->bias_id[i]] += job->bias[i];
+    if (s->gram)
+        return pi_grammar_mask(s->gram, s->row, e->n_vocab) > 0 ? s->row : NULL;
     if (!job->json)
         return s->row;
     const int done = jm_done(&s->jm);
@@ -637,7 +652,8 @@ static void after_decode(struct srv_engine *e) {
         }
         const float *row = sampling_row(e, s, logits);
         if (!row) {
-            fail_job(e, s->job, "no token can continue the JSON text (response_format)");
+            fail_job(e, s->job, s->gram ? "no token can continue the text the grammar allows"
+                                        : "no token can continue the JSON text (response_format)");
             continue;
         }
         int32_t tok;

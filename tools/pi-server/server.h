@@ -173,6 +173,8 @@ struct srv_job {
     int echo;                   /* completions: the prompt comes back before the text */
     char *prompt_text;          /* echo: the prompt as sent (NULL: given as token ids) */
     int json;                   /* response_format json_object: only JSON can be sampled */
+    pi_grammar *grammar;        /* response_format json_schema or a GBNF `grammar`: each
+                                 * choice samples through its own clone (NULL: none) */
     int32_t *bias_id;           /* logit_bias: added to these tokens' logits */
     float *bias;
     size_t n_bias;
