@@ -804,7 +804,7 @@ PI_API const pi_model *pi_ctx_model(const pi_ctx *ctx);
 PI_API int pi_ctx_decode(pi_ctx *ctx, const int32_t *tokens, size_t n_tokens);
 
 /* The n_vocab logits of the last decoded token, or NULL if nothing was decoded since
- * creation, reset or truncate. Borrowed until the next decode, reset, truncate or
+ * creation, reset or truncate (always NULL for a context created with PI_EMBD_ONLY). Borrowed until the next decode, reset, truncate or
  * destroy. Since: 0.1 */
 PI_API const float *pi_ctx_logits(const pi_ctx *ctx);
 
@@ -860,7 +860,7 @@ typedef struct pi_batch_entry {
 PI_API int pi_ctx_decode_batch(pi_ctx *ctx, const pi_batch_entry *entries, size_t n);
 
 /* The n_vocab logits of entry `i` of the last successful pi_ctx_decode_batch, or NULL
- * (out of range, or the entry did not ask for logits). Borrowed until the next decode,
+ * (out of range, the entry did not ask for logits, or PI_EMBD_ONLY). Borrowed until the next decode,
  * state load, reset, truncate or destroy (the seq_* calls keep them). Since: 0.1 */
 PI_API const float *pi_ctx_batch_logits(const pi_ctx *ctx, size_t i);
 

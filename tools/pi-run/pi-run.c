@@ -50,6 +50,11 @@ static void usage(FILE *out) {
             "                          " CLI_CHAT_FORMAT_NAMES "\n"
             "  --system TEXT           system message for --chat\n"
             "  --dump-logits FILE      write the float32 logits of the last prompt position\n"
+            "  --embedding             print the prompt's pooled final hidden state (unit L2\n"
+            "                          norm) as JSON and exit: {\"pooling\", \"n_tokens\",\n"
+            "                          \"embedding\": [n_embd floats]}; the LM head is skipped\n"
+            "  --pooling P             --embedding's pooling: mean, last or cls (first\n"
+            "                          token); default: the file's pooling_type, else last\n"
             "  --sparse-mode M         FFN of PowerInfer models: sparse (default for them:\n"
             "                          predictor-driven), dense, or oracle (exactly the\n"
             "                          neurons that fire; needs the full gate)\n"
@@ -255,6 +260,7 @@ static int info(const char *path, int list_tensors, int verbose) {
 struct opts {
     const char *model, *prompt, *prompt_file, *system, *dump_logits, *profile;
     int info, tensors, verbose, chat, chat_format, stats;
+    int embedding, pooling; /* --embedding; --pooling PI_POOL_*, or -1: the file's */
     long n_predict;
     /* --context-shift: on a full context, keep the first n_keep positions (-1: the BOS
      * token when the prompt starts with one) and drop the older half of the rest */
@@ -416,6 +422,37 @@ static int dry_run(struct opts *o) {
 }
 
 /* Tokenize, decode the prompt, then sample and stream the continuation. */
+/* --embedding: decode the prompt and print its pooled state as one JSON object. */
+static int print_embedding(struct opts *o, pi_model *m, pi_ctx *ctx, const int32_t *toks,
+                           int64_t nt) {
+    int pool = o->pooling;
+    if (pool < 0) { /* the file's, when the library pools that way; else the last token */
+        const int p = pi_model_pooling(m);
+        pool = p == PI_POOL_MEAN || p == PI_POOL_CLS ? p : PI_POOL_LAST;
+    }
+    int st = pi_ctx_decode(ctx, toks, (size_t)nt);
+    if (st != PI_OK)
+        return cli_fail("cannot process the prompt", st, pi_ctx_errmsg(ctx));
+    const size_t n = (size_t)pi_model_n_embd(m);
+    float *v = malloc(n * sizeof *v);
+    if (!v) {
+        fprintf(stderr, "pi-run: out of memory\n");
+        return 1;
+    }
+    st = pi_ctx_embedding_pooled(ctx, 0, pool, 1, v, n);
+    if (st != PI_OK) {
+        free(v);
+        return cli_fail("cannot pool the hidden states", st, pi_ctx_errmsg(ctx));
+    }
+    printf("{\"pooling\": \"%s\", \"n_tokens\": %lld, \"embedding\": [",
+           pool == PI_POOL_MEAN ? "mean" : pool == PI_POOL_CLS ? "cls" : "last", (long long)nt);
+    for (size_t i = 0; i < n; i++)
+        printf("%s%.9g", i ? ", " : "", (double)v[i]); /* reads back as the same float32 */
+    printf("]}\n");
+    free(v);
+    return fflush(stdout) == 0 ? 0 : 1;
+}
+
 static int generate(struct opts *o) {
     const double t0 = cli_now_s();
     pi_model *m = NULL;
@@ -491,6 +528,8 @@ static int generate(struct opts *o) {
     pi_tokenize(m, ptext, plen, toks, (size_t)nt, tflags);
 
     pi_ctx_params cp = o->cp;
+    if (o->embedding)
+        cp.embeddings = PI_EMBD_ONLY;
     if (o->profile && cp.stats == PI_STATS_OFF)
         cp.stats = pi_model_is_sparse(m) ? PI_STATS_DIAGNOSTIC : PI_STATS_ON;
     {
@@ -518,6 +557,10 @@ static int generate(struct opts *o) {
                     mode == PI_SPARSE_PREDICTOR ? "" : "\n");
         if (mode == PI_SPARSE_PREDICTOR)
             fprintf(stderr, ", threshold %g\n", (double)pi_ctx_sparse_threshold(ctx));
+    }
+    if (o->embedding) {
+        rc = print_embedding(o, m, ctx, toks, nt);
+        goto done;
     }
     if ((st = pi_sampler_create(m, &o->sp, &smp)) != PI_OK) {
         cli_fail("cannot create the sampler", st, NULL);
@@ -691,6 +734,7 @@ int main(int argc, char **argv) {
     memset(&o, 0, sizeof o);
     o.n_predict = 128;
     o.n_keep = -2;
+    o.pooling = -1;
     pi_ctx_default_params(&o.cp);
     pi_sampler_default_params(&o.sp);
     for (int i = 1; i < argc; i++) {
@@ -720,6 +764,19 @@ int main(int argc, char **argv) {
             o.stats = 1;
             o.cp.stats = PI_STATS_DIAGNOSTIC;
             takes = 0;
+        } else if (IS("--embedding")) {
+            o.embedding = 1;
+            takes = 0;
+        } else if (IS("--pooling")) {
+            o.pooling = !v                 ? -2
+                        : !strcmp(v, "mean") ? PI_POOL_MEAN
+                        : !strcmp(v, "last") ? PI_POOL_LAST
+                        : !strcmp(v, "cls")  ? PI_POOL_CLS
+                                             : -2;
+            if (o.pooling == -2) {
+                fprintf(stderr, "pi-run: --pooling wants mean, last or cls\n");
+                return 2;
+            }
         } else if (IS("--check-numerics")) {
             o.cp.check_numerics = PI_CHECK_LAYERS;
             takes = 0;

@@ -3,7 +3,8 @@
  * Module graph (each arrow: "calls"):
  *
  *   main.c ──> http.c ──> api.c ──> engine.c ──> libpowerinfer (batch decode,
- *      │          │          │                     pi_sample_logits, detokenizer)
+ *      │          │   └──> embeddings.c ──┘         pi_sample_logits, detokenizer,
+ *      │          │          │                     pooled hidden states)
  *      │          │          └─> libpowerinfer (tokenizer, chat template), cJSON
  *      │          └─> libmicrohttpd, assets.c (generated from web/)
  *      └─> engine.c (create, start, stop)
