@@ -682,8 +682,9 @@ char *json_schema_to_gbnf(const cJSON *schema, char *err, size_t err_cap) {
         snprintf(c.err, c.err_cap, "no schema");
         return NULL;
     }
-    /* root ::= ws rN ws, where the text may start and end with whitespace */
-    sb_puts(&c.out, "root ::= ws r0 ws\n");
+    /* leading whitespace, bounded; none after the value, so that once it is complete
+     * only the end of generation can follow */
+    sb_puts(&c.out, "root ::= ws r0\n");
     c.prim |= P_WS;
     int id = gen(&c, schema, 0, "#");
     for (int i = 0; i < c.n_owned; i++)
