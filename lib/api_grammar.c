@@ -276,6 +276,9 @@ int64_t pi_grammar_mask(pi_grammar *g, float *logits, int64_t n_vocab) {
                             (long long)n_vocab);
     memset(g->ok, 0, (size_t)n_vocab);
     int64_t n = gm_mask(&g->m, &c->trie, g->ok);
+    if (n == PI_ERR_UNSUPPORTED)
+        return pi_error_set(&g->err, (int)n, "the mask needs more work than the limit "
+                                             "allows (the grammar is too ambiguous here)");
     if (n < 0)
         return pi_error_set(&g->err, (int)n, "out of memory");
     const int done = gm_complete(&g->m);

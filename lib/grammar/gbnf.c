@@ -381,7 +381,7 @@ static int apply_postfix(struct parser *p, struct vec *out, size_t from) {
             return fail_at(p, at, PI_ERR_FORMAT, "repetition {m,n} with n below m");
     }
     struct vec x = {0};
-    int st = vec_append(p, &x, out->v + from, out->n - from);
+    int st = out->n > from ? vec_append(p, &x, out->v + from, out->n - from) : PI_OK;
     p->n_code -= out->n - from;
     out->n = from;
     if (st == PI_OK && x.n) {
@@ -403,6 +403,7 @@ static int apply_postfix(struct parser *p, struct vec *out, size_t from) {
         if (st == PI_OK && id != UINT32_MAX)
             st = vec_push(p, out, G_RULE) || vec_push(p, out, id) ? PI_ERR_NOMEM : PI_OK;
     }
+    p->n_code -= x.n; /* the copy x is gone; its expansion stays */
     pi_free(p->a, x.v);
     return st;
 }

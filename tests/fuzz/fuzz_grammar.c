@@ -43,6 +43,8 @@ static void check_mask(pi_grammar *g) {
     for (int64_t t = 0; t < n_vocab; t++)
         g_logits[t] = 0.0f;
     int64_t n = pi_grammar_mask(g, g_logits, n_vocab);
+    if (n == PI_ERR_UNSUPPORTED) /* too ambiguous to mask: refused as a whole */
+        return;
     if (n < 0)
         abort();
     int64_t left = 0;
@@ -110,7 +112,7 @@ static void run(const pi_model *model, const char *gbnf, size_t glen, const uint
         }
         pi_grammar_destroy(before);
         at += n;
-        if (model && rounds < 4)
+        if (model && rounds == 1) /* the mask is slow under ASan: once more, midway */
             check_mask(g);
     }
     pi_grammar_reset(g);
