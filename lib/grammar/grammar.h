@@ -15,15 +15,15 @@
 #include "util/error.h"
 
 /* Limits that bound a hostile grammar's cost. */
-#define GRAM_MAX_TEXT (1u << 20)   /* grammar text bytes */
-#define GRAM_MAX_RULES 8192        /* rules, the generated ones (groups, repeats) included */
-#define GRAM_MAX_CODE (1u << 21)   /* code words of the compiled grammar */
-#define GRAM_MAX_REPEAT 1000       /* m and n of x{m,n} */
-#define GRAM_MAX_NEST 64           /* nested parentheses */
-#define GRAM_MAX_STACKS 1024       /* parse stacks alive at once */
-#define GRAM_MAX_DEPTH 512         /* frames of one parse stack */
-#define GRAM_MAX_NODES (1u << 22)  /* interned frames */
-#define GRAM_MAX_WORK (1u << 16)   /* expansion steps of one code point's step */
+#define GRAM_MAX_TEXT      (1u << 20) /* grammar text bytes */
+#define GRAM_MAX_RULES     8192       /* rules, the generated ones (groups, repeats) included */
+#define GRAM_MAX_CODE      (1u << 21) /* code words of the compiled grammar */
+#define GRAM_MAX_REPEAT    1000       /* m and n of x{m,n} */
+#define GRAM_MAX_NEST      64         /* nested parentheses */
+#define GRAM_MAX_STACKS    1024       /* parse stacks alive at once */
+#define GRAM_MAX_DEPTH     512        /* frames of one parse stack */
+#define GRAM_MAX_NODES     (1u << 22) /* interned frames */
+#define GRAM_MAX_WORK      (1u << 16) /* expansion steps of one code point's step */
 #define GRAM_MAX_MASK_WORK (1u << 21) /* expansion steps of one mask, all branches */
 
 /* Code words. A rule's code is its alternatives, each a run of elements, separated by
@@ -33,7 +33,7 @@
 enum { G_END = 0, G_ALT = 1, G_RULE = 2, G_CLASS = 3 };
 
 struct gram {
-    uint32_t *code;  /* [n_code] */
+    uint32_t *code; /* [n_code] */
     uint32_t n_code;
     uint32_t n_rules;
     uint32_t *alt_at; /* [n_rules + 1]: alts[alt_at[r] .. alt_at[r + 1]) are rule r's */

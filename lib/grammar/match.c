@@ -34,8 +34,7 @@ static uint32_t hash2(uint32_t pos, uint32_t parent) {
     return h ^ (h >> 15);
 }
 
-static int grow(const struct pi_allocator *a, void **p, uint32_t *cap, uint32_t need,
-                size_t elem) {
+static int grow(const struct pi_allocator *a, void **p, uint32_t *cap, uint32_t need, size_t elem) {
     if (need <= *cap)
         return PI_OK;
     uint32_t nc = *cap ? *cap : 64;
@@ -341,8 +340,7 @@ int gm_copy(struct gmatch *d, const struct gmatch *s) {
     d->n_bucket = s->n_bucket;
     d->bucket = pi_malloc(d->a, (size_t)d->n_bucket * sizeof *d->bucket);
     uint32_t cap = 0, cap2 = 0, cap3 = 0;
-    if (!d->bucket ||
-        grow(d->a, (void **)&d->nodes, &cap, s->n_nodes + 1, sizeof *d->nodes) ||
+    if (!d->bucket || grow(d->a, (void **)&d->nodes, &cap, s->n_nodes + 1, sizeof *d->nodes) ||
         grow(d->a, (void **)&d->mark, &cap2, cap, sizeof *d->mark) ||
         grow(d->a, (void **)&d->remap, &cap3, cap, sizeof *d->remap) ||
         grow(d->a, (void **)&d->sets, &d->cap_sets, s->n_sets + 1, sizeof *d->sets)) {
