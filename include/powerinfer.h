@@ -1281,7 +1281,9 @@ PI_API int pi_grammar_complete(const pi_grammar *grammar);
  * first call. Returns how many tokens stay allowed (0: none can: the grammar allows
  * nothing more yet is not complete, or a limit was hit on every way on),
  * PI_ERR_INVALID_ARG (NULL, a grammar without a model, n_vocab not the model's),
- * PI_ERR_NOMEM. Since: 0.1 */
+ * PI_ERR_UNSUPPORTED (the walk over the vocabulary would need more than 2M expansion
+ * steps: a grammar so ambiguous that masking would take a second or more; logits partly
+ * masked, state unchanged), PI_ERR_NOMEM. Since: 0.1 */
 PI_API int64_t pi_grammar_mask(pi_grammar *grammar, float *logits, int64_t n_vocab);
 
 /* Move on by `token`'s piece. An end-of-generation token is accepted (PI_OK, nothing

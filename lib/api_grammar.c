@@ -161,8 +161,9 @@ int pi_grammar_create(const pi_model *model, const char *gbnf, size_t len, const
     if (st == PI_OK) {
         st = gm_init(&g->m, &c->g, &c->alloc);
         if (st == PI_ERR_UNSUPPORTED)
-            pi_error_set(&e, st, "the grammar's start needs more parse stacks than the "
-                                 "limits allow (too ambiguous or nested too deep)");
+            pi_error_set(&e, st,
+                         "the grammar's start needs more parse stacks than the "
+                         "limits allow (too ambiguous or nested too deep)");
     }
     if (st != PI_OK) {
         set_msg(err, err_cap, e.msg[0] ? e.msg : pi_status_str(st));
@@ -225,11 +226,12 @@ static int feed(pi_grammar *g, const char *text, size_t len, const char *what) {
     size_t at = 0;
     int st = gm_feed(&g->m, (const uint8_t *)text, len, &at);
     if (st == PI_ERR_RANGE)
-        return pi_error_set(&g->err, st, "%s: byte %zu (0x%02x) cannot continue the grammar",
-                            what, at, (unsigned)(uint8_t)text[at]);
+        return pi_error_set(&g->err, st, "%s: byte %zu (0x%02x) cannot continue the grammar", what,
+                            at, (unsigned)(uint8_t)text[at]);
     if (st == PI_ERR_UNSUPPORTED)
-        return pi_error_set(&g->err, st, "%s: byte %zu needs more parse stacks than the "
-                                         "limits allow (too ambiguous or nested too deep)",
+        return pi_error_set(&g->err, st,
+                            "%s: byte %zu needs more parse stacks than the "
+                            "limits allow (too ambiguous or nested too deep)",
                             what, at);
     if (st != PI_OK)
         return pi_error_set(&g->err, st, "%s: out of memory", what);
@@ -247,8 +249,9 @@ int pi_grammar_accept(pi_grammar *g, int32_t token) {
         return PI_ERR_INVALID_ARG;
     const struct gcore *c = g->core;
     if (!c->model)
-        return pi_error_set(&g->err, PI_ERR_INVALID_ARG, "a grammar made without a model "
-                                                         "takes text, not tokens");
+        return pi_error_set(&g->err, PI_ERR_INVALID_ARG,
+                            "a grammar made without a model "
+                            "takes text, not tokens");
     if (token < 0 || token >= c->n_vocab)
         return pi_error_set(&g->err, PI_ERR_INVALID_ARG, "token %d outside the vocabulary",
                             (int)token);
@@ -261,8 +264,7 @@ int pi_grammar_accept(pi_grammar *g, int32_t token) {
     const uint32_t from = c->piece_at[token], to = c->piece_at[token + 1];
     if (from == to)
         return pi_error_set(&g->err, PI_ERR_RANGE,
-                            "token %d has no text, so it cannot continue the grammar",
-                            (int)token);
+                            "token %d has no text, so it cannot continue the grammar", (int)token);
     return feed(g, c->pieces + from, to - from, "token");
 }
 
@@ -272,10 +274,13 @@ int64_t pi_grammar_mask(pi_grammar *g, float *logits, int64_t n_vocab) {
     const struct gcore *c = g->core;
     if (!c->model || n_vocab != c->n_vocab)
         return pi_error_set(&g->err, PI_ERR_INVALID_ARG,
-                            "n_vocab %lld is not the grammar's model's",
-                            (long long)n_vocab);
+                            "n_vocab %lld is not the grammar's model's", (long long)n_vocab);
     memset(g->ok, 0, (size_t)n_vocab);
     int64_t n = gm_mask(&g->m, &c->trie, g->ok);
+    if (n == PI_ERR_UNSUPPORTED)
+        return pi_error_set(&g->err, (int)n,
+                            "the mask needs more work than the limit "
+                            "allows (the grammar is too ambiguous here)");
     if (n < 0)
         return pi_error_set(&g->err, (int)n, "out of memory");
     const int done = gm_complete(&g->m);

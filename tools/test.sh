@@ -173,5 +173,26 @@ PI_FUZZ_MODEL="$smollm2" PI_FUZZ_SPM_MODEL=tests/fixtures/tokenizer/spm_tiny.ggu
     exit 1
 }
 fuzz_result fuzz_tokenize "$work/fuzz_tokenize.log"
-[ "$fuzz_passed" -eq 5 ] || { echo "fuzzers: only $fuzz_passed of 5 ran"; exit 1; }
+# Grammars (GBNF text, a NUL, then text to feed): seeds from a few grammars and texts,
+# the real vocabulary loaded so that the mask is checked against accept too.
+mkdir -p "$work/grammar" "$work/grammar-seeds"
+python3 -c "import os,sys
+seeds=[('root ::= \"a\" [b-d]* (\"x\" | \"yz\"){1,3}', 'abcdxyz'),
+ ('root ::= expr\nexpr ::= term ((\"+\"|\"-\") term)*\nterm ::= [0-9]+ | \"(\" expr \")\"', '(1+2)-3'),
+ ('root ::= \"{\" ws (str ws \":\" ws str ws)? \"}\"\nstr ::= \"\\\"\" [^\"\\\\]* \"\\\"\"\nws ::= [ \\n]{0,4}', '{ \"k\": \"v\" }'),
+ ('root ::= [\u00e9-\u00fc\u4e00-\u9fff]{1,4} .', 'caf\u00e9\u4e2d!'),
+ ('root ::= x\nx ::= x \"a\"', 'a')]
+for i,(g,t) in enumerate(seeds):
+    open(os.path.join(sys.argv[1],'g%d'%i),'wb').write(g.encode()+b'\0'+t.encode())
+" "$work/grammar-seeds"
+echo "fuzz_grammar: ${secs}s"
+PI_FUZZ_MODEL="$smollm2" build-asan/tests/fuzz_grammar -max_total_time="$secs" -max_len=4096 \
+    -timeout=10 -print_final_stats=1 "$work/grammar" "$work/grammar-seeds" \
+    > "$work/fuzz_grammar.log" 2>&1 || {
+    tail -n 40 "$work/fuzz_grammar.log"
+    echo "fuzz_grammar found a failure (reproducer in $work)"
+    exit 1
+}
+fuzz_result fuzz_grammar "$work/fuzz_grammar.log"
+[ "$fuzz_passed" -eq 6 ] || { echo "fuzzers: only $fuzz_passed of 6 ran"; exit 1; }
 echo "fuzzers: $fuzz_passed passed: $fuzz_names"

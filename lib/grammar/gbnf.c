@@ -29,7 +29,7 @@ struct vec {
 struct prule {
     const char *name; /* into the text; NULL for a generated rule */
     size_t name_len;
-    uint32_t owner;   /* generated: the named rule it was made for */
+    uint32_t owner; /* generated: the named rule it was made for */
     struct vec code;
     int defined;
     const char *used_at; /* first reference, for "undefined rule" */
@@ -79,7 +79,8 @@ static int vec_push(struct parser *p, struct vec *v, uint32_t x) {
         v->cap = cap;
     }
     if (++p->n_code > GRAM_MAX_CODE)
-        return fail_at(p, p->s, PI_ERR_RANGE, "the grammar is too large once repetitions are expanded");
+        return fail_at(p, p->s, PI_ERR_RANGE,
+                       "the grammar is too large once repetitions are expanded");
     v->v[v->n++] = x;
     return PI_OK;
 }
@@ -125,8 +126,8 @@ static int lookup(struct parser *p, const char *name, size_t len, uint32_t *id) 
 }
 
 static int is_name_char(char c) {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-           c == '-' || c == '_';
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
+           c == '_';
 }
 
 /* Spaces, tabs, comments; newlines too when newline_ok. */
@@ -211,16 +212,33 @@ static int one_char(struct parser *p, uint32_t *cp) {
     char c = p->s[1];
     p->s += 2;
     switch (c) {
-    case 'n': *cp = '\n'; return PI_OK;
-    case 'r': *cp = '\r'; return PI_OK;
-    case 't': *cp = '\t'; return PI_OK;
-    case '\\': case '"': case '\'': case '[': case ']': case '-': case '^': case '/':
+    case 'n':
+        *cp = '\n';
+        return PI_OK;
+    case 'r':
+        *cp = '\r';
+        return PI_OK;
+    case 't':
+        *cp = '\t';
+        return PI_OK;
+    case '\\':
+    case '"':
+    case '\'':
+    case '[':
+    case ']':
+    case '-':
+    case '^':
+    case '/':
         *cp = (unsigned char)c;
         return PI_OK;
-    case 'x': return hex_digits(p, 2, cp);
-    case 'u': return hex_digits(p, 4, cp);
-    case 'U': return hex_digits(p, 8, cp);
-    default: return fail_at(p, p->s - 2, PI_ERR_FORMAT, "unknown escape");
+    case 'x':
+        return hex_digits(p, 2, cp);
+    case 'u':
+        return hex_digits(p, 4, cp);
+    case 'U':
+        return hex_digits(p, 8, cp);
+    default:
+        return fail_at(p, p->s - 2, PI_ERR_FORMAT, "unknown escape");
     }
 }
 
@@ -285,7 +303,8 @@ static int parse_class(struct parser *p, struct vec *out) {
             uint32_t next = 0;
             for (size_t i = 0; i < r.n && st == PI_OK; i += 2) {
                 if (r.v[i] > next)
-                    st = vec_push(p, &c, next) || vec_push(p, &c, r.v[i] - 1) ? PI_ERR_NOMEM : PI_OK;
+                    st =
+                        vec_push(p, &c, next) || vec_push(p, &c, r.v[i] - 1) ? PI_ERR_NOMEM : PI_OK;
                 next = r.v[i + 1] + 1;
             }
             if (st == PI_OK && next <= 0x10FFFF)
@@ -381,7 +400,7 @@ static int apply_postfix(struct parser *p, struct vec *out, size_t from) {
             return fail_at(p, at, PI_ERR_FORMAT, "repetition {m,n} with n below m");
     }
     struct vec x = {0};
-    int st = vec_append(p, &x, out->v + from, out->n - from);
+    int st = out->n > from ? vec_append(p, &x, out->v + from, out->n - from) : PI_OK;
     p->n_code -= out->n - from;
     out->n = from;
     if (st == PI_OK && x.n) {
@@ -403,6 +422,7 @@ static int apply_postfix(struct parser *p, struct vec *out, size_t from) {
         if (st == PI_OK && id != UINT32_MAX)
             st = vec_push(p, out, G_RULE) || vec_push(p, out, id) ? PI_ERR_NOMEM : PI_OK;
     }
+    p->n_code -= x.n; /* the copy x is gone; its expansion stays */
     pi_free(p->a, x.v);
     return st;
 }
@@ -550,7 +570,8 @@ static int check_left_recursion(struct parser *p, struct gram *g) {
     uint32_t *refs = pi_calloc(p->a, n_refs ? n_refs : 1, sizeof *refs);
     uint32_t *fill = pi_calloc(p->a, (size_t)nr + 1, sizeof *fill);
     uint8_t *color = pi_calloc(p->a, nr, 1);
-    uint32_t *dfs = pi_calloc(p->a, nr, sizeof *dfs), *dfs_pos = pi_calloc(p->a, nr, sizeof *dfs_pos);
+    uint32_t *dfs = pi_calloc(p->a, nr, sizeof *dfs),
+             *dfs_pos = pi_calloc(p->a, nr, sizeof *dfs_pos);
     if (!nullable || !pending || !alt_rule || !work || !ref_at || !refs || !fill || !color ||
         !dfs || !dfs_pos) {
         st = pi_error_set(p->err, PI_ERR_NOMEM, "out of memory");
@@ -669,8 +690,8 @@ static int link(struct parser *p, const char *root, struct gram *g) {
         const struct prule *r = &p->rules[i];
         if (!r->defined) {
             char msg[160];
-            snprintf(msg, sizeof msg, "undefined rule '%.*s'", (int)(r->name_len < 64 ? r->name_len : 64),
-                     r->name);
+            snprintf(msg, sizeof msg, "undefined rule '%.*s'",
+                     (int)(r->name_len < 64 ? r->name_len : 64), r->name);
             return fail_at(p, r->used_at ? r->used_at : p->start, PI_ERR_FORMAT, msg);
         }
         if (r->name && r->name_len == root_len && !memcmp(r->name, root, root_len))

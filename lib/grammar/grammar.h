@@ -15,15 +15,16 @@
 #include "util/error.h"
 
 /* Limits that bound a hostile grammar's cost. */
-#define GRAM_MAX_TEXT (1u << 20)   /* grammar text bytes */
-#define GRAM_MAX_RULES 8192        /* rules, the generated ones (groups, repeats) included */
-#define GRAM_MAX_CODE (1u << 21)   /* code words of the compiled grammar */
-#define GRAM_MAX_REPEAT 1000       /* m and n of x{m,n} */
-#define GRAM_MAX_NEST 64           /* nested parentheses */
-#define GRAM_MAX_STACKS 1024       /* parse stacks alive at once */
-#define GRAM_MAX_DEPTH 512         /* frames of one parse stack */
-#define GRAM_MAX_NODES (1u << 22)  /* interned frames */
-#define GRAM_MAX_WORK (1u << 16)   /* expansion steps of one closure */
+#define GRAM_MAX_TEXT      (1u << 20) /* grammar text bytes */
+#define GRAM_MAX_RULES     8192       /* rules, the generated ones (groups, repeats) included */
+#define GRAM_MAX_CODE      (1u << 21) /* code words of the compiled grammar */
+#define GRAM_MAX_REPEAT    1000       /* m and n of x{m,n} */
+#define GRAM_MAX_NEST      64         /* nested parentheses */
+#define GRAM_MAX_STACKS    1024       /* parse stacks alive at once */
+#define GRAM_MAX_DEPTH     512        /* frames of one parse stack */
+#define GRAM_MAX_NODES     (1u << 22) /* interned frames */
+#define GRAM_MAX_WORK      (1u << 16) /* expansion steps of one code point's step */
+#define GRAM_MAX_MASK_WORK (1u << 21) /* expansion steps of one mask, all branches */
 
 /* Code words. A rule's code is its alternatives, each a run of elements, separated by
  * G_ALT and ended by G_END. Elements: G_RULE r (a rule reference), G_CLASS n lo0 hi0 ..
@@ -32,7 +33,7 @@
 enum { G_END = 0, G_ALT = 1, G_RULE = 2, G_CLASS = 3 };
 
 struct gram {
-    uint32_t *code;  /* [n_code] */
+    uint32_t *code; /* [n_code] */
     uint32_t n_code;
     uint32_t n_rules;
     uint32_t *alt_at; /* [n_rules + 1]: alts[alt_at[r] .. alt_at[r + 1]) are rule r's */
@@ -93,6 +94,8 @@ struct gmatch {
     uint32_t cap_work;
     void *frames; /* the mask's walk, [trie max_depth + 1] */
     uint32_t cap_frames;
+    uint32_t step_work; /* expansions in this step */
+    uint32_t mask_left; /* expansions the mask may still make; 0: not masking */
     struct gset cur;
 };
 
@@ -109,7 +112,9 @@ int gm_feed(struct gmatch *m, const uint8_t *bytes, size_t n, size_t *at);
 /* 1 if the text so far is a whole sentence of the language. */
 int gm_complete(const struct gmatch *m);
 /* ok[t] = 1 for each token of the trie whose piece can be read next (others untouched);
- * returns how many, or PI_ERR_NOMEM. A branch that hits a limit counts as refused. */
+ * returns how many, PI_ERR_NOMEM, or PI_ERR_UNSUPPORTED when the whole walk needs more
+ * than GRAM_MAX_MASK_WORK expansions. A branch whose step hits a limit counts as refused
+ * (as gm_feed refuses it). */
 int64_t gm_mask(struct gmatch *m, const struct gtrie *t, uint8_t *ok);
 
 /* Words a G_CLASS element at code[pos] takes. */

@@ -34,8 +34,7 @@ static uint32_t hash2(uint32_t pos, uint32_t parent) {
     return h ^ (h >> 15);
 }
 
-static int grow(const struct pi_allocator *a, void **p, uint32_t *cap, uint32_t need,
-                size_t elem) {
+static int grow(const struct pi_allocator *a, void **p, uint32_t *cap, uint32_t need, size_t elem) {
     if (need <= *cap)
         return PI_OK;
     uint32_t nc = *cap ? *cap : 64;
@@ -127,7 +126,8 @@ static int work_push(struct gmatch *m, uint32_t *n, uint32_t pos, uint32_t paren
 
 static void new_epoch(struct gmatch *m) {
     if (++m->epoch == 0) {
-        memset(m->mark, 0, (size_t)m->cap_nodes * sizeof *m->mark);
+        if (m->cap_nodes)
+            memset(m->mark, 0, (size_t)m->cap_nodes * sizeof *m->mark);
         m->epoch = 1;
     }
 }
@@ -136,14 +136,16 @@ static void new_epoch(struct gmatch *m) {
  * frame (pos, parent) expands to. */
 static int closure(struct gmatch *m, uint32_t pos, uint32_t parent, struct gset *out) {
     const struct gram *g = m->g;
-    uint32_t n = 0, steps = 0;
+    uint32_t n = 0;
     int st = PI_OK;
     PI_TRY(work_push(m, &n, pos, parent));
     while (n) {
         parent = m->work[--n];
         pos = m->work[--n];
-        if (++steps > GRAM_MAX_WORK)
+        if (++m->step_work > GRAM_MAX_WORK)
             return PI_ERR_UNSUPPORTED;
+        if (m->mask_left && --m->mask_left == 0)
+            return PI_ERR_ABORTED; /* the mask's whole budget: see gm_mask */
         uint32_t op = g->code[pos];
         if (op <= G_ALT) { /* the alternative is done */
             if (parent == GN_NONE)
@@ -199,6 +201,7 @@ static int step_cp(struct gmatch *m, const struct gset *in, uint32_t cp, struct 
     const struct gram *g = m->g;
     *out = (struct gset){.off = m->n_sets};
     new_epoch(m);
+    m->step_work = 0;
     for (uint32_t i = 0; i < in->n; i++) {
         const struct gnode nd = m->nodes[m->sets[in->off + i]];
         if (class_has(g, nd.pos, cp))
@@ -264,7 +267,8 @@ static int step_byte(struct gmatch *m, const struct gset *in, uint8_t b, struct 
 /* Make `s` (at the end of the set arena) the current state: its tops move to the start
  * of the arena and only the frames they reach are kept, renumbered in order. */
 static void commit(struct gmatch *m, const struct gset *s) {
-    memmove(m->sets, m->sets + s->off, (size_t)s->n * sizeof *m->sets);
+    if (s->n)
+        memmove(m->sets, m->sets + s->off, (size_t)s->n * sizeof *m->sets);
     m->cur = *s;
     m->cur.off = 0;
     m->n_sets = s->n;
@@ -336,8 +340,7 @@ int gm_copy(struct gmatch *d, const struct gmatch *s) {
     d->n_bucket = s->n_bucket;
     d->bucket = pi_malloc(d->a, (size_t)d->n_bucket * sizeof *d->bucket);
     uint32_t cap = 0, cap2 = 0, cap3 = 0;
-    if (!d->bucket ||
-        grow(d->a, (void **)&d->nodes, &cap, s->n_nodes + 1, sizeof *d->nodes) ||
+    if (!d->bucket || grow(d->a, (void **)&d->nodes, &cap, s->n_nodes + 1, sizeof *d->nodes) ||
         grow(d->a, (void **)&d->mark, &cap2, cap, sizeof *d->mark) ||
         grow(d->a, (void **)&d->remap, &cap3, cap, sizeof *d->remap) ||
         grow(d->a, (void **)&d->sets, &d->cap_sets, s->n_sets + 1, sizeof *d->sets)) {
@@ -346,9 +349,11 @@ int gm_copy(struct gmatch *d, const struct gmatch *s) {
     }
     d->cap_nodes = cap;
     memset(d->mark, 0, (size_t)cap * sizeof *d->mark);
-    memcpy(d->nodes, s->nodes, (size_t)s->n_nodes * sizeof *d->nodes);
+    if (s->n_nodes)
+        memcpy(d->nodes, s->nodes, (size_t)s->n_nodes * sizeof *d->nodes);
     d->n_nodes = s->n_nodes;
-    memcpy(d->sets, s->sets, (size_t)s->n_sets * sizeof *d->sets);
+    if (s->n_sets)
+        memcpy(d->sets, s->sets, (size_t)s->n_sets * sizeof *d->sets);
     d->n_sets = s->n_sets;
     d->cur = s->cur;
     d->epoch = 1;
@@ -420,6 +425,7 @@ int64_t gm_mask(struct gmatch *m, const struct gtrie *t, uint8_t *ok) {
     int64_t count = 0;
     uint32_t d = 0;
     f[0] = (struct frame){0, t->first[0], base_nodes, base_sets, m->cur};
+    m->mask_left = GRAM_MAX_MASK_WORK;
     for (;;) {
         struct frame *top = &f[d];
         uint32_t c = top->child;
@@ -434,10 +440,11 @@ int64_t gm_mask(struct gmatch *m, const struct gtrie *t, uint8_t *ok) {
         top->child = t->sibling[c];
         struct gset next;
         st = step_byte(m, &top->st, t->byte[c], &next);
-        if (st == PI_ERR_NOMEM) {
+        if (st == PI_ERR_NOMEM || st == PI_ERR_ABORTED) {
             rollback(m, base_nodes);
             m->n_sets = base_sets;
-            return st;
+            m->mask_left = 0;
+            return st == PI_ERR_ABORTED ? PI_ERR_UNSUPPORTED : st;
         }
         if (st == ST_ALIVE) {
             for (uint32_t tok = t->tok_head[c]; tok != GN_NONE; tok = t->tok_next[tok]) {
@@ -454,5 +461,6 @@ int64_t gm_mask(struct gmatch *m, const struct gtrie *t, uint8_t *ok) {
     }
     rollback(m, base_nodes);
     m->n_sets = base_sets;
+    m->mask_left = 0;
     return count;
 }

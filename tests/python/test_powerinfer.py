@@ -450,6 +450,33 @@ def test_contexts_share_a_model_across_threads(smollm2):
     assert not errors and results[0] == results[1]
 
 
+def test_grammar(smollm2):
+    # text only: prefixes accepted, a refusal changes nothing, errors carry line:col
+    g = pi.Grammar(None, 'root ::= "ab" [0-9]+')
+    g.accept_text("ab1")
+    assert g.complete
+    with pytest.raises(pi.PowerInferError) as e:
+        g.accept_text("x")
+    assert e.value.status_name == "PI_ERR_RANGE" and "cannot continue" in str(e.value)
+    g.accept_text("2")
+    with pytest.raises(pi.PowerInferError) as e:
+        pi.Grammar(None, 'root ::= "a" | b')
+    assert e.value.status_name == "PI_ERR_FORMAT" and "1:16: undefined rule 'b'" in str(e.value)
+    # with the model: the mask leaves exactly the tokens a clone accepts (a few checked)
+    g = pi.Grammar(smollm2, 'root ::= ("yes" | "no") "."')
+    row, n = g.mask([0.0] * smollm2.n_vocab)
+    allowed = [t for t, v in enumerate(row) if v == 0.0]
+    assert n == len(allowed) and 0 < n < 20
+    for t in allowed:
+        c = g.clone()
+        c.accept(t)
+        c.close()
+    refused = next(t for t, v in enumerate(row) if v != 0.0)
+    with pytest.raises(pi.PowerInferError):
+        g.accept(refused)
+    g.close()
+
+
 def test_sampler(smollm2):
     d = pi.default_sampler_params()
     assert d["top_k"] == 40 and d["seed"] == 0x5EED

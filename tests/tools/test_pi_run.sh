@@ -137,6 +137,31 @@ if [ -n "$smol" ] && [ -f "$smol" ]; then
     expect "--chat-format chatml prompt" "$work/chat4.err" "prompt 37 tokens"
     "$pirun" -m "$smol" --chat-format gemma4 -p "x" > /dev/null 2> "$work/chat5.err"
     [ $? -eq 2 ] && grep -q "mistral-v3-tekken" "$work/chat5.err" && ok "unknown --chat-format: exit 2 naming the formats" || bad "unknown --chat-format"
+    # --grammar / --json-schema: hot sampling stays inside the language (checked by grep
+    # and by the jsonschema package), a file works as the text does, errors name the place
+    gok=1
+    for seed in 1 2 3; do
+        "$pirun" -m "$smol" --chat -p "Is the sky green?" -n 8 --temp 1.5 --seed $seed \
+            --grammar 'root ::= ("yes" | "no") "."' > "$work/gram$seed.txt" 2>/dev/null
+        grep -qxE '(yes|no)\.' "$work/gram$seed.txt" || gok=0
+    done
+    [ $gok -eq 1 ] && ok "--grammar: three hot seeds give yes. or no." || bad "--grammar output"
+    printf 'root ::= [0-9]{3} "-" [a-z]+\n' > "$work/g.gbnf"
+    "$pirun" -m "$smol" --chat -p "A code" -n 12 --temp 1.0 --grammar "$work/g.gbnf" > "$work/gram4.txt" 2>/dev/null
+    grep -qxE '[0-9]{3}-[a-z]+' "$work/gram4.txt" && ok "--grammar FILE" || bad "--grammar FILE"
+    schema='{"type":"object","properties":{"name":{"type":"string","maxLength":20},"age":{"type":"integer"},"pet":{"enum":["cat","dog"]}},"required":["name","age","pet"],"additionalProperties":false}'
+    "$pirun" -m "$smol" --chat -p "Describe a person" -n 80 --temp 0.9 --json-schema "$schema" > "$work/js.txt" 2>/dev/null
+    if python3 -c "import jsonschema" 2>/dev/null; then
+        python3 -c "import json,sys,jsonschema; jsonschema.validate(json.load(open(sys.argv[1])), json.loads(sys.argv[2]))" \
+            "$work/js.txt" "$schema" && ok "--json-schema: the output validates" || bad "--json-schema output: $(cat "$work/js.txt")"
+    else
+        python3 -c "import json,sys; d=json.load(open(sys.argv[1])); assert set(d)=={'name','age','pet'}" "$work/js.txt" \
+            && ok "--json-schema: the output parses" || bad "--json-schema output"
+    fi
+    "$pirun" -m "$smol" -p x --grammar 'root ::= "a" | b' > /dev/null 2> "$work/gerr.txt"
+    [ $? -eq 1 ] && grep -q "1:16: undefined rule 'b'" "$work/gerr.txt" && ok "bad --grammar: exit 1 naming 1:16" || bad "bad --grammar"
+    "$pirun" -m "$smol" -p x --json-schema '{"type":"string","pattern":"a"}' > /dev/null 2> "$work/jerr.txt"
+    [ $? -eq 1 ] && grep -q "keyword 'pattern' is not supported" "$work/jerr.txt" && ok "bad --json-schema: exit 1 naming the keyword" || bad "bad --json-schema"
     "$pirun" -m "$smol" -p "Hello" -n 0 --dump-logits "$work/logits.bin" > /dev/null 2>&1
     [ "$(wc -c < "$work/logits.bin")" -eq $((49152 * 4)) ] && ok "--dump-logits writes 49152 floats" || bad "--dump-logits size"
     printf 'The capital of France is' > "$work/prompt.txt"

@@ -34,25 +34,23 @@ static const char JSON_GBNF[] =
     "  \"{\" ws ( string ws \":\" ws value ws\n"
     "    (\",\" ws string ws \":\" ws value ws)* )? \"}\"\n"
     "array  ::= \"[\" ws ( value ws (\",\" ws value ws)* )? \"]\"\n"
-    "string ::= \"\\\"\" ( [^\"\\\\\\x00-\\x1f] | \"\\\\\" ([\"\\\\/bfnrt] | \"u\" [0-9a-fA-F]{4}) )* \"\\\"\"\n"
+    "string ::= \"\\\"\" ( [^\"\\\\\\x00-\\x1f] | \"\\\\\" ([\"\\\\/bfnrt] | \"u\" [0-9a-fA-F]{4}) "
+    ")* \"\\\"\"\n"
     "number ::= \"-\"? (\"0\" | [1-9] [0-9]*) (\".\" [0-9]+)? ([eE] [-+]? [0-9]+)?\n"
     "ws     ::= [ \\t\\n]{0,8}\n";
 
-static const char ARITH_GBNF[] =
-    "root ::= expr\n"
-    "expr ::= term ((\"+\" | \"-\") term)*\n"
-    "term ::= factor ((\"*\" | \"/\") factor)*\n"
-    "factor ::= [0-9]+ | \"(\" expr \")\" | \"-\" factor\n";
+static const char ARITH_GBNF[] = "root ::= expr\n"
+                                 "expr ::= term ((\"+\" | \"-\") term)*\n"
+                                 "term ::= factor ((\"*\" | \"/\") factor)*\n"
+                                 "factor ::= [0-9]+ | \"(\" expr \")\" | \"-\" factor\n";
 
-static const char PARENS_GBNF[] =
-    "root ::= seq\n"
-    "seq  ::= item*   # balanced brackets, recursive\n"
-    "item ::= \"(\" seq \")\" | \"[\" seq \"]\"\n"
-    "       | \"<\" seq \">\"\n";
+static const char PARENS_GBNF[] = "root ::= seq\n"
+                                  "seq  ::= item*   # balanced brackets, recursive\n"
+                                  "item ::= \"(\" seq \")\" | \"[\" seq \"]\"\n"
+                                  "       | \"<\" seq \">\"\n";
 
-static const char UTF8_GBNF[] =
-    "root ::= word (\" \" word){0,3} \"!\"?\n"
-    "word ::= [a-zé-ü\\u4e00-\\u9fff\\U0001F600-\\U0001F64F]{1,5}\n";
+static const char UTF8_GBNF[] = "root ::= word (\" \" word){0,3} \"!\"?\n"
+                                "word ::= [a-zé-ü\\u4e00-\\u9fff\\U0001F600-\\U0001F64F]{1,5}\n";
 
 struct gcase {
     const char *gbnf;
@@ -75,7 +73,7 @@ static const struct gcase CASES[] = {
       {"\"\\x\"", 2},
       {"\"tab\there\"", 4},
       {"{}}", 2},
-      {"         {}", 8},     /* ws is at most 8 bytes */
+      {"         {}", 8},      /* ws is at most 8 bytes */
       {"\"\xc3\x28\"", 2},     /* bad continuation byte */
       {"\"\xed\xa0\x80\"", 2}, /* a surrogate: refused at its second byte */
       {"\"\xc0\xaf\"", 1},     /* overlong lead */
@@ -149,8 +147,8 @@ static void test_texts(void **state) {
             assert_int_equal(pi_grammar_accept_text(g, t, n), PI_ERR_RANGE);
             assert_non_null(strstr(pi_grammar_errmsg(g), "cannot continue"));
             if (pi_grammar_accept_text(g, t, want) != PI_OK)
-                fail_msg("case %zu: \"%s\": its first %zu bytes refused after a refusal: %s", c,
-                         t, want, pi_grammar_errmsg(g));
+                fail_msg("case %zu: \"%s\": its first %zu bytes refused after a refusal: %s", c, t,
+                         want, pi_grammar_errmsg(g));
             n_checked++;
         }
         pi_grammar_destroy(g);
@@ -189,11 +187,11 @@ static void test_errors(void **state) {
     for (size_t i = 0; i < sizeof BAD / sizeof *BAD; i++) {
         pi_grammar *g = (pi_grammar *)1;
         char err[256];
-        int st = pi_grammar_create(NULL, BAD[i].gbnf, strlen(BAD[i].gbnf), NULL, &g, err,
-                                   sizeof err);
+        int st =
+            pi_grammar_create(NULL, BAD[i].gbnf, strlen(BAD[i].gbnf), NULL, &g, err, sizeof err);
         if (st != BAD[i].status || strncmp(err, BAD[i].msg, strlen(BAD[i].msg)) != 0)
-            fail_msg("grammar %zu: status %d \"%s\", want %d \"%s...\"", i, st, err,
-                     BAD[i].status, BAD[i].msg);
+            fail_msg("grammar %zu: status %d \"%s\", want %d \"%s...\"", i, st, err, BAD[i].status,
+                     BAD[i].msg);
         assert_null(g);
     }
     /* nesting and size limits */
@@ -252,11 +250,15 @@ static double now_ms(void) {
 /* A JSON schema's grammar, as tools/common/jsonschema.c writes them: an object with
  * required and optional properties, an enum, an array of numbers, a nested object. */
 static const char SCHEMA_GBNF[] =
-    "root ::= ( \"{\" ws \"\\\"name\\\"\" ws \":\" ws string ws \",\" ws \"\\\"age\\\"\" ws \":\" ws integer ws\n"
-    "  (\",\" ws \"\\\"tags\\\"\" ws \":\" ws tags ws)? \",\" ws \"\\\"kind\\\"\" ws \":\" ws kind ws \"}\" )\n"
+    "root ::= ( \"{\" ws \"\\\"name\\\"\" ws \":\" ws string ws \",\" ws \"\\\"age\\\"\" ws \":\" "
+    "ws integer ws\n"
+    "  (\",\" ws \"\\\"tags\\\"\" ws \":\" ws tags ws)? \",\" ws \"\\\"kind\\\"\" ws \":\" ws kind "
+    "ws \"}\" )\n"
     "tags ::= \"[\" ws (number ws (\",\" ws number ws){0,9})? \"]\"\n"
-    "kind ::= \"\\\"cat\\\"\" | \"\\\"dog\\\"\" | \"{\" ws \"\\\"other\\\"\" ws \":\" ws string ws \"}\"\n"
-    "string ::= \"\\\"\" ( [^\"\\\\\\x00-\\x1f] | \"\\\\\" ([\"\\\\/bfnrt] | \"u\" [0-9a-fA-F]{4}) ){0,40} \"\\\"\"\n"
+    "kind ::= \"\\\"cat\\\"\" | \"\\\"dog\\\"\" | \"{\" ws \"\\\"other\\\"\" ws \":\" ws string ws "
+    "\"}\"\n"
+    "string ::= \"\\\"\" ( [^\"\\\\\\x00-\\x1f] | \"\\\\\" ([\"\\\\/bfnrt] | \"u\" [0-9a-fA-F]{4}) "
+    "){0,40} \"\\\"\"\n"
     "integer ::= \"-\"? (\"0\" | [1-9] [0-9]{0,15})\n"
     "number ::= integer (\".\" [0-9]{1,16})? ([eE] [-+]? [0-9]{1,3})?\n"
     "ws ::= [ \\t\\n]{0,4}\n";
@@ -277,8 +279,7 @@ static void check_mask_state(pi_grammar *g, const pi_model *m, int64_t n_vocab, 
         if (allowed != (st == PI_OK)) {
             char piece[64];
             pi_token_to_piece(m, (int32_t)t, piece, sizeof piece, 0);
-            fail_msg("token %lld (\"%s\"): mask %d, accept %d", (long long)t, piece, allowed,
-                     st);
+            fail_msg("token %lld (\"%s\"): mask %d, accept %d", (long long)t, piece, allowed, st);
         }
         if (pi_model_token_is_eog(m, (int32_t)t))
             assert_int_equal(allowed, pi_grammar_complete(g));
@@ -335,8 +336,7 @@ static void test_mask(void **state) {
                 int64_t pick = (int64_t)(rng_next(&rng) % (uint64_t)n_allowed), t = 0;
                 int32_t tok = -1;
                 for (t = 0; t < n_vocab; t++)
-                    if (logits[t] == 0.0f && !pi_model_token_is_eog(m, (int32_t)t) &&
-                        pick-- <= 0) {
+                    if (logits[t] == 0.0f && !pi_model_token_is_eog(m, (int32_t)t) && pick-- <= 0) {
                         tok = (int32_t)t;
                         break;
                     }

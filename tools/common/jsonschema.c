@@ -52,7 +52,8 @@ static void sb_puts(struct sb *b, const char *s) {
 #if defined(__GNUC__)
 __attribute__((format(printf, 2, 3)))
 #endif
-static void sb_printf(struct sb *b, const char *fmt, ...) {
+static void
+sb_printf(struct sb *b, const char *fmt, ...) {
     char tmp[512];
     va_list ap;
     va_start(ap, fmt);
@@ -63,8 +64,16 @@ static void sb_printf(struct sb *b, const char *fmt, ...) {
 }
 
 enum {
-    P_WS = 1 << 0, P_VALUE = 1 << 1, P_STRING = 1 << 2, P_NUMBER = 1 << 3, P_INTEGER = 1 << 4,
-    P_BOOLEAN = 1 << 5, P_NULL = 1 << 6, P_CHAR = 1 << 7, P_DATE = 1 << 8, P_TIME = 1 << 9,
+    P_WS = 1 << 0,
+    P_VALUE = 1 << 1,
+    P_STRING = 1 << 2,
+    P_NUMBER = 1 << 3,
+    P_INTEGER = 1 << 4,
+    P_BOOLEAN = 1 << 5,
+    P_NULL = 1 << 6,
+    P_CHAR = 1 << 7,
+    P_DATE = 1 << 8,
+    P_TIME = 1 << 9,
     P_UUID = 1 << 10
 };
 
@@ -88,7 +97,8 @@ struct conv {
 #if defined(__GNUC__)
 __attribute__((format(printf, 3, 4)))
 #endif
-static int fail(struct conv *c, const char *path, const char *fmt, ...) {
+static int
+fail(struct conv *c, const char *path, const char *fmt, ...) {
     if (c->failed)
         return -1;
     c->failed = 1;
@@ -102,13 +112,15 @@ static int fail(struct conv *c, const char *path, const char *fmt, ...) {
 }
 
 static const char *const ANNOTATIONS[] = {
-    "title", "description", "examples", "default", "$schema", "$id", "$comment", "strict",
-    "deprecated", "readOnly", "writeOnly", NULL,
+    "title",    "description", "examples",   "default",  "$schema",   "$id",
+    "$comment", "strict",      "deprecated", "readOnly", "writeOnly", NULL,
 };
 static const char *const KEYWORDS[] = {
-    "type", "properties", "required", "additionalProperties", "items", "prefixItems",
-    "minItems", "maxItems", "enum", "const", "anyOf", "oneOf", "allOf", "$ref", "minLength",
-    "maxLength", "format", "$defs", "definitions", NULL,
+    "type",   "properties",  "required",    "additionalProperties",
+    "items",  "prefixItems", "minItems",    "maxItems",
+    "enum",   "const",       "anyOf",       "oneOf",
+    "allOf",  "$ref",        "minLength",   "maxLength",
+    "format", "$defs",       "definitions", NULL,
 };
 
 static int in_list(const char *const *list, const char *k) {
@@ -211,7 +223,8 @@ static int array_body(struct conv *c, const cJSON *node, int depth, const char *
     const cJSON *items = cJSON_GetObjectItemCaseSensitive(node, "items");
     const cJSON *prefix = cJSON_GetObjectItemCaseSensitive(node, "prefixItems");
     int lo = 0, hi = -1;
-    if (get_count(c, node, "minItems", 0, &lo, path) || get_count(c, node, "maxItems", -1, &hi, path))
+    if (get_count(c, node, "minItems", 0, &lo, path) ||
+        get_count(c, node, "maxItems", -1, &hi, path))
         return -1;
     if (hi >= 0 && hi < lo)
         return fail(c, path, "maxItems below minItems");
@@ -238,7 +251,8 @@ static int array_body(struct conv *c, const cJSON *node, int depth, const char *
     sb_puts(b, "\"[\" ws");
     /* prefix items past minItems (and past maxItems: none) may be left out, from the end */
     int i = 0;
-    for (const cJSON *p = prefix ? prefix->child : NULL; p && (hi < 0 || i < hi); p = p->next, i++) {
+    for (const cJSON *p = prefix ? prefix->child : NULL; p && (hi < 0 || i < hi);
+         p = p->next, i++) {
         char idx[16];
         snprintf(idx, sizeof idx, "%d", i);
         child_path(cp, sizeof cp, path, "prefixItems", idx);
@@ -308,8 +322,10 @@ static int object_body(struct conv *c, const cJSON *node, int depth, const char 
     c->prim |= P_WS;
     if (n == 0) {
         if (extra[0])
-            sb_printf(b, "\"{\" ws (string ws \":\" ws %s ws (\",\" ws string ws \":\" ws %s ws)*)? \"}\"",
-                      extra, extra);
+            sb_printf(
+                b,
+                "\"{\" ws (string ws \":\" ws %s ws (\",\" ws string ws \":\" ws %s ws)*)? \"}\"",
+                extra, extra);
         else
             sb_puts(b, "\"{\" ws \"}\"");
         return 0;
@@ -352,14 +368,16 @@ static int object_body(struct conv *c, const cJSON *node, int depth, const char 
         sb_printf(&kvs, " ws \":\" ws r%d ws", kv[i]);
         char fn[48], an[48];
         if (first_next >= 0)
-            snprintf(fn, sizeof fn, " r%d", first_next), snprintf(an, sizeof an, " r%d", after_next);
+            snprintf(fn, sizeof fn, " r%d", first_next),
+                snprintf(an, sizeof an, " r%d", after_next);
         else if (extra[0])
             snprintf(fn, sizeof fn, " r%d", first_next = new_rule(c)),
                 snprintf(an, sizeof an, " r%d", after_next = new_rule(c)),
-                sb_printf(&rules,
-                          "r%d ::= (string ws \":\" ws %s ws (\",\" ws string ws \":\" ws %s ws)*)?\n"
-                          "r%d ::= (\",\" ws string ws \":\" ws %s ws)*\n",
-                          first_next, extra, extra, after_next, extra);
+                sb_printf(
+                    &rules,
+                    "r%d ::= (string ws \":\" ws %s ws (\",\" ws string ws \":\" ws %s ws)*)?\n"
+                    "r%d ::= (\",\" ws string ws \":\" ws %s ws)*\n",
+                    first_next, extra, extra, after_next, extra);
         else
             fn[0] = an[0] = '\0';
         const int f = new_rule(c), a = new_rule(c);
@@ -436,8 +454,11 @@ static const cJSON *resolve(struct conv *c, const cJSON *ref, const char *path) 
     else if (!strncmp(r, "#/definitions/", 14))
         name = r + 14, defs = cJSON_GetObjectItemCaseSensitive(c->root, "definitions");
     else
-        return fail(c, path, "$ref '%.64s' is not supported (only #, #/$defs/NAME, "
-                             "#/definitions/NAME)", r), NULL;
+        return fail(c, path,
+                    "$ref '%.64s' is not supported (only #, #/$defs/NAME, "
+                    "#/definitions/NAME)",
+                    r),
+               NULL;
     const cJSON *t = cJSON_GetObjectItemCaseSensitive(defs, name);
     if (!t)
         return fail(c, path, "$ref '%.64s' names no definition", r), NULL;
@@ -465,7 +486,8 @@ static const cJSON *merge_all_of(struct conv *c, const cJSON *all, const char *p
             return NULL;
         const cJSON *ty = cJSON_GetObjectItemCaseSensitive(t, "type");
         const cJSON *tp = cJSON_GetObjectItemCaseSensitive(t, "properties");
-        if (!cJSON_IsObject(t) || (ty && !(cJSON_IsString(ty) && !strcmp(ty->valuestring, "object"))) || !tp)
+        if (!cJSON_IsObject(t) ||
+            (ty && !(cJSON_IsString(ty) && !strcmp(ty->valuestring, "object"))) || !tp)
             return fail(c, path, "allOf is supported for object schemas with properties only"),
                    NULL;
         for (const cJSON *k = t->child; k; k = k->next)
@@ -494,8 +516,9 @@ static int body(struct conv *c, const cJSON *node, int depth, const char *path, 
         return 0;
     }
     if (!cJSON_IsObject(node))
-        return fail(c, path, cJSON_IsFalse(node) ? "schema false allows nothing"
-                                                 : "a schema must be an object or a boolean");
+        return fail(c, path,
+                    cJSON_IsFalse(node) ? "schema false allows nothing"
+                                        : "a schema must be an object or a boolean");
     int n_kw = 0;
     for (const cJSON *k = node->child; k; k = k->next) {
         if (in_list(ANNOTATIONS, k->string))
@@ -676,14 +699,16 @@ static const char PRIMS[][400] = {
 
 char *json_schema_to_gbnf(const cJSON *schema, char *err, size_t err_cap) {
     char dummy[1];
-    struct conv c = {.root = schema, .err = err_cap ? err : dummy, .err_cap = err_cap ? err_cap : 1};
+    struct conv c = {
+        .root = schema, .err = err_cap ? err : dummy, .err_cap = err_cap ? err_cap : 1};
     c.err[0] = '\0';
     if (!schema) {
         snprintf(c.err, c.err_cap, "no schema");
         return NULL;
     }
-    /* root ::= ws rN ws, where the text may start and end with whitespace */
-    sb_puts(&c.out, "root ::= ws r0 ws\n");
+    /* leading whitespace, bounded; none after the value, so that once it is complete
+     * only the end of generation can follow */
+    sb_puts(&c.out, "root ::= ws r0\n");
     c.prim |= P_WS;
     int id = gen(&c, schema, 0, "#");
     for (int i = 0; i < c.n_owned; i++)

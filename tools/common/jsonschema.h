@@ -19,8 +19,9 @@
  * minimum, multipleOf, ...) is refused with an error naming it, rather than ignored.
  *
  * The text is bounded so a model cannot pad it forever: at most JS_MAX_SPACE whitespace
- * bytes between tokens, integers of at most 16 digits, fractions of at most 16 digits,
- * exponents of at most 3; "integer" is written without a fraction or exponent. */
+ * bytes between tokens and before the value, none after it (so once the value is whole,
+ * only the end of generation can come), integers of at most 16 digits, fractions of at most 16
+ * digits, exponents of at most 3; "integer" is written without a fraction or exponent. */
 #ifndef PI_TOOLS_JSONSCHEMA_H
 #define PI_TOOLS_JSONSCHEMA_H
 

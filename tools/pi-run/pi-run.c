@@ -10,6 +10,9 @@
 #include <string.h>
 
 #include "cli.h"
+#ifdef PI_HAVE_JSONSCHEMA
+#include "jsonschema.h"
+#endif
 #include "powerinfer.h"
 #include "telemetry.h"
 
@@ -49,6 +52,12 @@ static void usage(FILE *out) {
             "  --chat-format F         as --chat, in format F, one of\n"
             "                          " CLI_CHAT_FORMAT_NAMES "\n"
             "  --system TEXT           system message for --chat\n"
+            "  --grammar G             constrain the output to a GBNF grammar (start rule\n"
+            "                          'root'): G is a file, or the grammar itself when it\n"
+            "                          contains '::='\n"
+            "  --json-schema S         constrain the output to JSON valid under a JSON schema\n"
+            "                          (a file, or the schema itself when it starts with '{';\n"
+            "                          what is supported: README, 'Constrained output')\n"
             "  --dump-logits FILE      write the float32 logits of the last prompt position\n"
             "  --embedding             print the prompt's pooled final hidden state (unit L2\n"
             "                          norm) as JSON and exit: {\"pooling\", \"n_tokens\",\n"
@@ -259,6 +268,7 @@ static int info(const char *path, int list_tensors, int verbose) {
 
 struct opts {
     const char *model, *prompt, *prompt_file, *system, *dump_logits, *profile;
+    const char *grammar, *json_schema; /* --grammar, --json-schema: file or text */
     int info, tensors, verbose, chat, chat_format, stats;
     int embedding, pooling; /* --embedding; --pooling PI_POOL_*, or -1: the file's */
     long n_predict;
@@ -421,6 +431,58 @@ static int dry_run(struct opts *o) {
     return rc;
 }
 
+/* --grammar / --json-schema: the value is a file, or the text itself (a grammar with
+ * "::=", a schema starting with '{'). Returns 0, or 1 after printing why. */
+static int make_grammar(const struct opts *o, const pi_model *m, pi_grammar **out) {
+    const int schema = o->json_schema != NULL;
+    const char *v = schema ? o->json_schema : o->grammar;
+    const char *opt = schema ? "--json-schema" : "--grammar";
+    if (o->json_schema && o->grammar) {
+        fprintf(stderr, "pi-run: --grammar and --json-schema cannot be combined\n");
+        return 1;
+    }
+    size_t len = strlen(v);
+    char *text;
+    if (schema ? v[0] == '{' : strstr(v, "::=") != NULL) {
+        if ((text = malloc(len + 1)) != NULL)
+            memcpy(text, v, len + 1);
+    } else {
+        text = cli_read_file(v, &len);
+    }
+    if (!text)
+        return 1; /* cli_read_file said why */
+    char *gbnf = text;
+#ifdef PI_HAVE_JSONSCHEMA
+    if (schema) {
+        cJSON *js = cJSON_Parse(text);
+        char err[256];
+        gbnf = js ? json_schema_to_gbnf(js, err, sizeof err) : NULL;
+        if (!js)
+            snprintf(err, sizeof err, "not JSON");
+        cJSON_Delete(js);
+        free(text);
+        if (!gbnf) {
+            fprintf(stderr, "pi-run: %s: %s\n", opt, err);
+            return 1;
+        }
+    }
+#else
+    if (schema) {
+        fprintf(stderr, "pi-run: --json-schema needs cJSON, which this build lacks\n");
+        free(text);
+        return 1;
+    }
+#endif
+    char err[256];
+    int st = pi_grammar_create(m, gbnf, strlen(gbnf), NULL, out, err, sizeof err);
+    free(gbnf);
+    if (st != PI_OK) {
+        fprintf(stderr, "pi-run: %s: %s\n", opt, err);
+        return 1;
+    }
+    return 0;
+}
+
 /* Tokenize, decode the prompt, then sample and stream the continuation. */
 /* --embedding: decode the prompt and print its pooled state as one JSON object. */
 static int print_embedding(struct opts *o, pi_model *m, pi_ctx *ctx, const int32_t *toks,
@@ -509,6 +571,8 @@ static int generate(struct opts *o) {
     pi_ctx *ctx = NULL;
     pi_sampler *smp = NULL;
     pi_detok *dt = NULL;
+    pi_grammar *gram = NULL;
+    float *row = NULL;
     if (!ptext) {
         fprintf(stderr, "pi-run: out of memory\n");
         goto done;
@@ -570,6 +634,12 @@ static int generate(struct opts *o) {
         cli_fail("cannot create the detokenizer", st, NULL);
         goto done;
     }
+    if ((o->grammar || o->json_schema) && make_grammar(o, m, &gram) != 0)
+        goto done;
+    if (gram && !(row = malloc((size_t)pi_model_n_vocab(m) * sizeof *row))) {
+        fprintf(stderr, "pi-run: out of memory\n");
+        goto done;
+    }
     if (!o->chat) {
         fwrite(ptext, 1, plen, stdout);
         fflush(stdout);
@@ -610,12 +680,29 @@ static int generate(struct opts *o) {
     const double tg = cli_now_s();
     while (n_gen < limit) {
         int32_t tok;
-        if ((st = pi_sample(smp, ctx, &tok)) != PI_OK) {
+        if (gram) { /* the logits with every token the grammar refuses at -infinity */
+            const int64_t nv = pi_model_n_vocab(m);
+            memcpy(row, pi_ctx_logits(ctx), (size_t)nv * sizeof *row);
+            int64_t allowed = pi_grammar_mask(gram, row, nv);
+            if (allowed <= 0) {
+                cli_fail("no token can continue the grammar", allowed ? (int)allowed : PI_ERR_RANGE,
+                         allowed ? pi_grammar_errmsg(gram) : NULL);
+                goto done;
+            }
+            st = pi_sample_logits(smp, row, nv, &tok);
+        } else {
+            st = pi_sample(smp, ctx, &tok);
+        }
+        if (st != PI_OK) {
             cli_fail("sampling failed", st, NULL);
             goto done;
         }
         if (pi_model_token_is_eog(m, tok))
             break;
+        if (gram && (st = pi_grammar_accept(gram, tok)) != PI_OK) {
+            cli_fail("the grammar refused a token it allowed", st, pi_grammar_errmsg(gram));
+            goto done;
+        }
         pi_detok_push(dt, tok, emit, NULL);
         n_gen++;
         if (pi_ctx_pos(ctx) >= n_ctx) {
@@ -669,6 +756,8 @@ static int generate(struct opts *o) {
     }
     rc = 0;
 done:
+    pi_grammar_destroy(gram);
+    free(row);
     pi_detok_destroy(dt);
     pi_sampler_destroy(smp);
     pi_ctx_destroy(ctx);
@@ -809,6 +898,10 @@ int main(int argc, char **argv) {
             o.chat = 1;
         } else if (IS("--system")) {
             o.system = v;
+        } else if (IS("--grammar")) {
+            o.grammar = v;
+        } else if (IS("--json-schema")) {
+            o.json_schema = v;
         } else if (IS("--dump-logits")) {
             o.dump_logits = v;
         } else if (IS("--profile")) {

@@ -6,7 +6,7 @@
 
 The classes map the C API one to one: Model (pi_model_*, tokenizer, chat), Context
 (pi_ctx_*), Stats (pi_stats_*), Plan (pi_plan_*: hybrid CPU/device placement, from
-Model.plan or Context.plan), Sampler (pi_sampler_*), Detokenizer (pi_detok_*), and
+Model.plan or Context.plan), Sampler (pi_sampler_*), Grammar (pi_grammar_*), Detokenizer (pi_detok_*), and
 quantize (pi_model_quantize). Failures raise PowerInferError (.status, .status_name,
 .message); using a closed object raises ValueError.
 
@@ -27,6 +27,7 @@ from ._errors import (PI_ERR_ABORTED, PI_ERR_FORMAT, PI_ERR_INTERNAL, PI_ERR_INV
 from ._lib import LibraryNotFoundError, library_path, load_library
 from .context import DEVICE_BUDGET_AUTO, Context, LayerStats, Stats
 from .generate import generate
+from .grammar import Grammar
 from .model import POOLINGS, Detokenizer, Metadata, Model, TensorInfo, type_name
 from .plan import Plan
 from .quantize import quantize
@@ -48,8 +49,9 @@ def abi_version():
 
 
 __all__ = [
-    "Context", "DEVICE_BUDGET_AUTO", "Detokenizer", "LayerStats", "LibraryNotFoundError",
-    "Metadata", "Model", "POOLINGS", "Plan", "PowerInferError", "Sampler", "Stats", "TensorInfo",
+    "Context", "DEVICE_BUDGET_AUTO", "Detokenizer", "Grammar", "LayerStats",
+    "LibraryNotFoundError", "Metadata", "Model", "POOLINGS", "Plan", "PowerInferError",
+    "Sampler", "Stats", "TensorInfo",
     "abi_version", "default_sampler_params", "generate", "library_path", "load_library", "quantize",
     "status_str", "type_name", "version", "STATUS_NAMES", "PI_OK", "PI_ERR_INVALID_ARG",
     "PI_ERR_NOMEM", "PI_ERR_IO", "PI_ERR_FORMAT", "PI_ERR_UNSUPPORTED", "PI_ERR_ABORTED",

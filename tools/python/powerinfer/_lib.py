@@ -287,6 +287,17 @@ _PROTOTYPES = {
     "pi_sample_logits": (c_int, [_H, POINTER(c_float), c_int64, POINTER(c_int32)]),
     "pi_sampler_accept": (c_int, [_H, c_int32]),
     "pi_sampler_reset": (c_int, [_H]),
+    # grammars
+    "pi_grammar_create": (c_int, [_H, POINTER(c_char), c_size_t, c_char_p, _PH,
+                                  POINTER(c_char), c_size_t]),
+    "pi_grammar_destroy": (None, [_H]),
+    "pi_grammar_errmsg": (c_char_p, [_H]),
+    "pi_grammar_clone": (c_int, [_H, _PH]),
+    "pi_grammar_reset": (c_int, [_H]),
+    "pi_grammar_complete": (c_int, [_H]),
+    "pi_grammar_mask": (c_int64, [_H, POINTER(c_float), c_int64]),
+    "pi_grammar_accept": (c_int, [_H, c_int32]),
+    "pi_grammar_accept_text": (c_int, [_H, POINTER(c_char), c_size_t]),
     # quantization
     "pi_quantize_default_params": (c_int, [POINTER(QuantizeParams)]),
     "pi_model_quantize": (c_int, [c_char_p, c_char_p, POINTER(QuantizeParams)]),

@@ -2097,6 +2097,122 @@ impl Drop for Sampler<'_> {
 }
 
 // =====================================================================================
+// Grammars
+// =====================================================================================
+
+/// A GBNF grammar for constrained decoding (`pi_grammar_*`): [`Grammar::mask`] sets the
+/// logits of every token that may not come next to -inf, [`Grammar::accept`] moves on by
+/// the token sampled. Borrows its model (or none: text only). `Send`, not `Sync`.
+pub struct Grammar<'m> {
+    raw: NonNull<sys::pi_grammar>,
+    _model: PhantomData<&'m Model>,
+}
+
+// SAFETY: a grammar is memory-only, used through &mut self (one thread at a time); what
+// clones share is read-only in the library.
+unsafe impl Send for Grammar<'_> {}
+
+impl<'m> Grammar<'m> {
+    /// Compile `gbnf` with start rule `root` for `model` (None: a grammar that reads
+    /// text only). A malformed grammar's error says "line:col: why".
+    pub fn new(model: Option<&'m Model>, gbnf: &str, root: &str) -> Result<Self> {
+        let root_c = CString::new(root)
+            .map_err(|_| Error::new(sys::PI_ERR_INVALID_ARG, "root contains a NUL byte"))?;
+        let mut out = ptr::null_mut();
+        let mut buf = vec![0u8; 512];
+        let m = model.map_or(ptr::null(), |m| m.as_ptr() as *const sys::pi_model);
+        // SAFETY: gbnf is gbnf.len() readable bytes and root_c a C string, both borrowed
+        // for the call; buf is buf.len() writable bytes; the model outlives 'm.
+        let st = unsafe {
+            sys::pi_grammar_create(
+                m,
+                gbnf.as_ptr() as *const c_char,
+                gbnf.len(),
+                root_c.as_ptr(),
+                &mut out,
+                buf.as_mut_ptr() as *mut c_char,
+                buf.len(),
+            )
+        };
+        check(st.into(), || buf_message(&buf))?;
+        let raw = NonNull::new(out)
+            .ok_or_else(|| Error::new(sys::PI_ERR_INTERNAL, "pi_grammar_create gave NULL"))?;
+        Ok(Grammar { raw, _model: PhantomData })
+    }
+
+    fn message(&self) -> String {
+        // SAFETY: the message is owned by the grammar and valid until the next call on it.
+        let p = unsafe { sys::pi_grammar_errmsg(self.raw.as_ptr()) };
+        if p.is_null() {
+            return String::new();
+        }
+        // SAFETY: a NUL-terminated string from the library.
+        unsafe { std::ffi::CStr::from_ptr(p) }.to_string_lossy().into_owned()
+    }
+
+    /// An independent copy in the same state.
+    pub fn try_clone(&self) -> Result<Grammar<'m>> {
+        let mut out = ptr::null_mut();
+        // SAFETY: &self: the source is only read.
+        let st = unsafe { sys::pi_grammar_clone(self.raw.as_ptr(), &mut out) };
+        check(st.into(), || "clone the grammar".to_owned())?;
+        let raw = NonNull::new(out)
+            .ok_or_else(|| Error::new(sys::PI_ERR_INTERNAL, "pi_grammar_clone gave NULL"))?;
+        Ok(Grammar { raw, _model: PhantomData })
+    }
+
+    /// Back to the start.
+    pub fn reset(&mut self) -> Result<()> {
+        // SAFETY: &mut self.
+        let st = unsafe { sys::pi_grammar_reset(self.raw.as_ptr()) };
+        check(st.into(), || self.message()).map(drop)
+    }
+
+    /// True when the text so far is a whole sentence of the grammar.
+    pub fn is_complete(&self) -> bool {
+        // SAFETY: &self: only read.
+        unsafe { sys::pi_grammar_complete(self.raw.as_ptr()) == 1 }
+    }
+
+    /// Set every refused token's logit to -inf; how many tokens stay allowed.
+    pub fn mask(&mut self, logits: &mut [f32]) -> Result<i64> {
+        // SAFETY: &mut self; logits is logits.len() writable floats borrowed for the call
+        // (the library refuses a length other than its model's n_vocab).
+        let n = unsafe {
+            sys::pi_grammar_mask(self.raw.as_ptr(), logits.as_mut_ptr(), logits.len() as i64)
+        };
+        check(n, || self.message())
+    }
+
+    /// Move on by `token` (PI_ERR_RANGE when it may not come next; nothing changes).
+    pub fn accept(&mut self, token: i32) -> Result<()> {
+        // SAFETY: &mut self.
+        let st = unsafe { sys::pi_grammar_accept(self.raw.as_ptr(), token) };
+        check(st.into(), || self.message()).map(drop)
+    }
+
+    /// Move on by `text`, all or nothing.
+    pub fn accept_text(&mut self, text: &str) -> Result<()> {
+        // SAFETY: &mut self; text is text.len() bytes borrowed for the call.
+        let st = unsafe {
+            sys::pi_grammar_accept_text(
+                self.raw.as_ptr(),
+                text.as_ptr() as *const c_char,
+                text.len(),
+            )
+        };
+        check(st.into(), || self.message()).map(drop)
+    }
+}
+
+impl Drop for Grammar<'_> {
+    fn drop(&mut self) {
+        // SAFETY: we own the grammar.
+        unsafe { sys::pi_grammar_destroy(self.raw.as_ptr()) }
+    }
+}
+
+// =====================================================================================
 // Quantization
 // =====================================================================================
 

@@ -104,7 +104,7 @@ macro_rules! opaque {
         }
     )*};
 }
-opaque!(pi_model, pi_ctx, pi_stats, pi_sampler, pi_detok, pi_plan);
+opaque!(pi_model, pi_ctx, pi_stats, pi_sampler, pi_detok, pi_plan, pi_grammar);
 
 // ---- Model --------------------------------------------------------------------------
 
@@ -566,6 +566,29 @@ extern "C" {
     ) -> c_int;
     pub fn pi_sampler_accept(sampler: *mut pi_sampler, token: i32) -> c_int;
     pub fn pi_sampler_reset(sampler: *mut pi_sampler) -> c_int;
+
+    // Grammars
+    pub fn pi_grammar_create(
+        model: *const pi_model,
+        gbnf: *const c_char,
+        len: usize,
+        root: *const c_char,
+        out: *mut *mut pi_grammar,
+        err: *mut c_char,
+        err_cap: usize,
+    ) -> c_int;
+    pub fn pi_grammar_destroy(grammar: *mut pi_grammar);
+    pub fn pi_grammar_errmsg(grammar: *const pi_grammar) -> *const c_char;
+    pub fn pi_grammar_clone(grammar: *const pi_grammar, out: *mut *mut pi_grammar) -> c_int;
+    pub fn pi_grammar_reset(grammar: *mut pi_grammar) -> c_int;
+    pub fn pi_grammar_complete(grammar: *const pi_grammar) -> c_int;
+    pub fn pi_grammar_mask(grammar: *mut pi_grammar, logits: *mut f32, n_vocab: i64) -> i64;
+    pub fn pi_grammar_accept(grammar: *mut pi_grammar, token: i32) -> c_int;
+    pub fn pi_grammar_accept_text(
+        grammar: *mut pi_grammar,
+        text: *const c_char,
+        len: usize,
+    ) -> c_int;
 
     // Quantization
     pub fn pi_quantize_default_params(params: *mut pi_quantize_params) -> c_int;

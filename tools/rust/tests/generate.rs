@@ -2,7 +2,7 @@
 //! (SmolLM2-135M-Instruct: `python3 tools/smollm2_path.py` prints its path). Without it
 //! the model tests fail, on purpose: a binding test that silently passes tests nothing.
 
-use powerinfer::{sys, Context, Model, Sampler, SamplerParams, StatsLevel, TokenizeFlags};
+use powerinfer::{sys, Context, Grammar, Model, Sampler, SamplerParams, StatsLevel, TokenizeFlags};
 
 mod common;
 use common::{model_path, open};
@@ -190,4 +190,27 @@ fn open_logs_and_progress() {
     let e = Model::builder().progress(&mut stop).open(model_path()).unwrap_err();
     assert_eq!(e.status(), sys::PI_ERR_ABORTED, "{e}");
     let _ = lines; // a quiet open may log nothing; the sink only has to be callable
+}
+
+#[test]
+fn grammar_masks_what_a_clone_refuses() {
+    let e = Grammar::new(None, "root ::= \"a\" | b", "root").err().expect("malformed");
+    assert_eq!(e.status(), sys::PI_ERR_FORMAT);
+    assert!(e.to_string().contains("1:16: undefined rule 'b'"), "{e}");
+    let mut text = Grammar::new(None, "root ::= \"ab\" [0-9]+", "root").expect("grammar");
+    text.accept_text("ab1").expect("a prefix");
+    assert!(text.is_complete());
+    assert_eq!(text.accept_text("x").err().map(|e| e.status()), Some(sys::PI_ERR_RANGE));
+    let model = open();
+    let mut g =
+        Grammar::new(Some(&model), "root ::= (\"yes\" | \"no\") \".\"", "root").expect("grammar");
+    let mut row = vec![0.0f32; model.n_vocab() as usize];
+    let n = g.mask(&mut row).expect("mask");
+    let allowed: Vec<i32> = (0..row.len() as i32).filter(|&t| row[t as usize] == 0.0).collect();
+    assert!(n as usize == allowed.len() && n > 0 && n < 20);
+    for &t in &allowed {
+        g.try_clone().expect("clone").accept(t).expect("an allowed token");
+    }
+    let refused = (0..row.len() as i32).find(|&t| row[t as usize] != 0.0).unwrap();
+    assert_eq!(g.accept(refused).err().map(|e| e.status()), Some(sys::PI_ERR_RANGE));
 }
