@@ -1063,7 +1063,8 @@ static int exec_for(struct jrender *r, const struct jnode *x) {
     if (st == PI_OK) {
         loop->items = items;
         loop->index0 = 0;
-        loop->depth = ++r->loop_depth;
+        loop->depth = 1; /* loops are not recursive: depth is always 1 */
+        ++r->loop_depth;
         jv lv = {JV_LOOP, 0, {0}};
         lv.u.loop = loop;
         for (size_t i = 0; i < items->n; i++) {

@@ -1070,8 +1070,15 @@ int jlib_filter(struct jrender *r, int id, jv in, const struct jargs *args, jv *
         }
         return PI_OK;
     }
-    case F_ATTR:
-        return jr_getattr(r, in, arg(args, 0, "name", jv_undef()), out);
+    case F_ATTR: { /* Python's getattr only: no item lookup */
+        jv name = arg(args, 0, "name", jv_undef());
+        if (in.kind == JV_NS || in.kind == JV_LOOP || in.kind == JV_UNDEF)
+            return jr_getattr(r, in, name, out);
+        int st = jlib_method(r, in, name, out);
+        if (st == 0)
+            *out = jv_undef();
+        return st < 0 ? st : PI_OK;
+    }
     case F_CAPITALIZE: {
         jv s;
         PI_TRY(soft_str(r, in, &s));

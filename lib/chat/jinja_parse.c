@@ -384,7 +384,11 @@ static int lex(struct parser *p) {
         char osign, csign;
         if (kind == '%' && word_tag(s, n, t, "raw", &body, &osign, &csign)) {
             /* {% raw %}...{% endraw %}: the text as it is */
-            size_t k = body;
+            size_t k = body, sp;
+            if (csign == '-') /* {% raw -%} strips what follows */
+                while ((sp = space_at(s, n, body)) != 0)
+                    body += sp;
+            k = body;
             while (k < n && !word_tag(s, n, k, "endraw", &end, &osign, &csign))
                 k++;
             if (k >= n)

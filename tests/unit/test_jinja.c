@@ -194,6 +194,63 @@ static void test_real_templates(void **state) {
     assert_int_equal(same, cases);
 }
 
+/* ---- the language, snippet by snippet (the fixture's "language" list) ----------------- */
+
+static void test_language(void **state) {
+    (void)state;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/conformance.json", g_dir);
+    size_t n = 0;
+    char *text = slurp(path, &n);
+    assert_non_null(text);
+    struct pi_error err = {PI_OK, ""};
+    struct jarena a;
+    ja_init(&a, &pi_default_allocator, (size_t)1 << 30, &err);
+    jv fx;
+    assert_int_equal(json_parse(&a, text, n, &fx, &err), PI_OK);
+    const struct jlist *cases = member(fx, "language")->u.list;
+    int same = 0;
+    for (size_t k = 0; k < cases->n; k++) {
+        jv c = cases->v[k];
+        char *src = cstr(*member(c, "template")), *data = cstr(*member(c, "data"));
+        int64_t now = member(c, "now")->u.i;
+        const jv *want = member(c, "text"), *want_raise = member(c, "raise"),
+                 *compile = member(c, "compile_error");
+        int st;
+        char msg[512] = "";
+        char *got = render(src, data, now, &st, msg, sizeof msg);
+        int ok;
+        if (want)
+            ok = got && strlen(got) == want->u.str.n &&
+                 memcmp(got, want->u.str.s, want->u.str.n) == 0;
+        else if (want_raise)
+            ok = !got && st == PI_ERR_FORMAT && strlen(msg) == want_raise->u.str.n &&
+                 memcmp(msg, want_raise->u.str.s, want_raise->u.str.n) == 0;
+        else if (compile) {
+            /* jinja2 refuses it when compiling: we must refuse it when parsing */
+            pi_chat_template *t;
+            ok = pi_chat_template_create(NULL, src, &t, NULL, 0) < 0;
+            pi_chat_template_destroy(t);
+        } else
+            ok = !got && st < 0 && st != PI_ERR_NOMEM && st != PI_ERR_INTERNAL && msg[0];
+        same += ok;
+        if (!ok)
+            fprintf(stderr, "# snippet %zu [%s]\n#   ours   [%s] (%d: %s)\n#   jinja2 [%.*s]\n",
+                    k, src, got ? got : "(error)", got ? 0 : st, msg,
+                    want ? (int)want->u.str.n : want_raise ? (int)want_raise->u.str.n : 5,
+                    want ? want->u.str.s : want_raise ? want_raise->u.str.s : "error");
+        free(got);
+        free(src);
+        free(data);
+    }
+    fprintf(stderr, "# language: %d of %zu snippets as jinja2\n", same, cases->n);
+    size_t total = cases->n;
+    ja_free(&a);
+    free(text);
+    assert_true(total >= 80);
+    assert_int_equal(same, (int)total);
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         fprintf(stderr, "usage: test_jinja FIXTURE_DIR\n");
@@ -202,6 +259,7 @@ int main(int argc, char **argv) {
     g_dir = argv[1];
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_real_templates),
+        cmocka_unit_test(test_language),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
