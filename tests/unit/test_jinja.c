@@ -14,7 +14,10 @@
 
 #include <cmocka.h>
 
+#include <pthread.h>
+
 #include "chat/jinja.h"
+#include "failalloc.h"
 #include "chat/json.h"
 #include "powerinfer.h"
 
@@ -251,6 +254,276 @@ static void test_language(void **state) {
     assert_int_equal(same, (int)total);
 }
 
+/* ---- errors ------------------------------------------------------------------------- */
+
+static void expect_error(const char *src, const char *data, int status, const char *want) {
+    int st;
+    char msg[512] = "";
+    char *got = render(src, data, -1, &st, msg, sizeof msg);
+    if (got || st != status || !strstr(msg, want))
+        fprintf(stderr, "# [%s]: %d [%s], want %d [%s]\n", src, got ? 0 : st, got ? got : msg,
+                status, want);
+    assert_null(got);
+    assert_int_equal(st, status);
+    assert_non_null(strstr(msg, want));
+}
+
+static void test_parse_errors(void **state) {
+    (void)state;
+    expect_error("{% if x %}\nabc", NULL, PI_ERR_FORMAT,
+                 "line 2, column 4: unexpected end of template, expected 'elif' or 'else' or "
+                 "'endif'");
+    expect_error("{{ 1 + }}", NULL, PI_ERR_FORMAT,
+                 "line 1, column 8: expected an expression, found end of print statement");
+    expect_error("a\n  {{ x|nosuch }}", NULL, PI_ERR_FORMAT,
+                 "line 2, column 8: no filter named 'nosuch'");
+    expect_error("{{ x is nosuch }}", NULL, PI_ERR_FORMAT, "column 6: no test named 'nosuch'");
+    expect_error("{% for x in l %}{% endif %}", NULL, PI_ERR_FORMAT,
+                 "column 20: unknown or unexpected tag 'endif'");
+    expect_error("{% frobnicate %}", NULL, PI_ERR_FORMAT, "unknown or unexpected tag 'frobnicate'");
+    expect_error("x\n\n  {{ 'abc }}", NULL, PI_ERR_FORMAT,
+                 "line 3, column 6: unexpected end of string literal");
+    expect_error("{% for x in l %}{% macro m() %}{% break %}{% endmacro %}{% endfor %}", NULL,
+                 PI_ERR_FORMAT, "'break' outside a loop");
+    expect_error("{{ (1, 2 }}", NULL, PI_ERR_FORMAT, "column 11: unexpected '}'");
+    expect_error("{% set x %}", NULL, PI_ERR_FORMAT, "expected 'endset'");
+    expect_error("{% for x y %}", NULL, PI_ERR_FORMAT, "expected 'in', found 'y'");
+    expect_error("{{ x ", NULL, PI_ERR_FORMAT, "unexpected end of template, expected '}}'");
+    expect_error("{# open comment", NULL, PI_ERR_FORMAT, "missing end of comment tag");
+    expect_error("{{ '\\x4' }}", NULL, PI_ERR_FORMAT, "truncated \\x escape");
+    expect_error("{{ 99999999999999999999 }}", NULL, PI_ERR_FORMAT, "past 64 bits");
+    expect_error("{{ f(*a) }}", NULL, PI_ERR_FORMAT, "*args and **kwargs are not supported");
+    expect_error("{% for x in l recursive %}{% endfor %}", NULL, PI_ERR_FORMAT,
+                 "recursive for loops are not supported");
+    expect_error("\xff{{ 1 }}", NULL, PI_ERR_FORMAT, "not valid UTF-8");
+}
+
+static void test_render_errors(void **state) {
+    (void)state;
+    /* raise_exception's message is the template's, with nothing added */
+    expect_error("{{ raise_exception('Roles must alternate') }}", NULL, PI_ERR_FORMAT,
+                 "Roles must alternate");
+    int st;
+    char msg[512];
+    assert_null(render("x{{ raise_exception('only this') }}", NULL, -1, &st, msg, sizeof msg));
+    assert_string_equal(msg, "only this");
+    expect_error("a\n\n{{ x.y }}", NULL, PI_ERR_FORMAT, "line 3: 'x' is undefined");
+    expect_error("{{ 1 // 0 }}", NULL, PI_ERR_FORMAT, "line 1: integer division or modulo by zero");
+    expect_error("{{ 'a' - 1 }}", NULL, PI_ERR_FORMAT,
+                 "unsupported operand type(s) for -: 'str' and 'int'");
+    expect_error("{{ l.append(1) }}", "{\"l\": []}", PI_ERR_FORMAT,
+                 "access to attribute 'append' is unsafe");
+    expect_error("{{ m|tojson }}", NULL, PI_ERR_FORMAT, "Undefined is not JSON serializable");
+    expect_error("{% set ns = namespace() %}{% set ns._x = 1 %}", NULL, PI_ERR_FORMAT,
+                 "may not start with '_'");
+    expect_error("{{ namespace(_x=1) }}", NULL, PI_ERR_FORMAT, "underscore-prefixed");
+    expect_error("{% if 1 %}{{ x|nosuch }}{% endif %}", NULL, PI_ERR_FORMAT,
+                 "No filter named 'nosuch' found.");
+    expect_error("{{ strftime_now('%Y') }}", NULL, PI_ERR_FORMAT, "'strftime_now' is undefined");
+    expect_error("{{ 2 ** 64 }}", NULL, PI_ERR_FORMAT, "outside 64 bits");
+    expect_error("{{ 9223372036854775807 + 1 }}", NULL, PI_ERR_FORMAT, "outside 64 bits");
+}
+
+static void test_limits(void **state) {
+    (void)state;
+    expect_error("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}"
+                 "{% endfor %}",
+                 NULL, PI_ERR_RANGE, "steps");
+    expect_error("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", NULL, PI_ERR_RANGE,
+                 "macros nested more than");
+    expect_error("{{ 'x' * 100000000000 }}", NULL, PI_ERR_RANGE, "bytes");
+    expect_error("{% set s = 'x' * 1000000 %}{% for i in range(100) %}{{ s }}{% endfor %}",
+                 NULL, PI_ERR_RANGE, "more than");
+    expect_error("{% set ns = namespace(s='x' * 100000) %}{% for i in range(10000) %}"
+                 "{% set ns.s = ns.s ~ 'y' %}{% endfor %}",
+                 NULL, PI_ERR_RANGE, "memory");
+    expect_error("{% set ns = namespace() %}{% set ns.me = ns %}{{ ns }}", NULL, PI_ERR_RANGE,
+                 "nested");
+    expect_error("{% set ns = namespace() %}{% set ns.me = [ns] %}{{ ns|tojson }}", NULL,
+                 PI_ERR_FORMAT, "Namespace is not JSON serializable");
+    /* deep statements and expressions: refused while parsing */
+    char *src = malloc(20000);
+    assert_non_null(src);
+    src[0] = '\0';
+    for (int i = 0; i < 500; i++)
+        strcat(src, "{% if 1 %}");
+    expect_error(src, NULL, PI_ERR_RANGE, "nested more than");
+    memset(src, '(', 2000);
+    src[2000] = '1';
+    memset(src + 2001, ')', 2000);
+    src[4001] = '\0';
+    char *e = malloc(10020);
+    assert_non_null(e);
+    snprintf(e, 10020, "{{ %s }}", src);
+    expect_error(e, NULL, PI_ERR_RANGE, "nested more than");
+    memset(src, '-', 5000);
+    memcpy(src + 5000, "1", 2);
+    snprintf(e, 10020, "{{ %s }}", src);
+    expect_error(e, NULL, PI_ERR_RANGE, "nested more than");
+    free(e);
+    free(src);
+    /* nested JSON data */
+    char *deep = malloc(1000);
+    assert_non_null(deep);
+    strcpy(deep, "{\"a\": ");
+    for (int i = 0; i < 300; i++)
+        strcat(deep, "[");
+    expect_error("{{ a }}", deep, PI_ERR_INVALID_ARG, "nested too deep");
+    free(deep);
+}
+
+/* ---- the API contract and JSON data -------------------------------------------------- */
+
+static void test_api(void **state) {
+    (void)state;
+    pi_chat_template *t = (pi_chat_template *)1;
+    char msg[64];
+    assert_int_equal(pi_chat_template_create(NULL, NULL, &t, msg, sizeof msg),
+                     PI_ERR_INVALID_ARG);
+    assert_null(t);
+    assert_true(msg[0]);
+    assert_int_equal(pi_chat_template_create(NULL, "x", NULL, NULL, 0), PI_ERR_INVALID_ARG);
+    assert_int_equal(pi_chat_template_render(NULL, NULL, -1, NULL, 0, NULL, 0),
+                     PI_ERR_INVALID_ARG);
+    pi_chat_template_destroy(NULL);
+    assert_int_equal(pi_chat_template_create(NULL, "{{ a }}-{{ bos_token }}", &t, NULL, 0),
+                     PI_OK);
+    char buf[8];
+    assert_int_equal(pi_chat_template_render(t, "{}", -1, NULL, 4, NULL, 0), PI_ERR_INVALID_ARG);
+    /* a short buffer: the full length, the text cut and terminated */
+    assert_int_equal(pi_chat_template_render(t, "{\"a\": \"abcdefghij\"}", -1, buf, sizeof buf,
+                                             NULL, 0),
+                     11);
+    assert_string_equal(buf, "abcdefg");
+    assert_int_equal(pi_chat_template_render(t, NULL, -1, buf, sizeof buf, NULL, 0), 1);
+    assert_string_equal(buf, "-");
+    /* data that is not a JSON object */
+    static const char *const bad[] = {
+        "[1]", "", "{", "{\"a\" 1}", "{\"a\": 01}", "[1,]", "{\"a\": 1,}", "{\"a\": .5}",
+        "{\"a\": 1.}", "{\"a\": -}", "{\"a\": tru}", "{\"a\": \"\\x\"}", "{\"a\": \"\t\"}",
+        "{\"a\": \"\\u12\"}", "{\"a\": \"\\ud800\"}", "{\"a\": \"\\udc00\\ud800\"}",
+        "{\"a\": \"\xc3\"}", "{\"a\": \"\xed\xa0\x80\"}", "{} {}", "{\"a\": nul}", "'a'"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        msg[0] = '\0';
+        int64_t r = pi_chat_template_render(t, bad[i], -1, buf, sizeof buf, msg, sizeof msg);
+        if (r != PI_ERR_INVALID_ARG)
+            fprintf(stderr, "# data [%s]: %lld\n", bad[i], (long long)r);
+        assert_int_equal(r, PI_ERR_INVALID_ARG);
+        assert_true(msg[0]);
+    }
+    assert_int_equal(pi_chat_template_render(t, "{\"a\": 18446744073709551616}", -1, buf,
+                                             sizeof buf, NULL, 0),
+                     PI_ERR_RANGE);
+    /* escapes, surrogate pairs, numbers, a repeated member (last value, first place) */
+    char out[256];
+    pi_chat_template *u;
+    assert_int_equal(pi_chat_template_create(NULL, "{{ a }}|{{ a|length }}|{{ b }}|{{ c }}|{{ d }}",
+                                             &u, NULL, 0),
+                     PI_OK);
+    assert_int_equal(pi_chat_template_render(u,
+                                             " {\"a\": \"\\u00e9\\ud83d\\ude00\\n\\/\\\"\", "
+                                             "\"b\": [1, -0.5e-3, 1E2, true, false, null], "
+                                             "\"c\": {\"x\": 1, \"y\": 2, \"x\": 3}, \"d\": -0} ",
+                                             -1, out, sizeof out, NULL, 0),
+                     (int64_t)strlen("\xc3\xa9\xf0\x9f\x98\x80\n/\"|5|[1, -0.0005, 100.0, True, "
+                                     "False, None]|{'x': 3, 'y': 2}|0"));
+    assert_string_equal(out, "\xc3\xa9\xf0\x9f\x98\x80\n/\"|5|[1, -0.0005, 100.0, True, False, "
+                             "None]|{'x': 3, 'y': 2}|0");
+    pi_chat_template_destroy(u);
+    pi_chat_template_destroy(t);
+}
+
+/* ---- failing allocations -------------------------------------------------------------- */
+
+static void test_alloc_failure(void **state) {
+    (void)state;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/templates/Qwen-Qwen3-0.6B.jinja", g_dir);
+    size_t n = 0;
+    char *src = slurp(path, &n);
+    assert_non_null(src);
+    const char *data = "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], "
+                       "\"add_generation_prompt\": true}";
+    struct jinja_limits lim;
+    jinja_default_limits(&lim);
+    int failures = 0;
+    for (long k = 1;; k++) {
+        struct failalloc fa;
+        struct pi_allocator al = failalloc_make(&fa, k);
+        struct pi_error err = {PI_OK, ""};
+        struct jtemplate t;
+        int st = jinja_parse(&t, src, n, &lim, &al, &err);
+        if (st == PI_OK) {
+            struct jarena a;
+            ja_init(&a, &al, lim.max_memory, &err);
+            jv v, out;
+            st = json_parse(&a, data, strlen(data), &v, &err);
+            if (st == PI_OK)
+                st = jinja_render(&t, &a, v.u.dict, -1, &out, &err);
+            ja_free(&a);
+            jinja_free(&t);
+        }
+        assert_int_equal(fa.live, 0);
+        if (st == PI_OK && fa.count < k)
+            break;
+        assert_int_equal(st, PI_ERR_NOMEM);
+        assert_true(err.msg[0]);
+        failures++;
+    }
+    assert_true(failures >= 3);
+    free(src);
+}
+
+/* ---- threads: one template rendered by several at once ------------------------------- */
+
+struct job {
+    const pi_chat_template *t;
+    const char *data;
+    char out[4096];
+    int64_t n;
+};
+
+static void *render_job(void *arg) {
+    struct job *j = arg;
+    for (int i = 0; i < 50; i++)
+        j->n = pi_chat_template_render(j->t, j->data, 1735732800, j->out, sizeof j->out, NULL, 0);
+    return NULL;
+}
+
+static void test_threads(void **state) {
+    (void)state;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/templates/meta-llama-Llama-3.2-3B-Instruct.jinja", g_dir);
+    char *src = slurp(path, NULL);
+    assert_non_null(src);
+    pi_chat_template *t;
+    assert_int_equal(pi_chat_template_create(NULL, src, &t, NULL, 0), PI_OK);
+    static const char *const datas[2] = {
+        "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], \"bos_token\": \"<s>\"}",
+        "{\"messages\": [{\"role\": \"system\", \"content\": \"s\"}, {\"role\": \"user\", "
+        "\"content\": \"q\"}], \"add_generation_prompt\": true, \"bos_token\": \"<s>\"}"};
+    struct job jobs[4];
+    pthread_t th[4];
+    for (int i = 0; i < 4; i++) {
+        jobs[i].t = t;
+        jobs[i].data = datas[i % 2];
+        assert_int_equal(pthread_create(&th[i], NULL, render_job, &jobs[i]), 0);
+    }
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(pthread_join(th[i], NULL), 0);
+    for (int i = 0; i < 4; i++) {
+        char want[4096];
+        int64_t n = pi_chat_template_render(t, datas[i % 2], 1735732800, want, sizeof want, NULL,
+                                            0);
+        assert_true(n > 0);
+        assert_int_equal(jobs[i].n, n);
+        assert_string_equal(jobs[i].out, want);
+        assert_non_null(strstr(want, "01 Jan 2025"));
+    }
+    pi_chat_template_destroy(t);
+    free(src);
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         fprintf(stderr, "usage: test_jinja FIXTURE_DIR\n");
@@ -260,6 +533,12 @@ int main(int argc, char **argv) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_real_templates),
         cmocka_unit_test(test_language),
+        cmocka_unit_test(test_parse_errors),
+        cmocka_unit_test(test_render_errors),
+        cmocka_unit_test(test_limits),
+        cmocka_unit_test(test_api),
+        cmocka_unit_test(test_alloc_failure),
+        cmocka_unit_test(test_threads),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
