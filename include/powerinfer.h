@@ -605,8 +605,9 @@ PI_API int pi_model_chat_format(const pi_model *model);
  * their family's template writes: the [INST] formats ignore add_assistant (a final
  * user turn asks for the answer); Phi-3 without it ends with the EOS text; ChatML
  * templates that insert a default system message when the conversation has none get
- * the same default. A BOS token that the template writes first is not in the text:
- * tokenize with PI_TOKENIZE_ADD_SPECIAL, which adds it where the model does. The text
+ * the same default. A BOS token that the template writes first is not in the text
+ * when the tokenizer adds BOS: tokenize with PI_TOKENIZE_ADD_SPECIAL, which puts it
+ * back (a BOS the tokenizer does not add, as SmolLM2's <|im_start|>, stays). The text
  * contains special-token text: tokenize it with PI_TOKENIZE_PARSE_SPECIAL. Copies into
  * buf as pi_model_meta_str does and returns the full length, or PI_ERR_INVALID_ARG
  * (NULL message fields, a role other than system/user/assistant, an unknown format),

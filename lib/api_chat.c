@@ -533,7 +533,9 @@ int64_t pi_chat_template_render(const pi_chat_template *t, const char *data_json
 }
 
 /* pi_chat_apply through the model's template: messages as {role, content}. The BOS text
- * a template writes first is left out (tokenizing with ADD_SPECIAL adds it). */
+ * a template writes first is left out when the tokenizer adds BOS (tokenizing with
+ * ADD_SPECIAL puts it back; SmolLM2's BOS is <|im_start|>, which its tokenizer does not
+ * add: there the text stays). */
 static int64_t apply_jinja(const pi_model *m, const pi_chat_template *t,
                            const pi_chat_message *msgs, size_t n, int add_assistant, char *buf,
                            size_t cap) {
@@ -572,12 +574,11 @@ static int64_t apply_jinja(const pi_model *m, const pi_chat_template *t,
     int64_t r = st;
     if (st == PI_OK) {
         size_t skip = 0;
-        if (t->bos && t->bos_n && text.u.str.n >= t->bos_n &&
+        if (m->vocab && m->vocab->add_bos && t->bos && t->bos_n && text.u.str.n >= t->bos_n &&
             memcmp(text.u.str.s, t->bos, t->bos_n) == 0)
             skip = t->bos_n;
         r = copy_out(text.u.str.s + skip, text.u.str.n - skip, buf, cap);
     }
-    (void)m;
     ja_free(&a);
     return r;
 }

@@ -302,6 +302,99 @@ static char *content_text(const cJSON *content, const char *role, struct srv_err
     return b.data ? b.data : calloc(1, 1);
 }
 
+/* The prompt from the model's chat template: the messages as the client sent them
+ * (roles as chat_prompt read them: developer is system) or, when flat, with each content
+ * as its text; add_generation_prompt; the members of chat_template_kwargs (an object:
+ * enable_thinking, ...) unless they name those two; strftime_now at the current time.
+ * Returns the status of the render and the text in *out (malloc'd, the model's BOS text
+ * at its start left out when tokenizing adds it). */
+static int64_t template_prompt(const struct srv_model_info *mi, const cJSON *req,
+                               const cJSON *msgs, const pi_chat_message *pm, int flat,
+                               char **out, char *msg, size_t msg_cap) {
+    *out = NULL;
+    cJSON *data = cJSON_CreateObject();
+    cJSON *arr = data ? cJSON_AddArrayToObject(data, "messages") : NULL;
+    int64_t st = arr ? PI_OK : PI_ERR_NOMEM;
+    int i = 0;
+    const cJSON *m;
+    cJSON_ArrayForEach(m, msgs) {
+        if (st != PI_OK)
+            break;
+        cJSON *c = cJSON_Duplicate(m, 1);
+        if (!c || !cJSON_AddItemToArray(arr, c)) {
+            cJSON_Delete(c);
+            st = PI_ERR_NOMEM;
+            break;
+        }
+        cJSON *role = cJSON_CreateString(pm[i].role);
+        if (!role || !cJSON_ReplaceItemInObjectCaseSensitive(c, "role", role)) {
+            cJSON_Delete(role);
+            st = PI_ERR_NOMEM;
+            break;
+        }
+        if (flat) {
+            cJSON_DeleteItemFromObjectCaseSensitive(c, "content");
+            if (!cJSON_AddStringToObject(c, "content", pm[i].content))
+                st = PI_ERR_NOMEM;
+        }
+        i++;
+    }
+    const cJSON *kw = field(req, "chat_template_kwargs");
+    if (st == PI_OK && cJSON_IsObject(kw)) {
+        const cJSON *k;
+        cJSON_ArrayForEach(k, kw) {
+            if (!strcmp(k->string, "messages") || !strcmp(k->string, "add_generation_prompt"))
+                continue;
+            cJSON *v = cJSON_Duplicate(k, 1);
+            if (!v || !cJSON_AddItemToObject(data, k->string, v)) {
+                cJSON_Delete(v);
+                st = PI_ERR_NOMEM;
+                break;
+            }
+        }
+    }
+    if (st == PI_OK && !cJSON_AddTrueToObject(data, "add_generation_prompt"))
+        st = PI_ERR_NOMEM;
+    char *json = st == PI_OK ? cJSON_PrintUnformatted(data) : NULL;
+    cJSON_Delete(data);
+    if (!json)
+        return PI_ERR_NOMEM;
+    int64_t now = (int64_t)time(NULL);
+    size_t cap = 1 << 16;
+    for (int tries = 0; tries < 2; tries++) {
+        char *text = malloc(cap);
+        if (!text) {
+            st = PI_ERR_NOMEM;
+            break;
+        }
+        st = pi_chat_template_render(mi->chat_template, json, now, text, cap, msg, msg_cap);
+        if (st >= 0 && (size_t)st < cap) {
+            /* the BOS text a template writes first, when tokenizing with ADD_SPECIAL
+             * adds it */
+            char bos[64];
+            int32_t b = pi_model_token_bos(mi->model), first[4];
+            int adds = b >= 0 &&
+                       pi_tokenize(mi->model, "", 0, first, 4, PI_TOKENIZE_ADD_SPECIAL) >= 1 &&
+                       first[0] == b;
+            int64_t bl = adds ? pi_token_to_piece(mi->model, b, bos, sizeof bos,
+                                                  PI_PIECE_SPECIAL)
+                              : 0;
+            if (bl > 0 && (size_t)bl < sizeof bos && st >= bl && !memcmp(text, bos, (size_t)bl)) {
+                memmove(text, text + bl, (size_t)(st - bl) + 1);
+                st -= bl;
+            }
+            *out = text;
+            break;
+        }
+        free(text);
+        if (st < 0)
+            break;
+        cap = (size_t)st + 1;
+    }
+    free(json);
+    return st;
+}
+
 static int32_t *chat_prompt(const struct srv_model_info *mi, const cJSON *req, size_t *n_out,
                             struct srv_error *err) {
     const cJSON *msgs = field(req, "messages");
@@ -345,6 +438,32 @@ static int32_t *chat_prompt(const struct srv_model_info *mi, const cJSON *req, s
             goto done;
         pm[i] = (pi_chat_message){r, texts[i]};
         i++;
+    }
+    if (mi->chat_template) {
+        /* contents as sent (parts arrays, extra fields); a template that cannot take
+         * parts arrays gets their text, as the built-in formats do */
+        char msg[256] = "";
+        int parts = 0;
+        cJSON_ArrayForEach(m, msgs) {
+            const cJSON *c = field(m, "content");
+            parts |= c && !cJSON_IsString(c);
+        }
+        int64_t len = template_prompt(mi, req, msgs, pm, 0, &prompt, msg, sizeof msg);
+        if (len == PI_ERR_FORMAT && parts)
+            len = template_prompt(mi, req, msgs, pm, 1, &prompt, msg, sizeof msg);
+        if (len == PI_ERR_FORMAT || len == PI_ERR_RANGE) {
+            /* the template refused the conversation (raise_exception) */
+            bad(err, "messages", "The model's chat template refused the messages: %.180s", msg);
+            goto done;
+        }
+        if (len < 0) {
+            srv_error_set(err, 500, "server_error", NULL, NULL, "The chat template failed: %s.",
+                          pi_status_str((int)len));
+            goto done;
+        }
+        toks = tokenize(mi->model, prompt, (size_t)len,
+                        PI_TOKENIZE_ADD_SPECIAL | PI_TOKENIZE_PARSE_SPECIAL, n_out, err);
+        goto done;
     }
     int64_t need = pi_chat_apply(mi->model, mi->chat_format, pm, (size_t)n, 1, NULL, 0);
     if (need < 0) {
