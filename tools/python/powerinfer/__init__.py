@@ -27,7 +27,7 @@ from ._errors import (PI_ERR_ABORTED, PI_ERR_FORMAT, PI_ERR_INTERNAL, PI_ERR_INV
 from ._lib import LibraryNotFoundError, library_path, load_library
 from .context import DEVICE_BUDGET_AUTO, Context, LayerStats, Stats
 from .generate import generate
-from .model import Detokenizer, Metadata, Model, TensorInfo, type_name
+from .model import ChatTemplate, Detokenizer, Metadata, Model, TensorInfo, type_name
 from .plan import Plan
 from .quantize import quantize
 from .sampler import Sampler, default_sampler_params
@@ -48,7 +48,7 @@ def abi_version():
 
 
 __all__ = [
-    "Context", "DEVICE_BUDGET_AUTO", "Detokenizer", "LayerStats", "LibraryNotFoundError",
+    "ChatTemplate", "Context", "DEVICE_BUDGET_AUTO", "Detokenizer", "LayerStats", "LibraryNotFoundError",
     "Metadata", "Model", "Plan", "PowerInferError", "Sampler", "Stats", "TensorInfo",
     "abi_version", "default_sampler_params", "generate", "library_path", "load_library", "quantize",
     "status_str", "type_name", "version", "STATUS_NAMES", "PI_OK", "PI_ERR_INVALID_ARG",
