@@ -7,8 +7,8 @@
  * jinja_parse.c turns the source into a tree once (syntax errors and unknown filter /
  * test names are found there, as jinja2 finds them when it compiles); jinja_eval.c
  * walks the tree for each render with its own arena, so a parsed template is read-only
- * and may be rendered by many threads at once; jinja_lib.c holds the filters, tests,
- * global functions and methods. Everything is bounded (jinja_limits) because templates
+ * and may be rendered by many threads at once; jinja_lib.c holds the filters, tests and
+ * global functions, jinja_str.c Python's str operations and the methods. Everything is bounded (jinja_limits) because templates
  * come from model files. */
 #ifndef PI_CHAT_JINJA_H
 #define PI_CHAT_JINJA_H
@@ -32,31 +32,45 @@ enum jnode_kind {
     S_FILTER,   /* kids: body, a: filters over E_BLOCKVAL */
     S_BREAK,
     S_CONTINUE,
-    S_BLOCK,    /* kids: body ({% generation %}, rendered as it is) */
+    S_BLOCK, /* kids: body ({% generation %}, rendered as it is) */
     /* expressions */
-    E_CONST,    /* val */
-    E_NAME,     /* val: the name */
-    E_ATTR,     /* a.val */
-    E_ITEM,     /* a[b] */
-    E_SLICE,    /* a[kids[0]:kids[1]:kids[2]], each may be NULL */
-    E_CALL,     /* a(kids..., names[i]=kids2[i]...) */
-    E_FILTER,   /* a|val(kids..., names=kids2...), op: filter id */
-    E_TEST,     /* a is [not] val(kids...), op: test id, flag: negated */
-    E_UNARY,    /* op: '-', '+' or 'n' (not) */
-    E_BINARY,   /* op: a JOP_* */
+    E_CONST,  /* val */
+    E_NAME,   /* val: the name */
+    E_ATTR,   /* a.val */
+    E_ITEM,   /* a[b] */
+    E_SLICE,  /* a[kids[0]:kids[1]:kids[2]], each may be NULL */
+    E_CALL,   /* a(kids..., names[i]=kids2[i]...) */
+    E_FILTER, /* a|val(kids..., names=kids2...), op: filter id */
+    E_TEST,   /* a is [not] val(kids...), op: test id, flag: negated */
+    E_UNARY,  /* op: '-', '+' or 'n' (not) */
+    E_BINARY, /* op: a JOP_* */
     E_AND,
     E_OR,
-    E_COMPARE,  /* kids: n+1 operands, ops: n JOP_* comparisons (chained as Python) */
-    E_COND,     /* b if a else c (c may be NULL: undefined) */
-    E_LIST,     /* kids */
-    E_TUPLE,    /* kids */
-    E_DICT,     /* kids: keys, kids2: values */
-    E_BLOCKVAL  /* the rendered body of a filter block or block set */
+    E_COMPARE, /* kids: n+1 operands, ops: n JOP_* comparisons (chained as Python) */
+    E_COND,    /* b if a else c (c may be NULL: undefined) */
+    E_LIST,    /* kids */
+    E_TUPLE,   /* kids */
+    E_DICT,    /* kids: keys, kids2: values */
+    E_BLOCKVAL /* the rendered body of a filter block or block set */
 };
 
 enum jop {
-    JOP_ADD = 1, JOP_SUB, JOP_MUL, JOP_DIV, JOP_FLOORDIV, JOP_MOD, JOP_POW, JOP_CONCAT,
-    JOP_EQ, JOP_NE, JOP_LT, JOP_LE, JOP_GT, JOP_GE, JOP_IN, JOP_NOTIN
+    JOP_ADD = 1,
+    JOP_SUB,
+    JOP_MUL,
+    JOP_DIV,
+    JOP_FLOORDIV,
+    JOP_MOD,
+    JOP_POW,
+    JOP_CONCAT,
+    JOP_EQ,
+    JOP_NE,
+    JOP_LT,
+    JOP_LE,
+    JOP_GT,
+    JOP_GE,
+    JOP_IN,
+    JOP_NOTIN
 };
 
 struct jnode {
@@ -76,13 +90,13 @@ struct jnode {
 /* ---- limits ------------------------------------------------------------------------- */
 
 struct jinja_limits {
-    size_t max_source;     /* template source bytes */
-    int max_nesting;       /* statements inside statements, and expression depth */
-    size_t max_memory;     /* arena bytes of one render (every value and text) */
-    size_t max_output;     /* bytes of the rendered text (and of any one string) */
-    uint64_t max_steps;    /* loop iterations, macro calls and list items made, in all */
-    int max_calls;         /* macro calls active at once (recursion) */
-    int max_depth;         /* evaluation frames active at once */
+    size_t max_source;  /* template source bytes */
+    int max_nesting;    /* statements inside statements, and expression depth */
+    size_t max_memory;  /* arena bytes of one render (every value and text) */
+    size_t max_output;  /* bytes of the rendered text (and of any one string) */
+    uint64_t max_steps; /* loop iterations, macro calls and list items made, in all */
+    int max_calls;      /* macro calls active at once (recursion) */
+    int max_depth;      /* evaluation frames active at once */
 };
 
 void jinja_default_limits(struct jinja_limits *l);
@@ -93,7 +107,7 @@ struct jtemplate {
     struct jarena arena; /* the tree, its constants and the source */
     const char *src;     /* normalised: \r\n and \r read as \n, one final \n dropped */
     size_t n;
-    struct jnode *root;  /* an S_BLOCK */
+    struct jnode *root; /* an S_BLOCK */
     struct jinja_limits lim;
 };
 
@@ -150,8 +164,7 @@ int jlib_call_global(struct jrender *r, int id, const struct jargs *args, jv *ou
  * would change the value (list.append, dict.pop, ...) are undefined values marked
  * unsafe, as the immutable sandbox refuses them. */
 int jlib_method(struct jrender *r, jv self, jv name, jv *out);
-int jlib_call_method(struct jrender *r, const struct jfunc *f, const struct jargs *args,
-                     jv *out);
+int jlib_call_method(struct jrender *r, const struct jfunc *f, const struct jargs *args, jv *out);
 
 /* Evaluator services the library uses (jinja_eval.c). */
 struct jarena *jr_arena(struct jrender *r);

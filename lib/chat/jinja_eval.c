@@ -340,7 +340,7 @@ static int num_of(jv v, int *is_float, int64_t *i, double *f) {
 }
 
 static const char *op_text(int op) {
-    static const char *const t[] = {"?", "+", "-", "*", "/", "//", "%", "**", "~",
+    static const char *const t[] = {"?",  "+",  "-", "*",  "/", "//", "%",  "**",    "~",
                                     "==", "!=", "<", "<=", ">", ">=", "in", "not in"};
     return op > 0 && op < (int)(sizeof t / sizeof t[0]) ? t[op] : "?";
 }
@@ -616,10 +616,10 @@ static int compare(struct jrender *r, int op, jv a, jv b, int *res) {
             return jr_undefined_error(r, b);
         int c;
         if (jv_cmp(a, b, &c) < 0)
-            return jr_fail(r, "'%s' not supported between instances of '%s' and '%s'",
-                           op_text(op), jv_type_name(a), jv_type_name(b));
+            return jr_fail(r, "'%s' not supported between instances of '%s' and '%s'", op_text(op),
+                           jv_type_name(a), jv_type_name(b));
         int nan = (a.kind == JV_FLOAT && isnan(a.u.f)) || (b.kind == JV_FLOAT && isnan(b.u.f));
-        *res = nan                ? 0
+        *res = nan            ? 0
                : op == JOP_LT ? c < 0
                : op == JOP_LE ? c <= 0
                : op == JOP_GT ? c > 0
@@ -728,16 +728,15 @@ static int capture(struct jrender *r, struct jnode *const *kids, uint32_t n, jv 
     return st; /* EX_BREAK / EX_CONTINUE pass through */
 }
 
-static int call_macro(struct jrender *r, const struct jfunc *f, const struct jargs *args,
-                      jv *out) {
+static int call_macro(struct jrender *r, const struct jfunc *f, const struct jargs *args, jv *out) {
     const struct jnode *m = f->macro;
     if (r->calls >= r->t->lim.max_calls)
         return pi_error_set(r->err, PI_ERR_RANGE, "macros nested more than %d calls deep",
                             r->t->lim.max_calls);
     PI_TRY(jr_step(r, 1));
     if (args->npos > m->nnames)
-        return jr_fail(r, "macro '%.*s' takes not more than %u argument(s)",
-                       (int)m->val.u.str.n, m->val.u.str.s, m->nnames);
+        return jr_fail(r, "macro '%.*s' takes not more than %u argument(s)", (int)m->val.u.str.n,
+                       m->val.u.str.s, m->nnames);
     struct jscope *scope = NULL, *saved = r->scope;
     PI_TRY(scope_push(r, f->closure, &scope));
     r->scope = scope;
@@ -757,9 +756,8 @@ static int call_macro(struct jrender *r, const struct jfunc *f, const struct jar
         while (i < m->nnames && !jv_eq(m->names[i], args->kwn[k]))
             i++;
         if (i == m->nnames)
-            st = jr_fail(r, "macro '%.*s' takes no keyword argument '%.*s'",
-                         (int)m->val.u.str.n, m->val.u.str.s, (int)args->kwn[k].u.str.n,
-                         args->kwn[k].u.str.s);
+            st = jr_fail(r, "macro '%.*s' takes no keyword argument '%.*s'", (int)m->val.u.str.n,
+                         m->val.u.str.s, (int)args->kwn[k].u.str.n, args->kwn[k].u.str.s);
         else if (given[i])
             st = jr_fail(r, "macro '%.*s' got multiple values for argument '%.*s'",
                          (int)m->val.u.str.n, m->val.u.str.s, (int)args->kwn[k].u.str.n,
@@ -863,8 +861,7 @@ static int eval_inner(struct jrender *r, const struct jnode *x, jv *out) {
         jv in;
         struct jargs args;
         if (x->op == JINJA_UNKNOWN)
-            return jr_fail(r, "No filter named '%.*s' found.", (int)x->val.u.str.n,
-                           x->val.u.str.s);
+            return jr_fail(r, "No filter named '%.*s' found.", (int)x->val.u.str.n, x->val.u.str.s);
         PI_TRY(eval(r, x->a, &in));
         PI_TRY(eval_args(r, x, &args));
         r->pos = x->pos;
@@ -875,8 +872,7 @@ static int eval_inner(struct jrender *r, const struct jnode *x, jv *out) {
         struct jargs args;
         int res;
         if (x->op == JINJA_UNKNOWN)
-            return jr_fail(r, "No test named '%.*s' found.", (int)x->val.u.str.n,
-                           x->val.u.str.s);
+            return jr_fail(r, "No test named '%.*s' found.", (int)x->val.u.str.n, x->val.u.str.s);
         PI_TRY(eval(r, x->a, &in));
         PI_TRY(eval_args(r, x, &args));
         r->pos = x->pos;
@@ -1019,8 +1015,9 @@ static int bind(struct jrender *r, const jv *names, uint32_t n, jv v) {
         return jr_undefined_error(r, v);
     PI_TRY(jr_iterate(r, v, &items));
     if (items->n != n)
-        return jr_fail(r, items->n > n ? "too many values to unpack (expected %u)"
-                                       : "not enough values to unpack (expected %u)",
+        return jr_fail(r,
+                       items->n > n ? "too many values to unpack (expected %u)"
+                                    : "not enough values to unpack (expected %u)",
                        n);
     for (uint32_t i = 0; i < n; i++)
         PI_TRY(assign(r, names[i], items->v[i]));
@@ -1164,8 +1161,7 @@ static int exec_stmt(struct jrender *r, const struct jnode *x) {
     case S_BLOCK:
         return exec_body(r, x->kids, x->nkids);
     default:
-        return pi_error_set(r->err, PI_ERR_INTERNAL, "jinja: node %d is not a statement",
-                            x->kind);
+        return pi_error_set(r->err, PI_ERR_INTERNAL, "jinja: node %d is not a statement", x->kind);
     }
 }
 

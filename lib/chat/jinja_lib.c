@@ -9,16 +9,49 @@
 #include <string.h>
 #include <time.h>
 
-#include "chat/jinja.h"
+#include "chat/jlib.h"
 #include "chat/json.h"
 
 /* ---- names -------------------------------------------------------------------------- */
 
 enum {
-    F_ABS, F_ATTR, F_CAPITALIZE, F_CENTER, F_DEFAULT, F_DICTSORT, F_ESCAPE, F_FIRST, F_FLOAT,
-    F_FORCEESCAPE, F_INDENT, F_INT, F_ITEMS, F_JOIN, F_LAST, F_LENGTH, F_LIST, F_LOWER, F_MAP,
-    F_MAX, F_MIN, F_REJECT, F_REJECTATTR, F_REPLACE, F_REVERSE, F_ROUND, F_SAFE, F_SELECT,
-    F_SELECTATTR, F_SORT, F_STRING, F_SUM, F_TITLE, F_TOJSON, F_TRIM, F_UNIQUE, F_UPPER,
+    F_ABS,
+    F_ATTR,
+    F_CAPITALIZE,
+    F_CENTER,
+    F_DEFAULT,
+    F_DICTSORT,
+    F_ESCAPE,
+    F_FIRST,
+    F_FLOAT,
+    F_FORCEESCAPE,
+    F_INDENT,
+    F_INT,
+    F_ITEMS,
+    F_JOIN,
+    F_LAST,
+    F_LENGTH,
+    F_LIST,
+    F_LOWER,
+    F_MAP,
+    F_MAX,
+    F_MIN,
+    F_REJECT,
+    F_REJECTATTR,
+    F_REPLACE,
+    F_REVERSE,
+    F_ROUND,
+    F_SAFE,
+    F_SELECT,
+    F_SELECTATTR,
+    F_SORT,
+    F_STRING,
+    F_SUM,
+    F_TITLE,
+    F_TOJSON,
+    F_TRIM,
+    F_UNIQUE,
+    F_UPPER,
     F_WORDCOUNT
 };
 
@@ -26,46 +59,125 @@ static const struct {
     const char *name;
     int id;
 } filters[] = {
-    {"abs", F_ABS},         {"attr", F_ATTR},       {"capitalize", F_CAPITALIZE},
-    {"center", F_CENTER},   {"count", F_LENGTH},    {"d", F_DEFAULT},
-    {"default", F_DEFAULT}, {"dictsort", F_DICTSORT}, {"e", F_ESCAPE},
-    {"escape", F_ESCAPE},   {"first", F_FIRST},     {"float", F_FLOAT},
-    {"forceescape", F_FORCEESCAPE}, {"indent", F_INDENT}, {"int", F_INT},
-    {"items", F_ITEMS},     {"join", F_JOIN},       {"last", F_LAST},
-    {"length", F_LENGTH},   {"list", F_LIST},       {"lower", F_LOWER},
-    {"map", F_MAP},         {"max", F_MAX},         {"min", F_MIN},
-    {"reject", F_REJECT},   {"rejectattr", F_REJECTATTR}, {"replace", F_REPLACE},
-    {"reverse", F_REVERSE}, {"round", F_ROUND},     {"safe", F_SAFE},
-    {"select", F_SELECT},   {"selectattr", F_SELECTATTR}, {"sort", F_SORT},
-    {"string", F_STRING},   {"sum", F_SUM},         {"title", F_TITLE},
-    {"tojson", F_TOJSON},   {"trim", F_TRIM},       {"unique", F_UNIQUE},
-    {"upper", F_UPPER},     {"wordcount", F_WORDCOUNT},
+    {"abs", F_ABS},
+    {"attr", F_ATTR},
+    {"capitalize", F_CAPITALIZE},
+    {"center", F_CENTER},
+    {"count", F_LENGTH},
+    {"d", F_DEFAULT},
+    {"default", F_DEFAULT},
+    {"dictsort", F_DICTSORT},
+    {"e", F_ESCAPE},
+    {"escape", F_ESCAPE},
+    {"first", F_FIRST},
+    {"float", F_FLOAT},
+    {"forceescape", F_FORCEESCAPE},
+    {"indent", F_INDENT},
+    {"int", F_INT},
+    {"items", F_ITEMS},
+    {"join", F_JOIN},
+    {"last", F_LAST},
+    {"length", F_LENGTH},
+    {"list", F_LIST},
+    {"lower", F_LOWER},
+    {"map", F_MAP},
+    {"max", F_MAX},
+    {"min", F_MIN},
+    {"reject", F_REJECT},
+    {"rejectattr", F_REJECTATTR},
+    {"replace", F_REPLACE},
+    {"reverse", F_REVERSE},
+    {"round", F_ROUND},
+    {"safe", F_SAFE},
+    {"select", F_SELECT},
+    {"selectattr", F_SELECTATTR},
+    {"sort", F_SORT},
+    {"string", F_STRING},
+    {"sum", F_SUM},
+    {"title", F_TITLE},
+    {"tojson", F_TOJSON},
+    {"trim", F_TRIM},
+    {"unique", F_UNIQUE},
+    {"upper", F_UPPER},
+    {"wordcount", F_WORDCOUNT},
 };
 
 enum {
-    T_BOOLEAN, T_CALLABLE, T_DEFINED, T_DIVISIBLEBY, T_EQ, T_ESCAPED, T_EVEN, T_FALSE,
-    T_FILTER, T_FLOAT, T_GE, T_GT, T_IN, T_INTEGER, T_ITERABLE, T_LE, T_LOWER, T_LT,
-    T_MAPPING, T_NE, T_NONE, T_NUMBER, T_ODD, T_SAMEAS, T_SEQUENCE, T_STRING, T_TEST, T_TRUE,
-    T_UNDEFINED, T_UPPER
+    T_BOOLEAN,
+    T_CALLABLE,
+    T_DEFINED,
+    T_DIVISIBLEBY,
+    T_EQ,
+    T_ESCAPED,
+    T_EVEN,
+    T_FALSE,
+    T_FILTER,
+    T_FLOAT,
+    T_GE,
+    T_GT,
+    T_IN,
+    T_INTEGER,
+    T_ITERABLE,
+    T_LE,
+    T_LOWER,
+    T_LT,
+    T_MAPPING,
+    T_NE,
+    T_NONE,
+    T_NUMBER,
+    T_ODD,
+    T_SAMEAS,
+    T_SEQUENCE,
+    T_STRING,
+    T_TEST,
+    T_TRUE,
+    T_UNDEFINED,
+    T_UPPER
 };
 
 static const struct {
     const char *name;
     int id;
 } tests[] = {
-    {"!=", T_NE},           {"<", T_LT},            {"<=", T_LE},
-    {"==", T_EQ},           {">", T_GT},            {">=", T_GE},
-    {"boolean", T_BOOLEAN}, {"callable", T_CALLABLE}, {"defined", T_DEFINED},
-    {"divisibleby", T_DIVISIBLEBY}, {"eq", T_EQ},   {"equalto", T_EQ},
-    {"escaped", T_ESCAPED}, {"even", T_EVEN},       {"false", T_FALSE},
-    {"filter", T_FILTER},   {"float", T_FLOAT},     {"ge", T_GE},
-    {"greaterthan", T_GT},  {"gt", T_GT},           {"in", T_IN},
-    {"integer", T_INTEGER}, {"iterable", T_ITERABLE}, {"le", T_LE},
-    {"lessthan", T_LT},     {"lower", T_LOWER},     {"lt", T_LT},
-    {"mapping", T_MAPPING}, {"ne", T_NE},           {"none", T_NONE},
-    {"number", T_NUMBER},   {"odd", T_ODD},         {"sameas", T_SAMEAS},
-    {"sequence", T_SEQUENCE}, {"string", T_STRING}, {"test", T_TEST},
-    {"true", T_TRUE},       {"undefined", T_UNDEFINED}, {"upper", T_UPPER},
+    {"!=", T_NE},
+    {"<", T_LT},
+    {"<=", T_LE},
+    {"==", T_EQ},
+    {">", T_GT},
+    {">=", T_GE},
+    {"boolean", T_BOOLEAN},
+    {"callable", T_CALLABLE},
+    {"defined", T_DEFINED},
+    {"divisibleby", T_DIVISIBLEBY},
+    {"eq", T_EQ},
+    {"equalto", T_EQ},
+    {"escaped", T_ESCAPED},
+    {"even", T_EVEN},
+    {"false", T_FALSE},
+    {"filter", T_FILTER},
+    {"float", T_FLOAT},
+    {"ge", T_GE},
+    {"greaterthan", T_GT},
+    {"gt", T_GT},
+    {"in", T_IN},
+    {"integer", T_INTEGER},
+    {"iterable", T_ITERABLE},
+    {"le", T_LE},
+    {"lessthan", T_LT},
+    {"lower", T_LOWER},
+    {"lt", T_LT},
+    {"mapping", T_MAPPING},
+    {"ne", T_NE},
+    {"none", T_NONE},
+    {"number", T_NUMBER},
+    {"odd", T_ODD},
+    {"sameas", T_SAMEAS},
+    {"sequence", T_SEQUENCE},
+    {"string", T_STRING},
+    {"test", T_TEST},
+    {"true", T_TRUE},
+    {"undefined", T_UNDEFINED},
+    {"upper", T_UPPER},
 };
 
 enum { G_DICT, G_NAMESPACE, G_RAISE, G_RANGE, G_STRFTIME };
@@ -73,27 +185,23 @@ enum { G_DICT, G_NAMESPACE, G_RAISE, G_RANGE, G_STRFTIME };
 static const char *const globals[] = {"dict", "namespace", "raise_exception", "range",
                                       "strftime_now"};
 
-static int name_eq(const char *a, const char *s, size_t n) {
-    return strlen(a) == n && memcmp(a, s, n) == 0;
-}
-
 int jlib_filter_id(const char *name, size_t n) {
     for (size_t i = 0; i < sizeof filters / sizeof filters[0]; i++)
-        if (name_eq(filters[i].name, name, n))
+        if (lib_name_eq(filters[i].name, name, n))
             return filters[i].id;
     return -1;
 }
 
 int jlib_test_id(const char *name, size_t n) {
     for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++)
-        if (name_eq(tests[i].name, name, n))
+        if (lib_name_eq(tests[i].name, name, n))
             return tests[i].id;
     return -1;
 }
 
 int jlib_global_id(const char *name, size_t n) {
     for (size_t i = 0; i < sizeof globals / sizeof globals[0]; i++)
-        if (name_eq(globals[i], name, n))
+        if (lib_name_eq(globals[i], name, n))
             return (int)i;
     return -1;
 }
@@ -103,363 +211,6 @@ const char *jlib_global_name(int id) {
 }
 
 /* ---- helpers ------------------------------------------------------------------------ */
-
-/* Argument i (positional; (size_t)-1: keyword only) or `name`, else def. */
-static jv arg(const struct jargs *a, size_t i, const char *name, jv def) {
-    if (i < a->npos)
-        return a->pos[i];
-    for (size_t k = 0; k < a->nkw; k++)
-        if (jv_str_is(a->kwn[k], name))
-            return a->kwv[k];
-    return def;
-}
-
-static int soft_str(struct jrender *r, jv v, jv *out) {
-    return jv_to_str(jr_arena(r), jr_max_output(r), v, out);
-}
-
-static void buf(struct jrender *r, struct jbuf *b) {
-    jb_init(b, jr_arena(r), jr_max_output(r));
-}
-
-static jv list_value(struct jlist *l, int tuple) {
-    jv v = {JV_LIST, (uint8_t)(tuple ? JV_TUPLE : 0), {0}};
-    v.u.list = l;
-    return v;
-}
-
-/* What jinja2's generator filters return. */
-static jv gen_value(struct jlist *l) {
-    jv v = {JV_LIST, JV_GEN, {0}};
-    v.u.list = l;
-    return v;
-}
-
-static int new_list(struct jrender *r, size_t n, struct jlist **out) {
-    PI_TRY(jr_step(r, n));
-    *out = jl_new(jr_arena(r), n, NULL);
-    return *out ? PI_OK : ja_status(jr_arena(r));
-}
-
-static int pair(struct jrender *r, jv a, jv b, jv *out) {
-    struct jlist *l = jl_new(jr_arena(r), 2, NULL);
-    if (!l)
-        return ja_status(jr_arena(r));
-    l->v[0] = a;
-    l->v[1] = b;
-    *out = list_value(l, 1);
-    return PI_OK;
-}
-
-static int int_arg(struct jrender *r, jv v, const char *what, int64_t *out) {
-    if (v.kind == JV_INT)
-        *out = v.u.i;
-    else if (v.kind == JV_BOOL)
-        *out = v.u.b;
-    else
-        return jr_fail(r, "%s must be an integer, not '%s'", what, jv_type_name(v));
-    return PI_OK;
-}
-
-/* Python's str.lower / str.upper (ß upper-cases to "SS"). */
-static int map_case(struct jrender *r, jv s, int upper, jv *out) {
-    struct jbuf b;
-    buf(r, &b);
-    for (size_t i = 0; i < s.u.str.n;) {
-        uint32_t c = u8_next(s.u.str.s, s.u.str.n, &i);
-        if (upper && c == 0xdf)
-            PI_TRY(jb_put(&b, "SS", 2));
-        else
-            PI_TRY(jb_put_cp(&b, upper ? cp_upper(c) : cp_lower(c)));
-    }
-    *out = jb_value(&b);
-    return PI_OK;
-}
-
-/* Does code point c occur in the string set? */
-static int in_set(jv set, uint32_t c) {
-    for (size_t i = 0; i < set.u.str.n;)
-        if (u8_next(set.u.str.s, set.u.str.n, &i) == c)
-            return 1;
-    return 0;
-}
-
-/* Python's str.strip/lstrip/rstrip: chars undefined/none means whitespace. */
-static int strip(struct jrender *r, jv s, jv chars, int left, int right, jv *out) {
-    int ws = chars.kind == JV_UNDEF || chars.kind == JV_NONE;
-    if (!ws && chars.kind != JV_STR)
-        return jr_fail(r, "strip arg must be None or str");
-    size_t b = 0, e = s.u.str.n;
-    while (left && b < e) {
-        size_t i = b;
-        uint32_t c = u8_next(s.u.str.s, e, &i);
-        if (ws ? !cp_is_space(c) : !in_set(chars, c))
-            break;
-        b = i;
-    }
-    while (right && e > b) {
-        size_t k = e - 1;
-        while (k > b && ((unsigned char)s.u.str.s[k] & 0xc0) == 0x80)
-            k--;
-        size_t i = k;
-        uint32_t c = u8_next(s.u.str.s, e, &i);
-        if (ws ? !cp_is_space(c) : !in_set(chars, c))
-            break;
-        e = k;
-    }
-    *out = jv_str(s.u.str.s + b, e - b);
-    out->flags = s.flags & JV_MARKUP;
-    return PI_OK;
-}
-
-static const char *find_sub(const char *h, size_t hn, const char *nd, size_t nn) {
-    if (nn == 0)
-        return h;
-    for (size_t i = 0; i + nn <= hn; i++)
-        if (h[i] == nd[0] && memcmp(h + i, nd, nn) == 0)
-            return h + i;
-    return NULL;
-}
-
-static const char *rfind_sub(const char *h, size_t hn, const char *nd, size_t nn) {
-    if (nn > hn)
-        return NULL;
-    for (size_t i = hn - nn + 1; i-- > 0;)
-        if (memcmp(h + i, nd, nn) == 0)
-            return h + i;
-    return NULL;
-}
-
-static int replace(struct jrender *r, jv s, jv old, jv rep, int64_t count, jv *out) {
-    struct jbuf b;
-    buf(r, &b);
-    const char *p = s.u.str.s, *end = s.u.str.s + s.u.str.n;
-    int64_t done = 0;
-    if (old.u.str.n == 0) { /* between every character, and at both ends */
-        size_t i = 0;
-        for (;;) {
-            if (count < 0 || done < count) {
-                PI_TRY(jb_put(&b, rep.u.str.s, rep.u.str.n));
-                done++;
-            }
-            if (i >= s.u.str.n)
-                break;
-            size_t at = i;
-            u8_next(s.u.str.s, s.u.str.n, &i);
-            PI_TRY(jb_put(&b, s.u.str.s + at, i - at));
-        }
-    } else {
-        while (count < 0 || done < count) {
-            const char *f = find_sub(p, (size_t)(end - p), old.u.str.s, old.u.str.n);
-            if (!f)
-                break;
-            PI_TRY(jb_put(&b, p, (size_t)(f - p)));
-            PI_TRY(jb_put(&b, rep.u.str.s, rep.u.str.n));
-            p = f + old.u.str.n;
-            done++;
-        }
-        PI_TRY(jb_put(&b, p, (size_t)(end - p)));
-    }
-    *out = jb_value(&b);
-    out->flags = s.flags & JV_MARKUP;
-    return PI_OK;
-}
-
-/* Python's str.splitlines() boundaries: the length of the one at s[i], or 0. */
-static size_t line_break(const char *s, size_t n, size_t i) {
-    unsigned char c = (unsigned char)s[i];
-    if (c == '\r')
-        return i + 1 < n && s[i + 1] == '\n' ? 2 : 1;
-    if (c == '\n' || c == '\v' || c == '\f' || c == 0x1c || c == 0x1d || c == 0x1e)
-        return 1;
-    if (c == 0xc2 && i + 1 < n && (unsigned char)s[i + 1] == 0x85)
-        return 2;
-    if (c == 0xe2 && i + 2 < n && (unsigned char)s[i + 1] == 0x80 &&
-        ((unsigned char)s[i + 2] == 0xa8 || (unsigned char)s[i + 2] == 0xa9))
-        return 3;
-    return 0;
-}
-
-static int splitlines(struct jrender *r, jv s, int keepends, jv *out) {
-    struct jbuf items;
-    buf(r, &items);
-    size_t start = 0, n = s.u.str.n;
-    for (size_t i = 0; i < n;) {
-        size_t k = line_break(s.u.str.s, n, i);
-        if (!k) {
-            i++;
-            continue;
-        }
-        jv line = jv_str(s.u.str.s + start, (keepends ? i + k : i) - start);
-        PI_TRY(jb_put(&items, (const char *)&line, sizeof line));
-        i += k;
-        start = i;
-    }
-    if (start < n) {
-        jv line = jv_str(s.u.str.s + start, n - start);
-        PI_TRY(jb_put(&items, (const char *)&line, sizeof line));
-    }
-    struct jlist *l;
-    PI_TRY(new_list(r, items.n / sizeof(jv), &l));
-    if (items.n)
-        memcpy(l->v, items.p, items.n);
-    *out = list_value(l, 0);
-    return PI_OK;
-}
-
-/* Python's str.split / rsplit. */
-static int split(struct jrender *r, jv s, jv sep, int64_t maxsplit, int from_right, jv *out) {
-    struct jbuf items;
-    buf(r, &items);
-    const char *p = s.u.str.s;
-    size_t n = s.u.str.n;
-    int ws = sep.kind == JV_UNDEF || sep.kind == JV_NONE;
-    if (!ws && sep.kind != JV_STR)
-        return jr_fail(r, "must be str or None, not %s", jv_type_name(sep));
-    if (!ws && sep.u.str.n == 0)
-        return jr_fail(r, "empty separator");
-    /* pieces as (start, end) offsets, collected left to right */
-    size_t cap = 16, np = 0;
-    size_t *pc = ja_alloc(jr_arena(r), 2 * cap * sizeof *pc);
-    if (!pc)
-        return ja_status(jr_arena(r));
-#define ADD_PIECE(b, e)                                                                     \
-    do {                                                                                    \
-        if (np == cap) {                                                                    \
-            size_t *g = ja_alloc(jr_arena(r), 4 * cap * sizeof *g);                         \
-            if (!g)                                                                         \
-                return ja_status(jr_arena(r));                                              \
-            memcpy(g, pc, 2 * cap * sizeof *g);                                             \
-            pc = g;                                                                         \
-            cap *= 2;                                                                       \
-        }                                                                                   \
-        pc[2 * np] = (b);                                                                   \
-        pc[2 * np + 1] = (e);                                                               \
-        np++;                                                                               \
-    } while (0)
-    if (!from_right || maxsplit < 0) {
-        size_t i = 0;
-        int64_t done = 0;
-        if (ws) {
-            for (;;) {
-                while (i < n) {
-                    size_t j = i;
-                    if (!cp_is_space(u8_next(p, n, &j)))
-                        break;
-                    i = j;
-                }
-                if (i >= n)
-                    break;
-                if (maxsplit >= 0 && done >= maxsplit) {
-                    size_t e = n;
-                    while (e > i) { /* the rest, less trailing whitespace */
-                        size_t k = e - 1;
-                        while (k > i && ((unsigned char)p[k] & 0xc0) == 0x80)
-                            k--;
-                        size_t j = k;
-                        if (!cp_is_space(u8_next(p, n, &j)))
-                            break;
-                        e = k;
-                    }
-                    ADD_PIECE(i, e);
-                    break;
-                }
-                size_t b = i;
-                while (i < n) {
-                    size_t j = i;
-                    if (cp_is_space(u8_next(p, n, &j)))
-                        break;
-                    i = j;
-                }
-                ADD_PIECE(b, i);
-                done++;
-            }
-        } else {
-            for (;;) {
-                const char *f = maxsplit >= 0 && done >= maxsplit
-                                    ? NULL
-                                    : find_sub(p + i, n - i, sep.u.str.s, sep.u.str.n);
-                if (!f) {
-                    ADD_PIECE(i, n);
-                    break;
-                }
-                ADD_PIECE(i, (size_t)(f - p));
-                i = (size_t)(f - p) + sep.u.str.n;
-                done++;
-            }
-        }
-    } else {
-        /* rsplit with a limit: split from the right, then reverse the pieces */
-        size_t e = n;
-        int64_t done = 0;
-        if (ws) {
-            for (;;) {
-                while (e > 0) {
-                    size_t k = e - 1;
-                    while (k > 0 && ((unsigned char)p[k] & 0xc0) == 0x80)
-                        k--;
-                    size_t j = k;
-                    if (!cp_is_space(u8_next(p, n, &j)))
-                        break;
-                    e = k;
-                }
-                if (e == 0)
-                    break;
-                if (done >= maxsplit) {
-                    size_t b = 0;
-                    while (b < e) {
-                        size_t j = b;
-                        if (!cp_is_space(u8_next(p, n, &j)))
-                            break;
-                        b = j;
-                    }
-                    ADD_PIECE(b, e);
-                    break;
-                }
-                size_t b = e;
-                while (b > 0) {
-                    size_t k = b - 1;
-                    while (k > 0 && ((unsigned char)p[k] & 0xc0) == 0x80)
-                        k--;
-                    size_t j = k;
-                    if (cp_is_space(u8_next(p, n, &j)))
-                        break;
-                    b = k;
-                }
-                ADD_PIECE(b, e);
-                e = b;
-                done++;
-            }
-        } else {
-            for (;;) {
-                const char *f =
-                    done >= maxsplit ? NULL : rfind_sub(p, e, sep.u.str.s, sep.u.str.n);
-                if (!f) {
-                    ADD_PIECE(0, e);
-                    break;
-                }
-                ADD_PIECE((size_t)(f - p) + sep.u.str.n, e);
-                e = (size_t)(f - p);
-                done++;
-            }
-        }
-        for (size_t a = 0, b = np ? np - 1 : 0; a < b; a++, b--) {
-            size_t t0 = pc[2 * a], t1 = pc[2 * a + 1];
-            pc[2 * a] = pc[2 * b];
-            pc[2 * a + 1] = pc[2 * b + 1];
-            pc[2 * b] = t0;
-            pc[2 * b + 1] = t1;
-        }
-    }
-#undef ADD_PIECE
-    (void)items;
-    struct jlist *l;
-    PI_TRY(new_list(r, np, &l));
-    for (size_t k = 0; k < np; k++)
-        l->v[k] = jv_str(p + pc[2 * k], pc[2 * k + 1] - pc[2 * k]);
-    *out = list_value(l, 0);
-    return PI_OK;
-}
 
 static int put_escaped(struct jbuf *b, jv s) {
     for (size_t i = 0; i < s.u.str.n; i++) {
@@ -509,7 +260,7 @@ static int get_path(struct jrender *r, jv item, jv path, jv *out) {
 /* Sort keys as jinja2's ignore_case makes them: strings lower-cased. */
 static int sort_key(struct jrender *r, jv v, int case_sensitive, jv *out) {
     if (!case_sensitive && v.kind == JV_STR)
-        return map_case(r, v, 0, out);
+        return jstr_case(r, v, 0, out);
     *out = v;
     return PI_OK;
 }
@@ -540,8 +291,7 @@ static int merge_sort(struct jrender *r, size_t *idx, size_t *tmp, size_t n, con
     return PI_OK;
 }
 
-static int sorted(struct jrender *r, const struct jlist *items, const jv *keys, int rev,
-                  jv *out) {
+static int sorted(struct jrender *r, const struct jlist *items, const jv *keys, int rev, jv *out) {
     size_t n = items->n;
     PI_TRY(jr_step(r, n));
     size_t *idx = ja_alloc(jr_arena(r), 2 * (n ? n : 1) * sizeof *idx);
@@ -551,16 +301,16 @@ static int sorted(struct jrender *r, const struct jlist *items, const jv *keys, 
         idx[i] = i;
     PI_TRY(merge_sort(r, idx, idx + n, n, keys, rev));
     struct jlist *l;
-    PI_TRY(new_list(r, n, &l));
+    PI_TRY(lib_new_list(r, n, &l));
     for (size_t i = 0; i < n; i++)
         l->v[i] = items->v[idx[i]];
-    *out = list_value(l, 0);
+    *out = lib_list(l, 0);
     return PI_OK;
 }
 
 /* Keys for sort / unique / min / max: the attribute when given, case folded. */
-static int keys_of(struct jrender *r, const struct jlist *items, jv attribute,
-                   int case_sensitive, jv **out) {
+static int keys_of(struct jrender *r, const struct jlist *items, jv attribute, int case_sensitive,
+                   jv **out) {
     jv *keys = ja_alloc(jr_arena(r), (items->n ? items->n : 1) * sizeof *keys);
     if (!keys)
         return ja_status(jr_arena(r));
@@ -615,7 +365,9 @@ static int int_of_str(jv s, int base, int64_t *out) {
     if (b < e && (p[b] == '+' || p[b] == '-'))
         neg = p[b++] == '-';
     if (e - b >= 2 && p[b] == '0' && strchr("xXoObB", p[b + 1]) && p[b + 1]) {
-        int pb = p[b + 1] == 'x' || p[b + 1] == 'X' ? 16 : p[b + 1] == 'o' || p[b + 1] == 'O' ? 8 : 2;
+        int pb = p[b + 1] == 'x' || p[b + 1] == 'X'   ? 16
+                 : p[b + 1] == 'o' || p[b + 1] == 'O' ? 8
+                                                      : 2;
         if (base == 0 || base == pb) {
             base = pb;
             b += 2;
@@ -658,25 +410,10 @@ static int int_of_str(jv s, int base, int64_t *out) {
 
 /* ---- tests -------------------------------------------------------------------------- */
 
-/* Python's str.isupper / islower: some cased character, and all of them in that case. */
-static int is_lower_upper(jv s, int upper) {
-    int cased = 0;
-    for (size_t i = 0; i < s.u.str.n;) {
-        uint32_t c = u8_next(s.u.str.s, s.u.str.n, &i);
-        if (!cp_is_cased(c))
-            continue;
-        cased = 1;
-        int is_upper = cp_lower(c) != c;
-        if (is_upper != upper)
-            return 0;
-    }
-    return cased;
-}
-
 static int cmp_test(struct jrender *r, int op, jv a, jv b, int *res);
 
 int jlib_test(struct jrender *r, int id, jv in, const struct jargs *args, int *res) {
-    jv a0 = arg(args, 0, "value", jv_undef());
+    jv a0 = lib_arg(args, 0, "value", jv_undef());
     switch (id) {
     case T_BOOLEAN:
         *res = in.kind == JV_BOOL;
@@ -728,8 +465,8 @@ int jlib_test(struct jrender *r, int id, jv in, const struct jargs *args, int *r
     case T_LOWER:
     case T_UPPER: {
         jv s;
-        PI_TRY(soft_str(r, in, &s));
-        *res = is_lower_upper(s, id == T_UPPER);
+        PI_TRY(lib_str(r, in, &s));
+        *res = jstr_is_case(s, id == T_UPPER);
         return PI_OK;
     }
     case T_ODD:
@@ -737,10 +474,10 @@ int jlib_test(struct jrender *r, int id, jv in, const struct jargs *args, int *r
     case T_DIVISIBLEBY: {
         if (in.kind == JV_UNDEF)
             return jr_undefined_error(r, in);
-        jv d = id == T_DIVISIBLEBY ? arg(args, 0, "num", jv_undef()) : jv_int(2);
+        jv d = id == T_DIVISIBLEBY ? lib_arg(args, 0, "num", jv_undef()) : jv_int(2);
         if (!jv_is_num(in) || !jv_is_num(d))
-            return jr_fail(r, "unsupported operand type(s) for %%: '%s' and '%s'",
-                           jv_type_name(in), jv_type_name(d));
+            return jr_fail(r, "unsupported operand type(s) for %%: '%s' and '%s'", jv_type_name(in),
+                           jv_type_name(d));
         double x = in.kind == JV_FLOAT ? in.u.f : in.kind == JV_INT ? (double)in.u.i : in.u.b;
         double y = d.kind == JV_FLOAT ? d.u.f : d.kind == JV_INT ? (double)d.u.i : d.u.b;
         if (y == 0)
@@ -766,14 +503,14 @@ int jlib_test(struct jrender *r, int id, jv in, const struct jargs *args, int *r
     case T_LE:
     case T_GT:
     case T_GE:
-        return cmp_test(r, id, in, arg(args, 0, "other", jv_undef()), res);
+        return cmp_test(r, id, in, lib_arg(args, 0, "other", jv_undef()), res);
     case T_IN: {
-        jv seq = arg(args, 0, "seq", jv_undef());
+        jv seq = lib_arg(args, 0, "seq", jv_undef());
         switch (seq.kind) {
         case JV_STR:
             if (in.kind != JV_STR)
                 return jr_fail(r, "'in <string>' requires string as left operand");
-            *res = find_sub(seq.u.str.s, seq.u.str.n, in.u.str.s, in.u.str.n) != NULL;
+            *res = jstr_find(seq.u.str.s, seq.u.str.n, in.u.str.s, in.u.str.n) != NULL;
             return PI_OK;
         case JV_LIST:
             *res = 0;
@@ -834,14 +571,14 @@ static int cmp_test(struct jrender *r, int id, jv a, jv b, int *res) {
 /* ---- filters ------------------------------------------------------------------------ */
 
 /* select / reject / selectattr / rejectattr */
-static int select_items(struct jrender *r, jv in, const struct jargs *args, int attr,
-                        int keep, jv *out) {
+static int select_items(struct jrender *r, jv in, const struct jargs *args, int attr, int keep,
+                        jv *out) {
     static const struct jlist none = {0, NULL, 0};
     const struct jlist *items = &none;
     if (jv_truthy(in)) /* jinja2 iterates only a true value */
         PI_TRY(jr_iterate(r, in, &items));
     size_t first = attr ? 1 : 0;
-    jv path = attr ? arg(args, 0, "attribute", jv_undef()) : jv_undef();
+    jv path = attr ? lib_arg(args, 0, "attribute", jv_undef()) : jv_undef();
     jv test = args->npos > first ? args->pos[first] : jv_undef();
     int tid = -1;
     if (test.kind == JV_STR) {
@@ -857,7 +594,7 @@ static int select_items(struct jrender *r, jv in, const struct jargs *args, int 
         targs.npos = args->npos - first - 1;
     }
     struct jlist *l;
-    PI_TRY(new_list(r, items->n, &l));
+    PI_TRY(lib_new_list(r, items->n, &l));
     size_t k = 0;
     for (size_t i = 0; i < items->n; i++) {
         jv v = items->v[i];
@@ -872,21 +609,21 @@ static int select_items(struct jrender *r, jv in, const struct jargs *args, int 
             l->v[k++] = items->v[i];
     }
     l->n = k;
-    *out = gen_value(l);
+    *out = lib_gen(l);
     return PI_OK;
 }
 
 static int indent(struct jrender *r, jv s, const struct jargs *args, jv *out) {
-    jv width = arg(args, 0, "width", jv_int(4));
-    int first = jv_truthy(arg(args, 1, "first", jv_bool(0)));
-    int blank = jv_truthy(arg(args, 2, "blank", jv_bool(0)));
+    jv width = lib_arg(args, 0, "width", jv_int(4));
+    int first = jv_truthy(lib_arg(args, 1, "first", jv_bool(0)));
+    int blank = jv_truthy(lib_arg(args, 2, "blank", jv_bool(0)));
     struct jbuf ind;
-    buf(r, &ind);
+    lib_buf(r, &ind);
     if (width.kind == JV_STR) {
         PI_TRY(jb_put(&ind, width.u.str.s, width.u.str.n));
     } else {
         int64_t w = 0;
-        PI_TRY(int_arg(r, width, "indent width", &w));
+        PI_TRY(lib_int(r, width, "indent width", &w));
         if (w > 4096)
             return jr_fail(r, "indent width %lld is too large", (long long)w);
         for (int64_t i = 0; i < w; i++)
@@ -895,14 +632,14 @@ static int indent(struct jrender *r, jv s, const struct jargs *args, jv *out) {
     jv in = jb_value(&ind);
     /* s + "\n", split into lines as str.splitlines() does */
     struct jbuf t;
-    buf(r, &t);
+    lib_buf(r, &t);
     PI_TRY(jb_put(&t, s.u.str.s, s.u.str.n));
     PI_TRY(jb_putc(&t, '\n'));
     jv lines;
-    PI_TRY(splitlines(r, jb_value(&t), 0, &lines));
+    PI_TRY(jstr_splitlines(r, jb_value(&t), 0, &lines));
     const struct jlist *L = lines.u.list;
     struct jbuf b;
-    buf(r, &b);
+    lib_buf(r, &b);
     if (first)
         PI_TRY(jb_put(&b, in.u.str.s, in.u.str.n));
     for (size_t i = 0; i < L->n; i++) {
@@ -922,7 +659,7 @@ static int indent(struct jrender *r, jv s, const struct jargs *args, jv *out) {
 /* jinja2's do_title: words start after runs of whitespace, '-', '(', '{', '[', '<'. */
 static int title_filter(struct jrender *r, jv s, jv *out) {
     struct jbuf b;
-    buf(r, &b);
+    lib_buf(r, &b);
     int start = 1;
     for (size_t i = 0; i < s.u.str.n;) {
         uint32_t c = u8_next(s.u.str.s, s.u.str.n, &i);
@@ -944,44 +681,11 @@ static int title_filter(struct jrender *r, jv s, jv *out) {
     return PI_OK;
 }
 
-/* Python's str.title(). */
-static int str_title(struct jrender *r, jv s, jv *out) {
-    struct jbuf b;
-    buf(r, &b);
-    int prev_cased = 0;
-    for (size_t i = 0; i < s.u.str.n;) {
-        uint32_t c = u8_next(s.u.str.s, s.u.str.n, &i);
-        int cased = cp_is_cased(c);
-        if (cased && !prev_cased && c == 0xdf)
-            PI_TRY(jb_put(&b, "Ss", 2));
-        else
-            PI_TRY(jb_put_cp(&b, cased ? (prev_cased ? cp_lower(c) : cp_upper(c)) : c));
-        prev_cased = cased;
-    }
-    *out = jb_value(&b);
-    return PI_OK;
-}
-
-static int capitalize(struct jrender *r, jv s, jv *out) {
-    struct jbuf b;
-    buf(r, &b);
-    for (size_t i = 0; i < s.u.str.n;) {
-        int first = i == 0;
-        uint32_t c = u8_next(s.u.str.s, s.u.str.n, &i);
-        if (first && c == 0xdf)
-            PI_TRY(jb_put(&b, "Ss", 2));
-        else
-            PI_TRY(jb_put_cp(&b, first ? cp_upper(c) : cp_lower(c)));
-    }
-    *out = jb_value(&b);
-    return PI_OK;
-}
-
 static int tojson(struct jrender *r, jv in, const struct jargs *args, jv *out) {
     struct json_opts o;
     json_opts_default(&o);
-    o.ensure_ascii = jv_truthy(arg(args, 0, "ensure_ascii", jv_bool(0)));
-    jv ind = arg(args, 1, "indent", jv_none());
+    o.ensure_ascii = jv_truthy(lib_arg(args, 0, "ensure_ascii", jv_bool(0)));
+    jv ind = lib_arg(args, 1, "indent", jv_none());
     if (ind.kind == JV_STR) {
         o.pretty = 1;
         o.indent_str = ind;
@@ -994,7 +698,7 @@ static int tojson(struct jrender *r, jv in, const struct jargs *args, jv *out) {
     } else if (ind.kind != JV_NONE && ind.kind != JV_UNDEF) {
         return jr_fail(r, "tojson: indent must be an integer, a string or None");
     }
-    jv seps = arg(args, 2, "separators", jv_none());
+    jv seps = lib_arg(args, 2, "separators", jv_none());
     if (seps.kind == JV_LIST) {
         if (seps.u.list->n != 2 || seps.u.list->v[0].kind != JV_STR ||
             seps.u.list->v[1].kind != JV_STR)
@@ -1002,9 +706,9 @@ static int tojson(struct jrender *r, jv in, const struct jargs *args, jv *out) {
         o.item_sep = seps.u.list->v[0];
         o.key_sep = seps.u.list->v[1];
     }
-    o.sort_keys = jv_truthy(arg(args, 3, "sort_keys", jv_bool(0)));
+    o.sort_keys = jv_truthy(lib_arg(args, 3, "sort_keys", jv_bool(0)));
     struct jbuf b;
-    buf(r, &b);
+    lib_buf(r, &b);
     struct pi_error *err = jr_arena(r)->err;
     int st = json_dump(&b, in, &o, err);
     if (st == PI_ERR_TYPE)
@@ -1016,10 +720,9 @@ static int tojson(struct jrender *r, jv in, const struct jargs *args, jv *out) {
 
 static int round_filter(struct jrender *r, jv in, const struct jargs *args, jv *out) {
     int64_t prec = 0;
-    PI_TRY(int_arg(r, arg(args, 0, "precision", jv_int(0)), "precision", &prec));
-    jv method = arg(args, 1, "method", jv_cstr("common"));
-    if (!jv_str_is(method, "common") && !jv_str_is(method, "ceil") &&
-        !jv_str_is(method, "floor"))
+    PI_TRY(lib_int(r, lib_arg(args, 0, "precision", jv_int(0)), "precision", &prec));
+    jv method = lib_arg(args, 1, "method", jv_cstr("common"));
+    if (!jv_str_is(method, "common") && !jv_str_is(method, "ceil") && !jv_str_is(method, "floor"))
         return jr_fail(r, "method must be 'common', 'ceil' or 'floor'");
     if (!jv_is_num(in))
         return jr_fail(r, "type %s doesn't define __round__ method", jv_type_name(in));
@@ -1071,7 +774,7 @@ int jlib_filter(struct jrender *r, int id, jv in, const struct jargs *args, jv *
         return PI_OK;
     }
     case F_ATTR: { /* Python's getattr only: no item lookup */
-        jv name = arg(args, 0, "name", jv_undef());
+        jv name = lib_arg(args, 0, "name", jv_undef());
         if (in.kind == JV_NS || in.kind == JV_LOOP || in.kind == JV_UNDEF)
             return jr_getattr(r, in, name, out);
         int st = jlib_method(r, in, name, out);
@@ -1081,14 +784,14 @@ int jlib_filter(struct jrender *r, int id, jv in, const struct jargs *args, jv *
     }
     case F_CAPITALIZE: {
         jv s;
-        PI_TRY(soft_str(r, in, &s));
-        return capitalize(r, s, out);
+        PI_TRY(lib_str(r, in, &s));
+        return jstr_capitalize(r, s, out);
     }
     case F_CENTER: {
         jv s;
         int64_t w = 0;
-        PI_TRY(soft_str(r, in, &s));
-        PI_TRY(int_arg(r, arg(args, 0, "width", jv_int(80)), "width", &w));
+        PI_TRY(lib_str(r, in, &s));
+        PI_TRY(lib_int(r, lib_arg(args, 0, "width", jv_int(80)), "width", &w));
         int64_t len = (int64_t)u8_count(s.u.str.s, s.u.str.n);
         if (w <= len || w > 65536) {
             *out = s;
@@ -1096,7 +799,7 @@ int jlib_filter(struct jrender *r, int id, jv in, const struct jargs *args, jv *
         }
         int64_t pad = w - len, left = pad / 2 + (pad & w & 1);
         struct jbuf b;
-        buf(r, &b);
+        lib_buf(r, &b);
         for (int64_t i = 0; i < left; i++)
             PI_TRY(jb_putc(&b, ' '));
         PI_TRY(jb_put(&b, s.u.str.s, s.u.str.n));
@@ -1106,29 +809,28 @@ int jlib_filter(struct jrender *r, int id, jv in, const struct jargs *args, jv *
         return PI_OK;
     }
     case F_DEFAULT: {
-        jv def = arg(args, 0, "default_value", jv_str("", 0));
-        int boolean = jv_truthy(arg(args, 1, "boolean", jv_bool(0)));
+        jv def = lib_arg(args, 0, "default_value", jv_str("", 0));
+        int boolean = jv_truthy(lib_arg(args, 1, "boolean", jv_bool(0)));
         *out = in.kind == JV_UNDEF || (boolean && !jv_truthy(in)) ? def : in;
         return PI_OK;
     }
     case F_DICTSORT: {
         if (in.kind != JV_DICT)
-            return jr_fail(r, "dictsort: '%s' object has no attribute 'items'",
-                           jv_type_name(in));
-        int cs = jv_truthy(arg(args, 0, "case_sensitive", jv_bool(0)));
-        jv by = arg(args, 1, "by", jv_cstr("key"));
-        int rev = jv_truthy(arg(args, 2, "reverse", jv_bool(0)));
+            return jr_fail(r, "dictsort: '%s' object has no attribute 'items'", jv_type_name(in));
+        int cs = jv_truthy(lib_arg(args, 0, "case_sensitive", jv_bool(0)));
+        jv by = lib_arg(args, 1, "by", jv_cstr("key"));
+        int rev = jv_truthy(lib_arg(args, 2, "reverse", jv_bool(0)));
         int pos = jv_str_is(by, "key") ? 0 : jv_str_is(by, "value") ? 1 : -1;
         if (pos < 0)
             return jr_fail(r, "You can only sort by either \"key\" or \"value\"");
         const struct jdict *d = in.u.dict;
         struct jlist *items;
-        PI_TRY(new_list(r, d->n, &items));
+        PI_TRY(lib_new_list(r, d->n, &items));
         jv *keys = ja_alloc(a, (d->n ? d->n : 1) * sizeof *keys);
         if (!keys)
             return ja_status(a);
         for (size_t i = 0; i < d->n; i++) {
-            PI_TRY(pair(r, d->k[i], d->v[i], &items->v[i]));
+            PI_TRY(lib_pair(r, d->k[i], d->v[i], &items->v[i]));
             PI_TRY(sort_key(r, pos ? d->v[i] : d->k[i], cs, &keys[i]));
         }
         return sorted(r, items, keys, rev, out);
@@ -1140,9 +842,9 @@ int jlib_filter(struct jrender *r, int id, jv in, const struct jargs *args, jv *
             return PI_OK;
         }
         jv s;
-        PI_TRY(soft_str(r, in, &s));
+        PI_TRY(lib_str(r, in, &s));
         struct jbuf b;
-        buf(r, &b);
+        lib_buf(r, &b);
         PI_TRY(put_escaped(&b, s));
         *out = jb_value(&b);
         out->flags = JV_MARKUP;
@@ -1161,7 +863,7 @@ int jlib_filter(struct jrender *r, int id, jv in, const struct jargs *args, jv *
         return PI_OK;
     }
     case F_FLOAT: {
-        jv def = arg(args, 0, "default", jv_float(0.0));
+        jv def = lib_arg(args, 0, "default", jv_float(0.0));
         double f;
         if (in.kind == JV_FLOAT)
             *out = in;
@@ -1177,13 +879,13 @@ int jlib_filter(struct jrender *r, int id, jv in, const struct jargs *args, jv *
     }
     case F_INDENT: {
         jv s;
-        PI_TRY(soft_str(r, in, &s));
+        PI_TRY(lib_str(r, in, &s));
         return indent(r, s, args, out);
     }
     case F_INT: {
-        jv def = arg(args, 0, "default", jv_int(0));
+        jv def = lib_arg(args, 0, "default", jv_int(0));
         int64_t base = 10, v;
-        PI_TRY(int_arg(r, arg(args, 1, "base", jv_int(10)), "base", &base));
+        PI_TRY(lib_int(r, lib_arg(args, 1, "base", jv_int(10)), "base", &base));
         double f;
         if (in.kind == JV_INT)
             *out = in;
@@ -1202,26 +904,26 @@ int jlib_filter(struct jrender *r, int id, jv in, const struct jargs *args, jv *
     case F_ITEMS: {
         if (in.kind == JV_UNDEF) {
             struct jlist *l;
-            PI_TRY(new_list(r, 0, &l));
-            *out = gen_value(l);
+            PI_TRY(lib_new_list(r, 0, &l));
+            *out = lib_gen(l);
             return PI_OK;
         }
         if (in.kind != JV_DICT)
             return jr_fail(r, "Can only get item pairs from a mapping.");
         struct jlist *l;
-        PI_TRY(new_list(r, in.u.dict->n, &l));
+        PI_TRY(lib_new_list(r, in.u.dict->n, &l));
         for (size_t i = 0; i < in.u.dict->n; i++)
-            PI_TRY(pair(r, in.u.dict->k[i], in.u.dict->v[i], &l->v[i]));
-        *out = gen_value(l);
+            PI_TRY(lib_pair(r, in.u.dict->k[i], in.u.dict->v[i], &l->v[i]));
+        *out = lib_gen(l);
         return PI_OK;
     }
     case F_JOIN: {
-        jv sep = arg(args, 0, "d", jv_str("", 0));
-        jv attribute = arg(args, 1, "attribute", jv_none());
+        jv sep = lib_arg(args, 0, "d", jv_str("", 0));
+        jv attribute = lib_arg(args, 1, "attribute", jv_none());
         const struct jlist *items;
         PI_TRY(jr_iterate(r, in, &items));
         struct jbuf b;
-        buf(r, &b);
+        lib_buf(r, &b);
         for (size_t i = 0; i < items->n; i++) {
             if (i)
                 PI_TRY(jv_put_str(&b, sep));
@@ -1244,17 +946,17 @@ int jlib_filter(struct jrender *r, int id, jv in, const struct jargs *args, jv *
         const struct jlist *items;
         PI_TRY(jr_iterate(r, in, &items));
         struct jlist *l;
-        PI_TRY(new_list(r, items->n, &l));
+        PI_TRY(lib_new_list(r, items->n, &l));
         if (items->n)
             memcpy(l->v, items->v, items->n * sizeof(jv));
-        *out = list_value(l, 0);
+        *out = lib_list(l, 0);
         return PI_OK;
     }
     case F_LOWER:
     case F_UPPER: {
         jv s;
-        PI_TRY(soft_str(r, in, &s));
-        PI_TRY(map_case(r, s, id == F_UPPER, out));
+        PI_TRY(lib_str(r, in, &s));
+        PI_TRY(jstr_case(r, s, id == F_UPPER, out));
         out->flags = s.flags & JV_MARKUP;
         return PI_OK;
     }
@@ -1264,10 +966,10 @@ int jlib_filter(struct jrender *r, int id, jv in, const struct jargs *args, jv *
         if (jv_truthy(in))
             PI_TRY(jr_iterate(r, in, &items));
         struct jlist *l;
-        PI_TRY(new_list(r, items->n, &l));
-        jv attribute = arg(args, (size_t)-1, "attribute", jv_undef());
+        PI_TRY(lib_new_list(r, items->n, &l));
+        jv attribute = lib_arg(args, (size_t)-1, "attribute", jv_undef());
         if (attribute.kind != JV_UNDEF) {
-            jv def = arg(args, (size_t)-1, "default", jv_undef());
+            jv def = lib_arg(args, (size_t)-1, "default", jv_undef());
             for (size_t i = 0; i < items->n; i++) {
                 PI_TRY(get_path(r, items->v[i], attribute, &l->v[i]));
                 if (l->v[i].kind == JV_UNDEF && def.kind != JV_UNDEF)
@@ -1280,21 +982,20 @@ int jlib_filter(struct jrender *r, int id, jv in, const struct jargs *args, jv *
             int fid = jlib_filter_id(name.u.str.s, name.u.str.n);
             if (fid < 0)
                 return jr_fail(r, "no filter named '%.*s'", (int)name.u.str.n, name.u.str.s);
-            struct jargs rest = {args->pos + 1, args->npos - 1, args->kwn, args->kwv,
-                                 args->nkw};
+            struct jargs rest = {args->pos + 1, args->npos - 1, args->kwn, args->kwv, args->nkw};
             for (size_t i = 0; i < items->n; i++)
                 PI_TRY(jlib_filter(r, fid, items->v[i], &rest, &l->v[i]));
         }
-        *out = gen_value(l);
+        *out = lib_gen(l);
         return PI_OK;
     }
     case F_MAX:
     case F_MIN: {
         const struct jlist *items;
         PI_TRY(jr_iterate(r, in, &items));
-        int cs = jv_truthy(arg(args, 0, "case_sensitive", jv_bool(0)));
+        int cs = jv_truthy(lib_arg(args, 0, "case_sensitive", jv_bool(0)));
         jv *keys;
-        PI_TRY(keys_of(r, items, arg(args, 1, "attribute", jv_none()), cs, &keys));
+        PI_TRY(keys_of(r, items, lib_arg(args, 1, "attribute", jv_none()), cs, &keys));
         if (items->n == 0) {
             *out = jv_undef();
             return PI_OK;
@@ -1319,19 +1020,19 @@ int jlib_filter(struct jrender *r, int id, jv in, const struct jargs *args, jv *
         return select_items(r, in, args, 1, id == F_SELECTATTR, out);
     case F_REPLACE: {
         jv s, old, rep;
-        PI_TRY(soft_str(r, in, &s));
-        PI_TRY(soft_str(r, arg(args, 0, "old", jv_undef()), &old));
-        PI_TRY(soft_str(r, arg(args, 1, "new", jv_undef()), &rep));
-        jv cnt = arg(args, 2, "count", jv_none());
+        PI_TRY(lib_str(r, in, &s));
+        PI_TRY(lib_str(r, lib_arg(args, 0, "old", jv_undef()), &old));
+        PI_TRY(lib_str(r, lib_arg(args, 1, "new", jv_undef()), &rep));
+        jv cnt = lib_arg(args, 2, "count", jv_none());
         int64_t count = -1;
         if (cnt.kind != JV_NONE)
-            PI_TRY(int_arg(r, cnt, "count", &count));
-        return replace(r, s, old, rep, count, out);
+            PI_TRY(lib_int(r, cnt, "count", &count));
+        return jstr_replace(r, s, old, rep, count, out);
     }
     case F_REVERSE: {
         if (in.kind == JV_STR) {
             struct jbuf b;
-            buf(r, &b);
+            lib_buf(r, &b);
             size_t e = in.u.str.n;
             while (e > 0) {
                 size_t k = e - 1;
@@ -1346,35 +1047,35 @@ int jlib_filter(struct jrender *r, int id, jv in, const struct jargs *args, jv *
         const struct jlist *items;
         PI_TRY(jr_iterate(r, in, &items));
         struct jlist *l;
-        PI_TRY(new_list(r, items->n, &l));
+        PI_TRY(lib_new_list(r, items->n, &l));
         for (size_t i = 0; i < items->n; i++)
             l->v[i] = items->v[items->n - 1 - i];
-        *out = gen_value(l);
+        *out = lib_gen(l);
         return PI_OK;
     }
     case F_ROUND:
         return round_filter(r, in, args, out);
     case F_SAFE: {
-        PI_TRY(soft_str(r, in, out));
+        PI_TRY(lib_str(r, in, out));
         out->flags |= JV_MARKUP;
         return PI_OK;
     }
     case F_SORT: {
         const struct jlist *items;
         PI_TRY(jr_iterate(r, in, &items));
-        int rev = jv_truthy(arg(args, 0, "reverse", jv_bool(0)));
-        int cs = jv_truthy(arg(args, 1, "case_sensitive", jv_bool(0)));
+        int rev = jv_truthy(lib_arg(args, 0, "reverse", jv_bool(0)));
+        int cs = jv_truthy(lib_arg(args, 1, "case_sensitive", jv_bool(0)));
         jv *keys;
-        PI_TRY(keys_of(r, items, arg(args, 2, "attribute", jv_none()), cs, &keys));
+        PI_TRY(keys_of(r, items, lib_arg(args, 2, "attribute", jv_none()), cs, &keys));
         return sorted(r, items, keys, rev, out);
     }
     case F_STRING:
-        return soft_str(r, in, out);
+        return lib_str(r, in, out);
     case F_SUM: {
         const struct jlist *items;
         PI_TRY(jr_iterate(r, in, &items));
-        jv attribute = arg(args, 0, "attribute", jv_none());
-        jv acc = arg(args, 1, "start", jv_int(0));
+        jv attribute = lib_arg(args, 0, "attribute", jv_none());
+        jv acc = lib_arg(args, 1, "start", jv_int(0));
         for (size_t i = 0; i < items->n; i++) {
             jv v = items->v[i];
             if (attribute.kind != JV_NONE)
@@ -1383,7 +1084,9 @@ int jlib_filter(struct jrender *r, int id, jv in, const struct jargs *args, jv *
                 return jr_fail(r, "unsupported operand type(s) for +: '%s' and '%s'",
                                jv_type_name(acc), jv_type_name(v));
             if (acc.kind == JV_FLOAT || v.kind == JV_FLOAT) {
-                double x = acc.kind == JV_FLOAT ? acc.u.f : acc.kind == JV_INT ? (double)acc.u.i : acc.u.b;
+                double x = acc.kind == JV_FLOAT ? acc.u.f
+                           : acc.kind == JV_INT ? (double)acc.u.i
+                                                : acc.u.b;
                 double y = v.kind == JV_FLOAT ? v.u.f : v.kind == JV_INT ? (double)v.u.i : v.u.b;
                 acc = jv_float(x + y);
             } else {
@@ -1399,24 +1102,24 @@ int jlib_filter(struct jrender *r, int id, jv in, const struct jargs *args, jv *
     }
     case F_TITLE: {
         jv s;
-        PI_TRY(soft_str(r, in, &s));
+        PI_TRY(lib_str(r, in, &s));
         return title_filter(r, s, out);
     }
     case F_TOJSON:
         return tojson(r, in, args, out);
     case F_TRIM: {
         jv s;
-        PI_TRY(soft_str(r, in, &s));
-        return strip(r, s, arg(args, 0, "chars", jv_none()), 1, 1, out);
+        PI_TRY(lib_str(r, in, &s));
+        return jstr_strip(r, s, lib_arg(args, 0, "chars", jv_none()), 1, 1, out);
     }
     case F_UNIQUE: {
         const struct jlist *items;
         PI_TRY(jr_iterate(r, in, &items));
-        int cs = jv_truthy(arg(args, 0, "case_sensitive", jv_bool(0)));
+        int cs = jv_truthy(lib_arg(args, 0, "case_sensitive", jv_bool(0)));
         jv *keys;
-        PI_TRY(keys_of(r, items, arg(args, 1, "attribute", jv_none()), cs, &keys));
+        PI_TRY(keys_of(r, items, lib_arg(args, 1, "attribute", jv_none()), cs, &keys));
         struct jlist *l;
-        PI_TRY(new_list(r, items->n, &l));
+        PI_TRY(lib_new_list(r, items->n, &l));
         size_t k = 0;
         PI_TRY(jr_step(r, (uint64_t)items->n * items->n / 16));
         for (size_t i = 0; i < items->n; i++) {
@@ -1427,12 +1130,12 @@ int jlib_filter(struct jrender *r, int id, jv in, const struct jargs *args, jv *
                 l->v[k++] = items->v[i];
         }
         l->n = k;
-        *out = gen_value(l);
+        *out = lib_gen(l);
         return PI_OK;
     }
     case F_WORDCOUNT: {
         jv s;
-        PI_TRY(soft_str(r, in, &s));
+        PI_TRY(lib_str(r, in, &s));
         int64_t n = 0;
         int inword = 0;
         for (size_t i = 0; i < s.u.str.n;) {
@@ -1451,8 +1154,7 @@ int jlib_filter(struct jrender *r, int id, jv in, const struct jargs *args, jv *
 /* ---- global functions --------------------------------------------------------------- */
 
 /* Members for dict(...) and namespace(...): a mapping or pairs, then keywords. */
-static int members(struct jrender *r, const struct jargs *args, int check_names,
-                   struct jdict *d) {
+static int members(struct jrender *r, const struct jargs *args, int check_names, struct jdict *d) {
     struct jarena *a = jr_arena(r);
     if (args->npos > 1)
         return jr_fail(r, "expected at most 1 argument, got %zu", args->npos);
@@ -1467,8 +1169,9 @@ static int members(struct jrender *r, const struct jargs *args, int check_names,
             for (size_t i = 0; i < items->n; i++) {
                 jv p = items->v[i];
                 if (p.kind != JV_LIST || p.u.list->n != 2)
-                    return jr_fail(r, "dictionary update sequence element #%zu has the wrong "
-                                      "length",
+                    return jr_fail(r,
+                                   "dictionary update sequence element #%zu has the wrong "
+                                   "length",
                                    i);
                 PI_TRY(jd_set(a, d, p.u.list->v[0], p.u.list->v[1]));
             }
@@ -1479,8 +1182,9 @@ static int members(struct jrender *r, const struct jargs *args, int check_names,
     if (check_names)
         for (size_t i = 0; i < d->n; i++)
             if (d->k[i].kind == JV_STR && d->k[i].u.str.n && d->k[i].u.str.s[0] == '_')
-                return jr_fail(r, "Chat templates cannot store underscore-prefixed attributes "
-                                  "on a namespace, but got '%.*s'",
+                return jr_fail(r,
+                               "Chat templates cannot store underscore-prefixed attributes "
+                               "on a namespace, but got '%.*s'",
                                (int)d->k[i].u.str.n, d->k[i].u.str.s);
     return PI_OK;
 }
@@ -1491,7 +1195,7 @@ static int range(struct jrender *r, const struct jargs *args, jv *out) {
         return jr_fail(r, "range expected 1 to 3 integer arguments");
     int64_t v[3];
     for (size_t i = 0; i < args->npos; i++)
-        PI_TRY(int_arg(r, args->pos[i], "a range argument", &v[i]));
+        PI_TRY(lib_int(r, args->pos[i], "a range argument", &v[i]));
     if (args->npos == 1) {
         stop = v[0];
     } else {
@@ -1502,16 +1206,17 @@ static int range(struct jrender *r, const struct jargs *args, jv *out) {
     }
     if (step == 0)
         return jr_fail(r, "range() arg 3 must not be zero");
-    double count = step > 0 ? (stop > start ? ceil(((double)stop - (double)start) / (double)step) : 0)
-                            : (start > stop ? ceil(((double)start - (double)stop) / (double)-step) : 0);
+    double count = step > 0
+                       ? (stop > start ? ceil(((double)stop - (double)start) / (double)step) : 0)
+                       : (start > stop ? ceil(((double)start - (double)stop) / (double)-step) : 0);
     if (count > 100000)
         return jr_fail(r, "Range too big. The sandbox blocks ranges larger than MAX_RANGE "
                           "(100000).");
     struct jlist *l;
-    PI_TRY(new_list(r, (size_t)count, &l));
+    PI_TRY(lib_new_list(r, (size_t)count, &l));
     for (size_t i = 0; i < l->n; i++)
         l->v[i] = jv_int(start + (int64_t)i * step);
-    *out = list_value(l, 0);
+    *out = lib_list(l, 0);
     return PI_OK;
 }
 
@@ -1546,9 +1251,9 @@ static void utc_tm(int64_t t, struct tm *tm) {
 static int put_strftime(struct jbuf *b, jv fmt, const struct tm *tm) {
     static const char *const days[7] = {"Sunday",   "Monday", "Tuesday", "Wednesday",
                                         "Thursday", "Friday", "Saturday"};
-    static const char *const months[12] = {"January", "February", "March",     "April",
-                                           "May",     "June",     "July",      "August",
-                                           "September", "October", "November", "December"};
+    static const char *const months[12] = {"January",   "February", "March",    "April",
+                                           "May",       "June",     "July",     "August",
+                                           "September", "October",  "November", "December"};
     const char *s = fmt.u.str.s;
     size_t n = fmt.u.str.n;
     char t[64];
@@ -1619,8 +1324,7 @@ static int put_strftime(struct jbuf *b, jv fmt, const struct tm *tm) {
             snprintf(t, sizeof t, "%d", tm->tm_year + 1900);
             break;
         case 'F':
-            snprintf(t, sizeof t, "%d-%02d-%02d", tm->tm_year + 1900, tm->tm_mon + 1,
-                     tm->tm_mday);
+            snprintf(t, sizeof t, "%d-%02d-%02d", tm->tm_year + 1900, tm->tm_mon + 1, tm->tm_mday);
             break;
         case 'T':
             snprintf(t, sizeof t, "%02d:%02d:%02d", tm->tm_hour, tm->tm_min, tm->tm_sec);
@@ -1652,7 +1356,7 @@ static int put_strftime(struct jbuf *b, jv fmt, const struct tm *tm) {
 }
 
 static int strftime_now(struct jrender *r, const struct jargs *args, jv *out) {
-    jv fmt = arg(args, 0, "format", jv_undef());
+    jv fmt = lib_arg(args, 0, "format", jv_undef());
     if (fmt.kind != JV_STR)
         return jr_fail(r, "strftime_now() argument must be str, not %s", jv_type_name(fmt));
     if (jr_now(r) > (int64_t)1 << 40)
@@ -1660,7 +1364,7 @@ static int strftime_now(struct jrender *r, const struct jargs *args, jv *out) {
     struct tm tm;
     utc_tm(jr_now(r), &tm);
     struct jbuf b;
-    buf(r, &b);
+    lib_buf(r, &b);
     PI_TRY(put_strftime(&b, fmt, &tm));
     *out = jb_value(&b);
     return PI_OK;
@@ -1680,358 +1384,10 @@ int jlib_call_global(struct jrender *r, int id, const struct jargs *args, jv *ou
         return PI_OK;
     }
     case G_RAISE:
-        return jr_raise(r, arg(args, 0, "message", jv_str("", 0)));
+        return jr_raise(r, lib_arg(args, 0, "message", jv_str("", 0)));
     case G_RANGE:
         return range(r, args, out);
     default:
         return strftime_now(r, args, out);
-    }
-}
-
-/* ---- methods ------------------------------------------------------------------------ */
-
-enum {
-    M_STRIP, M_LSTRIP, M_RSTRIP, M_SPLIT, M_RSPLIT, M_SPLITLINES, M_STARTSWITH, M_ENDSWITH,
-    M_UPPER, M_LOWER, M_TITLE, M_CAPITALIZE, M_REPLACE, M_FIND, M_RFIND, M_COUNT, M_JOIN,
-    M_FORMAT, M_ISDIGIT, M_ISALPHA, M_ISALNUM, M_ISSPACE, M_ISUPPER, M_ISLOWER,
-    M_REMOVEPREFIX, M_REMOVESUFFIX, M_INDEX,
-    M_GET, M_ITEMS, M_KEYS, M_VALUES, M_COPY,
-    M_LINDEX, M_LCOUNT
-};
-
-static const struct {
-    uint8_t kind;
-    const char *name;
-    int id; /* -1: refused by the immutable sandbox */
-} methods[] = {
-    {JV_STR, "strip", M_STRIP},           {JV_STR, "lstrip", M_LSTRIP},
-    {JV_STR, "rstrip", M_RSTRIP},         {JV_STR, "split", M_SPLIT},
-    {JV_STR, "rsplit", M_RSPLIT},         {JV_STR, "splitlines", M_SPLITLINES},
-    {JV_STR, "startswith", M_STARTSWITH}, {JV_STR, "endswith", M_ENDSWITH},
-    {JV_STR, "upper", M_UPPER},           {JV_STR, "lower", M_LOWER},
-    {JV_STR, "title", M_TITLE},           {JV_STR, "capitalize", M_CAPITALIZE},
-    {JV_STR, "replace", M_REPLACE},       {JV_STR, "find", M_FIND},
-    {JV_STR, "rfind", M_RFIND},           {JV_STR, "count", M_COUNT},
-    {JV_STR, "join", M_JOIN},             {JV_STR, "format", M_FORMAT},
-    {JV_STR, "isdigit", M_ISDIGIT},       {JV_STR, "isalpha", M_ISALPHA},
-    {JV_STR, "isalnum", M_ISALNUM},       {JV_STR, "isspace", M_ISSPACE},
-    {JV_STR, "isupper", M_ISUPPER},       {JV_STR, "islower", M_ISLOWER},
-    {JV_STR, "removeprefix", M_REMOVEPREFIX}, {JV_STR, "removesuffix", M_REMOVESUFFIX},
-    {JV_STR, "index", M_INDEX},
-    {JV_DICT, "get", M_GET},              {JV_DICT, "items", M_ITEMS},
-    {JV_DICT, "keys", M_KEYS},            {JV_DICT, "values", M_VALUES},
-    {JV_DICT, "copy", M_COPY},            {JV_DICT, "pop", -1},
-    {JV_DICT, "popitem", -1},             {JV_DICT, "setdefault", -1},
-    {JV_DICT, "update", -1},              {JV_DICT, "clear", -1},
-    {JV_LIST, "index", M_LINDEX},         {JV_LIST, "count", M_LCOUNT},
-    {JV_LIST, "append", -1},              {JV_LIST, "extend", -1},
-    {JV_LIST, "insert", -1},              {JV_LIST, "pop", -1},
-    {JV_LIST, "remove", -1},              {JV_LIST, "reverse", -1},
-    {JV_LIST, "sort", -1},                {JV_LIST, "clear", -1},
-};
-
-int jlib_method(struct jrender *r, jv self, jv name, jv *out) {
-    if (name.kind != JV_STR)
-        return 0;
-    for (size_t i = 0; i < sizeof methods / sizeof methods[0]; i++) {
-        if (methods[i].kind != self.kind ||
-            !name_eq(methods[i].name, name.u.str.s, name.u.str.n))
-            continue;
-        if (methods[i].id < 0) {
-            *out = jv_undef();
-            out->flags = JV_UNSAFE;
-            out->u.str.s = methods[i].name;
-            out->u.str.n = strlen(methods[i].name);
-            return 1;
-        }
-        struct jfunc *f = ja_alloc(jr_arena(r), sizeof *f);
-        if (!f)
-            return ja_status(jr_arena(r));
-        memset(f, 0, sizeof *f);
-        f->kind = JF_METHOD;
-        f->id = methods[i].id;
-        f->self = self;
-        f->name = methods[i].name;
-        f->name_n = strlen(f->name);
-        out->kind = JV_FUNC;
-        out->flags = 0;
-        out->u.fn = f;
-        return 1;
-    }
-    return 0;
-}
-
-/* Python's str.format with {}, {0}, {name}, {{, }} and !s / !r; no format specs. */
-static int str_format(struct jrender *r, jv s, const struct jargs *args, jv *out) {
-    struct jbuf b;
-    buf(r, &b);
-    size_t auto_i = 0;
-    const char *p = s.u.str.s, *end = p + s.u.str.n;
-    while (p < end) {
-        if (*p == '{' && p + 1 < end && p[1] == '{') {
-            PI_TRY(jb_putc(&b, '{'));
-            p += 2;
-            continue;
-        }
-        if (*p == '}' && p + 1 < end && p[1] == '}') {
-            PI_TRY(jb_putc(&b, '}'));
-            p += 2;
-            continue;
-        }
-        if (*p == '}')
-            return jr_fail(r, "Single '}' encountered in format string");
-        if (*p != '{') {
-            PI_TRY(jb_putc(&b, *p++));
-            continue;
-        }
-        const char *close = memchr(p, '}', (size_t)(end - p));
-        if (!close)
-            return jr_fail(r, "Single '{' encountered in format string");
-        const char *f = p + 1, *fe = close;
-        char conv = 0;
-        for (const char *q = f; q < fe; q++) {
-            if (*q == ':')
-                return jr_fail(r, "format specifications are not supported in format()");
-            if (*q == '!' && q + 2 == fe) {
-                conv = q[1];
-                fe = q;
-                break;
-            }
-        }
-        jv v;
-        if (f == fe) {
-            if (auto_i >= args->npos)
-                return jr_fail(r, "Replacement index %zu out of range for positional args "
-                                  "tuple",
-                               auto_i);
-            v = args->pos[auto_i++];
-        } else if (*f >= '0' && *f <= '9') {
-            size_t k = (size_t)strtoul(f, NULL, 10);
-            if (k >= args->npos)
-                return jr_fail(r, "Replacement index %zu out of range for positional args "
-                                  "tuple",
-                               k);
-            v = args->pos[k];
-        } else {
-            v = arg(args, (size_t)-1, "", jv_undef());
-            size_t k = 0;
-            while (k < args->nkw && !(args->kwn[k].u.str.n == (size_t)(fe - f) &&
-                                      memcmp(args->kwn[k].u.str.s, f, (size_t)(fe - f)) == 0))
-                k++;
-            if (k == args->nkw)
-                return jr_fail(r, "KeyError: '%.*s'", (int)(fe - f), f);
-            v = args->kwv[k];
-        }
-        if (conv == 'r')
-            PI_TRY(jv_put_repr(&b, v));
-        else if (conv == 's' || conv == 0)
-            PI_TRY(jv_put_str(&b, v));
-        else
-            return jr_fail(r, "Unknown conversion specifier %c", conv);
-        p = close + 1;
-    }
-    *out = jb_value(&b);
-    return PI_OK;
-}
-
-/* startswith / endswith with a string or a tuple of strings. */
-static int affix(struct jrender *r, jv s, jv x, int end, int *res) {
-    if (x.kind == JV_LIST && (x.flags & JV_TUPLE)) {
-        *res = 0;
-        for (size_t i = 0; i < x.u.list->n && !*res; i++)
-            PI_TRY(affix(r, s, x.u.list->v[i], end, res));
-        return PI_OK;
-    }
-    if (x.kind != JV_STR)
-        return jr_fail(r, "%s first arg must be str or a tuple of str, not %s",
-                       end ? "endswith" : "startswith", jv_type_name(x));
-    size_t k = x.u.str.n;
-    *res = k <= s.u.str.n &&
-           memcmp(s.u.str.s + (end ? s.u.str.n - k : 0), x.u.str.s, k) == 0;
-    return PI_OK;
-}
-
-static int char_class(jv s, int id) {
-    if (s.u.str.n == 0)
-        return 0;
-    if (id == M_ISUPPER || id == M_ISLOWER)
-        return is_lower_upper(s, id == M_ISUPPER);
-    for (size_t i = 0; i < s.u.str.n;) {
-        uint32_t c = u8_next(s.u.str.s, s.u.str.n, &i);
-        int digit = c >= '0' && c <= '9';
-        int alpha = cp_is_word(c) && !digit && c != '_' && !(c >= 0xb2 && c <= 0xbe);
-        int ok = id == M_ISDIGIT   ? digit
-                 : id == M_ISALPHA ? alpha
-                 : id == M_ISALNUM ? digit || alpha
-                                   : cp_is_space(c);
-        if (!ok)
-            return 0;
-    }
-    return 1;
-}
-
-int jlib_call_method(struct jrender *r, const struct jfunc *f, const struct jargs *args,
-                     jv *out) {
-    jv s = f->self;
-    jv a0 = args->npos > 0 ? args->pos[0] : jv_undef();
-    jv a1 = args->npos > 1 ? args->pos[1] : jv_undef();
-    int res;
-    switch (f->id) {
-    case M_STRIP:
-    case M_LSTRIP:
-    case M_RSTRIP:
-        PI_TRY(strip(r, s, arg(args, 0, "chars", jv_none()), f->id != M_RSTRIP,
-                     f->id != M_LSTRIP, out));
-        out->flags = 0;
-        return PI_OK;
-    case M_SPLIT:
-    case M_RSPLIT: {
-        int64_t maxsplit = -1;
-        jv ms = arg(args, 1, "maxsplit", jv_int(-1));
-        PI_TRY(int_arg(r, ms, "maxsplit", &maxsplit));
-        return split(r, s, arg(args, 0, "sep", jv_none()), maxsplit, f->id == M_RSPLIT, out);
-    }
-    case M_SPLITLINES:
-        return splitlines(r, s, jv_truthy(arg(args, 0, "keepends", jv_bool(0))), out);
-    case M_STARTSWITH:
-    case M_ENDSWITH:
-        PI_TRY(affix(r, s, a0, f->id == M_ENDSWITH, &res));
-        *out = jv_bool(res);
-        return PI_OK;
-    case M_UPPER:
-    case M_LOWER:
-        return map_case(r, s, f->id == M_UPPER, out);
-    case M_TITLE:
-        return str_title(r, s, out);
-    case M_CAPITALIZE:
-        return capitalize(r, s, out);
-    case M_REPLACE: {
-        if (a0.kind != JV_STR || a1.kind != JV_STR)
-            return jr_fail(r, "replace() arguments must be str");
-        int64_t count = -1;
-        if (args->npos > 2)
-            PI_TRY(int_arg(r, args->pos[2], "count", &count));
-        PI_TRY(replace(r, s, a0, a1, count, out));
-        out->flags = 0;
-        return PI_OK;
-    }
-    case M_FIND:
-    case M_RFIND:
-    case M_INDEX:
-    case M_COUNT: {
-        if (a0.kind != JV_STR)
-            return jr_fail(r, "must be str, not %s", jv_type_name(a0));
-        if (f->id == M_COUNT) {
-            int64_t n = 0;
-            if (a0.u.str.n == 0) {
-                n = (int64_t)u8_count(s.u.str.s, s.u.str.n) + 1;
-            } else {
-                const char *p = s.u.str.s, *end = p + s.u.str.n, *hit;
-                while ((hit = find_sub(p, (size_t)(end - p), a0.u.str.s, a0.u.str.n))) {
-                    n++;
-                    p = hit + a0.u.str.n;
-                }
-            }
-            *out = jv_int(n);
-            return PI_OK;
-        }
-        const char *hit = f->id == M_RFIND
-                              ? rfind_sub(s.u.str.s, s.u.str.n, a0.u.str.s, a0.u.str.n)
-                              : find_sub(s.u.str.s, s.u.str.n, a0.u.str.s, a0.u.str.n);
-        if (!hit && f->id == M_INDEX)
-            return jr_fail(r, "substring not found");
-        *out = jv_int(hit ? (int64_t)u8_count(s.u.str.s, (size_t)(hit - s.u.str.s)) : -1);
-        return PI_OK;
-    }
-    case M_JOIN: {
-        const struct jlist *items;
-        PI_TRY(jr_iterate(r, a0, &items));
-        struct jbuf b;
-        buf(r, &b);
-        for (size_t i = 0; i < items->n; i++) {
-            if (items->v[i].kind != JV_STR)
-                return jr_fail(r, "sequence item %zu: expected str instance, %s found", i,
-                               jv_type_name(items->v[i]));
-            if (i)
-                PI_TRY(jb_put(&b, s.u.str.s, s.u.str.n));
-            PI_TRY(jb_put(&b, items->v[i].u.str.s, items->v[i].u.str.n));
-        }
-        *out = jb_value(&b);
-        return PI_OK;
-    }
-    case M_FORMAT:
-        return str_format(r, s, args, out);
-    case M_ISDIGIT:
-    case M_ISALPHA:
-    case M_ISALNUM:
-    case M_ISSPACE:
-    case M_ISUPPER:
-    case M_ISLOWER:
-        *out = jv_bool(char_class(s, f->id));
-        return PI_OK;
-    case M_REMOVEPREFIX:
-    case M_REMOVESUFFIX: {
-        if (a0.kind != JV_STR)
-            return jr_fail(r, "must be str, not %s", jv_type_name(a0));
-        PI_TRY(affix(r, s, a0, f->id == M_REMOVESUFFIX, &res));
-        *out = s;
-        out->flags = 0;
-        if (res) {
-            out->u.str.n -= a0.u.str.n;
-            if (f->id == M_REMOVEPREFIX)
-                out->u.str.s += a0.u.str.n;
-        }
-        return PI_OK;
-    }
-    case M_GET: {
-        jv *v = jd_get(s.u.dict, a0);
-        *out = v ? *v : arg(args, 1, "default", jv_none());
-        return PI_OK;
-    }
-    case M_ITEMS:
-    case M_KEYS:
-    case M_VALUES: {
-        const struct jdict *d = s.u.dict;
-        struct jlist *l;
-        PI_TRY(new_list(r, d->n, &l));
-        for (size_t i = 0; i < d->n; i++) {
-            if (f->id == M_ITEMS)
-                PI_TRY(pair(r, d->k[i], d->v[i], &l->v[i]));
-            else
-                l->v[i] = f->id == M_KEYS ? d->k[i] : d->v[i];
-        }
-        *out = list_value(l, 0);
-        out->flags = f->id == M_ITEMS  ? JV_VIEW_ITEMS
-                     : f->id == M_KEYS ? JV_VIEW_KEYS
-                                       : JV_VIEW_VALUES;
-        return PI_OK;
-    }
-    case M_COPY: {
-        struct jdict *d = jd_new(jr_arena(r), s.u.dict->n);
-        if (!d)
-            return ja_status(jr_arena(r));
-        for (size_t i = 0; i < s.u.dict->n; i++)
-            PI_TRY(jd_set(jr_arena(r), d, s.u.dict->k[i], s.u.dict->v[i]));
-        out->kind = JV_DICT;
-        out->flags = 0;
-        out->u.dict = d;
-        return PI_OK;
-    }
-    case M_LINDEX:
-    case M_LCOUNT: {
-        int64_t n = 0, at = -1;
-        for (size_t i = 0; i < s.u.list->n; i++)
-            if (jv_eq(s.u.list->v[i], a0)) {
-                n++;
-                if (at < 0)
-                    at = (int64_t)i;
-            }
-        if (f->id == M_LINDEX && at < 0)
-            return jr_fail(r, "value is not in list");
-        *out = jv_int(f->id == M_LCOUNT ? n : at);
-        return PI_OK;
-    }
-    default:
-        return pi_error_set(jr_arena(r)->err, PI_ERR_INTERNAL, "jinja: method %d", f->id);
     }
 }

@@ -17,8 +17,19 @@
 
 #include "chat/jinja.h"
 
-enum { TK_EOF, TK_TEXT, TK_VAR_BEGIN, TK_VAR_END, TK_BLOCK_BEGIN, TK_BLOCK_END, TK_NAME,
-       TK_STRING, TK_INT, TK_FLOAT, TK_OP };
+enum {
+    TK_EOF,
+    TK_TEXT,
+    TK_VAR_BEGIN,
+    TK_VAR_END,
+    TK_BLOCK_BEGIN,
+    TK_BLOCK_END,
+    TK_NAME,
+    TK_STRING,
+    TK_INT,
+    TK_FLOAT,
+    TK_OP
+};
 
 /* two-character operators; single ones are their character */
 enum { OP_FLOORDIV = 'F', OP_POW = 'P', OP_EQ = 'E', OP_NE = 'N', OP_GE = 'G', OP_LE = 'L' };
@@ -37,8 +48,8 @@ struct parser {
     size_t n;
     struct tok *toks;
     size_t ntok, at;
-    int depth;      /* expressions and statements being parsed */
-    int loops;      /* for loops around the statement, since the last macro */
+    int depth; /* expressions and statements being parsed */
+    int loops; /* for loops around the statement, since the last macro */
 };
 
 void jinja_default_limits(struct jinja_limits *l) {
@@ -307,7 +318,7 @@ static int lex_tag(struct lexer *lx, size_t *i, char kind, size_t *close, char *
             continue;
         }
         return fail_pos(p, *i, "unexpected character '%c'",
-                    (unsigned char)c < 0x80 && c >= 0x20 ? c : '?');
+                        (unsigned char)c < 0x80 && c >= 0x20 ? c : '?');
     }
 }
 
@@ -358,8 +369,8 @@ static int lex(struct parser *p) {
     while (i < n) {
         /* the next tag opening */
         size_t t = i;
-        while (t + 1 < n && !(s[t] == '{' && (s[t + 1] == '{' || s[t + 1] == '%' ||
-                                              s[t + 1] == '#')))
+        while (t + 1 < n &&
+               !(s[t] == '{' && (s[t + 1] == '{' || s[t + 1] == '%' || s[t + 1] == '#')))
             t++;
         if (t + 1 >= n) {
             PI_TRY(emit(&lx, TK_TEXT, 0, i, jv_str(s + i, n - i)));
@@ -527,12 +538,12 @@ static struct jnode *node(struct parser *p, int kind, size_t pos) {
     return x;
 }
 
-#define NEW(var, kind, pos)                                                                 \
-    do {                                                                                    \
-        (var) = node(p, (kind), (pos));                                                     \
-        if (!(var))                                                                         \
-            return ja_status(&p->t->arena);                                                 \
-    } while (0)
+#define NEW(var, kind, pos)                                                                        \
+  do {                                                                                             \
+    (var) = node(p, (kind), (pos));                                                                \
+    if (!(var))                                                                                    \
+      return ja_status(&p->t->arena);                                                              \
+  } while (0)
 
 /* A growing array of node pointers, then of names. */
 struct nodes {
@@ -679,8 +690,7 @@ static int parse_dotted(struct parser *p, jv *name) {
     return PI_OK;
 }
 
-static int parse_filters(struct parser *p, struct jnode *x, int inline_first,
-                         struct jnode **out) {
+static int parse_filters(struct parser *p, struct jnode *x, int inline_first, struct jnode **out) {
     while (inline_first || tok_is_op(cur(p), '|')) {
         if (!inline_first)
             advance(p);
@@ -1038,12 +1048,12 @@ static int parse_compare(struct parser *p, struct jnode **out) {
     nodes_init(p, &ops);
     for (;;) {
         const struct tok *t = cur(p);
-        int op = tok_is_op(t, OP_EQ)   ? JOP_EQ
-                 : tok_is_op(t, OP_NE) ? JOP_NE
-                 : tok_is_op(t, '<')   ? JOP_LT
-                 : tok_is_op(t, OP_LE) ? JOP_LE
-                 : tok_is_op(t, '>')   ? JOP_GT
-                 : tok_is_op(t, OP_GE) ? JOP_GE
+        int op = tok_is_op(t, OP_EQ)    ? JOP_EQ
+                 : tok_is_op(t, OP_NE)  ? JOP_NE
+                 : tok_is_op(t, '<')    ? JOP_LT
+                 : tok_is_op(t, OP_LE)  ? JOP_LE
+                 : tok_is_op(t, '>')    ? JOP_GT
+                 : tok_is_op(t, OP_GE)  ? JOP_GE
                  : tok_is_name(t, "in") ? JOP_IN
                                         : 0;
         if (!op && tok_is_name(t, "not") && tok_is_name(ahead(p, 1), "in")) {

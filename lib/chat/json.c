@@ -22,8 +22,8 @@ static int jp_fail(struct jp *p, const char *what) {
 }
 
 static void jp_ws(struct jp *p) {
-    while (p->i < p->n && (p->s[p->i] == ' ' || p->s[p->i] == '\t' || p->s[p->i] == '\n' ||
-                           p->s[p->i] == '\r'))
+    while (p->i < p->n &&
+           (p->s[p->i] == ' ' || p->s[p->i] == '\t' || p->s[p->i] == '\n' || p->s[p->i] == '\r'))
         p->i++;
 }
 
@@ -414,8 +414,7 @@ static int put_key(struct jw *w, jv k) {
         return jb_puts(w->b, "\"null\"");
     default:
         return pi_error_set(w->err, PI_ERR_TYPE,
-                            "keys must be str, int, float, bool or None, not %s",
-                            jv_type_name(k));
+                            "keys must be str, int, float, bool or None, not %s", jv_type_name(k));
     }
 }
 

@@ -19,10 +19,10 @@
 int json_parse(struct jarena *a, const char *s, size_t n, jv *out, struct pi_error *err);
 
 struct json_opts {
-    int ensure_ascii;    /* non-ASCII as \uXXXX (surrogate pairs past U+FFFF) */
-    int pretty;          /* an indent was given: one member a line */
-    int indent;          /* spaces per level (indent_str overrides) */
-    jv indent_str;       /* a string indent, or JV_UNDEF */
+    int ensure_ascii;     /* non-ASCII as \uXXXX (surrogate pairs past U+FFFF) */
+    int pretty;           /* an indent was given: one member a line */
+    int indent;           /* spaces per level (indent_str overrides) */
+    jv indent_str;        /* a string indent, or JV_UNDEF */
     jv item_sep, key_sep; /* JV_UNDEF: json.dumps's defaults for the indent */
     int sort_keys;
 };

@@ -15,11 +15,10 @@ struct jchunk {
 };
 
 #define JA_ALIGN 16
-#define JA_HEAD ((sizeof(struct jchunk) + JA_ALIGN - 1) / JA_ALIGN * JA_ALIGN)
+#define JA_HEAD  ((sizeof(struct jchunk) + JA_ALIGN - 1) / JA_ALIGN * JA_ALIGN)
 #define JA_CHUNK ((size_t)64 << 10)
 
-void ja_init(struct jarena *a, const struct pi_allocator *al, size_t limit,
-             struct pi_error *err) {
+void ja_init(struct jarena *a, const struct pi_allocator *al, size_t limit, struct pi_error *err) {
     a->al = al;
     a->err = err;
     a->head = NULL;
@@ -42,8 +41,8 @@ void *ja_alloc(struct jarena *a, size_t n) {
     if (!c || c->size - c->used < n) {
         size_t size = n > JA_CHUNK / 2 ? n : JA_CHUNK;
         if (a->used + size + JA_HEAD > a->limit) {
-            pi_error_set(a->err, PI_ERR_RANGE,
-                         "the template needs more than %zu bytes of memory", a->limit);
+            pi_error_set(a->err, PI_ERR_RANGE, "the template needs more than %zu bytes of memory",
+                         a->limit);
             return NULL;
         }
         struct jchunk *nc = pi_malloc(a->al, JA_HEAD + size);
@@ -138,8 +137,7 @@ struct jdict *jd_new(struct jarena *a, size_t cap) {
 
 jv *jd_get_str(const struct jdict *d, const char *key, size_t n) {
     for (size_t i = 0; i < d->n; i++)
-        if (d->k[i].kind == JV_STR && d->k[i].u.str.n == n &&
-            memcmp(d->k[i].u.str.s, key, n) == 0)
+        if (d->k[i].kind == JV_STR && d->k[i].u.str.n == n && memcmp(d->k[i].u.str.s, key, n) == 0)
             return &d->v[i];
     return NULL;
 }
@@ -533,8 +531,7 @@ static int put_str_repr(struct jbuf *b, const char *s, size_t n) {
 static int put_value(struct jbuf *b, jv v, int repr, int depth) {
     char t[40];
     if (depth > STR_DEPTH)
-        return pi_error_set(b->a->err, PI_ERR_RANGE, "a value nested more than %d deep",
-                            STR_DEPTH);
+        return pi_error_set(b->a->err, PI_ERR_RANGE, "a value nested more than %d deep", STR_DEPTH);
     switch (v.kind) {
     case JV_UNDEF:
         return repr ? jb_puts(b, "Undefined") : PI_OK;
@@ -591,8 +588,7 @@ static int put_value(struct jbuf *b, jv v, int repr, int depth) {
         PI_TRY(jb_putc(b, '}'));
         return v.kind == JV_NS ? jb_putc(b, '>') : PI_OK;
     case JV_LOOP:
-        snprintf(t, sizeof t, "<LoopContext %zu/%zu>", v.u.loop->index0 + 1,
-                 v.u.loop->items->n);
+        snprintf(t, sizeof t, "<LoopContext %zu/%zu>", v.u.loop->index0 + 1, v.u.loop->items->n);
         return jb_puts(b, t);
     default:
         PI_TRY(jb_puts(b, v.u.fn->macro ? "<Macro '" : "<built-in function "));

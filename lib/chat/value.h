@@ -25,11 +25,10 @@ struct jarena {
     const struct pi_allocator *al;
     struct pi_error *err; /* receives the reason of a failed allocation */
     struct jchunk *head;
-    size_t used, limit;   /* bytes taken from the allocator, and the most allowed */
+    size_t used, limit; /* bytes taken from the allocator, and the most allowed */
 };
 
-void ja_init(struct jarena *a, const struct pi_allocator *al, size_t limit,
-             struct pi_error *err);
+void ja_init(struct jarena *a, const struct pi_allocator *al, size_t limit, struct pi_error *err);
 /* n bytes aligned for any value; NULL (reason in a->err: PI_ERR_NOMEM, or PI_ERR_RANGE
  * past the limit) on failure. */
 void *ja_alloc(struct jarena *a, size_t n);
@@ -43,14 +42,14 @@ enum jv_kind {
     JV_UNDEF, /* jinja2's Undefined: falsy, prints "", iterates empty */
     JV_NONE,
     JV_BOOL,
-    JV_INT,   /* Python int within int64; arithmetic that leaves it is an error */
+    JV_INT, /* Python int within int64; arithmetic that leaves it is an error */
     JV_FLOAT,
     JV_STR,
-    JV_LIST,  /* also tuples (JV_TUPLE) */
-    JV_DICT,  /* insertion-ordered */
-    JV_NS,    /* namespace(): a dict whose members `set ns.x = ...` may change */
-    JV_LOOP,  /* a for loop's `loop` */
-    JV_FUNC   /* macro, global function or bound method */
+    JV_LIST, /* also tuples (JV_TUPLE) */
+    JV_DICT, /* insertion-ordered */
+    JV_NS,   /* namespace(): a dict whose members `set ns.x = ...` may change */
+    JV_LOOP, /* a for loop's `loop` */
+    JV_FUNC  /* macro, global function or bound method */
 };
 
 enum {
