@@ -8,8 +8,8 @@
  * test names are found there, as jinja2 finds them when it compiles); jinja_eval.c
  * walks the tree for each render with its own arena, so a parsed template is read-only
  * and may be rendered by many threads at once; jinja_lib.c holds the filters, tests and
- * global functions, jinja_str.c Python's str operations and the methods. Everything is bounded (jinja_limits) because templates
- * come from model files. */
+ * global functions, jinja_str.c Python's str operations and the methods. Everything
+ * is bounded (jinja_limits) because templates come from model files. */
 #ifndef PI_CHAT_JINJA_H
 #define PI_CHAT_JINJA_H
 

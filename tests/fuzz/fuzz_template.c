@@ -116,8 +116,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         json_opts_default(&o);
         if (json_dump(&b, v, &o, &err) == PI_OK) {
             jv back;
-            if (json_parse(&da, b.p ? b.p : "", b.n, &back, &err) != PI_OK ||
-                !jv_eq(v, back))
+            if (json_parse(&da, b.p ? b.p : "", b.n, &back, &err) != PI_OK || !jv_eq(v, back))
                 abort();
         }
         if (v.kind == JV_DICT)

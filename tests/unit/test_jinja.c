@@ -137,9 +137,8 @@ static void test_real_templates(void **state) {
             if (len >= 0) {
                 got = malloc((size_t)len + 1);
                 assert_non_null(got);
-                assert_int_equal(pi_chat_template_render(tp, data, now, got, (size_t)len + 1,
-                                                         NULL, 0),
-                                 len);
+                assert_int_equal(
+                    pi_chat_template_render(tp, data, now, got, (size_t)len + 1, NULL, 0), len);
             }
             if (want) {
                 texts++;
@@ -238,10 +237,14 @@ static void test_language(void **state) {
             ok = !got && st < 0 && st != PI_ERR_NOMEM && st != PI_ERR_INTERNAL && msg[0];
         same += ok;
         if (!ok)
-            fprintf(stderr, "# snippet %zu [%s]\n#   ours   [%s] (%d: %s)\n#   jinja2 [%.*s]\n",
-                    k, src, got ? got : "(error)", got ? 0 : st, msg,
-                    want ? (int)want->u.str.n : want_raise ? (int)want_raise->u.str.n : 5,
-                    want ? want->u.str.s : want_raise ? want_raise->u.str.s : "error");
+            fprintf(stderr, "# snippet %zu [%s]\n#   ours   [%s] (%d: %s)\n#   jinja2 [%.*s]\n", k,
+                    src, got ? got : "(error)", got ? 0 : st, msg,
+                    want         ? (int)want->u.str.n
+                    : want_raise ? (int)want_raise->u.str.n
+                                 : 5,
+                    want         ? want->u.str.s
+                    : want_raise ? want_raise->u.str.s
+                                 : "error");
         free(got);
         free(src);
         free(data);
@@ -332,8 +335,8 @@ static void test_limits(void **state) {
     expect_error("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", NULL, PI_ERR_RANGE,
                  "macros nested more than");
     expect_error("{{ 'x' * 100000000000 }}", NULL, PI_ERR_RANGE, "bytes");
-    expect_error("{% set s = 'x' * 1000000 %}{% for i in range(100) %}{{ s }}{% endfor %}",
-                 NULL, PI_ERR_RANGE, "more than");
+    expect_error("{% set s = 'x' * 1000000 %}{% for i in range(100) %}{{ s }}{% endfor %}", NULL,
+                 PI_ERR_RANGE, "more than");
     expect_error("{% set ns = namespace(s='x' * 100000) %}{% for i in range(10000) %}"
                  "{% set ns.s = ns.s ~ 'y' %}{% endfor %}",
                  NULL, PI_ERR_RANGE, "memory");
@@ -378,31 +381,43 @@ static void test_api(void **state) {
     (void)state;
     pi_chat_template *t = (pi_chat_template *)1;
     char msg[64];
-    assert_int_equal(pi_chat_template_create(NULL, NULL, &t, msg, sizeof msg),
-                     PI_ERR_INVALID_ARG);
+    assert_int_equal(pi_chat_template_create(NULL, NULL, &t, msg, sizeof msg), PI_ERR_INVALID_ARG);
     assert_null(t);
     assert_true(msg[0]);
     assert_int_equal(pi_chat_template_create(NULL, "x", NULL, NULL, 0), PI_ERR_INVALID_ARG);
-    assert_int_equal(pi_chat_template_render(NULL, NULL, -1, NULL, 0, NULL, 0),
-                     PI_ERR_INVALID_ARG);
+    assert_int_equal(pi_chat_template_render(NULL, NULL, -1, NULL, 0, NULL, 0), PI_ERR_INVALID_ARG);
     pi_chat_template_destroy(NULL);
-    assert_int_equal(pi_chat_template_create(NULL, "{{ a }}-{{ bos_token }}", &t, NULL, 0),
-                     PI_OK);
+    assert_int_equal(pi_chat_template_create(NULL, "{{ a }}-{{ bos_token }}", &t, NULL, 0), PI_OK);
     char buf[8];
     assert_int_equal(pi_chat_template_render(t, "{}", -1, NULL, 4, NULL, 0), PI_ERR_INVALID_ARG);
     /* a short buffer: the full length, the text cut and terminated */
-    assert_int_equal(pi_chat_template_render(t, "{\"a\": \"abcdefghij\"}", -1, buf, sizeof buf,
-                                             NULL, 0),
-                     11);
+    assert_int_equal(
+        pi_chat_template_render(t, "{\"a\": \"abcdefghij\"}", -1, buf, sizeof buf, NULL, 0), 11);
     assert_string_equal(buf, "abcdefg");
     assert_int_equal(pi_chat_template_render(t, NULL, -1, buf, sizeof buf, NULL, 0), 1);
     assert_string_equal(buf, "-");
     /* data that is not a JSON object */
-    static const char *const bad[] = {
-        "[1]", "", "{", "{\"a\" 1}", "{\"a\": 01}", "[1,]", "{\"a\": 1,}", "{\"a\": .5}",
-        "{\"a\": 1.}", "{\"a\": -}", "{\"a\": tru}", "{\"a\": \"\\x\"}", "{\"a\": \"\t\"}",
-        "{\"a\": \"\\u12\"}", "{\"a\": \"\\ud800\"}", "{\"a\": \"\\udc00\\ud800\"}",
-        "{\"a\": \"\xc3\"}", "{\"a\": \"\xed\xa0\x80\"}", "{} {}", "{\"a\": nul}", "'a'"};
+    static const char *const bad[] = {"[1]",
+                                      "",
+                                      "{",
+                                      "{\"a\" 1}",
+                                      "{\"a\": 01}",
+                                      "[1,]",
+                                      "{\"a\": 1,}",
+                                      "{\"a\": .5}",
+                                      "{\"a\": 1.}",
+                                      "{\"a\": -}",
+                                      "{\"a\": tru}",
+                                      "{\"a\": \"\\x\"}",
+                                      "{\"a\": \"\t\"}",
+                                      "{\"a\": \"\\u12\"}",
+                                      "{\"a\": \"\\ud800\"}",
+                                      "{\"a\": \"\\udc00\\ud800\"}",
+                                      "{\"a\": \"\xc3\"}",
+                                      "{\"a\": \"\xed\xa0\x80\"}",
+                                      "{} {}",
+                                      "{\"a\": nul}",
+                                      "'a'"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         msg[0] = '\0';
         int64_t r = pi_chat_template_render(t, bad[i], -1, buf, sizeof buf, msg, sizeof msg);
@@ -411,9 +426,9 @@ static void test_api(void **state) {
         assert_int_equal(r, PI_ERR_INVALID_ARG);
         assert_true(msg[0]);
     }
-    assert_int_equal(pi_chat_template_render(t, "{\"a\": 18446744073709551616}", -1, buf,
-                                             sizeof buf, NULL, 0),
-                     PI_ERR_RANGE);
+    assert_int_equal(
+        pi_chat_template_render(t, "{\"a\": 18446744073709551616}", -1, buf, sizeof buf, NULL, 0),
+        PI_ERR_RANGE);
     /* escapes, surrogate pairs, numbers, a repeated member (last value, first place) */
     char out[256];
     pi_chat_template *u;
@@ -513,8 +528,8 @@ static void test_threads(void **state) {
         assert_int_equal(pthread_join(th[i], NULL), 0);
     for (int i = 0; i < 4; i++) {
         char want[4096];
-        int64_t n = pi_chat_template_render(t, datas[i % 2], 1735732800, want, sizeof want, NULL,
-                                            0);
+        int64_t n =
+            pi_chat_template_render(t, datas[i % 2], 1735732800, want, sizeof want, NULL, 0);
         assert_true(n > 0);
         assert_int_equal(jobs[i].n, n);
         assert_string_equal(jobs[i].out, want);
@@ -531,14 +546,10 @@ int main(int argc, char **argv) {
     }
     g_dir = argv[1];
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_real_templates),
-        cmocka_unit_test(test_language),
-        cmocka_unit_test(test_parse_errors),
-        cmocka_unit_test(test_render_errors),
-        cmocka_unit_test(test_limits),
-        cmocka_unit_test(test_api),
-        cmocka_unit_test(test_alloc_failure),
-        cmocka_unit_test(test_threads),
+        cmocka_unit_test(test_real_templates), cmocka_unit_test(test_language),
+        cmocka_unit_test(test_parse_errors),   cmocka_unit_test(test_render_errors),
+        cmocka_unit_test(test_limits),         cmocka_unit_test(test_api),
+        cmocka_unit_test(test_alloc_failure),  cmocka_unit_test(test_threads),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
