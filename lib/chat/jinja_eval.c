@@ -28,7 +28,6 @@ struct jrender {
     int calls, depth;
     jv blockval;
     size_t pos;
-    int loop_depth;
 };
 
 /* ---- services for the library ------------------------------------------------------- */
@@ -777,11 +776,9 @@ static int call_macro(struct jrender *r, const struct jfunc *f, const struct jar
             st = assign(r, m->names[i], v);
     }
     if (st == PI_OK) {
-        int loops = r->loop_depth;
         r->calls++;
         st = capture(r, m->kids, m->nkids, out);
         r->calls--;
-        r->loop_depth = loops;
     }
     r->scope = saved;
     return st;
@@ -1061,7 +1058,6 @@ static int exec_for(struct jrender *r, const struct jnode *x) {
         loop->items = items;
         loop->index0 = 0;
         loop->depth = 1; /* loops are not recursive: depth is always 1 */
-        ++r->loop_depth;
         jv lv = {JV_LOOP, 0, {0}};
         lv.u.loop = loop;
         for (size_t i = 0; i < items->n; i++) {
@@ -1082,7 +1078,6 @@ static int exec_for(struct jrender *r, const struct jnode *x) {
             if (st < 0)
                 break;
         }
-        r->loop_depth--;
         if (st == PI_OK && items->n == 0)
             st = exec_body(r, x->kids2, x->nkids2);
     }

@@ -343,9 +343,9 @@ static int float_of_str(jv s, double *out) {
     if (m == 0)
         return 0;
     tmp[m] = '\0';
-    char *endp;
-    double v = strtod(tmp, &endp);
-    if (*endp)
+    size_t used;
+    double v = jv_strtod(tmp, &used);
+    if (used != m)
         return 0;
     if ((tmp[0] == '0' && (tmp[1] == 'x' || tmp[1] == 'X')))
         return 0;

@@ -237,7 +237,7 @@ static int lex_number(struct lexer *lx, size_t *i) {
     tmp[m] = '\0';
     *i = j;
     if (is_float)
-        return emit(lx, TK_FLOAT, 0, start, jv_float(strtod(tmp, NULL)));
+        return emit(lx, TK_FLOAT, 0, start, jv_float(jv_strtod(tmp, &m)));
     errno = 0;
     long long v = strtoll(tmp, NULL, 10);
     if (errno == ERANGE)

@@ -158,7 +158,8 @@ static int jp_number(struct jp *p, jv *out) {
     text[len] = '\0';
     errno = 0;
     if (is_float) {
-        *out = jv_float(strtod(text, NULL)); /* overflow gives inf, as Python's float() */
+        size_t used; /* overflow gives inf, as Python's float() */
+        *out = jv_float(jv_strtod(text, &used));
         return PI_OK;
     }
     long long v = strtoll(text, NULL, 10);

@@ -1,6 +1,7 @@
 /* value.c -- arena, text buffers and Python's value semantics for chat templates. */
 #include "chat/value.h"
 
+#include <locale.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -615,6 +616,38 @@ int jv_to_str(struct jarena *a, size_t limit, jv v, jv *out) {
     PI_TRY(jv_put_str(&b, v));
     *out = jb_value(&b);
     return PI_OK;
+}
+
+double jv_strtod(const char *s, size_t *used) {
+    /* strtod reads the locale's decimal point; texts here always use '.' */
+    const char *dp = localeconv()->decimal_point;
+    char *end;
+    if (!dp || !strcmp(dp, ".")) {
+        double v = strtod(s, &end);
+        *used = (size_t)(end - s);
+        return v;
+    }
+    size_t n = strlen(s), dl = strlen(dp);
+    char tmp[400];
+    if (n >= sizeof tmp / 2 || dl > 8) {
+        *used = 0;
+        return 0.0;
+    }
+    size_t m = 0, dot = (size_t)-1;
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] == '.' && dot == (size_t)-1) {
+            dot = i;
+            memcpy(tmp + m, dp, dl);
+            m += dl;
+        } else {
+            tmp[m++] = s[i];
+        }
+    }
+    tmp[m] = '\0';
+    double v = strtod(tmp, &end);
+    size_t u = (size_t)(end - tmp);
+    *used = dot != (size_t)-1 && u > dot ? u - (dl - 1) : u;
+    return v;
 }
 
 /* ---- UTF-8 and characters ----------------------------------------------------------- */

@@ -207,6 +207,8 @@ int jv_put_str(struct jbuf *b, jv v);
 int jv_put_repr(struct jbuf *b, jv v);
 /* Python's repr(float): the shortest text that reads back as f. buf: 32 bytes. */
 void jv_format_float(double f, char *buf);
+/* strtod with '.' as the decimal point whatever the locale; *used: bytes read. */
+double jv_strtod(const char *s, size_t *used);
 /* v as a string value: itself for strings, else str(v) in the arena. */
 int jv_to_str(struct jarena *a, size_t limit, jv v, jv *out);
 
