@@ -449,7 +449,10 @@ static int32_t *chat_prompt(const struct srv_model_info *mi, const cJSON *req, s
             parts |= c && !cJSON_IsString(c);
         }
         int64_t len = template_prompt(mi, req, msgs, pm, 0, &prompt, msg, sizeof msg);
-        if (len == PI_ERR_FORMAT && parts)
+        /* an error of the interpreter ("line L: ...", a type error), not the template's
+         * raise_exception: try again with the parts' text */
+        if (len == PI_ERR_FORMAT && parts && !strncmp(msg, "line ", 5) && msg[5] >= '0' &&
+            msg[5] <= '9')
             len = template_prompt(mi, req, msgs, pm, 1, &prompt, msg, sizeof msg);
         if (len == PI_ERR_FORMAT || len == PI_ERR_RANGE) {
             /* the template refused the conversation (raise_exception) */
