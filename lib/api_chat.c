@@ -370,7 +370,7 @@ struct pi_chat_template {
     size_t bos_n, eos_n;
 };
 
-static const struct pi_allocator *tmpl_alloc = &pi_default_allocator;
+static const struct pi_allocator *const tmpl_alloc = &pi_default_allocator;
 
 void pi_chat_template_destroy(pi_chat_template *t) {
     if (!t)
