@@ -552,7 +552,9 @@ typedef struct pi_chat_message {
 
 /* Chat formats pi_chat_apply knows. */
 enum {
-    PI_CHAT_AUTO = 0,   /* from the model's tokenizer.chat_template */
+    /* the model's tokenizer.chat_template executed (as PI_CHAT_JINJA) when it parses,
+     * else the built-in format its markers name */
+    PI_CHAT_AUTO = 0,
     PI_CHAT_CHATML = 1, /* <|im_start|>role\ncontent<|im_end|>\n (Qwen, SmolLM, ...) */
     PI_CHAT_LLAMA2 = 2, /* <s>[INST] <<SYS>>\n...\n<</SYS>>\n\nuser [/INST] answer </s> */
     /* <|start_header_id|>role<|end_header_id|>\n\ncontent<|eot_id|>; Llama 3.1+
@@ -575,27 +577,99 @@ enum {
     PI_CHAT_MISTRAL_V3_TEKKEN = 8,
     PI_CHAT_MISTRAL_V7 = 9,
     /* System: ...\nUser: ...\nFalcon: ...\nFalcon: (Falcon-instruct). Since: 0.1 */
-    PI_CHAT_FALCON = 10
+    PI_CHAT_FALCON = 10,
+    /* The model's own tokenizer.chat_template, executed by the library's Jinja
+     * interpreter (see pi_chat_template_create), with messages as {role, content},
+     * add_generation_prompt, the model's bos_token / eos_token and no clock
+     * (strftime_now undefined). Since: 0.1 */
+    PI_CHAT_JINJA = 11
 };
 
-/* The chat format of the model: PI_CHAT_AUTO resolved from its chat template (which
- * is recognised, not executed: Jinja is not interpreted), or PI_ERR_NOT_FOUND (no
- * template) / PI_ERR_UNSUPPORTED (a template of another style). Since: 0.1 */
+/* The chat format of the model's template: the built-in family its marker strings
+ * name (PI_CHAT_CHATML ... PI_CHAT_FALCON), else PI_CHAT_JINJA when the template is of
+ * another style that the interpreter parses; PI_ERR_NOT_FOUND (no template),
+ * PI_ERR_UNSUPPORTED (a template the interpreter cannot parse), PI_ERR_NOMEM,
+ * PI_ERR_INVALID_ARG. Since: 0.1 */
 PI_API int pi_model_chat_format(const pi_model *model);
 
-/* Render `n` messages (borrowed for the call) as a prompt in `format` (PI_CHAT_*;
- * AUTO uses pi_model_chat_format), followed by the opening of an assistant turn when
- * add_assistant is non-zero (the [INST] formats ignore it: a final user turn asks for
- * the answer; Phi-3 without it ends with the EOS text, as its template does). For
- * ChatML templates that insert a default system message when the conversation has
- * none, the same default is inserted. A BOS token that a template writes first is not
- * in the text: tokenize with PI_TOKENIZE_ADD_SPECIAL, which adds it where the model
- * does. The text contains special-token text: tokenize it with PI_TOKENIZE_PARSE_SPECIAL. Copies into
+/* Render `n` messages (borrowed for the call) as a prompt in `format` (PI_CHAT_*),
+ * followed by the opening of an assistant turn when add_assistant is non-zero.
+ * PI_CHAT_AUTO and PI_CHAT_JINJA execute the model's chat template (as
+ * pi_chat_template_render with no clock, so the result is deterministic). When it does
+ * not parse, or fails to render (a template that needs strftime_now, or refuses the
+ * conversation with raise_exception: roles not alternating, a system message it does
+ * not take), AUTO falls back to the built-in format of pi_model_chat_format's family,
+ * and fails (with the render's status, PI_ERR_FORMAT for raise_exception) when the
+ * template is of no known family; JINJA fails. Use the
+ * pi_chat_template_* functions to get a template's message. The built-in formats write what
+ * their family's template writes: the [INST] formats ignore add_assistant (a final
+ * user turn asks for the answer); Phi-3 without it ends with the EOS text; ChatML
+ * templates that insert a default system message when the conversation has none get
+ * the same default. A BOS token that the template writes first is not in the text
+ * when the tokenizer adds BOS: tokenize with PI_TOKENIZE_ADD_SPECIAL, which puts it
+ * back (a BOS the tokenizer does not add, as SmolLM2's <|im_start|>, stays). The text
+ * contains special-token text: tokenize it with PI_TOKENIZE_PARSE_SPECIAL. Copies into
  * buf as pi_model_meta_str does and returns the full length, or PI_ERR_INVALID_ARG
- * (NULL message fields, unknown role), PI_ERR_NOT_FOUND, PI_ERR_UNSUPPORTED.
- * Since: 0.1 */
+ * (NULL message fields, a role other than system/user/assistant, an unknown format),
+ * PI_ERR_NOT_FOUND (AUTO/JINJA and no template), PI_ERR_UNSUPPORTED (a template that
+ * neither parses nor is recognised), PI_ERR_FORMAT, PI_ERR_RANGE (a template past the
+ * interpreter's limits), PI_ERR_NOMEM. Since: 0.1 */
 PI_API int64_t pi_chat_apply(const pi_model *model, int format, const pi_chat_message *msgs,
                              size_t n, int add_assistant, char *buf, size_t cap);
+
+/* A parsed chat template: a Jinja template executed by the library's interpreter, as
+ * Hugging Face transformers' apply_chat_template executes it (jinja2's sandbox with
+ * trim_blocks, lstrip_blocks and loop controls; |tojson as Python's json.dumps with
+ * ensure_ascii=False; globals raise_exception, strftime_now, namespace, dict, range).
+ * Supported: {{ }}, {% %}, {# #}, whitespace control, raw; if/elif/else, for (else,
+ * loop.*, unpacking, `if` filter), set (namespaces, block set), macro, filter blocks,
+ * break/continue, generation; jinja2's expressions, filters and tests that chat
+ * templates use, and the methods of str, dict and list that do not modify them.
+ * Immutable once created: pi_chat_template_render may run on many threads at once on
+ * one template. Templates come from model files, so parsing and rendering are bounded
+ * (source size, nesting, memory, output, loop iterations, macro recursion): a template
+ * past a bound fails with PI_ERR_RANGE and a message, it does not hang or crash. */
+typedef struct pi_chat_template pi_chat_template;
+
+/* Parse `source` (a NUL-terminated template, borrowed for the call), or the model's
+ * tokenizer.chat_template when source is NULL. `model` (borrowed for the call; may be
+ * NULL when source is given) provides bos_token and eos_token, the texts of its BOS and
+ * EOS tokens ("" for one it lacks; without a model they are undefined unless the data
+ * sets them), copied into the template, which does not keep the model. *out receives the
+ * template (ownership transfers to the caller: pi_chat_template_destroy), NULL on
+ * failure; errbuf (may be NULL) receives the reason, NUL-terminated within errbuf_cap.
+ * Returns PI_OK, PI_ERR_FORMAT (a syntax error: "line L, column C: expected ...,
+ * found ...", an unknown tag, filter or test, invalid UTF-8), PI_ERR_RANGE (past a
+ * parse limit), PI_ERR_NOT_FOUND (source NULL and the model has no template),
+ * PI_ERR_INVALID_ARG (out NULL, or both model and source NULL), PI_ERR_NOMEM.
+ * Since: 0.1 */
+PI_API int pi_chat_template_create(const pi_model *model, const char *source,
+                                   pi_chat_template **out, char *errbuf, size_t errbuf_cap);
+
+/* Render `t` with the variables in data_json (borrowed for the call): a JSON object
+ * whose members are the template's variables (messages, tools, add_generation_prompt,
+ * documents, enable_thinking, ...: any JSON, passed as it is, so content-part arrays,
+ * tool_calls and other fields reach the template); NULL is {}. Added where data_json
+ * does not set them: bos_token and eos_token (the model's, when create had one), tools
+ * and documents as none and add_generation_prompt as false (as apply_chat_template
+ * always passes them). `now`: seconds since the Unix epoch for strftime_now (rendered
+ * in UTC); now < 0 leaves strftime_now undefined, so templates that test `strftime_now
+ * is defined` use their own fallback date and the result is deterministic. The text
+ * is copied into buf as pi_model_meta_str does; returns its full length, or
+ * PI_ERR_FORMAT (what jinja2 raises while rendering: raise_exception's message as the
+ * template gives it, or "line L: " and a type error, an undefined value used, an
+ * attribute the sandbox refuses), PI_ERR_INVALID_ARG (t NULL, buf NULL with cap > 0,
+ * data_json not a JSON object: malformed, invalid UTF-8, a lone surrogate escape,
+ * nested deeper than 128), PI_ERR_RANGE (past a render limit: memory, output, steps,
+ * recursion; or an integer in data_json outside 64 bits), PI_ERR_NOMEM; errbuf (may be
+ * NULL) receives the message. Safe to call from many threads on one template.
+ * Since: 0.1 */
+PI_API int64_t pi_chat_template_render(const pi_chat_template *t, const char *data_json,
+                                       int64_t now, char *buf, size_t cap, char *errbuf,
+                                       size_t errbuf_cap);
+
+/* NULL is a no-op. Since: 0.1 */
+PI_API void pi_chat_template_destroy(pi_chat_template *t);
 
 /* =================================================================================
  * Context: one sequence being decoded

@@ -1,10 +1,15 @@
-/* api_chat.c -- chat prompt rendering for the common template families. Templates are
- * recognised by their marker strings, not executed (no Jinja interpreter); each
- * renderer writes what that family's published template writes (checked against the
- * templates rendered by jinja2 in tests/model/test_tokenizer.c), except the BOS token
- * a template puts first: that comes from tokenizing with PI_TOKENIZE_ADD_SPECIAL. */
+/* api_chat.c -- chat prompts: the model's own Jinja chat template executed by the
+ * interpreter in chat/ (pi_chat_template_*, and pi_chat_apply's AUTO and JINJA formats),
+ * and built-in renderers for the common template families, recognised by their marker
+ * strings. Each built-in renderer writes what that family's published template writes
+ * (checked against the templates rendered by jinja2 in tests/model/test_tokenizer.c),
+ * except the BOS token a template puts first: that comes from tokenizing with
+ * PI_TOKENIZE_ADD_SPECIAL. */
+#include <stdio.h>
 #include <string.h>
 
+#include "chat/jinja.h"
+#include "chat/json.h"
 #include "model/model.h"
 
 struct out {
@@ -42,13 +47,8 @@ static int contains(const char *s, uint64_t n, const char *needle) {
     return 0;
 }
 
-int pi_model_chat_format(const pi_model *m) {
-    if (!m)
-        return PI_ERR_INVALID_ARG;
-    uint64_t n;
-    const char *t = template_of(m, &n);
-    if (!t)
-        return PI_ERR_NOT_FOUND;
+/* The built-in family whose markers the template has, or PI_ERR_UNSUPPORTED. */
+static int recognised_format(const char *t, uint64_t n) {
     if (contains(t, n, "<|im_start|>"))
         return PI_CHAT_CHATML;
     if (contains(t, n, "<|start_header_id|>"))
@@ -362,6 +362,247 @@ static void falcon(struct out *o, const pi_chat_message *msgs, size_t n, int add
         put(o, "\nFalcon:");
 }
 
+/* ---- the interpreter ---------------------------------------------------------------- */
+
+struct pi_chat_template {
+    struct jtemplate t;
+    char *bos, *eos; /* the model's special token texts (copies), or NULL */
+    size_t bos_n, eos_n;
+};
+
+static const struct pi_allocator *const tmpl_alloc = &pi_default_allocator;
+
+void pi_chat_template_destroy(pi_chat_template *t) {
+    if (!t)
+        return;
+    jinja_free(&t->t);
+    pi_free(tmpl_alloc, t->bos);
+    pi_free(tmpl_alloc, t->eos);
+    pi_free(tmpl_alloc, t);
+}
+
+/* The text of token id, "" when the model has no such token (templates write
+ * bos_token + ...: an undefined one would fail them), NULL without a model. */
+static int token_text(const pi_model *m, int32_t id, char **out, size_t *n) {
+    const struct pi_vocab *v = m ? m->vocab : NULL;
+    *out = NULL;
+    *n = 0;
+    if (!m)
+        return PI_OK;
+    if (!v || id < 0 || id >= v->n_tokens) {
+        *out = pi_strndup(tmpl_alloc, "", 0);
+        return *out ? PI_OK : PI_ERR_NOMEM;
+    }
+    *out = pi_strndup(tmpl_alloc, v->tokens[id].text, v->tokens[id].len);
+    *n = v->tokens[id].len;
+    return *out ? PI_OK : PI_ERR_NOMEM;
+}
+
+/* Parse `n` bytes of template source, with the model's BOS / EOS texts (model may be
+ * NULL). */
+static int template_create(const pi_model *m, const char *src, size_t n, pi_chat_template **out,
+                           struct pi_error *err) {
+    *out = NULL;
+    pi_chat_template *t = pi_calloc(tmpl_alloc, 1, sizeof *t);
+    if (!t)
+        return pi_error_set(err, PI_ERR_NOMEM, "out of memory");
+    if (token_text(m, m && m->vocab ? m->vocab->bos : -1, &t->bos, &t->bos_n) < 0 ||
+        token_text(m, m && m->vocab ? m->vocab->eos : -1, &t->eos, &t->eos_n) < 0) {
+        pi_chat_template_destroy(t);
+        return pi_error_set(err, PI_ERR_NOMEM, "out of memory");
+    }
+    struct jinja_limits lim;
+    jinja_default_limits(&lim);
+    int st = jinja_parse(&t->t, src, n, &lim, tmpl_alloc, err);
+    if (st < 0) {
+        pi_free(tmpl_alloc, t->bos);
+        pi_free(tmpl_alloc, t->eos);
+        pi_free(tmpl_alloc, t);
+        return st;
+    }
+    *out = t;
+    return PI_OK;
+}
+
+static void copy_err(const struct pi_error *e, char *errbuf, size_t cap) {
+    if (errbuf && cap)
+        snprintf(errbuf, cap, "%s", e->msg);
+}
+
+int pi_chat_template_create(const pi_model *model, const char *source, pi_chat_template **out,
+                            char *errbuf, size_t errbuf_cap) {
+    struct pi_error err = {PI_OK, ""};
+    if (errbuf && errbuf_cap)
+        errbuf[0] = '\0';
+    if (out)
+        *out = NULL;
+    if (!out || (!model && !source)) {
+        pi_error_set(&err, PI_ERR_INVALID_ARG, "pi_chat_template_create: %s",
+                     !out ? "out is NULL" : "neither a model nor a source");
+        copy_err(&err, errbuf, errbuf_cap);
+        return PI_ERR_INVALID_ARG;
+    }
+    uint64_t n = 0;
+    const char *src = source;
+    if (src) {
+        n = strlen(src);
+    } else {
+        src = template_of(model, &n);
+        if (!src) {
+            pi_error_set(&err, PI_ERR_NOT_FOUND, "the model has no tokenizer.chat_template");
+            copy_err(&err, errbuf, errbuf_cap);
+            return PI_ERR_NOT_FOUND;
+        }
+    }
+    int st = template_create(model, src, (size_t)n, out, &err);
+    if (st < 0)
+        copy_err(&err, errbuf, errbuf_cap);
+    return st;
+}
+
+/* The variables of a render: data's members, then what transformers'
+ * apply_chat_template always passes (tools, documents: none; add_generation_prompt:
+ * false) and the model's bos_token / eos_token, where data does not set them. */
+static int render_vars(const pi_chat_template *t, struct jarena *a, const struct jdict *data,
+                       struct jdict **out) {
+    struct jdict *v = jd_new(a, data ? data->n + 5 : 5);
+    if (!v)
+        return ja_status(a);
+    for (size_t i = 0; data && i < data->n; i++)
+        PI_TRY(jd_set(a, v, data->k[i], data->v[i]));
+    static const char *const none_names[] = {"tools", "documents"};
+    for (int k = 0; k < 2; k++)
+        if (!jd_get_str(v, none_names[k], strlen(none_names[k])))
+            PI_TRY(jd_set(a, v, jv_cstr(none_names[k]), jv_none()));
+    if (!jd_get_str(v, "add_generation_prompt", 21))
+        PI_TRY(jd_set(a, v, jv_cstr("add_generation_prompt"), jv_bool(0)));
+    if (t->bos && !jd_get_str(v, "bos_token", 9))
+        PI_TRY(jd_set(a, v, jv_cstr("bos_token"), jv_str(t->bos, t->bos_n)));
+    if (t->eos && !jd_get_str(v, "eos_token", 9))
+        PI_TRY(jd_set(a, v, jv_cstr("eos_token"), jv_str(t->eos, t->eos_n)));
+    *out = v;
+    return PI_OK;
+}
+
+/* Copy text into buf as pi_model_meta_str does; the full length. */
+static int64_t copy_out(const char *s, size_t n, char *buf, size_t cap) {
+    if (cap > 0) {
+        size_t k = n < cap - 1 ? n : cap - 1;
+        if (k)
+            memcpy(buf, s, k);
+        buf[k] = '\0';
+    }
+    return (int64_t)n;
+}
+
+int64_t pi_chat_template_render(const pi_chat_template *t, const char *data_json, int64_t now,
+                                char *buf, size_t cap, char *errbuf, size_t errbuf_cap) {
+    struct pi_error err = {PI_OK, ""};
+    if (errbuf && errbuf_cap)
+        errbuf[0] = '\0';
+    if (!t || (!buf && cap)) {
+        pi_error_set(&err, PI_ERR_INVALID_ARG, "pi_chat_template_render: %s",
+                     !t ? "the template is NULL" : "buf is NULL with cap > 0");
+        copy_err(&err, errbuf, errbuf_cap);
+        return PI_ERR_INVALID_ARG;
+    }
+    struct jarena a;
+    ja_init(&a, tmpl_alloc, t->t.lim.max_memory, &err);
+    jv data = jv_undef();
+    int st = PI_OK;
+    if (data_json) {
+        st = json_parse(&a, data_json, strlen(data_json), &data, &err);
+        if (st == PI_OK && data.kind != JV_DICT)
+            st = pi_error_set(&err, PI_ERR_INVALID_ARG,
+                              "the template data must be a JSON object, not %s",
+                              jv_type_name(data));
+    }
+    struct jdict *vars = NULL;
+    if (st == PI_OK)
+        st = render_vars(t, &a, data.kind == JV_DICT ? data.u.dict : NULL, &vars);
+    jv text;
+    if (st == PI_OK)
+        st = jinja_render(&t->t, &a, vars, now, &text, &err);
+    int64_t r = st;
+    if (st == PI_OK)
+        r = copy_out(text.u.str.s, text.u.str.n, buf, cap);
+    else
+        copy_err(&err, errbuf, errbuf_cap);
+    ja_free(&a);
+    return r;
+}
+
+/* pi_chat_apply through the model's template: messages as {role, content}. The BOS text
+ * a template writes first is left out when the tokenizer adds BOS (tokenizing with
+ * ADD_SPECIAL puts it back; SmolLM2's BOS is <|im_start|>, which its tokenizer does not
+ * add: there the text stays). */
+static int64_t apply_jinja(const pi_model *m, const pi_chat_template *t,
+                           const pi_chat_message *msgs, size_t n, int add_assistant, char *buf,
+                           size_t cap) {
+    struct pi_error err = {PI_OK, ""};
+    struct jarena a;
+    ja_init(&a, tmpl_alloc, t->t.lim.max_memory, &err);
+    struct jlist *l = jl_new(&a, n, NULL);
+    struct jdict *data = jd_new(&a, 2);
+    int st = l && data ? PI_OK : ja_status(&a);
+    for (size_t i = 0; i < n && st == PI_OK; i++) {
+        struct jdict *d = jd_new(&a, 2);
+        if (!d) {
+            st = ja_status(&a);
+            break;
+        }
+        st = jd_set(&a, d, jv_cstr("role"), jv_cstr(msgs[i].role));
+        if (st == PI_OK)
+            st = jd_set(&a, d, jv_cstr("content"), jv_cstr(msgs[i].content));
+        l->v[i].kind = JV_DICT;
+        l->v[i].flags = 0;
+        l->v[i].u.dict = d;
+    }
+    if (st == PI_OK) {
+        jv lv = {JV_LIST, 0, {0}};
+        lv.u.list = l;
+        st = jd_set(&a, data, jv_cstr("messages"), lv);
+    }
+    if (st == PI_OK)
+        st = jd_set(&a, data, jv_cstr("add_generation_prompt"), jv_bool(add_assistant));
+    struct jdict *vars = NULL;
+    if (st == PI_OK)
+        st = render_vars(t, &a, data, &vars);
+    jv text;
+    if (st == PI_OK)
+        st = jinja_render(&t->t, &a, vars, -1, &text, &err);
+    int64_t r = st;
+    if (st == PI_OK) {
+        size_t skip = 0;
+        if (m->vocab && m->vocab->add_bos && t->bos && t->bos_n && text.u.str.n >= t->bos_n &&
+            memcmp(text.u.str.s, t->bos, t->bos_n) == 0)
+            skip = t->bos_n;
+        r = copy_out(text.u.str.s + skip, text.u.str.n - skip, buf, cap);
+    }
+    ja_free(&a);
+    return r;
+}
+
+int pi_model_chat_format(const pi_model *m) {
+    if (!m)
+        return PI_ERR_INVALID_ARG;
+    uint64_t n;
+    const char *t = template_of(m, &n);
+    if (!t)
+        return PI_ERR_NOT_FOUND;
+    int f = recognised_format(t, n);
+    if (f >= 0)
+        return f;
+    /* another style: executable when it parses */
+    pi_chat_template *tmpl;
+    struct pi_error err = {PI_OK, ""};
+    if (template_create(m, t, (size_t)n, &tmpl, &err) == PI_OK) {
+        pi_chat_template_destroy(tmpl);
+        return PI_CHAT_JINJA;
+    }
+    return err.status == PI_ERR_NOMEM ? PI_ERR_NOMEM : PI_ERR_UNSUPPORTED;
+}
+
 int64_t pi_chat_apply(const pi_model *m, int format, const pi_chat_message *msgs, size_t n,
                       int add_assistant, char *buf, size_t cap) {
     if (!m || (n && !msgs) || (!buf && cap))
@@ -369,10 +610,33 @@ int64_t pi_chat_apply(const pi_model *m, int format, const pi_chat_message *msgs
     for (size_t i = 0; i < n; i++)
         if (!msgs[i].role || !msgs[i].content || !valid_role(msgs[i].role))
             return PI_ERR_INVALID_ARG;
-    if (format == PI_CHAT_AUTO) {
-        format = pi_model_chat_format(m);
-        if (format < 0)
-            return format;
+    if (format == PI_CHAT_AUTO || format == PI_CHAT_JINJA) {
+        /* the model's own template when it parses and renders; AUTO falls back to the
+         * built-in format of a recognised family (a template that needs a clock, or
+         * refuses the conversation, rendered as the library did before it had an
+         * interpreter), JINJA returns the failure */
+        uint64_t tn;
+        const char *src = template_of(m, &tn);
+        if (!src)
+            return PI_ERR_NOT_FOUND;
+        pi_chat_template *t;
+        struct pi_error err = {PI_OK, ""};
+        int64_t st = template_create(m, src, (size_t)tn, &t, &err);
+        int parsed = st == PI_OK;
+        if (parsed) {
+            st = apply_jinja(m, t, msgs, n, add_assistant, buf, cap);
+            pi_chat_template_destroy(t);
+            if (st >= 0 || st == PI_ERR_NOMEM || format == PI_CHAT_JINJA)
+                return st;
+        } else if (st == PI_ERR_NOMEM) {
+            return st;
+        } else if (format == PI_CHAT_JINJA) {
+            return PI_ERR_UNSUPPORTED;
+        }
+        int f = recognised_format(src, tn);
+        if (f < 0)
+            return parsed ? st : PI_ERR_UNSUPPORTED;
+        format = f;
     }
     struct out o = {buf, cap, 0};
     switch (format) {

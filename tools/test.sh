@@ -194,5 +194,18 @@ PI_FUZZ_MODEL="$smollm2" build-asan/tests/fuzz_grammar -max_total_time="$secs" -
     exit 1
 }
 fuzz_result fuzz_grammar "$work/fuzz_grammar.log"
+# Chat templates: the real ones each with a conversation behind a NUL byte, and the
+# language snippets (tests/fuzz/template_seeds.py).
+mkdir -p "$work/template"
+python3 tests/fuzz/template_seeds.py "$work/template-seeds" > /dev/null
+echo "fuzz_template: ${secs}s"
+build-asan/tests/fuzz_template -max_total_time="$secs" -max_len=65536 -timeout=10 \
+    -print_final_stats=1 "$work/template" "$work/template-seeds" \
+    > "$work/fuzz_template.log" 2>&1 || {
+    tail -n 40 "$work/fuzz_template.log"
+    echo "fuzz_template found a failure (reproducer in $work)"
+    exit 1
+}
+fuzz_result fuzz_template "$work/fuzz_template.log"
 [ "$fuzz_passed" -eq 6 ] || { echo "fuzzers: only $fuzz_passed of 6 ran"; exit 1; }
 echo "fuzzers: $fuzz_passed passed: $fuzz_names"

@@ -795,6 +795,89 @@ static void test_chat_templates(void **state) {
     assert_int_equal(bad, 0);
 }
 
+/* A tiny llama model with the given chat template, BOS "<s>" (added by the tokenizer)
+ * and EOS "</s>". */
+static pi_model *model_with_template(const char *tmpl) {
+    const char *path = tmp_path("chatjinja");
+    struct gguf_writer *w;
+    assert_int_equal(gguf_writer_create(&pi_default_allocator, &w), PI_OK);
+    assert_int_equal(add_tiny_llama(w, 4), PI_OK);
+    const char *toks[4] = {"<unk>", "<s>", "</s>", "a"};
+    int32_t types[4] = {2, 3, 3, 1};
+    uint32_t bos = 1, eos = 2;
+    assert_int_equal(gguf_writer_add_string(w, "tokenizer.ggml.model", "llama"), PI_OK);
+    assert_int_equal(gguf_writer_add_string_array(w, "tokenizer.ggml.tokens", toks, 4), PI_OK);
+    assert_int_equal(gguf_writer_add_array(w, "tokenizer.ggml.token_type", PI_META_I32, types, 4),
+                     PI_OK);
+    assert_int_equal(gguf_writer_add_scalar(w, "tokenizer.ggml.bos_token_id", PI_META_U32, &bos),
+                     PI_OK);
+    assert_int_equal(gguf_writer_add_scalar(w, "tokenizer.ggml.eos_token_id", PI_META_U32, &eos),
+                     PI_OK);
+    assert_int_equal(gguf_writer_add_string(w, "tokenizer.chat_template", tmpl), PI_OK);
+    assert_int_equal(gguf_writer_write_file(w, path, GGUF_MAGIC_GGUF, NULL), PI_OK);
+    gguf_writer_destroy(w);
+    pi_model *m = must_open(path);
+    remove(path);
+    return m;
+}
+
+/* A template of no built-in family is executed: PI_CHAT_JINJA, pi_chat_apply equal to
+ * pi_chat_template_render with the model's bos_token / eos_token (the leading BOS text
+ * left out: the tokenizer adds it), the template's refusal a PI_ERR_FORMAT, a template
+ * that does not parse PI_ERR_UNSUPPORTED. */
+static void test_chat_jinja(void **state) {
+    (void)state;
+    static const char tmpl[] =
+        "{{ bos_token }}{% for m in messages %}{% if m.role == 'system' and not loop.first %}"
+        "{{ raise_exception('system first') }}{% endif %}### {{ m.role|title }}: "
+        "{{ m.content|trim }}{% if m.role == 'assistant' %}{{ eos_token }}{% endif %}\n"
+        "{% endfor %}{% if add_generation_prompt %}### Assistant:{% endif %}";
+    pi_model *m = model_with_template(tmpl);
+    assert_int_equal(pi_model_chat_format(m), PI_CHAT_JINJA);
+    pi_chat_message msgs[3] = {{"system", "Be brief."}, {"user", " Hi "}, {"assistant", "Hello"}};
+    char buf[512], want[512];
+    int64_t n = pi_chat_apply(m, PI_CHAT_AUTO, msgs, 3, 1, buf, sizeof buf);
+    assert_int_equal(pi_chat_apply(m, PI_CHAT_JINJA, msgs, 3, 1, want, sizeof want), n);
+    assert_string_equal(buf, want);
+    pi_chat_template *t;
+    assert_int_equal(pi_chat_template_create(m, NULL, &t, NULL, 0), PI_OK);
+    char full[512];
+    int64_t fn = pi_chat_template_render(
+        t,
+        "{\"messages\": [{\"role\": \"system\", \"content\": \"Be brief.\"}, {\"role\": "
+        "\"user\", \"content\": \" Hi \"}, {\"role\": \"assistant\", \"content\": "
+        "\"Hello\"}], \"add_generation_prompt\": true}",
+        -1, full, sizeof full, NULL, 0);
+    assert_int_equal(fn, n + 3);
+    assert_memory_equal(full, "<s>", 3);
+    assert_string_equal(full + 3, buf);
+    /* as jinja2 renders it (trim_blocks takes the newline after each endif) */
+    assert_string_equal(buf, "### System: Be brief.### User: Hi### Assistant: Hello</s>"
+                             "### Assistant:");
+    pi_chat_template_destroy(t);
+    /* the template refuses the conversation */
+    pi_chat_message late[2] = {{"user", "Hi"}, {"system", "late"}};
+    assert_int_equal(pi_chat_apply(m, PI_CHAT_AUTO, late, 2, 1, buf, sizeof buf), PI_ERR_FORMAT);
+    pi_model_close(m);
+    /* one that does not parse, of no family */
+    m = model_with_template("{% if messages %}unclosed");
+    assert_int_equal(pi_model_chat_format(m), PI_ERR_UNSUPPORTED);
+    assert_int_equal(pi_chat_apply(m, PI_CHAT_AUTO, msgs, 1, 1, buf, sizeof buf),
+                     PI_ERR_UNSUPPORTED);
+    assert_int_equal(pi_chat_apply(m, PI_CHAT_JINJA, msgs, 1, 1, buf, sizeof buf),
+                     PI_ERR_UNSUPPORTED);
+    char msg[256];
+    assert_int_equal(pi_chat_template_create(m, NULL, &t, msg, sizeof msg), PI_ERR_FORMAT);
+    assert_non_null(strstr(msg, "line 1, column 26: unexpected end of template"));
+    pi_model_close(m);
+    /* a recognised family whose template does not parse still renders, built in */
+    m = model_with_template("{% for %}<|im_start|>");
+    assert_int_equal(pi_model_chat_format(m), PI_CHAT_CHATML);
+    assert_true(pi_chat_apply(m, PI_CHAT_AUTO, msgs + 1, 1, 1, buf, sizeof buf) > 0);
+    assert_string_equal(buf, "<|im_start|>user\n Hi <|im_end|>\n<|im_start|>assistant\n");
+    pi_model_close(m);
+}
+
 /* ---- the SentencePiece vocabulary against sentencepiece ----------------------------- */
 
 static int64_t tok1(const pi_model *m, const char *s, uint32_t flags, int32_t *ids, size_t cap) {
@@ -1586,6 +1669,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_pre_tokenizer_variants),
         cmocka_unit_test(test_bpe_families),
         cmocka_unit_test(test_chat_templates),
+        cmocka_unit_test(test_chat_jinja),
         cmocka_unit_test(test_spm_corpus),
         cmocka_unit_test(test_spm_gemma),
         cmocka_unit_test(test_spm_special_and_bytes),

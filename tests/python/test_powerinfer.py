@@ -244,6 +244,54 @@ def test_chat_apply(smollm2):
     assert e.value.status_name == "PI_ERR_INVALID_ARG"
 
 
+def test_chat_template():
+    """ChatTemplate renders real templates as transformers does (the conformance fixture
+    of tests/unit/test_jinja.c, made by tests/fixtures/gen_jinja_fixtures.py)."""
+    import json
+    fix = os.path.join(ROOT, "tests", "fixtures", "jinja")
+    with open(os.path.join(fix, "conformance.json"), encoding="utf-8") as f:
+        fx = json.load(f)
+    checked = 0
+    for t in fx["templates"]:
+        if t["file"] not in ("Qwen-Qwen3-0.6B.jinja", "meta-llama-Llama-3.2-3B-Instruct.jinja",
+                             "google-gemma-2-2b-it.jinja"):
+            continue
+        with open(os.path.join(fix, "templates", t["file"]), encoding="utf-8", newline="") as f:
+            tmpl = pi.ChatTemplate(source=f.read())
+        with tmpl:
+            for c in t["cases"]:
+                now = None if c["now"] < 0 else c["now"]
+                data = fx["conversations"][c["conv"]]
+                if "text" in c:
+                    assert tmpl.render(data, now=now) == c["text"]
+                    # the same as keyword variables
+                    assert tmpl.render(**json.loads(data), now=now) == c["text"]
+                else:
+                    with pytest.raises(pi.PowerInferError) as e:
+                        tmpl.render(data, now=now)
+                    if "raise" in c:
+                        assert e.value.message == c["raise"]
+                checked += 1
+    assert checked >= 30
+    with pytest.raises(pi.PowerInferError) as e:
+        pi.ChatTemplate(source="{% if x %}")
+    assert e.value.status_name == "PI_ERR_FORMAT" and "line 1, column" in e.value.message
+    with pytest.raises(pi.PowerInferError) as e:
+        pi.ChatTemplate(source="{{ x }}").render("[1]")
+    assert e.value.status_name == "PI_ERR_INVALID_ARG"
+
+
+def test_chat_template_of_the_model(smollm2):
+    t = pi.ChatTemplate(smollm2)
+    msgs = [{"role": "user", "content": "hi"}]
+    out = t.render(messages=msgs, add_generation_prompt=True)
+    # SmolLM2's template inserts its default system message, as chat_apply does
+    assert out == smollm2.chat_apply(msgs)
+    assert smollm2.chat_apply(msgs, format="jinja") == out
+    t.close()
+    assert t.closed
+
+
 # ---- context ----------------------------------------------------------------------------
 def test_decode_logits(smollm2):
     m = smollm2

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cli.h"
 #ifdef PI_HAVE_JSONSCHEMA
@@ -515,6 +516,111 @@ static int print_embedding(struct opts *o, pi_model *m, pi_ctx *ctx, const int32
     return fflush(stdout) == 0 ? 0 : 1;
 }
 
+/* A growing text for the template's JSON data; the js_* functions return -1 when out of
+ * memory. */
+struct jsbuf {
+    char *p;
+    size_t n, cap;
+};
+
+static int js_put(struct jsbuf *b, const char *s, size_t n) {
+    if (b->n + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap < b->n + n + 1)
+            cap *= 2;
+        char *p = realloc(b->p, cap);
+        if (!p)
+            return -1;
+        b->p = p;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->n, s, n);
+    b->n += n;
+    b->p[b->n] = '\0';
+    return 0;
+}
+
+static int js_puts(struct jsbuf *b, const char *s) {
+    return js_put(b, s, strlen(s));
+}
+
+static int js_string(struct jsbuf *b, const char *s) {
+    if (js_put(b, "\"", 1))
+        return -1;
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        char t[8];
+        if (c == '"' || c == '\\') {
+            t[0] = '\\';
+            t[1] = (char)c;
+            if (js_put(b, t, 2))
+                return -1;
+        } else if (c < 0x20) {
+            snprintf(t, sizeof t, "\\u%04x", c);
+            if (js_put(b, t, 6))
+                return -1;
+        } else if (js_put(b, s, 1)) {
+            return -1;
+        }
+    }
+    return js_put(b, "\"", 1);
+}
+
+/* Does tokenizing with PI_TOKENIZE_ADD_SPECIAL put the BOS token first? */
+static int adds_bos(const pi_model *m) {
+    int32_t t[4];
+    int32_t bos = pi_model_token_bos(m);
+    return bos >= 0 && pi_tokenize(m, "", 0, t, 4, PI_TOKENIZE_ADD_SPECIAL) >= 1 && t[0] == bos;
+}
+
+/* The chat prompt from the model's own template, executed with the current time for
+ * strftime_now. Returns its length with *out set (malloc'd; a BOS text the template
+ * writes first left out when tokenizing adds it), a negative status when the template
+ * refuses the messages (its message printed), or 1 with *out NULL when the model has
+ * no template it can execute (then a built-in format is used). */
+static int64_t template_chat(const pi_model *m, const pi_chat_message *msgs, size_t n,
+                             char **out) {
+    *out = NULL;
+    pi_chat_template *t;
+    char err[512];
+    if (pi_chat_template_create(m, NULL, &t, err, sizeof err) != PI_OK)
+        return 1;
+    struct jsbuf b = {0};
+    int bad = js_puts(&b, "{\"add_generation_prompt\": true, \"messages\": [");
+    for (size_t i = 0; i < n && !bad; i++) {
+        bad |= js_puts(&b, i ? ", {\"role\": " : "{\"role\": ");
+        bad |= js_string(&b, msgs[i].role);
+        bad |= js_puts(&b, ", \"content\": ");
+        bad |= js_string(&b, msgs[i].content);
+        bad |= js_puts(&b, "}");
+    }
+    bad |= js_puts(&b, "]}");
+    int64_t now = (int64_t)time(NULL), len = PI_ERR_NOMEM;
+    if (!bad)
+        len = pi_chat_template_render(t, b.p, now, NULL, 0, err, sizeof err);
+    if (len >= 0) {
+        *out = malloc((size_t)len + 1);
+        if (!*out)
+            len = PI_ERR_NOMEM;
+        else
+            pi_chat_template_render(t, b.p, now, *out, (size_t)len + 1, NULL, 0);
+    } else if (!bad) {
+        fprintf(stderr, "pi-run: the chat template: %s\n", err);
+    }
+    if (*out && adds_bos(m)) {
+        char bos[64];
+        int32_t id = pi_model_token_bos(m);
+        int64_t bl = pi_token_to_piece(m, id, bos, sizeof bos, PI_PIECE_SPECIAL);
+        if (bl > 0 && (size_t)bl < sizeof bos && len >= bl && !memcmp(*out, bos, (size_t)bl)) {
+            memmove(*out, *out + bl, (size_t)(len - bl) + 1);
+            len -= bl;
+        }
+    }
+    free(b.p);
+    pi_chat_template_destroy(t);
+    return len;
+}
+
 static int generate(struct opts *o) {
     const double t0 = cli_now_s();
     pi_model *m = NULL;
@@ -549,7 +655,17 @@ static int generate(struct opts *o) {
         if (o->system)
             msgs[n++] = (pi_chat_message){"system", o->system};
         msgs[n++] = (pi_chat_message){"user", ptext};
-        int64_t need = pi_chat_apply(m, o->chat_format, msgs, n, 1, NULL, 0);
+        char *chat = NULL;
+        int64_t need = o->chat_format == PI_CHAT_AUTO ? template_chat(m, msgs, n, &chat) : 1;
+        if (need == 1 && !chat) {
+            /* a built-in format: asked for, or the template cannot be executed */
+            need = pi_chat_apply(m, o->chat_format, msgs, n, 1, NULL, 0);
+            if (need >= 0) {
+                chat = malloc((size_t)need + 1);
+                if (chat)
+                    pi_chat_apply(m, o->chat_format, msgs, n, 1, chat, (size_t)need + 1);
+            }
+        }
         if (need < 0) {
             free(ptext);
             pi_model_close(m);
@@ -558,9 +674,6 @@ static int generate(struct opts *o) {
                                 : "--chat-format",
                             (int)need, NULL);
         }
-        char *chat = malloc((size_t)need + 1);
-        if (chat)
-            pi_chat_apply(m, o->chat_format, msgs, n, 1, chat, (size_t)need + 1);
         free(ptext);
         ptext = chat;
         plen = (size_t)need;

@@ -303,9 +303,114 @@ static char *content_text(const cJSON *content, const char *role, struct srv_err
     return b.data ? b.data : calloc(1, 1);
 }
 
+/* The prompt from the model's chat template: the messages as the client sent them
+ * (roles as chat_prompt read them: developer is system) or, when flat, with each content
+ * as its text; add_generation_prompt; the members of chat_template_kwargs (an object:
+ * enable_thinking, ...) unless they name those two; `tools` when the template takes
+ * them (NULL: none); strftime_now at the current time.
+ * Returns the status of the render and the text in *out (malloc'd, the model's BOS text
+ * at its start left out when tokenizing adds it). */
+static int64_t template_prompt(const struct srv_model_info *mi, const cJSON *req,
+                               const cJSON *msgs, const cJSON *tools,
+                               const pi_chat_message *pm, int flat, char **out, char *msg,
+                               size_t msg_cap) {
+    *out = NULL;
+    cJSON *data = cJSON_CreateObject();
+    cJSON *arr = data ? cJSON_AddArrayToObject(data, "messages") : NULL;
+    int64_t st = arr ? PI_OK : PI_ERR_NOMEM;
+    int i = 0;
+    const cJSON *m;
+    cJSON_ArrayForEach(m, msgs) {
+        if (st != PI_OK)
+            break;
+        cJSON *c = cJSON_Duplicate(m, 1);
+        if (!c || !cJSON_AddItemToArray(arr, c)) {
+            cJSON_Delete(c);
+            st = PI_ERR_NOMEM;
+            break;
+        }
+        cJSON *role = cJSON_CreateString(pm[i].role);
+        if (!role || !cJSON_ReplaceItemInObjectCaseSensitive(c, "role", role)) {
+            cJSON_Delete(role);
+            st = PI_ERR_NOMEM;
+            break;
+        }
+        if (flat) {
+            cJSON_DeleteItemFromObjectCaseSensitive(c, "content");
+            if (!cJSON_AddStringToObject(c, "content", pm[i].content))
+                st = PI_ERR_NOMEM;
+        }
+        i++;
+    }
+    const cJSON *kw = field(req, "chat_template_kwargs");
+    if (st == PI_OK && cJSON_IsObject(kw)) {
+        const cJSON *k;
+        cJSON_ArrayForEach(k, kw) {
+            if (!strcmp(k->string, "messages") || !strcmp(k->string, "add_generation_prompt"))
+                continue;
+            cJSON *v = cJSON_Duplicate(k, 1);
+            if (!v || !cJSON_AddItemToObject(data, k->string, v)) {
+                cJSON_Delete(v);
+                st = PI_ERR_NOMEM;
+                break;
+            }
+        }
+    }
+    if (st == PI_OK && !cJSON_AddTrueToObject(data, "add_generation_prompt"))
+        st = PI_ERR_NOMEM;
+    if (st == PI_OK && tools) { /* the template's own tool syntax (toolcall.c) */
+        cJSON *t = cJSON_Duplicate(tools, 1);
+        cJSON_DeleteItemFromObjectCaseSensitive(data, "tools");
+        if (!t || !cJSON_AddItemToObject(data, "tools", t)) {
+            cJSON_Delete(t);
+            st = PI_ERR_NOMEM;
+        }
+    }
+    char *json = st == PI_OK ? cJSON_PrintUnformatted(data) : NULL;
+    cJSON_Delete(data);
+    if (!json)
+        return PI_ERR_NOMEM;
+    int64_t now = (int64_t)time(NULL);
+    size_t cap = 1 << 16;
+    for (int tries = 0; tries < 2; tries++) {
+        char *text = malloc(cap);
+        if (!text) {
+            st = PI_ERR_NOMEM;
+            break;
+        }
+        st = pi_chat_template_render(mi->chat_template, json, now, text, cap, msg, msg_cap);
+        if (st >= 0 && (size_t)st < cap) {
+            /* the BOS text a template writes first, when tokenizing with ADD_SPECIAL
+             * adds it */
+            char bos[64];
+            int32_t b = pi_model_token_bos(mi->model), first[4];
+            int adds = b >= 0 &&
+                       pi_tokenize(mi->model, "", 0, first, 4, PI_TOKENIZE_ADD_SPECIAL) >= 1 &&
+                       first[0] == b;
+            int64_t bl = adds ? pi_token_to_piece(mi->model, b, bos, sizeof bos,
+                                                  PI_PIECE_SPECIAL)
+                              : 0;
+            if (bl > 0 && (size_t)bl < sizeof bos && st >= bl && !memcmp(text, bos, (size_t)bl)) {
+                memmove(text, text + bl, (size_t)(st - bl) + 1);
+                st -= bl;
+            }
+            *out = text;
+            break;
+        }
+        free(text);
+        if (st < 0)
+            break;
+        cap = (size_t)st + 1;
+    }
+    free(json);
+    return st;
+}
+
 static int32_t *chat_prompt(const struct srv_model_info *mi, const cJSON *req,
-                            const cJSON *msgs, size_t *n_out, struct srv_error *err) {
-    (void)req;
+                            const cJSON *msgs, const cJSON *tools, size_t *n_out,
+                            struct srv_error *err) {
+    /* the template takes tools, and results in role tool */
+    const int native = mi->chat_template && mi->tool_syntax != TC_NONE;
     if (!msgs) {
         srv_error_set(err, 400, "invalid_request_error", "missing_required_parameter", "messages",
                       "Missing required parameter: 'messages'.");
@@ -336,9 +441,10 @@ static int32_t *chat_prompt(const struct srv_model_info *mi, const cJSON *req,
         const char *r = role->valuestring;
         if (!strcmp(r, "developer"))
             r = "system";
-        if (strcmp(r, "system") && strcmp(r, "user") && strcmp(r, "assistant")) {
+        if (strcmp(r, "system") && strcmp(r, "user") && strcmp(r, "assistant") &&
+            !(native && !strcmp(r, "tool"))) {
             bad(err, "messages",
-                "Unsupported role '%.40s': use system, developer, user or assistant.", r);
+                "Unsupported role '%.40s': use system, developer, user, assistant or tool.", r);
             goto done;
         }
         texts[i] = content_text(field(m, "content"), r, err);
@@ -346,6 +452,35 @@ static int32_t *chat_prompt(const struct srv_model_info *mi, const cJSON *req,
             goto done;
         pm[i] = (pi_chat_message){r, texts[i]};
         i++;
+    }
+    if (mi->chat_template) {
+        /* contents as sent (parts arrays, extra fields); a template that cannot take
+         * parts arrays gets their text, as the built-in formats do */
+        char msg[256] = "";
+        int parts = 0;
+        cJSON_ArrayForEach(m, msgs) {
+            const cJSON *c = field(m, "content");
+            parts |= c && !cJSON_IsString(c);
+        }
+        int64_t len = template_prompt(mi, req, msgs, tools, pm, 0, &prompt, msg, sizeof msg);
+        /* an error of the interpreter ("line L: ...", a type error), not the template's
+         * raise_exception: try again with the parts' text */
+        if (len == PI_ERR_FORMAT && parts && !strncmp(msg, "line ", 5) && msg[5] >= '0' &&
+            msg[5] <= '9')
+            len = template_prompt(mi, req, msgs, tools, pm, 1, &prompt, msg, sizeof msg);
+        if (len == PI_ERR_FORMAT || len == PI_ERR_RANGE) {
+            /* the template refused the conversation (raise_exception) */
+            bad(err, "messages", "The model's chat template refused the messages: %.180s", msg);
+            goto done;
+        }
+        if (len < 0) {
+            srv_error_set(err, 500, "server_error", NULL, NULL, "The chat template failed: %s.",
+                          pi_status_str((int)len));
+            goto done;
+        }
+        toks = tokenize(mi->model, prompt, (size_t)len,
+                        PI_TOKENIZE_ADD_SPECIAL | PI_TOKENIZE_PARSE_SPECIAL, n_out, err);
+        goto done;
     }
     int64_t need = pi_chat_apply(mi->model, mi->chat_format, pm, (size_t)n, 1, NULL, 0);
     if (need < 0) {
@@ -601,9 +736,9 @@ static int tools_grammar(const struct srv_model_info *mi, const struct tc_reques
 }
 
 /* tools, tool_choice, parallel_tool_calls: job->tool_syntax (TC_NONE without tools), and
- * the forcing grammar for tool_choice required. The chat template the model ships takes
- * the tools only when it is run as Jinja; until then every model is taught the Hermes
- * syntax in its system message (TC_GENERIC). */
+ * the forcing grammar for tool_choice required. A model whose executed template takes
+ * tools in a syntax toolcall.c reads gets them through the template; any other is taught
+ * the Hermes syntax in its system message (TC_GENERIC). */
 static int job_tools(const struct srv_model_info *mi, const cJSON *req, struct srv_job *job,
                      struct srv_error *err) {
     struct tc_request tr;
@@ -614,7 +749,7 @@ static int job_tools(const struct srv_model_info *mi, const cJSON *req, struct s
         return -1;
     }
     job->tools = tr.tools;
-    job->tool_syntax = tr.n_tools ? TC_GENERIC : TC_NONE;
+    job->tool_syntax = !tr.n_tools ? TC_NONE : mi->tool_syntax ? mi->tool_syntax : TC_GENERIC;
     if (tr.choice != TC_CHOICE_REQUIRED)
         return 0;
     if (job->json || job->grammar) {
@@ -638,12 +773,15 @@ static int tool_turns(const cJSON *msgs) {
 
 /* The messages for the template of a request with tools, or with calls and results of
  * earlier turns (NULL after setting err). */
-static cJSON *tools_messages(const cJSON *msgs, const struct srv_job *job, struct srv_error *err) {
+static cJSON *tools_messages(const struct srv_model_info *mi, const cJSON *msgs,
+                             const struct srv_job *job, struct srv_error *err) {
     if (!cJSON_IsArray(msgs)) {
         bad(err, "messages", "'messages' must be a non-empty array.");
         return NULL;
     }
-    cJSON *m = tc_generic_messages(msgs, job->tools);
+    /* a template that takes tools renders the turns itself; else they are taught */
+    cJSON *m = mi->tool_syntax != TC_NONE ? tc_messages_for_template(msgs)
+                                          : tc_generic_messages(msgs, job->tools);
     if (!m)
         srv_error_set(err, 500, "server_error", NULL, NULL, "Out of memory.");
     return m;
@@ -820,9 +958,11 @@ struct srv_job *api_make_job(const struct srv_model_info *mi, const cJSON *req, 
     cJSON *told = NULL; /* the messages as the template gets them, when they change */
     if (chat && msgs && (job_tools(mi, req, job, err) < 0 ||
                          ((job->tool_syntax || tool_turns(msgs)) &&
-                          !(told = tools_messages(msgs, job, err)))))
+                          !(told = tools_messages(mi, msgs, job, err)))))
         goto fail;
-    job->prompt = chat ? chat_prompt(mi, req, told ? told : msgs, &job->n_prompt, err)
+    job->prompt = chat ? chat_prompt(mi, req, told ? told : msgs,
+                                     job->tool_syntax == mi->tool_syntax ? job->tools : NULL,
+                                     &job->n_prompt, err)
                        : completion_prompt(mi, req, &job->n_prompt, err);
     cJSON_Delete(told);
     if (!job->prompt)

@@ -172,9 +172,30 @@ static int serve(struct opts *o) {
     mi.default_max_tokens = o->max_tokens;
     mi.created = (int64_t)time(NULL);
     mi.chat_format = o->chat_format;
+    pi_chat_template *tmpl = NULL;
+    if (mi.chat_format == PI_CHAT_AUTO) {
+        /* the model's own template, executed; else the built-in format it names */
+        char terr[256] = "";
+        int st = pi_chat_template_create(m, NULL, &tmpl, terr, sizeof terr);
+        if (st == PI_OK) {
+            mi.chat_template = tmpl;
+            mi.chat_format = PI_CHAT_JINJA;
+            /* a template that takes tools teaches its own call syntax */
+            int64_t tl = pi_model_chat_template(m, NULL, 0);
+            char *src = tl > 0 ? malloc((size_t)tl + 1) : NULL;
+            if (src && pi_model_chat_template(m, src, (size_t)tl + 1) == tl && strstr(src, "tools"))
+                mi.tool_syntax = tc_syntax_of_template(src);
+            if (mi.tool_syntax == TC_GENERIC) /* a syntax we do not read: teach ours */
+                mi.tool_syntax = TC_NONE;
+            free(src);
+        } else if (st != PI_ERR_NOT_FOUND) {
+            fprintf(stderr, "pi-server: the model's chat template cannot be executed: %s\n",
+                    terr);
+        }
+    }
     if (mi.chat_format == PI_CHAT_AUTO) {
         int f = pi_model_chat_format(m);
-        if (f < 0) {
+        if (f < 0 || f == PI_CHAT_JINJA) {
             fprintf(stderr, "pi-server: the model has %s chat template; using ChatML\n",
                     f == PI_ERR_NOT_FOUND ? "no" : "an unknown");
             f = PI_CHAT_CHATML;
@@ -252,6 +273,7 @@ done:
     http_stop(http);
     engine_destroy(engine);
     pi_ctx_destroy(ctx);
+    pi_chat_template_destroy(tmpl);
     pi_model_close(m);
     free(name);
     return rc;

@@ -263,6 +263,10 @@ struct srv_model_info {
     const pi_model *model;
     const char *name; /* the id /v1/models shows */
     int chat_format;  /* PI_CHAT_* used for messages */
+    /* The model's chat template, executed for messages (chat_format PI_CHAT_JINJA), or
+     * NULL: a built-in format (--chat-format, or a template that does not parse). */
+    const pi_chat_template *chat_template;
+    int tool_syntax; /* TC_* the executed template teaches; TC_NONE: it takes no tools */
     int64_t n_ctx;    /* positions per slot */
     uint32_t n_slots;
     int context_shift; /* --context-shift: a full slot drops old positions and goes on */

@@ -28,7 +28,7 @@ from ._lib import LibraryNotFoundError, library_path, load_library
 from .context import DEVICE_BUDGET_AUTO, Context, LayerStats, Stats
 from .generate import generate
 from .grammar import Grammar
-from .model import POOLINGS, Detokenizer, Metadata, Model, TensorInfo, type_name
+from .model import POOLINGS, ChatTemplate, Detokenizer, Metadata, Model, TensorInfo, type_name
 from .plan import Plan
 from .quantize import quantize
 from .sampler import Sampler, default_sampler_params
@@ -49,7 +49,7 @@ def abi_version():
 
 
 __all__ = [
-    "Context", "DEVICE_BUDGET_AUTO", "Detokenizer", "Grammar", "LayerStats",
+    "ChatTemplate", "Context", "DEVICE_BUDGET_AUTO", "Detokenizer", "Grammar", "LayerStats",
     "LibraryNotFoundError", "Metadata", "Model", "POOLINGS", "Plan", "PowerInferError",
     "Sampler", "Stats", "TensorInfo",
     "abi_version", "default_sampler_params", "generate", "library_path", "load_library", "quantize",

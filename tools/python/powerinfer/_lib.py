@@ -222,6 +222,10 @@ _PROTOTYPES = {
     "pi_model_chat_format": (c_int, [_H]),
     "pi_chat_apply": (c_int64, [_H, c_int, POINTER(ChatMessage), c_size_t, c_int,
                                 POINTER(c_char), c_size_t]),
+    "pi_chat_template_create": (c_int, [_H, c_char_p, _PH, POINTER(c_char), c_size_t]),
+    "pi_chat_template_render": (c_int64, [_H, c_char_p, c_int64, POINTER(c_char), c_size_t,
+                                          POINTER(c_char), c_size_t]),
+    "pi_chat_template_destroy": (None, [_H]),
     # context
     "pi_ctx_default_params": (c_int, [POINTER(CtxParams)]),
     "pi_ctx_create": (c_int, [_H, POINTER(CtxParams), _PH]),

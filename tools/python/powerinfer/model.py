@@ -10,6 +10,7 @@ PowerInferError may describe another thread's failure; its `status` is always ex
 
 import collections.abc
 import ctypes
+import json
 import logging
 from dataclasses import dataclass
 
@@ -45,7 +46,7 @@ PIECE_SPECIAL = 1 << 0
 # PI_CHAT_*
 CHAT_FORMATS = {"auto": 0, "chatml": 1, "llama2": 2, "llama3": 3, "gemma": 4, "phi3": 5,
                 "mistral-v1": 6, "mistral-v3": 7, "mistral-v3-tekken": 8, "mistral-v7": 9,
-                "falcon": 10}
+                "falcon": 10, "jinja": 11}
 _CHAT_NAMES = {v: k for k, v in CHAT_FORMATS.items()}
 # PI_POOL_*
 POOLINGS = {"none": 0, "mean": 1, "cls": 2, "last": 3, "rank": 4}
@@ -450,11 +451,12 @@ class Model(Owner):
     @property
     @holding
     def chat_format(self):
-        """The chat format recognised from the template: a name of CHAT_FORMATS
-        ('chatml', 'llama2', 'llama3', 'gemma', 'phi3', 'mistral-v1', 'mistral-v3',
-        'mistral-v3-tekken', 'mistral-v7', 'falcon'). PowerInferError
-        PI_ERR_NOT_FOUND (no template) or PI_ERR_UNSUPPORTED (a template of another
-        style)."""
+        """The chat format of the template: the built-in family its markers name (a
+        name of CHAT_FORMATS: 'chatml', 'llama2', 'llama3', 'gemma', 'phi3',
+        'mistral-v1', 'mistral-v3', 'mistral-v3-tekken', 'mistral-v7', 'falcon'), or
+        'jinja' for a template of another style that the interpreter parses.
+        PowerInferError PI_ERR_NOT_FOUND (no template) or PI_ERR_UNSUPPORTED (a
+        template that does not parse)."""
         st = self._check(_lib.lib().pi_model_chat_format(self._ptr()),
                          "pi_model_chat_format")
         return _CHAT_NAMES.get(st, st)
@@ -475,8 +477,9 @@ class Model(Owner):
     def chat_apply(self, messages, *, format="auto", add_assistant=True):
         """Render messages as a prompt: an iterable of {"role": ..., "content": ...}
         dicts or (role, content) pairs, role "system", "user" or "assistant".
-        format: "auto" (from the model's template), a name of CHAT_FORMATS or a
-        PI_CHAT_* id. The result contains special-token text: tokenize it with
+        format: "auto" (the model's template executed, else the built-in format it
+        names), "jinja" (the template executed), a name of CHAT_FORMATS or a PI_CHAT_*
+        id. For tools, tool calls or other data use ChatTemplate. The result contains special-token text: tokenize it with
         parse_special=True."""
         fmt = CHAT_FORMATS[format] if isinstance(format, str) else c_int(format, "int", "format")
         pairs = []
@@ -541,6 +544,64 @@ class Metadata(collections.abc.Mapping):
         t, et, _ = self._model.meta_type(key)
         name = _META_NAMES.get(t, str(t))
         return "array[%s]" % _META_NAMES.get(et, str(et)) if t == META_ARRAY else name
+
+
+class ChatTemplate(Owner):
+    """A chat template executed by the library's Jinja interpreter (pi_chat_template_*),
+    as transformers' apply_chat_template runs it.
+
+    ChatTemplate(model) parses the model's tokenizer.chat_template, ChatTemplate(source=
+    text) any template (model optional: it gives bos_token and eos_token, copied; the
+    template does not keep the model). PowerInferError PI_ERR_FORMAT (syntax error,
+    message "line L, column C: ..."), PI_ERR_NOT_FOUND (the model has no template),
+    PI_ERR_RANGE. render() may run on many threads at once."""
+
+    def __init__(self, model=None, source=None):
+        self._handle = None
+        if model is None and source is None:
+            raise ValueError("ChatTemplate needs a model or a source")
+        lib = _lib.lib()
+        out = ctypes.c_void_p()
+        buf, ptr = errbuf()
+        src = None if source is None else cstr(source, "source")
+        st = lib.pi_chat_template_create(None if model is None else model._ptr(), src,
+                                         ctypes.byref(out), ptr, len(buf))
+        check(st, "pi_chat_template_create", lambda: decode(buf.value))
+        self._handle = Handle(out.value, lib.pi_chat_template_destroy)
+
+    def _ptr(self):
+        if self._handle is None or self._handle.ptr is None:
+            raise ValueError("the chat template is closed")
+        return self._handle.ptr
+
+    @holding
+    def render(self, data=None, *, now=None, **variables):
+        """Render with the template's variables: `data` (a dict, or its JSON text) and/or
+        keyword arguments (messages=[...], tools=[...], add_generation_prompt=True,
+        enable_thinking=False, ...). now: seconds since the epoch for strftime_now (UTC);
+        None leaves strftime_now undefined (templates fall back to their own date).
+        PowerInferError PI_ERR_FORMAT with the template's message (raise_exception) or
+        "line L: ..." (a type error, an undefined value used), PI_ERR_INVALID_ARG (data
+        not a JSON object), PI_ERR_RANGE (a limit)."""
+        if isinstance(data, (str, bytes)):
+            text = cstr(data, "data")
+            if variables:
+                raise ValueError("give either JSON text or keyword variables")
+        else:
+            d = dict(data or {})
+            d.update(variables)
+            text = cstr(json.dumps(d, ensure_ascii=False), "data")
+        when = -1 if now is None else int(now)
+        lib = _lib.lib()
+        cap = 4096
+        while True:
+            out = ctypes.create_string_buffer(cap)
+            buf, ptr = errbuf()
+            n = lib.pi_chat_template_render(self._ptr(), text, when, out, cap, ptr, len(buf))
+            check(n, "pi_chat_template_render", lambda: decode(buf.value))
+            if n < cap:
+                return decode(out.raw[:n])
+            cap = n + 1
 
 
 class Detokenizer(Owner):

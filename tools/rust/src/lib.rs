@@ -402,6 +402,9 @@ pub enum ChatFormat {
     MistralV7 = 9,
     /// Falcon-instruct: "User: ...\nFalcon:".
     Falcon = 10,
+    /// The model's own chat template, executed by the library's Jinja interpreter
+    /// (see [`ChatTemplate`]).
+    Jinja = 11,
 }
 
 /// Flags of [`Model::tokenize`] (`PI_TOKENIZE_*`); combine with `|`.
@@ -842,7 +845,8 @@ impl Model {
         }
     }
 
-    /// The chat format recognised from the model's template.
+    /// The chat format of the model's template: the built-in family its markers name,
+    /// or [`ChatFormat::Jinja`] for a template of another style that parses.
     pub fn chat_format(&self) -> Result<ChatFormat> {
         let st = unsafe { sys::pi_model_chat_format(self.as_ptr()) };
         match check(st.into(), || "chat format of the model's template".to_owned())? as c_int {
@@ -856,6 +860,7 @@ impl Model {
             sys::PI_CHAT_MISTRAL_V3_TEKKEN => Ok(ChatFormat::MistralV3Tekken),
             sys::PI_CHAT_MISTRAL_V7 => Ok(ChatFormat::MistralV7),
             sys::PI_CHAT_FALCON => Ok(ChatFormat::Falcon),
+            sys::PI_CHAT_JINJA => Ok(ChatFormat::Jinja),
             other => {
                 Err(Error::new(sys::PI_ERR_UNSUPPORTED, format!("unknown chat format {other}")))
             }
@@ -894,6 +899,90 @@ impl Model {
         })
         .map_err(|st| Error::new(st as i32, format!("chat prompt of {} messages", msgs.len())))?;
         Ok(String::from_utf8_lossy(&bytes).into_owned())
+    }
+}
+
+// =====================================================================================
+// Chat templates
+// =====================================================================================
+
+/// A chat template executed by the library's Jinja interpreter, as Hugging Face
+/// transformers' `apply_chat_template` runs it. It copies what it needs from the model
+/// (bos_token, eos_token) and does not borrow it. Immutable: `render` may run on many
+/// threads at once.
+pub struct ChatTemplate {
+    raw: NonNull<sys::pi_chat_template>,
+}
+
+// SAFETY: a pi_chat_template is immutable once created; render takes it as const and
+// the library allows concurrent renders; destroy needs &mut (Drop).
+unsafe impl Send for ChatTemplate {}
+unsafe impl Sync for ChatTemplate {}
+
+impl ChatTemplate {
+    fn create(model: Option<&Model>, source: Option<&str>) -> Result<ChatTemplate> {
+        let csrc = source.map(|s| c_string(s, "template source")).transpose()?;
+        let mut errbuf = vec![0u8; ERRBUF_CAP];
+        let mut out = ptr::null_mut();
+        // SAFETY: the model (if any) is open for the call; csrc and errbuf outlive it.
+        let st = unsafe {
+            sys::pi_chat_template_create(
+                model.map_or(ptr::null(), |m| m.as_ptr()),
+                csrc.as_ref().map_or(ptr::null(), |c| c.as_ptr()),
+                &mut out,
+                errbuf.as_mut_ptr().cast(),
+                errbuf.len(),
+            )
+        };
+        match NonNull::new(out) {
+            Some(raw) if st == sys::PI_OK => Ok(ChatTemplate { raw }),
+            _ => Err(Error::new(
+                if st < 0 { st } else { sys::PI_ERR_INTERNAL },
+                buf_message(&errbuf),
+            )),
+        }
+    }
+
+    /// The model's `tokenizer.chat_template` (`PI_ERR_NOT_FOUND` without one,
+    /// `PI_ERR_FORMAT` with "line L, column C: ..." when it does not parse).
+    pub fn from_model(model: &Model) -> Result<ChatTemplate> {
+        ChatTemplate::create(Some(model), None)
+    }
+
+    /// Any template source; `model` (optional) gives bos_token and eos_token.
+    pub fn from_source(source: &str, model: Option<&Model>) -> Result<ChatTemplate> {
+        ChatTemplate::create(model, Some(source))
+    }
+
+    /// Render with `data_json`, a JSON object of the template's variables (messages,
+    /// tools, add_generation_prompt, ...). `now`: seconds since the Unix epoch for
+    /// strftime_now (UTC); `None` leaves it undefined. Errors carry the template's own
+    /// message (raise_exception) or "line L: ...".
+    pub fn render(&self, data_json: &str, now: Option<i64>) -> Result<String> {
+        let data = c_string(data_json, "template data")?;
+        let when = now.unwrap_or(-1);
+        let mut errbuf = vec![0u8; ERRBUF_CAP];
+        let bytes = fill_buffer(|buf, cap| unsafe {
+            // SAFETY: data and errbuf live for the call; buf has cap writable bytes.
+            sys::pi_chat_template_render(
+                self.raw.as_ptr(),
+                data.as_ptr(),
+                when,
+                buf,
+                cap,
+                errbuf.as_mut_ptr().cast(),
+                errbuf.len(),
+            )
+        })
+        .map_err(|st| Error::new(st as i32, buf_message(&errbuf)))?;
+        Ok(String::from_utf8_lossy(&bytes).into_owned())
+    }
+}
+
+impl Drop for ChatTemplate {
+    fn drop(&mut self) {
+        // SAFETY: raw came from pi_chat_template_create and is destroyed once.
+        unsafe { sys::pi_chat_template_destroy(self.raw.as_ptr()) }
     }
 }
 

@@ -104,7 +104,7 @@ macro_rules! opaque {
         }
     )*};
 }
-opaque!(pi_model, pi_ctx, pi_stats, pi_sampler, pi_detok, pi_plan, pi_grammar);
+opaque!(pi_model, pi_ctx, pi_stats, pi_sampler, pi_detok, pi_plan, pi_grammar, pi_chat_template);
 
 // ---- Model --------------------------------------------------------------------------
 
@@ -157,6 +157,7 @@ pub const PI_CHAT_MISTRAL_V3: c_int = 7;
 pub const PI_CHAT_MISTRAL_V3_TEKKEN: c_int = 8;
 pub const PI_CHAT_MISTRAL_V7: c_int = 9;
 pub const PI_CHAT_FALCON: c_int = 10;
+pub const PI_CHAT_JINJA: c_int = 11;
 
 // ---- Context ------------------------------------------------------------------------
 
@@ -446,6 +447,23 @@ extern "C" {
         buf: *mut c_char,
         cap: usize,
     ) -> i64;
+    pub fn pi_chat_template_create(
+        model: *const pi_model,
+        source: *const c_char,
+        out: *mut *mut pi_chat_template,
+        errbuf: *mut c_char,
+        errbuf_cap: usize,
+    ) -> c_int;
+    pub fn pi_chat_template_render(
+        t: *const pi_chat_template,
+        data_json: *const c_char,
+        now: i64,
+        buf: *mut c_char,
+        cap: usize,
+        errbuf: *mut c_char,
+        errbuf_cap: usize,
+    ) -> i64;
+    pub fn pi_chat_template_destroy(t: *mut pi_chat_template);
 
     // Context
     pub fn pi_ctx_default_params(params: *mut pi_ctx_params) -> c_int;

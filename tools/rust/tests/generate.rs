@@ -51,6 +51,32 @@ fn chat_apply_renders_chatml() {
 }
 
 #[test]
+fn chat_template_executes_the_models_template() {
+    let model = open();
+    let t = powerinfer::ChatTemplate::from_model(&model).expect("template");
+    let out = t
+        .render(
+            r#"{"messages": [{"role": "user", "content": "Hi"}], "add_generation_prompt": true}"#,
+            None,
+        )
+        .expect("render");
+    // SmolLM2's template, executed, gives what the ChatML renderer gives
+    let builtin = model
+        .chat_apply(powerinfer::ChatFormat::Auto, &[("user", "Hi")], true)
+        .expect("chat_apply");
+    assert_eq!(out, builtin);
+    let e = powerinfer::ChatTemplate::from_source("{{ raise_exception('no ' ~ x) }}", None)
+        .expect("parse")
+        .render(r#"{"x": "way"}"#, None)
+        .unwrap_err();
+    assert_eq!(e.status(), sys::PI_ERR_FORMAT);
+    assert!(e.to_string().contains("no way"), "{e}");
+    let e = powerinfer::ChatTemplate::from_source("{% for %}", None).err().expect("syntax error");
+    assert_eq!(e.status(), sys::PI_ERR_FORMAT);
+    assert!(e.to_string().contains("line 1, column"), "{e}");
+}
+
+#[test]
 fn metadata_only_open_and_queries() {
     let model = Model::builder().metadata_only(true).open(model_path()).expect("open");
     assert_eq!(model.arch(), "llama");
