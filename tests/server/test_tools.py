@@ -10,10 +10,11 @@ answer; a conversation that carries earlier calls and their results renders and 
 answer; bad tools get a 400 naming the field."""
 
 import json
+import os
 
 import pytest
 
-from conftest import API_KEY, Server, import_or_skip
+from conftest import API_KEY, ROOT, Server, import_or_skip
 
 openai = import_or_skip("openai", "pip install openai (tools/setup.sh does)")
 jsonschema = import_or_skip("jsonschema", "pip install jsonschema (tools/setup.sh does)")
@@ -180,3 +181,53 @@ def test_bad_tools(srv, kw, param):
 def test_tools_are_for_chat(srv):
     st, j = srv.json("POST", "/v1/completions", {"prompt": "hi", "tools": [WEATHER]})
     assert st == 400 and j["error"]["param"] == "tools", j
+
+
+# ---- templates that take tools: the model's own call syntax --------------------------
+# SmolLM2 run with other families' published templates (--chat-template-file): the tools
+# reach the template, the forced call is written in that family's syntax, and toolcall.c
+# reads it back.
+TEMPLATES = os.path.join(ROOT, "tests", "fixtures", "jinja", "templates")
+
+
+@pytest.mark.parametrize("template", [
+    "Qwen-Qwen2.5-7B-Instruct",              # <tool_call>{..}</tool_call>
+    "meta-llama-Llama-3.1-8B-Instruct",      # {"name": .., "parameters": ..}
+    "mistralai-Mistral-Nemo-Instruct-2407",  # [TOOL_CALLS][{..}]
+    "ibm-granite-granite-3.3-2B-Instruct",   # <|tool_call|>[{..}]
+])
+def test_template_syntax(template):
+    s = Server("--parallel", 1, "-c", 4096, "--chat-template-file",
+               os.path.join(TEMPLATES, template + ".jinja"))
+    try:
+        c = openai.OpenAI(base_url=s.url + "/v1", api_key=API_KEY, max_retries=0, timeout=300)
+        # the template wrote the tools into the prompt
+        plain = c.chat.completions.create(model="m", messages=ASK, max_tokens=1, temperature=0)
+        with_tools = c.chat.completions.create(model="m", messages=ASK, tools=[WEATHER],
+                                               max_tokens=1, temperature=0)
+        assert with_tools.usage.prompt_tokens > plain.usage.prompt_tokens + 20
+        r = c.chat.completions.create(model="m", messages=ASK, tools=[WEATHER, TIME],
+                                      tool_choice={"type": "function",
+                                                   "function": {"name": "get_time"}},
+                                      max_tokens=256, temperature=0.7, seed=5)
+        ch = r.choices[0]
+        assert ch.finish_reason == "tool_calls", (template, ch)
+        check_calls(ch.message.tool_calls, {"get_time"})
+    finally:
+        s.finish()
+
+
+def test_template_file_errors(tmp_path):
+    import subprocess
+
+    from conftest import model_path, server_binary
+    bad = tmp_path / "bad.jinja"
+    bad.write_text("{% if x %}unclosed")
+    r = subprocess.run([server_binary(), "-m", model_path(), "--port", "0",
+                        "--chat-template-file", str(bad)], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode != 0 and "bad.jinja" in r.stderr and "line 1" in r.stderr, r.stderr
+    r = subprocess.run([server_binary(), "-m", model_path(), "--port", "0",
+                        "--chat-template-file", str(tmp_path / "missing.jinja")],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0 and "cannot read" in r.stderr, r.stderr

@@ -66,6 +66,8 @@ static void usage(FILE *out) {
             "                          bound address, localhost and 127.0.0.1/::1); repeatable;\n"
             "                          '*' accepts any (behind a proxy that checks it)\n"
             "  --chat-format F         " CLI_CHAT_FORMAT_NAMES "\n"
+            "  --chat-template-file F  run this Jinja chat template instead of the model's\n"
+            "                          (at most 64 MiB; its tool-call syntax is used too)\n"
             "  --sparse-mode M         FFN of PowerInfer models: sparse, dense or oracle\n"
             "  --no-prompt-cache       decode every prompt whole (by default a slot keeps its\n"
             "                          tokens and a new prompt decodes only what differs)\n"
@@ -80,7 +82,7 @@ static void usage(FILE *out) {
 }
 
 struct opts {
-    const char *model, *alias, *api_key_file;
+    const char *model, *alias, *api_key_file, *chat_template_file;
     char *api_key; /* malloc'd */
     long n_slots, queue, n_ctx, n_batch, n_threads, max_tokens, max_body, timeout, max_conns;
     long header_timeout, read_timeout, max_stream_buffer;
@@ -173,26 +175,50 @@ static int serve(struct opts *o) {
     mi.created = (int64_t)time(NULL);
     mi.chat_format = o->chat_format;
     pi_chat_template *tmpl = NULL;
-    if (mi.chat_format == PI_CHAT_AUTO) {
+    char *src = NULL; /* the template's text */
+    if (o->chat_template_file) {
+        size_t tl;
+        src = cli_read_file(o->chat_template_file, &tl);
+        if (!src || strlen(src) != tl) {
+            fprintf(stderr, "pi-server: cannot read the chat template '%s'%s\n",
+                    o->chat_template_file, src ? " (it holds a NUL byte)" : "");
+            free(src);
+            goto done;
+        }
+        char terr[256] = "";
+        if (pi_chat_template_create(m, src, &tmpl, terr, sizeof terr) != PI_OK) {
+            fprintf(stderr, "pi-server: the chat template '%s': %s\n", o->chat_template_file,
+                    terr);
+            free(src);
+            goto done;
+        }
+        mi.chat_template = tmpl;
+        mi.chat_format = PI_CHAT_JINJA;
+    } else if (mi.chat_format == PI_CHAT_AUTO) {
         /* the model's own template, executed; else the built-in format it names */
         char terr[256] = "";
         int st = pi_chat_template_create(m, NULL, &tmpl, terr, sizeof terr);
         if (st == PI_OK) {
             mi.chat_template = tmpl;
             mi.chat_format = PI_CHAT_JINJA;
-            /* a template that takes tools teaches its own call syntax */
             int64_t tl = pi_model_chat_template(m, NULL, 0);
-            char *src = tl > 0 ? malloc((size_t)tl + 1) : NULL;
-            if (src && pi_model_chat_template(m, src, (size_t)tl + 1) == tl && strstr(src, "tools"))
-                mi.tool_syntax = tc_syntax_of_template(src);
-            if (mi.tool_syntax == TC_GENERIC) /* a syntax we do not read: teach ours */
-                mi.tool_syntax = TC_NONE;
-            free(src);
+            src = tl > 0 ? malloc((size_t)tl + 1) : NULL;
+            if (src && pi_model_chat_template(m, src, (size_t)tl + 1) != tl) {
+                free(src);
+                src = NULL;
+            }
         } else if (st != PI_ERR_NOT_FOUND) {
             fprintf(stderr, "pi-server: the model's chat template cannot be executed: %s\n",
                     terr);
         }
     }
+    /* a template that takes tools teaches its own call syntax, unless it is one we do
+     * not read: then ours is taught */
+    if (src && strstr(src, "tools"))
+        mi.tool_syntax = tc_syntax_of_template(src);
+    if (mi.tool_syntax == TC_GENERIC)
+        mi.tool_syntax = TC_NONE;
+    free(src);
     if (mi.chat_format == PI_CHAT_AUTO) {
         int f = pi_model_chat_format(m);
         if (f < 0 || f == PI_CHAT_JINJA) {
@@ -357,6 +383,8 @@ int main(int argc, char **argv) {
             o.api_key = NULL;
             if (read_key(v, &o.api_key) != 0)
                 return 2;
+        } else if (IS("--chat-template-file")) {
+            o.chat_template_file = v;
         } else if (IS("--chat-format")) {
             o.chat_format = cli_chat_format("--chat-format", v);
             if (o.chat_format < 0)
@@ -454,6 +482,11 @@ int main(int argc, char **argv) {
     }
     if (!o.model) {
         usage(stderr);
+        free(o.api_key);
+        return 2;
+    }
+    if (o.chat_template_file && o.chat_format != PI_CHAT_AUTO) {
+        fprintf(stderr, "pi-server: --chat-template-file and --chat-format exclude each other\n");
         free(o.api_key);
         return 2;
     }
