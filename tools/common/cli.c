@@ -201,3 +201,21 @@ int cli_ctx_create(const pi_model *m, const pi_ctx_params *cp, pi_ctx **out) {
     int st = pi_ctx_create(m, &p, out);
     return st == PI_OK ? 0 : cli_fail("cannot create a context", st, errbuf);
 }
+
+int cli_pooling(const char *name) {
+    const int p = !name                   ? -2
+                  : !strcmp(name, "mean") ? PI_POOL_MEAN
+                  : !strcmp(name, "last") ? PI_POOL_LAST
+                  : !strcmp(name, "cls")  ? PI_POOL_CLS
+                                          : -2;
+    if (p == -2)
+        fprintf(stderr, "%s: --pooling wants mean, last or cls\n", cli_prog);
+    return p;
+}
+
+int cli_pooling_of(const pi_model *m, int pooling) {
+    if (pooling >= 0)
+        return pooling;
+    const int p = pi_model_pooling(m);
+    return p == PI_POOL_MEAN || p == PI_POOL_CLS ? p : PI_POOL_LAST;
+}

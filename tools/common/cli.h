@@ -43,6 +43,12 @@ int cli_load_option(const char *a);
  * "PROG: OPT wants ..." with every name. */
 int cli_chat_format(const char *opt, const char *name);
 
+/* --pooling NAME: PI_POOL_MEAN, _LAST or _CLS; -2 after printing what it wants. */
+int cli_pooling(const char *name);
+/* The pooling to use: `pooling` when set (>= 0), else the file's when the library pools
+ * that way, else the last token (decoder models have none). */
+int cli_pooling_of(const pi_model *m, int pooling);
+
 /* Those names, for --help. */
 #define CLI_CHAT_FORMAT_NAMES                                                              \
     "auto (the model's template), chatml, llama2, llama3,\n"                               \

@@ -488,11 +488,7 @@ static int make_grammar(const struct opts *o, const pi_model *m, pi_grammar **ou
 /* --embedding: decode the prompt and print its pooled state as one JSON object. */
 static int print_embedding(struct opts *o, pi_model *m, pi_ctx *ctx, const int32_t *toks,
                            int64_t nt) {
-    int pool = o->pooling;
-    if (pool < 0) { /* the file's, when the library pools that way; else the last token */
-        const int p = pi_model_pooling(m);
-        pool = p == PI_POOL_MEAN || p == PI_POOL_CLS ? p : PI_POOL_LAST;
-    }
+    const int pool = cli_pooling_of(m, o->pooling);
     int st = pi_ctx_decode(ctx, toks, (size_t)nt);
     if (st != PI_OK)
         return cli_fail("cannot process the prompt", st, pi_ctx_errmsg(ctx));
@@ -970,15 +966,9 @@ int main(int argc, char **argv) {
             o.embedding = 1;
             takes = 0;
         } else if (IS("--pooling")) {
-            o.pooling = !v                 ? -2
-                        : !strcmp(v, "mean") ? PI_POOL_MEAN
-                        : !strcmp(v, "last") ? PI_POOL_LAST
-                        : !strcmp(v, "cls")  ? PI_POOL_CLS
-                                             : -2;
-            if (o.pooling == -2) {
-                fprintf(stderr, "pi-run: --pooling wants mean, last or cls\n");
+            o.pooling = cli_pooling(v);
+            if (o.pooling == -2)
                 return 2;
-            }
         } else if (IS("--check-numerics")) {
             o.cp.check_numerics = PI_CHECK_LAYERS;
             takes = 0;

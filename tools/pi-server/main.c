@@ -255,11 +255,7 @@ static int serve(struct opts *o) {
         goto done;
     mi.n_ctx = pi_ctx_n_ctx(ctx);
     struct srv_engine_config ec = {(uint32_t)o->n_slots, (uint32_t)o->queue, (uint32_t)o->n_batch,
-                                   !o->no_prompt_cache, o->pooling};
-    if (ec.pooling < 0) { /* the file's, when it is one the library pools; else last token */
-        const int p = pi_model_pooling(m);
-        ec.pooling = p == PI_POOL_MEAN || p == PI_POOL_CLS ? p : PI_POOL_LAST;
-    }
+                                   !o->no_prompt_cache, cli_pooling_of(m, o->pooling)};
     mi.context_shift = o->context_shift;
     mi.n_keep = o->n_keep;
     if (engine_create(ctx, &ec, &engine) != 0 || engine_start(engine) != 0) {
@@ -401,15 +397,9 @@ int main(int argc, char **argv) {
                 return 2;
             }
         } else if (IS("--pooling")) {
-            o.pooling = !v                 ? -2
-                        : !strcmp(v, "mean") ? PI_POOL_MEAN
-                        : !strcmp(v, "last") ? PI_POOL_LAST
-                        : !strcmp(v, "cls")  ? PI_POOL_CLS
-                                             : -2;
-            if (o.pooling == -2) {
-                fprintf(stderr, "pi-server: --pooling wants mean, last or cls\n");
+            o.pooling = cli_pooling(v);
+            if (o.pooling == -2)
                 return 2;
-            }
         } else if (IS("--port")) {
             num = &port;
             lo = 0;
