@@ -1,4 +1,5 @@
-/* cpu_detect.c -- run-time x86 feature detection with cpuid and xgetbv.
+/* cpu_detect.c -- run-time CPU feature detection: cpuid and xgetbv on x86, the
+ * kernel's hardware capabilities (Linux) or sysctl (macOS) on ARM64.
  *
  * A feature counts only if the CPU has it and the OS saves the registers it uses:
  * XCR0 bits 1-2 (SSE, AVX state) for AVX2, plus bits 5-7 (opmask, ZMM_Hi256,
@@ -41,6 +42,35 @@ unsigned pi_cpu_detect(void) {
         if (ecx7 & (1u << 11))
             flags |= PI_CPU_AVX512_VNNI;
     }
+    return flags;
+}
+
+#elif defined(__aarch64__)
+/* AArch64: Advanced SIMD is part of the base architecture (the ABI passes floats in its
+ * registers), so NEON is always there; SDOT/UDOT are optional (ARMv8.2 FEAT_DotProd,
+ * e.g. absent on Cortex-A53/A72, present on A55/A76, Neoverse and Apple M). */
+#  if defined(__linux__)
+#    include <sys/auxv.h>
+#    ifndef HWCAP_ASIMDDP
+#      define HWCAP_ASIMDDP (1ul << 20)
+#    endif
+#  elif defined(__APPLE__)
+#    include <sys/sysctl.h>
+#  endif
+
+unsigned pi_cpu_detect(void) {
+    unsigned flags = PI_CPU_NEON;
+#  if defined(__linux__)
+    if (getauxval(AT_HWCAP) & HWCAP_ASIMDDP)
+        flags |= PI_CPU_DOTPROD;
+#  elif defined(__APPLE__)
+    int v = 0;
+    size_t len = sizeof v;
+    if (sysctlbyname("hw.optional.arm.FEAT_DotProd", &v, &len, NULL, 0) == 0 && v)
+        flags |= PI_CPU_DOTPROD;
+#  elif defined(__ARM_FEATURE_DOTPROD)
+    flags |= PI_CPU_DOTPROD; /* no way to ask here: trust the compiler's target */
+#  endif
     return flags;
 }
 

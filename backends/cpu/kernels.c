@@ -1,6 +1,6 @@
 /* kernels.c -- filling the kernel table: the scalar reference first, then the SIMD
  * overrides the CPU flags allow. The overrides live in files compiled with their own
- * ISA flags; nothing here uses SIMD, so this file runs on any x86-64. */
+ * ISA flags; nothing here uses SIMD, so this file runs on any x86-64 or ARM64 CPU. */
 #include "kernels.h"
 
 size_t pi_vec_bytes(enum pi_vec_fmt f, int64_t n) {
@@ -32,6 +32,18 @@ void pi_cpu_kernels_init(struct pi_cpu_kernels *k, unsigned flags) {
     if ((flags & PI_CPU_AVX2) && (flags & PI_CPU_AVX512) && (flags & PI_CPU_AVX512_VNNI)) {
         pi_cpu_kernels_avx512(k);
         k->flags |= PI_CPU_AVX512 | PI_CPU_AVX512_VNNI;
+    }
+#endif
+#if defined(PI_HAVE_NEON_KERNELS)
+    if (flags & PI_CPU_NEON) {
+        pi_cpu_kernels_neon(k);
+        pi_cpu_kernels_neon_k(k);
+        k->flags |= PI_CPU_NEON;
+        if (flags & PI_CPU_DOTPROD) {
+            pi_cpu_kernels_neon_dotprod(k);
+            pi_cpu_kernels_neon_k_dotprod(k);
+            k->flags |= PI_CPU_DOTPROD;
+        }
     }
 #endif
     (void)flags;

@@ -33,6 +33,8 @@ enum {
     PI_CPU_AVX2 = 1u << 0,        /* AVX2 + FMA + F16C, OS saves YMM state */
     PI_CPU_AVX512 = 1u << 1,      /* AVX512 F + BW + VL + DQ, OS saves ZMM state */
     PI_CPU_AVX512_VNNI = 1u << 2, /* AVX512_VNNI (vpdpbusd, vpdpwssd) */
+    PI_CPU_NEON = 1u << 3,        /* ARM64 Advanced SIMD (every AArch64 CPU has it) */
+    PI_CPU_DOTPROD = 1u << 4,     /* ARMv8.2 SDOT/UDOT (FEAT_DotProd) */
 };
 /* The AVX-512 table needs all three flags; it is the AVX2 code with 256-bit VNNI dot
  * products and 32 registers (kernels_avx512.c says why not 512-bit vectors). */
@@ -186,5 +188,13 @@ void pi_cpu_kernels_ref(struct pi_cpu_kernels *k);
 void pi_cpu_kernels_avx2(struct pi_cpu_kernels *k);
 void pi_cpu_kernels_avx2_math(struct pi_cpu_kernels *k); /* kernels_math_avx2.c */
 void pi_cpu_kernels_avx512(struct pi_cpu_kernels *k);
+/* ARM64: kernels_neon.c (float, Q4_0..Q8_0, IQ4_NL, quantize, axpy, attention, math) and
+ * kernels_neon_k.c (the K-quants, IQ4_XS) are each compiled twice, for plain ARMv8-A
+ * NEON and with +dotprod (SDOT for the integer dot products); the _dotprod table is
+ * applied on top of the NEON one. */
+void pi_cpu_kernels_neon(struct pi_cpu_kernels *k);
+void pi_cpu_kernels_neon_k(struct pi_cpu_kernels *k);
+void pi_cpu_kernels_neon_dotprod(struct pi_cpu_kernels *k);
+void pi_cpu_kernels_neon_k_dotprod(struct pi_cpu_kernels *k);
 
 #endif

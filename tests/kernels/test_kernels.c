@@ -163,8 +163,13 @@ struct impl {
 };
 
 static const struct impl impls[] = {
+#if defined(__aarch64__)
+    {"neon", PI_CPU_NEON},
+    {"dotprod", PI_CPU_NEON | PI_CPU_DOTPROD},
+#else
     {"avx2", PI_CPU_AVX2},
     {"avx512", PI_CPU_AVX2 | PI_CPU_AVX512 | PI_CPU_AVX512_VNNI},
+#endif
 };
 #define N_IMPLS (sizeof impls / sizeof impls[0])
 
@@ -191,7 +196,8 @@ static int impl_table(size_t i, struct pi_cpu_kernels *k) {
     return ok;
 }
 
-/* PI_REQUIRE_SIMD=avx2,avx512 (tools/test.sh, from /proc/cpuinfo): each named table must
+/* PI_REQUIRE_SIMD=avx2,avx512 (tools/test.sh, from /proc/cpuinfo; neon,dotprod on ARM64
+ * under qemu, tools/cross/test_arm64.sh): each named table must
  * be usable here, so that a detection or build regression cannot quietly turn every
  * SIMD comparison below into a skip. */
 static void test_required_tables(void **state) {
