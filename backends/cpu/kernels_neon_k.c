@@ -1,15 +1,444 @@
 /* kernels_neon_k.c -- ARM64 NEON overrides for the K-quants (Q2_K..Q6_K) and IQ4_XS:
- * dots and gemms against PI_VEC_Q8_K activations. Compiled twice like kernels_neon.c. */
+ * dots and gemms against PI_VEC_Q8_K activations. Compiled twice like kernels_neon.c:
+ * plain ARMv8-A, and with PI_NEON_DOTPROD and +dotprod, where the int8 dot products are
+ * SDOT (vdotq_s32).
+ *
+ * A super-block of weights is decoded once into 16 registers of 16 int8 quants in value
+ * order (q[g] = values 16g..16g+15, all unsigned but IQ4_XS's grid values) plus its
+ * integer scales, and the decoded registers are dotted with up to GEMM_TILE activation
+ * vectors (prefill reuses each weight load; decode is the same code with one vector).
+ * Per token and super-block the integer sums are exact -- the per-group dots, times the
+ * group scale, summed in int32 lanes -- and the offsets (Q3_K's -4, used as q + 4 in
+ * 0..7; Q6_K's -32) and the mins (Q2_K, Q4_K, Q5_K) go through the activation's 16-value
+ * sums. The float part is then the reference's own expression, one super-block after
+ * the other in a float: the same integers and the same float operations (this file is
+ * C11, so GCC contracts no multiply-add), hence bit for bit the reference, and gemm
+ * gives exactly dot (both run the one inline kernel).
+ *
+ * Without SDOT an int8 dot of 16 values is vmull_s8 + vmlal_s8 (pairs of products in
+ * int16: at most 2 * 127 * 127 = 32258 for IQ4_XS, less for the unsigned quants) and
+ * vpadalq_s16 into int32 lanes. Lane sums differ from SDOT's, their total does not.
+ * int32 range: |sum| <= 16 groups * 63 scale * 16 * 63 * 127 (Q6_K) ~ 1.3e8. */
 #include <arm_neon.h>
 
 #include "kernels.h"
 
+#include "runtime/fp16.h"
+
+#include <string.h>
+
 #if defined(PI_NEON_DOTPROD)
 #  define PI_NEON_K_ENTRY pi_cpu_kernels_neon_k_dotprod
+#  define NAME(f)         f##_neon_dotprod
 #else
 #  define PI_NEON_K_ENTRY pi_cpu_kernels_neon_k
+#  define NAME(f)         f##_neon
 #endif
 
+#define INLINE static inline __attribute__((always_inline))
+/* Short fixed loops over registers must be unrolled for the arrays to live in them. */
+#define UNROLL _Pragma("GCC unroll 16")
+
+#define GEMM_TILE 4 /* tokens per decoded super-block */
+
+/* ---- helpers -------------------------------------------------------------------------- */
+
+INLINE float f16_at(const uint8_t *p) {
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return pi_fp16_to_fp32(h);
+}
+
+/* Views of super-block b of a PI_VEC_Q8_K vector of nb super-blocks (kernels.h). */
+INLINE const int8_t *xk_q(const uint8_t *x, int64_t b) {
+    return (const int8_t *)x + 256 * b;
+}
+INLINE const int16_t *xk_bsum(const uint8_t *x, int64_t nb, int64_t b) {
+    return (const int16_t *)(const void *)(x + 256 * nb) + 16 * b;
+}
+INLINE float xk_d(const uint8_t *x, int64_t nb, int64_t b) {
+    float d;
+    memcpy(&d, x + 288 * nb + 4 * b, 4);
+    return d;
+}
+
+/* acc + the products a*b summed into int32 lanes (4 consecutive bytes per lane with
+ * SDOT; the emulation's lanes hold other products, with the same total). */
+INLINE int32x4_t dot16(int32x4_t acc, int8x16_t a, int8x16_t b) {
+#if defined(__ARM_FEATURE_DOTPROD)
+    return vdotq_s32(acc, a, b);
+#else
+    int16x8_t p = vmull_s8(vget_low_s8(a), vget_low_s8(b));
+    p = vmlal_s8(p, vget_high_s8(a), vget_high_s8(b));
+    return vpadalq_s16(acc, p);
+#endif
+}
+
+INLINE int8x16_t ld8(const uint8_t *p) {
+    return vreinterpretq_s8_u8(vld1q_u8(p));
+}
+
+/* 16 bytes with 16 where bit `bit` of h is set, else 0 (a high quant bit moved to bit 4;
+ * shift gives other positions). */
+INLINE uint8x16_t bit_to(uint8x16_t h, int bit, uint8_t val) {
+    return vandq_u8(vtstq_u8(h, vdupq_n_u8((uint8_t)(1u << bit))), vdupq_n_u8(val));
+}
+
+/* One decoded super-block. q: the 256 quants in value order. sc: the integer scale of
+ * each 16 values (types with 32-value sub-blocks: of each 32, in sc[0..7], per32 set).
+ * mn: the int16 vector dotted with the activation's 16 bsums: the mins per 16 values
+ * (Q2_K, Q4_K, Q5_K, subtracted times dmin), the scales (Q3_K, Q6_K: the offset term),
+ * zero for IQ4_XS. */
+struct kblock {
+    int8x16_t q[16];
+    int32_t sc[16];
+    int16x8_t mn[2];
+    float d, dmin;
+};
+
+/* ---- decoders ------------------------------------------------------------------------- */
+
+/* Q4_K/Q5_K 12 packed bytes -> sc[0..7], mn[0..7] (6 bits each), on 32-bit words:
+ * sc[0..3] = s0-3 & 63, mn[0..3] = s4-7 & 63, sc[4..7] = (s8-11 & 15) | (s0-3 >> 6) << 4,
+ * mn[4..7] = (s8-11 >> 4) | (s4-7 >> 6) << 4. */
+INLINE void k4_scales(const uint8_t *s, uint8_t out[16]) {
+    uint32_t a, b, c, w[4];
+    memcpy(&a, s, 4);
+    memcpy(&b, s + 4, 4);
+    memcpy(&c, s + 8, 4);
+    w[0] = a & 0x3f3f3f3fu;
+    w[1] = (c & 0x0f0f0f0fu) | (((a >> 6) & 0x03030303u) << 4);
+    w[2] = b & 0x3f3f3f3fu;
+    w[3] = ((c >> 4) & 0x0f0f0f0fu) | (((b >> 6) & 0x03030303u) << 4);
+    memcpy(out, w, 16);
+}
+
+/* Q4_K (144 B: d | dmin | scales[12] | qs[128]) and Q5_K (176 B: ... | qh[32] | qs):
+ * sub-block 2j is the low nibbles of qs[32j..32j+31], 2j+1 the high ones; bit s of
+ * qh[l] is bit 4 of value l of sub-block s (vtst picks it out). Each min serves two
+ * bsums, so mn holds it twice. */
+INLINE void k45_decode(const uint8_t *blk, const uint8_t *qh, const uint8_t *qs,
+                       struct kblock *kb) {
+    const uint8x16_t m4 = vdupq_n_u8(15);
+    uint8_t sm[16];
+    uint8x16_t h0 = vdupq_n_u8(0), h1 = vdupq_n_u8(0);
+    k4_scales(blk + 4, sm);
+    if (qh) {
+        h0 = vld1q_u8(qh);
+        h1 = vld1q_u8(qh + 16);
+    }
+    UNROLL
+    for (int j = 0; j < 4; j++) {
+        const uint8x16_t a = vld1q_u8(qs + 32 * j), b = vld1q_u8(qs + 32 * j + 16);
+        uint8x16_t q0 = vandq_u8(a, m4), q1 = vandq_u8(b, m4);
+        uint8x16_t q2 = vshrq_n_u8(a, 4), q3 = vshrq_n_u8(b, 4);
+        if (qh) {
+            q0 = vorrq_u8(q0, bit_to(h0, 2 * j, 16));
+            q1 = vorrq_u8(q1, bit_to(h1, 2 * j, 16));
+            q2 = vorrq_u8(q2, bit_to(h0, 2 * j + 1, 16));
+            q3 = vorrq_u8(q3, bit_to(h1, 2 * j + 1, 16));
+        }
+        kb->q[4 * j] = vreinterpretq_s8_u8(q0);
+        kb->q[4 * j + 1] = vreinterpretq_s8_u8(q1);
+        kb->q[4 * j + 2] = vreinterpretq_s8_u8(q2);
+        kb->q[4 * j + 3] = vreinterpretq_s8_u8(q3);
+    }
+    UNROLL
+    for (int s = 0; s < 8; s++)
+        kb->sc[s] = sm[s];
+    /* mins 0..7 at bytes 8..15, each twice as int16 */
+    const uint8x8_t mins = vld1_u8(sm + 8);
+    const uint8x8x2_t z = vzip_u8(mins, mins);
+    kb->mn[0] = vreinterpretq_s16_u16(vmovl_u8(z.val[0]));
+    kb->mn[1] = vreinterpretq_s16_u16(vmovl_u8(z.val[1]));
+    kb->d = f16_at(blk);
+    kb->dmin = f16_at(blk + 2);
+}
+
+/* Q6_K, 210 B: ql[128] | qh[64] | int8 scales[16] | d. Value e = 128h + 16k + i (half h,
+ * k = 0..7): low nibble (k < 4) or high nibble of ql[64h + 16(k%4) + i], bits 2(k/2)..
+ * of qh[32h + 16(k%2) + i] as bits 4-5. The -32 goes through the bsums times the
+ * scales. */
+INLINE void q6_k_decode(const uint8_t *blk, struct kblock *kb) {
+    const uint8x16_t m4 = vdupq_n_u8(15), m30 = vdupq_n_u8(0x30);
+    UNROLL
+    for (int h = 0; h < 2; h++) {
+        uint8x16_t l[4], qh[2];
+        UNROLL
+        for (int j = 0; j < 4; j++)
+            l[j] = vld1q_u8(blk + 64 * h + 16 * j);
+        qh[0] = vld1q_u8(blk + 128 + 32 * h);
+        qh[1] = vld1q_u8(blk + 128 + 32 * h + 16);
+        UNROLL
+        for (int k = 0; k < 8; k++) {
+            const uint8x16_t lo = k < 4 ? vandq_u8(l[k % 4], m4) : vshrq_n_u8(l[k % 4], 4);
+            uint8x16_t hi;
+            switch (k / 2) { /* bits 2(k/2)..2(k/2)+1 to bits 4-5 */
+            case 0:
+                hi = vshlq_n_u8(qh[k % 2], 4);
+                break;
+            case 1:
+                hi = vshlq_n_u8(qh[k % 2], 2);
+                break;
+            case 2:
+                hi = qh[k % 2];
+                break;
+            default:
+                hi = vshrq_n_u8(qh[k % 2], 2);
+                break;
+            }
+            kb->q[8 * h + k] = vreinterpretq_s8_u8(vorrq_u8(lo, vandq_u8(hi, m30)));
+        }
+    }
+    const int8x16_t sc = vld1q_s8((const int8_t *)(blk + 192));
+    int8_t s8[16];
+    vst1q_s8(s8, sc);
+    UNROLL
+    for (int g = 0; g < 16; g++)
+        kb->sc[g] = s8[g];
+    kb->mn[0] = vmovl_s8(vget_low_s8(sc));
+    kb->mn[1] = vmovl_s8(vget_high_s8(sc));
+    kb->d = f16_at(blk + 208);
+    kb->dmin = 0.0f;
+}
+
+/* Q2_K, 84 B: scales[16] | qs[64] | d | dmin. Value e = 128h + 16k + i: bits 2(k/2).. of
+ * qs[32h + 16(k%2) + i]; scales[g] = scale (low nibble) | min (high nibble) of group g. */
+INLINE void q2_k_decode(const uint8_t *blk, struct kblock *kb) {
+    const uint8x16_t m3 = vdupq_n_u8(3);
+    UNROLL
+    for (int h = 0; h < 2; h++) {
+        const uint8x16_t q0 = vld1q_u8(blk + 16 + 32 * h), q1 = vld1q_u8(blk + 32 + 32 * h);
+        kb->q[8 * h + 0] = vreinterpretq_s8_u8(vandq_u8(q0, m3));
+        kb->q[8 * h + 1] = vreinterpretq_s8_u8(vandq_u8(q1, m3));
+        kb->q[8 * h + 2] = vreinterpretq_s8_u8(vandq_u8(vshrq_n_u8(q0, 2), m3));
+        kb->q[8 * h + 3] = vreinterpretq_s8_u8(vandq_u8(vshrq_n_u8(q1, 2), m3));
+        kb->q[8 * h + 4] = vreinterpretq_s8_u8(vandq_u8(vshrq_n_u8(q0, 4), m3));
+        kb->q[8 * h + 5] = vreinterpretq_s8_u8(vandq_u8(vshrq_n_u8(q1, 4), m3));
+        kb->q[8 * h + 6] = vreinterpretq_s8_u8(vshrq_n_u8(q0, 6));
+        kb->q[8 * h + 7] = vreinterpretq_s8_u8(vshrq_n_u8(q1, 6));
+    }
+    const uint8x16_t sb = vld1q_u8(blk);
+    const uint8x16_t mins = vshrq_n_u8(sb, 4);
+    UNROLL
+    for (int g = 0; g < 16; g++)
+        kb->sc[g] = blk[g] & 15;
+    kb->mn[0] = vreinterpretq_s16_u16(vmovl_u8(vget_low_u8(mins)));
+    kb->mn[1] = vreinterpretq_s16_u16(vmovl_u8(vget_high_u8(mins)));
+    kb->d = f16_at(blk + 80);
+    kb->dmin = f16_at(blk + 82);
+}
+
+/* Q3_K, 110 B: hmask[32] | qs[64] | scales[12] | d. The low 2 bits as Q2_K's (qs at 32),
+ * plus 4 where bit g/2 of hmask[16(g%2) + i] is set: the quant plus 4, in 0..7. Scale g:
+ * low 4 bits from byte g%8 (low nibble for g < 8), high 2 from byte 8 + g%4, bits
+ * 2(g/4); minus 32. */
+INLINE void q3_k_decode(const uint8_t *blk, struct kblock *kb) {
+    const uint8x16_t m3 = vdupq_n_u8(3);
+    const uint8x16_t hm0 = vld1q_u8(blk), hm1 = vld1q_u8(blk + 16);
+    UNROLL
+    for (int h = 0; h < 2; h++) {
+        const uint8x16_t q0 = vld1q_u8(blk + 32 + 32 * h), q1 = vld1q_u8(blk + 48 + 32 * h);
+        uint8x16_t v[8];
+        v[0] = vandq_u8(q0, m3);
+        v[1] = vandq_u8(q1, m3);
+        v[2] = vandq_u8(vshrq_n_u8(q0, 2), m3);
+        v[3] = vandq_u8(vshrq_n_u8(q1, 2), m3);
+        v[4] = vandq_u8(vshrq_n_u8(q0, 4), m3);
+        v[5] = vandq_u8(vshrq_n_u8(q1, 4), m3);
+        v[6] = vshrq_n_u8(q0, 6);
+        v[7] = vshrq_n_u8(q1, 6);
+        UNROLL
+        for (int k = 0; k < 8; k++) {
+            const int g = 8 * h + k;
+            kb->q[g] = vreinterpretq_s8_u8(vorrq_u8(v[k], bit_to(g % 2 ? hm1 : hm0, g / 2, 4)));
+        }
+    }
+    const uint8_t *s = blk + 96;
+    int16_t sw[16];
+    UNROLL
+    for (int g = 0; g < 16; g++) {
+        const int lo = (s[g % 8] >> (4 * (g / 8))) & 15, hi = (s[8 + g % 4] >> (2 * (g / 4))) & 3;
+        kb->sc[g] = (lo | (hi << 4)) - 32;
+        sw[g] = (int16_t)kb->sc[g];
+    }
+    kb->mn[0] = vld1q_s16(sw);
+    kb->mn[1] = vld1q_s16(sw + 8);
+    kb->d = f16_at(blk + 108);
+    kb->dmin = 0.0f;
+}
+
+/* IQ4_XS, 136 B: d | scales_h u16 | scales_l[4] | qs[128]. Sub-block s: the grid values
+ * (signed) of the low nibbles of qs[16s..16s+15], then of the high ones, one vqtbl1q
+ * lookup each; scale: nibble s of scales_l, bits 2s..2s+1 of scales_h, minus 32. */
+INLINE void iq4_xs_decode(const uint8_t *blk, struct kblock *kb) {
+    const int8x16_t grid = vld1q_s8(pi_iq4_grid);
+    const uint8x16_t m4 = vdupq_n_u8(15);
+    const unsigned sh = (unsigned)blk[2] | ((unsigned)blk[3] << 8);
+    UNROLL
+    for (int s = 0; s < 8; s++) {
+        const uint8x16_t q = vld1q_u8(blk + 8 + 16 * s);
+        kb->q[2 * s] = vqtbl1q_s8(grid, vandq_u8(q, m4));
+        kb->q[2 * s + 1] = vqtbl1q_s8(grid, vshrq_n_u8(q, 4));
+        kb->sc[s] = (int)(((blk[4 + s / 2] >> (4 * (s % 2))) & 15) | (((sh >> (2 * s)) & 3u) << 4)) -
+                    32;
+    }
+    kb->mn[0] = vdupq_n_s16(0);
+    kb->mn[1] = vdupq_n_s16(0);
+    kb->d = f16_at(blk);
+    kb->dmin = 0.0f;
+}
+
+INLINE void k_decode(int type, const uint8_t *blk, struct kblock *kb) {
+    switch (type) {
+    case PI_TYPE_Q2_K:
+        q2_k_decode(blk, kb);
+        break;
+    case PI_TYPE_Q3_K:
+        q3_k_decode(blk, kb);
+        break;
+    case PI_TYPE_ID_IQ4_XS:
+        iq4_xs_decode(blk, kb);
+        break;
+    case PI_TYPE_Q4_K:
+        k45_decode(blk, NULL, blk + 16, kb);
+        break;
+    case PI_TYPE_Q5_K:
+        k45_decode(blk, blk + 16, blk + 48, kb);
+        break;
+    default:
+        q6_k_decode(blk, kb);
+        break;
+    }
+}
+
+INLINE size_t k_block_bytes(int type) {
+    switch (type) {
+    case PI_TYPE_Q2_K:
+        return 84;
+    case PI_TYPE_Q3_K:
+        return 110;
+    case PI_TYPE_Q4_K:
+        return 144;
+    case PI_TYPE_Q5_K:
+        return 176;
+    case PI_TYPE_ID_IQ4_XS:
+        return 136;
+    default:
+        return 210;
+    }
+}
+
+/* 32-value sub-blocks: one scale per two groups. */
+INLINE int per32(int type) {
+    return type == PI_TYPE_Q4_K || type == PI_TYPE_Q5_K || type == PI_TYPE_ID_IQ4_XS;
+}
+
+/* acc + one decoded super-block dotted with activations xq [256], bsum [16], scale dx,
+ * in the reference's float expression (kernels_ref.c): isum = sum_g sc[g] * dot(q[g],
+ * x[g]), minus 32 (Q6_K) or 4 (Q3_K) times sum_g sc[g] * bsum[g]; then d*dx*isum, less
+ * dmin*dx*(mins . bsums) for the types with mins. */
+INLINE float k_token(int type, const struct kblock *kb, const int8_t *xq, const int16_t *bsum,
+                     float dx, float acc) {
+    int32x4_t iv = vdupq_n_s32(0);
+    if (per32(type)) {
+        UNROLL
+        for (int s = 0; s < 8; s++) {
+            int32x4_t p = dot16(vdupq_n_s32(0), kb->q[2 * s], vld1q_s8(xq + 32 * s));
+            p = dot16(p, kb->q[2 * s + 1], vld1q_s8(xq + 32 * s + 16));
+            iv = vmlaq_n_s32(iv, p, kb->sc[s]);
+        }
+    } else {
+        UNROLL
+        for (int g = 0; g < 16; g++)
+            iv = vmlaq_n_s32(iv, dot16(vdupq_n_s32(0), kb->q[g], vld1q_s8(xq + 16 * g)),
+                             kb->sc[g]);
+    }
+    int32_t isum = vaddvq_s32(iv), aux = 0;
+    if (type != PI_TYPE_ID_IQ4_XS) {
+        int32x4_t a = vmull_s16(vget_low_s16(kb->mn[0]), vld1_s16(bsum));
+        a = vmlal_s16(a, vget_high_s16(kb->mn[0]), vld1_s16(bsum + 4));
+        a = vmlal_s16(a, vget_low_s16(kb->mn[1]), vld1_s16(bsum + 8));
+        a = vmlal_s16(a, vget_high_s16(kb->mn[1]), vld1_s16(bsum + 12));
+        aux = vaddvq_s32(a);
+    }
+    if (type == PI_TYPE_Q6_K)
+        isum -= 32 * aux;
+    if (type == PI_TYPE_Q3_K)
+        isum -= 4 * aux;
+    if (type == PI_TYPE_Q2_K || type == PI_TYPE_Q4_K || type == PI_TYPE_Q5_K)
+        return acc + (kb->d * dx * (float)isum - kb->dmin * dx * (float)aux);
+    return acc + kb->d * dx * (float)isum;
+}
+
+/* out[t] = dot(row, token t) for tt <= GEMM_TILE tokens vb bytes apart: each
+ * super-block decoded once for all of them. */
+INLINE void row_tokens(int type, const uint8_t *row, int64_t nb, const uint8_t *x, size_t vb,
+                       int tt, float *out) {
+    float acc[GEMM_TILE] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (int64_t b = 0; b < nb; b++) {
+        struct kblock kb;
+        k_decode(type, row + (size_t)b * k_block_bytes(type), &kb);
+        UNROLL
+        for (int t = 0; t < GEMM_TILE; t++) {
+            if (t < tt) {
+                const uint8_t *xt = x + (size_t)t * vb;
+                acc[t] = k_token(type, &kb, xk_q(xt, b), xk_bsum(xt, nb, b), xk_d(xt, nb, b),
+                                 acc[t]);
+            }
+        }
+    }
+    for (int t = 0; t < tt; t++)
+        out[t] = acc[t];
+}
+
+INLINE float k_dot(int type, const void *w, const void *x, int64_t n) {
+    float s;
+    row_tokens(type, w, n / 256, x, 0, 1, &s);
+    return s;
+}
+
+/* Token tiles outside, rows inside: a tile's activations stay in cache across rows. */
+INLINE void k_gemm(int type, const void *W, size_t rb, int64_t nr, const void *X, size_t vb,
+                   int64_t nt, float *Y, int64_t ldy, int64_t n) {
+    for (int64_t t0 = 0; t0 < nt; t0 += GEMM_TILE) {
+        const int tt = nt - t0 < GEMM_TILE ? (int)(nt - t0) : GEMM_TILE;
+        const uint8_t *xt = (const uint8_t *)X + (size_t)t0 * vb;
+        for (int64_t r = 0; r < nr; r++) {
+            float out[GEMM_TILE];
+            row_tokens(type, (const uint8_t *)W + (size_t)r * rb, n / 256, xt, vb, tt, out);
+            for (int t = 0; t < tt; t++)
+                Y[(t0 + t) * ldy + r] = out[t];
+        }
+    }
+}
+
+#define K_KERNELS(name, type)                                                                  \
+    static float NAME(dot_##name)(const void *w, const void *x, int64_t n) {                   \
+        return k_dot(type, w, x, n);                                                           \
+    }                                                                                          \
+    static void NAME(gemm_##name)(const void *W, size_t rb, int64_t nr, const void *X,         \
+                                  size_t vb, int64_t nt, float *Y, int64_t ldy, int64_t n) {   \
+        k_gemm(type, W, rb, nr, X, vb, nt, Y, ldy, n);                                         \
+    }
+K_KERNELS(q4_k, PI_TYPE_Q4_K)
+K_KERNELS(q6_k, PI_TYPE_Q6_K)
+K_KERNELS(q5_k, PI_TYPE_Q5_K)
+K_KERNELS(q3_k, PI_TYPE_Q3_K)
+K_KERNELS(q2_k, PI_TYPE_Q2_K)
+K_KERNELS(iq4_xs, PI_TYPE_ID_IQ4_XS)
+#undef K_KERNELS
+
+static void set(struct pi_cpu_kernels *k, int type, pi_dot_fn dot, pi_gemm_fn gemm) {
+    k->dot[type].dot = dot;
+    k->dot[type].gemm = gemm;
+}
+
 void PI_NEON_K_ENTRY(struct pi_cpu_kernels *k) {
-    (void)k;
+    set(k, PI_TYPE_Q4_K, NAME(dot_q4_k), NAME(gemm_q4_k));
+    set(k, PI_TYPE_Q6_K, NAME(dot_q6_k), NAME(gemm_q6_k));
+    set(k, PI_TYPE_Q5_K, NAME(dot_q5_k), NAME(gemm_q5_k));
+    set(k, PI_TYPE_Q3_K, NAME(dot_q3_k), NAME(gemm_q3_k));
+    set(k, PI_TYPE_Q2_K, NAME(dot_q2_k), NAME(gemm_q2_k));
+    set(k, PI_TYPE_ID_IQ4_XS, NAME(dot_iq4_xs), NAME(gemm_iq4_xs));
 }
