@@ -413,6 +413,66 @@ INLINE void k_gemm(int type, const void *W, size_t rb, int64_t nr, const void *X
     }
 }
 
+/* The decode case of a sparse matmul: y[idx[i]] = dot(row idx[i], x), rows in list
+ * order by the dot's own kernel (so bit for bit dot), with the row PREFETCH_AHEAD
+ * further down the list requested meanwhile: scattered rows defeat the hardware
+ * prefetcher. */
+#define PREFETCH_AHEAD 8
+INLINE void prefetch_row(const uint8_t *p, size_t n) {
+    for (size_t o = 0; o < n; o += 64)
+        __builtin_prefetch(p + o, 0, 2);
+}
+
+INLINE void k_gemv_idx(int type, const void *W, size_t rb, const int32_t *idx, int64_t ni,
+                       const void *X, float *Y, int64_t n) {
+    const uint8_t *w = W;
+    for (int64_t i = 0; i < ni && i < PREFETCH_AHEAD; i++)
+        prefetch_row(w + (size_t)idx[i] * rb, rb);
+    for (int64_t i = 0; i < ni; i++) {
+        if (i + PREFETCH_AHEAD < ni)
+            prefetch_row(w + (size_t)idx[i + PREFETCH_AHEAD] * rb, rb);
+        Y[idx[i]] = k_dot(type, w + (size_t)idx[i] * rb, X, n);
+    }
+}
+
+/* ---- to_float ------------------------------------------------------------------------- */
+
+/* Dequantizes one row with the dot's decoder: per 16 values the quant (its offset taken
+ * off: Q6_K's 32, Q3_K's 4) times the group's float scale, less its float min, as the
+ * separate float operations of dequant.c (ds = d * scale, dm = dmin * min, ds * q - dm):
+ * bit for bit pi_dequant_*. */
+INLINE void k_to_float(int type, const void *src, float *dst, int64_t n) {
+    const uint8_t *b = src;
+    const int has_min = type == PI_TYPE_Q2_K || type == PI_TYPE_Q4_K || type == PI_TYPE_Q5_K;
+    for (int64_t i = 0; i < n / 256; i++, b += k_block_bytes(type), dst += 256) {
+        struct kblock kb;
+        int16_t mn[16];
+        k_decode(type, b, &kb);
+        vst1q_s16(mn, kb.mn[0]);
+        vst1q_s16(mn + 8, kb.mn[1]);
+        UNROLL
+        for (int g = 0; g < 16; g++) {
+            int8x16_t q = kb.q[g];
+            if (type == PI_TYPE_Q6_K)
+                q = vsubq_s8(q, vdupq_n_s8(32));
+            if (type == PI_TYPE_Q3_K)
+                q = vsubq_s8(q, vdupq_n_s8(4));
+            const float ds = kb.d * (float)kb.sc[per32(type) ? g / 2 : g];
+            const float dm = has_min ? kb.dmin * (float)mn[g] : 0.0f;
+            const int16x8_t w[2] = {vmovl_s8(vget_low_s8(q)), vmovl_s8(vget_high_s8(q))};
+            UNROLL
+            for (int j = 0; j < 4; j++) {
+                const int32x4_t v = j % 2 ? vmovl_s16(vget_high_s16(w[j / 2]))
+                                          : vmovl_s16(vget_low_s16(w[j / 2]));
+                float32x4_t f = vmulq_f32(vdupq_n_f32(ds), vcvtq_f32_s32(v));
+                if (has_min)
+                    f = vsubq_f32(f, vdupq_n_f32(dm));
+                vst1q_f32(dst + 16 * g + 4 * j, f);
+            }
+        }
+    }
+}
+
 #define K_KERNELS(name, type)                                                                  \
     static float NAME(dot_##name)(const void *w, const void *x, int64_t n) {                   \
         return k_dot(type, w, x, n);                                                           \
@@ -420,6 +480,13 @@ INLINE void k_gemm(int type, const void *W, size_t rb, int64_t nr, const void *X
     static void NAME(gemm_##name)(const void *W, size_t rb, int64_t nr, const void *X,         \
                                   size_t vb, int64_t nt, float *Y, int64_t ldy, int64_t n) {   \
         k_gemm(type, W, rb, nr, X, vb, nt, Y, ldy, n);                                         \
+    }                                                                                          \
+    static void NAME(gemv_idx_##name)(const void *W, size_t rb, const int32_t *idx, int64_t ni,\
+                                      const void *X, float *Y, int64_t n) {                    \
+        k_gemv_idx(type, W, rb, idx, ni, X, Y, n);                                             \
+    }                                                                                          \
+    static void NAME(to_float_##name)(const void *src, float *dst, int64_t n) {                \
+        k_to_float(type, src, dst, n);                                                         \
     }
 K_KERNELS(q4_k, PI_TYPE_Q4_K)
 K_KERNELS(q6_k, PI_TYPE_Q6_K)
@@ -429,16 +496,25 @@ K_KERNELS(q2_k, PI_TYPE_Q2_K)
 K_KERNELS(iq4_xs, PI_TYPE_ID_IQ4_XS)
 #undef K_KERNELS
 
-static void set(struct pi_cpu_kernels *k, int type, pi_dot_fn dot, pi_gemm_fn gemm) {
+static void set(struct pi_cpu_kernels *k, int type, pi_dot_fn dot, pi_gemm_fn gemm,
+                pi_gemv_idx_fn gemv_idx, pi_to_float_fn to_float) {
     k->dot[type].dot = dot;
     k->dot[type].gemm = gemm;
+    k->gemv_idx[type] = gemv_idx;
+    k->to_float[type] = to_float;
 }
 
 void PI_NEON_K_ENTRY(struct pi_cpu_kernels *k) {
-    set(k, PI_TYPE_Q4_K, NAME(dot_q4_k), NAME(gemm_q4_k));
-    set(k, PI_TYPE_Q6_K, NAME(dot_q6_k), NAME(gemm_q6_k));
-    set(k, PI_TYPE_Q5_K, NAME(dot_q5_k), NAME(gemm_q5_k));
-    set(k, PI_TYPE_Q3_K, NAME(dot_q3_k), NAME(gemm_q3_k));
-    set(k, PI_TYPE_Q2_K, NAME(dot_q2_k), NAME(gemm_q2_k));
-    set(k, PI_TYPE_ID_IQ4_XS, NAME(dot_iq4_xs), NAME(gemm_iq4_xs));
+    set(k, PI_TYPE_Q4_K, NAME(dot_q4_k), NAME(gemm_q4_k), NAME(gemv_idx_q4_k),
+        NAME(to_float_q4_k));
+    set(k, PI_TYPE_Q6_K, NAME(dot_q6_k), NAME(gemm_q6_k), NAME(gemv_idx_q6_k),
+        NAME(to_float_q6_k));
+    set(k, PI_TYPE_Q5_K, NAME(dot_q5_k), NAME(gemm_q5_k), NAME(gemv_idx_q5_k),
+        NAME(to_float_q5_k));
+    set(k, PI_TYPE_Q3_K, NAME(dot_q3_k), NAME(gemm_q3_k), NAME(gemv_idx_q3_k),
+        NAME(to_float_q3_k));
+    set(k, PI_TYPE_Q2_K, NAME(dot_q2_k), NAME(gemm_q2_k), NAME(gemv_idx_q2_k),
+        NAME(to_float_q2_k));
+    set(k, PI_TYPE_ID_IQ4_XS, NAME(dot_iq4_xs), NAME(gemm_iq4_xs), NAME(gemv_idx_iq4_xs),
+        NAME(to_float_iq4_xs));
 }
