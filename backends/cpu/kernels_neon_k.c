@@ -85,16 +85,25 @@ INLINE uint8x16_t bit_to(uint8x16_t h, int bit, uint8_t val) {
 }
 
 /* One decoded super-block. q: the 256 quants in value order. sc: the integer scale of
- * each 16 values (types with 32-value sub-blocks: of each 32, in sc[0..7], per32 set).
- * mn: the int16 vector dotted with the activation's 16 bsums: the mins per 16 values
- * (Q2_K, Q4_K, Q5_K, subtracted times dmin), the scales (Q3_K, Q6_K: the offset term),
- * zero for IQ4_XS. */
+ * each 16 values, 4 per register (types with 32-value sub-blocks, per32(): of each 32,
+ * in sc[0..1]). mn: the int16 vectors dotted with the activation's bsums: the mins
+ * (Q2_K per 16 values in mn[0..1]; Q4_K, Q5_K per 32 values in mn[0], dotted with the
+ * bsums added in pairs), subtracted times dmin; the scales (Q3_K, Q6_K: the offset
+ * term); nothing for IQ4_XS. */
 struct kblock {
     int8x16_t q[16];
-    int32_t sc[16];
+    int32x4_t sc[4];
     int16x8_t mn[2];
     float d, dmin;
 };
+
+/* The 16 int16 scales s0 (0-7), s1 (8-15) as int32 sc[0..3]. */
+INLINE void widen_scales(int16x8_t s0, int16x8_t s1, int32x4_t sc[4]) {
+    sc[0] = vmovl_s16(vget_low_s16(s0));
+    sc[1] = vmovl_s16(vget_high_s16(s0));
+    sc[2] = vmovl_s16(vget_low_s16(s1));
+    sc[3] = vmovl_s16(vget_high_s16(s1));
+}
 
 /* ---- decoders ------------------------------------------------------------------------- */
 
@@ -143,14 +152,10 @@ INLINE void k45_decode(const uint8_t *blk, const uint8_t *qh, const uint8_t *qs,
         kb->q[4 * j + 2] = vreinterpretq_s8_u8(q2);
         kb->q[4 * j + 3] = vreinterpretq_s8_u8(q3);
     }
-    UNROLL
-    for (int s = 0; s < 8; s++)
-        kb->sc[s] = sm[s];
-    /* mins 0..7 at bytes 8..15, each twice as int16 */
-    const uint8x8_t mins = vld1_u8(sm + 8);
-    const uint8x8x2_t z = vzip_u8(mins, mins);
-    kb->mn[0] = vreinterpretq_s16_u16(vmovl_u8(z.val[0]));
-    kb->mn[1] = vreinterpretq_s16_u16(vmovl_u8(z.val[1]));
+    const int16x8_t sc = vreinterpretq_s16_u16(vmovl_u8(vld1_u8(sm)));
+    widen_scales(sc, sc, kb->sc); /* sc[2..3] unused */
+    kb->mn[0] = vreinterpretq_s16_u16(vmovl_u8(vld1_u8(sm + 8))); /* mins 0..7 */
+    kb->mn[1] = vdupq_n_s16(0);
     kb->d = f16_at(blk);
     kb->dmin = f16_at(blk + 2);
 }
@@ -191,13 +196,9 @@ INLINE void q6_k_decode(const uint8_t *blk, struct kblock *kb) {
         }
     }
     const int8x16_t sc = vld1q_s8((const int8_t *)(blk + 192));
-    int8_t s8[16];
-    vst1q_s8(s8, sc);
-    UNROLL
-    for (int g = 0; g < 16; g++)
-        kb->sc[g] = s8[g];
     kb->mn[0] = vmovl_s8(vget_low_s8(sc));
     kb->mn[1] = vmovl_s8(vget_high_s8(sc));
+    widen_scales(kb->mn[0], kb->mn[1], kb->sc);
     kb->d = f16_at(blk + 208);
     kb->dmin = 0.0f;
 }
@@ -219,10 +220,9 @@ INLINE void q2_k_decode(const uint8_t *blk, struct kblock *kb) {
         kb->q[8 * h + 7] = vreinterpretq_s8_u8(vshrq_n_u8(q1, 6));
     }
     const uint8x16_t sb = vld1q_u8(blk);
-    const uint8x16_t mins = vshrq_n_u8(sb, 4);
-    UNROLL
-    for (int g = 0; g < 16; g++)
-        kb->sc[g] = blk[g] & 15;
+    const uint8x16_t mins = vshrq_n_u8(sb, 4), scs = vandq_u8(sb, vdupq_n_u8(15));
+    widen_scales(vreinterpretq_s16_u16(vmovl_u8(vget_low_u8(scs))),
+                 vreinterpretq_s16_u16(vmovl_u8(vget_high_u8(scs))), kb->sc);
     kb->mn[0] = vreinterpretq_s16_u16(vmovl_u8(vget_low_u8(mins)));
     kb->mn[1] = vreinterpretq_s16_u16(vmovl_u8(vget_high_u8(mins)));
     kb->d = f16_at(blk + 80);
@@ -259,11 +259,11 @@ INLINE void q3_k_decode(const uint8_t *blk, struct kblock *kb) {
     UNROLL
     for (int g = 0; g < 16; g++) {
         const int lo = (s[g % 8] >> (4 * (g / 8))) & 15, hi = (s[8 + g % 4] >> (2 * (g / 4))) & 3;
-        kb->sc[g] = (lo | (hi << 4)) - 32;
-        sw[g] = (int16_t)kb->sc[g];
+        sw[g] = (int16_t)((lo | (hi << 4)) - 32);
     }
     kb->mn[0] = vld1q_s16(sw);
     kb->mn[1] = vld1q_s16(sw + 8);
+    widen_scales(kb->mn[0], kb->mn[1], kb->sc);
     kb->d = f16_at(blk + 108);
     kb->dmin = 0.0f;
 }
@@ -275,14 +275,18 @@ INLINE void iq4_xs_decode(const uint8_t *blk, struct kblock *kb) {
     const int8x16_t grid = vld1q_s8(pi_iq4_grid);
     const uint8x16_t m4 = vdupq_n_u8(15);
     const unsigned sh = (unsigned)blk[2] | ((unsigned)blk[3] << 8);
+    int32_t ls[8];
     UNROLL
     for (int s = 0; s < 8; s++) {
         const uint8x16_t q = vld1q_u8(blk + 8 + 16 * s);
         kb->q[2 * s] = vqtbl1q_s8(grid, vandq_u8(q, m4));
         kb->q[2 * s + 1] = vqtbl1q_s8(grid, vshrq_n_u8(q, 4));
-        kb->sc[s] = (int)(((blk[4 + s / 2] >> (4 * (s % 2))) & 15) | (((sh >> (2 * s)) & 3u) << 4)) -
-                    32;
+        const unsigned lo = (blk[4 + s / 2] >> (4 * (s % 2))) & 15u, hi = (sh >> (2 * s)) & 3u;
+        ls[s] = (int32_t)(lo | (hi << 4)) - 32;
     }
+    kb->sc[0] = vld1q_s32(ls);
+    kb->sc[1] = vld1q_s32(ls + 4);
+    kb->sc[2] = kb->sc[3] = vdupq_n_s32(0); /* unused */
     kb->mn[0] = vdupq_n_s16(0);
     kb->mn[1] = vdupq_n_s16(0);
     kb->d = f16_at(blk);
@@ -334,62 +338,91 @@ INLINE int per32(int type) {
     return type == PI_TYPE_Q4_K || type == PI_TYPE_Q5_K || type == PI_TYPE_ID_IQ4_XS;
 }
 
-/* acc + one decoded super-block dotted with activations xq [256], bsum [16], scale dx,
- * in the reference's float expression (kernels_ref.c): isum = sum_g sc[g] * dot(q[g],
- * x[g]), minus 32 (Q6_K) or 4 (Q3_K) times sum_g sc[g] * bsum[g]; then d*dx*isum, less
- * dmin*dx*(mins . bsums) for the types with mins. */
-INLINE float k_token(int type, const struct kblock *kb, const int8_t *xq, const int16_t *bsum,
-                     float dx, float acc) {
-    int32x4_t iv = vdupq_n_s32(0);
+/* acc + p * lane `lane` of v (a constant once inlined: the switch folds). */
+INLINE int32x4_t mla_lane(int32x4_t acc, int32x4_t p, int32x4_t v, int lane) {
+    switch (lane) {
+    case 0:
+        return vmlaq_laneq_s32(acc, p, v, 0);
+    case 1:
+        return vmlaq_laneq_s32(acc, p, v, 1);
+    case 2:
+        return vmlaq_laneq_s32(acc, p, v, 2);
+    default:
+        return vmlaq_laneq_s32(acc, p, v, 3);
+    }
+}
+
+/* The integer part of one decoded super-block dotted with activations xq [256] and
+ * bsum [16]: lanes 0+1 sum to isum = sum_g sc[g] * dot(q[g], x[g]), lanes 2+3 to
+ * aux = mn . bsums (kernels_ref.c's msum for the types with mins, sum_g sc[g] * bsum[g]
+ * for Q3_K and Q6_K, 0 for IQ4_XS). */
+INLINE int32x4_t k_ints(int type, const struct kblock *kb, const int8_t *xq, const int16_t *bsum) {
+    int32x4_t iv = vdupq_n_s32(0), av = vdupq_n_s32(0);
     if (per32(type)) {
         UNROLL
         for (int s = 0; s < 8; s++) {
             int32x4_t p = dot16(vdupq_n_s32(0), kb->q[2 * s], vld1q_s8(xq + 32 * s));
             p = dot16(p, kb->q[2 * s + 1], vld1q_s8(xq + 32 * s + 16));
-            iv = vmlaq_n_s32(iv, p, kb->sc[s]);
+            iv = mla_lane(iv, p, kb->sc[s / 4], s % 4);
         }
     } else {
         UNROLL
         for (int g = 0; g < 16; g++)
-            iv = vmlaq_n_s32(iv, dot16(vdupq_n_s32(0), kb->q[g], vld1q_s8(xq + 16 * g)),
-                             kb->sc[g]);
+            iv = mla_lane(iv, dot16(vdupq_n_s32(0), kb->q[g], vld1q_s8(xq + 16 * g)),
+                          kb->sc[g / 4], g % 4);
     }
-    int32_t isum = vaddvq_s32(iv), aux = 0;
-    if (type != PI_TYPE_ID_IQ4_XS) {
-        int32x4_t a = vmull_s16(vget_low_s16(kb->mn[0]), vld1_s16(bsum));
-        a = vmlal_s16(a, vget_high_s16(kb->mn[0]), vld1_s16(bsum + 4));
-        a = vmlal_s16(a, vget_low_s16(kb->mn[1]), vld1_s16(bsum + 8));
-        a = vmlal_s16(a, vget_high_s16(kb->mn[1]), vld1_s16(bsum + 12));
-        aux = vaddvq_s32(a);
+    if (type == PI_TYPE_Q4_K || type == PI_TYPE_Q5_K) {
+        /* the bsums of each 32 values: |b| <= 2 * 16 * 127, no int16 overflow */
+        const int16x8_t bs = vpaddq_s16(vld1q_s16(bsum), vld1q_s16(bsum + 8));
+        av = vmull_s16(vget_low_s16(kb->mn[0]), vget_low_s16(bs));
+        av = vmlal_s16(av, vget_high_s16(kb->mn[0]), vget_high_s16(bs));
+    } else if (type != PI_TYPE_ID_IQ4_XS) {
+        av = vmull_s16(vget_low_s16(kb->mn[0]), vld1_s16(bsum));
+        av = vmlal_s16(av, vget_high_s16(kb->mn[0]), vld1_s16(bsum + 4));
+        av = vmlal_s16(av, vget_low_s16(kb->mn[1]), vld1_s16(bsum + 8));
+        av = vmlal_s16(av, vget_high_s16(kb->mn[1]), vld1_s16(bsum + 12));
     }
-    if (type == PI_TYPE_Q6_K)
-        isum -= 32 * aux;
-    if (type == PI_TYPE_Q3_K)
-        isum -= 4 * aux;
-    if (type == PI_TYPE_Q2_K || type == PI_TYPE_Q4_K || type == PI_TYPE_Q5_K)
-        return acc + (kb->d * dx * (float)isum - kb->dmin * dx * (float)aux);
-    return acc + kb->d * dx * (float)isum;
+    return vpaddq_s32(iv, av);
 }
 
 /* out[t] = dot(row, token t) for tt <= GEMM_TILE tokens vb bytes apart: each
- * super-block decoded once for all of them. */
+ * super-block decoded once for all of them. Token t lives in lane t: the integer sums
+ * of the tokens are reduced together, then each lane takes the reference's float
+ * expression, d*dx*isum (- dmin*dx*aux), and is added to its accumulator, super-block
+ * after super-block. */
 INLINE void row_tokens(int type, const uint8_t *row, int64_t nb, const uint8_t *x, size_t vb,
                        int tt, float *out) {
-    float acc[GEMM_TILE] = {0.0f, 0.0f, 0.0f, 0.0f};
+    const int has_min = type == PI_TYPE_Q2_K || type == PI_TYPE_Q4_K || type == PI_TYPE_Q5_K;
+    float32x4_t acc = vdupq_n_f32(0.0f);
+    float res[GEMM_TILE];
     for (int64_t b = 0; b < nb; b++) {
         struct kblock kb;
+        int32x4_t r[GEMM_TILE];
+        float dx[GEMM_TILE];
         k_decode(type, row + (size_t)b * k_block_bytes(type), &kb);
         UNROLL
         for (int t = 0; t < GEMM_TILE; t++) {
-            if (t < tt) {
-                const uint8_t *xt = x + (size_t)t * vb;
-                acc[t] = k_token(type, &kb, xk_q(xt, b), xk_bsum(xt, nb, b), xk_d(xt, nb, b),
-                                 acc[t]);
-            }
+            const uint8_t *xt = x + (size_t)t * vb;
+            r[t] = t < tt ? k_ints(type, &kb, xk_q(xt, b), xk_bsum(xt, nb, b)) : vdupq_n_s32(0);
+            dx[t] = t < tt ? xk_d(xt, nb, b) : 0.0f;
         }
+        /* r[t] = [isum, aux] in pairs of lanes -> isum and aux of token t in lane t */
+        const int32x4_t r01 = vpaddq_s32(r[0], r[1]), r23 = vpaddq_s32(r[2], r[3]);
+        int32x4_t is = vuzp1q_s32(r01, r23);
+        const int32x4_t as = vuzp2q_s32(r01, r23);
+        const float32x4_t dxv = vld1q_f32(dx);
+        if (type == PI_TYPE_Q6_K)
+            is = vsubq_s32(is, vshlq_n_s32(as, 5));
+        if (type == PI_TYPE_Q3_K)
+            is = vsubq_s32(is, vshlq_n_s32(as, 2));
+        float32x4_t c = vmulq_f32(vmulq_n_f32(dxv, kb.d), vcvtq_f32_s32(is));
+        if (has_min)
+            c = vsubq_f32(c, vmulq_f32(vmulq_n_f32(dxv, kb.dmin), vcvtq_f32_s32(as)));
+        acc = vaddq_f32(acc, c);
     }
+    vst1q_f32(res, acc);
     for (int t = 0; t < tt; t++)
-        out[t] = acc[t];
+        out[t] = res[t];
 }
 
 INLINE float k_dot(int type, const void *w, const void *x, int64_t n) {
@@ -447,9 +480,12 @@ INLINE void k_to_float(int type, const void *src, float *dst, int64_t n) {
     for (int64_t i = 0; i < n / 256; i++, b += k_block_bytes(type), dst += 256) {
         struct kblock kb;
         int16_t mn[16];
+        int32_t sc[16];
         k_decode(type, b, &kb);
         vst1q_s16(mn, kb.mn[0]);
         vst1q_s16(mn + 8, kb.mn[1]);
+        for (int j = 0; j < 4; j++)
+            vst1q_s32(sc + 4 * j, kb.sc[j]);
         UNROLL
         for (int g = 0; g < 16; g++) {
             int8x16_t q = kb.q[g];
@@ -457,8 +493,9 @@ INLINE void k_to_float(int type, const void *src, float *dst, int64_t n) {
                 q = vsubq_s8(q, vdupq_n_s8(32));
             if (type == PI_TYPE_Q3_K)
                 q = vsubq_s8(q, vdupq_n_s8(4));
-            const float ds = kb.d * (float)kb.sc[per32(type) ? g / 2 : g];
-            const float dm = has_min ? kb.dmin * (float)mn[g] : 0.0f;
+            const int e = per32(type) ? g / 2 : g; /* the scale's (and min's) index */
+            const float ds = kb.d * (float)sc[e];
+            const float dm = has_min ? kb.dmin * (float)mn[e] : 0.0f;
             const int16x8_t w[2] = {vmovl_s8(vget_low_s8(q)), vmovl_s8(vget_high_s8(q))};
             UNROLL
             for (int j = 0; j < 4; j++) {
