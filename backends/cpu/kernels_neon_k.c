@@ -4,21 +4,22 @@
  * SDOT (vdotq_s32).
  *
  * A super-block of weights is decoded once into 16 registers of 16 int8 quants in value
- * order (q[g] = values 16g..16g+15, all unsigned but IQ4_XS's grid values) plus its
- * integer scales, and the decoded registers are dotted with up to GEMM_TILE activation
- * vectors (prefill reuses each weight load; decode is the same code with one vector).
- * Per token and super-block the integer sums are exact -- the per-group dots, times the
- * group scale, summed in int32 lanes -- and the offsets (Q3_K's -4, used as q + 4 in
- * 0..7; Q6_K's -32) and the mins (Q2_K, Q4_K, Q5_K) go through the activation's 16-value
- * sums. The float part is then the reference's own expression, one super-block after
- * the other in a float: the same integers and the same float operations (this file is
- * C11, so GCC contracts no multiply-add), hence bit for bit the reference, and gemm
- * gives exactly dot (both run the one inline kernel).
+ * order (q[g] = values 16g..16g+15; signed, as SDOT and vmull_s8 take them: Q6_K's
+ * v - 32 and Q3_K's -4..3 as they are, IQ4_XS's grid values) plus its integer scales,
+ * and the decoded registers are dotted with up to GEMM_TILE activation vectors (prefill
+ * reuses each weight load; decode is the same code with one vector). Per token and
+ * super-block the integer sums are exact -- the per-group dots, times the group scale,
+ * summed in int32 lanes -- and the mins (Q2_K, Q4_K, Q5_K) go through the activation's
+ * 16-value sums. The tokens' integer sums are reduced together (token t in lane t), and
+ * each lane then takes the reference's own float expression, d*dx*isum (- dmin*dx*msum),
+ * added super-block after super-block: the same integers and the same float operations
+ * (this file is C11, so GCC contracts no multiply-add), hence bit for bit the reference,
+ * and gemm gives exactly dot (both run the one inline kernel).
  *
  * Without SDOT an int8 dot of 16 values is vmull_s8 + vmlal_s8 (pairs of products in
- * int16: at most 2 * 127 * 127 = 32258 for IQ4_XS, less for the unsigned quants) and
+ * int16: at most 2 * 127 * 127 = 32258 for IQ4_XS, less for the other types) and
  * vpadalq_s16 into int32 lanes. Lane sums differ from SDOT's, their total does not.
- * int32 range: |sum| <= 16 groups * 63 scale * 16 * 63 * 127 (Q6_K) ~ 1.3e8. */
+ * int32 range: |isum| <= 256 values * 32 * 127 * 128 (Q6_K) ~ 1.3e8. */
 #include <arm_neon.h>
 
 #include "kernels.h"
@@ -88,8 +89,7 @@ INLINE uint8x16_t bit_to(uint8x16_t h, int bit, uint8_t val) {
  * each 16 values, 4 per register (types with 32-value sub-blocks, per32(): of each 32,
  * in sc[0..1]). mn: the int16 vectors dotted with the activation's bsums: the mins
  * (Q2_K per 16 values in mn[0..1]; Q4_K, Q5_K per 32 values in mn[0], dotted with the
- * bsums added in pairs), subtracted times dmin; the scales (Q3_K, Q6_K: the offset
- * term); nothing for IQ4_XS. */
+ * bsums added in pairs), subtracted times dmin; unused for the other types. */
 struct kblock {
     int8x16_t q[16];
     int32x4_t sc[4];
@@ -162,8 +162,7 @@ INLINE void k45_decode(const uint8_t *blk, const uint8_t *qh, const uint8_t *qs,
 
 /* Q6_K, 210 B: ql[128] | qh[64] | int8 scales[16] | d. Value e = 128h + 16k + i (half h,
  * k = 0..7): low nibble (k < 4) or high nibble of ql[64h + 16(k%4) + i], bits 2(k/2)..
- * of qh[32h + 16(k%2) + i] as bits 4-5. The -32 goes through the bsums times the
- * scales. */
+ * of qh[32h + 16(k%2) + i] as bits 4-5; minus 32 in the register (-32..31). */
 INLINE void q6_k_decode(const uint8_t *blk, struct kblock *kb) {
     const uint8x16_t m4 = vdupq_n_u8(15), m30 = vdupq_n_u8(0x30);
     UNROLL
@@ -192,13 +191,13 @@ INLINE void q6_k_decode(const uint8_t *blk, struct kblock *kb) {
                 hi = vshrq_n_u8(qh[k % 2], 2);
                 break;
             }
-            kb->q[8 * h + k] = vreinterpretq_s8_u8(vorrq_u8(lo, vandq_u8(hi, m30)));
+            kb->q[8 * h + k] =
+                vsubq_s8(vreinterpretq_s8_u8(vorrq_u8(lo, vandq_u8(hi, m30))), vdupq_n_s8(32));
         }
     }
     const int8x16_t sc = vld1q_s8((const int8_t *)(blk + 192));
-    kb->mn[0] = vmovl_s8(vget_low_s8(sc));
-    kb->mn[1] = vmovl_s8(vget_high_s8(sc));
-    widen_scales(kb->mn[0], kb->mn[1], kb->sc);
+    widen_scales(vmovl_s8(vget_low_s8(sc)), vmovl_s8(vget_high_s8(sc)), kb->sc);
+    kb->mn[0] = kb->mn[1] = vdupq_n_s16(0); /* unused */
     kb->d = f16_at(blk + 208);
     kb->dmin = 0.0f;
 }
@@ -230,7 +229,7 @@ INLINE void q2_k_decode(const uint8_t *blk, struct kblock *kb) {
 }
 
 /* Q3_K, 110 B: hmask[32] | qs[64] | scales[12] | d. The low 2 bits as Q2_K's (qs at 32),
- * plus 4 where bit g/2 of hmask[16(g%2) + i] is set: the quant plus 4, in 0..7. Scale g:
+ * plus 4 where bit g/2 of hmask[16(g%2) + i] is set, minus 4: the quant in -4..3. Scale g:
  * low 4 bits from byte g%8 (low nibble for g < 8), high 2 from byte 8 + g%4, bits
  * 2(g/4); minus 32. */
 INLINE void q3_k_decode(const uint8_t *blk, struct kblock *kb) {
@@ -251,7 +250,8 @@ INLINE void q3_k_decode(const uint8_t *blk, struct kblock *kb) {
         UNROLL
         for (int k = 0; k < 8; k++) {
             const int g = 8 * h + k;
-            kb->q[g] = vreinterpretq_s8_u8(vorrq_u8(v[k], bit_to(g % 2 ? hm1 : hm0, g / 2, 4)));
+            const uint8x16_t q = vorrq_u8(v[k], bit_to(g % 2 ? hm1 : hm0, g / 2, 4));
+            kb->q[g] = vsubq_s8(vreinterpretq_s8_u8(q), vdupq_n_s8(4));
         }
     }
     const uint8_t *s = blk + 96;
@@ -261,9 +261,8 @@ INLINE void q3_k_decode(const uint8_t *blk, struct kblock *kb) {
         const int lo = (s[g % 8] >> (4 * (g / 8))) & 15, hi = (s[8 + g % 4] >> (2 * (g / 4))) & 3;
         sw[g] = (int16_t)((lo | (hi << 4)) - 32);
     }
-    kb->mn[0] = vld1q_s16(sw);
-    kb->mn[1] = vld1q_s16(sw + 8);
-    widen_scales(kb->mn[0], kb->mn[1], kb->sc);
+    widen_scales(vld1q_s16(sw), vld1q_s16(sw + 8), kb->sc);
+    kb->mn[0] = kb->mn[1] = vdupq_n_s16(0); /* unused */
     kb->d = f16_at(blk + 108);
     kb->dmin = 0.0f;
 }
@@ -354,8 +353,7 @@ INLINE int32x4_t mla_lane(int32x4_t acc, int32x4_t p, int32x4_t v, int lane) {
 
 /* The integer part of one decoded super-block dotted with activations xq [256] and
  * bsum [16]: lanes 0+1 sum to isum = sum_g sc[g] * dot(q[g], x[g]), lanes 2+3 to
- * aux = mn . bsums (kernels_ref.c's msum for the types with mins, sum_g sc[g] * bsum[g]
- * for Q3_K and Q6_K, 0 for IQ4_XS). */
+ * aux = mn . bsums (kernels_ref.c's msum for the types with mins, else 0). */
 INLINE int32x4_t k_ints(int type, const struct kblock *kb, const int8_t *xq, const int16_t *bsum) {
     int32x4_t iv = vdupq_n_s32(0), av = vdupq_n_s32(0);
     if (per32(type)) {
@@ -376,7 +374,7 @@ INLINE int32x4_t k_ints(int type, const struct kblock *kb, const int8_t *xq, con
         const int16x8_t bs = vpaddq_s16(vld1q_s16(bsum), vld1q_s16(bsum + 8));
         av = vmull_s16(vget_low_s16(kb->mn[0]), vget_low_s16(bs));
         av = vmlal_s16(av, vget_high_s16(kb->mn[0]), vget_high_s16(bs));
-    } else if (type != PI_TYPE_ID_IQ4_XS) {
+    } else if (type == PI_TYPE_Q2_K) {
         av = vmull_s16(vget_low_s16(kb->mn[0]), vld1_s16(bsum));
         av = vmlal_s16(av, vget_high_s16(kb->mn[0]), vld1_s16(bsum + 4));
         av = vmlal_s16(av, vget_low_s16(kb->mn[1]), vld1_s16(bsum + 8));
@@ -408,13 +406,8 @@ INLINE void row_tokens(int type, const uint8_t *row, int64_t nb, const uint8_t *
         }
         /* r[t] = [isum, aux] in pairs of lanes -> isum and aux of token t in lane t */
         const int32x4_t r01 = vpaddq_s32(r[0], r[1]), r23 = vpaddq_s32(r[2], r[3]);
-        int32x4_t is = vuzp1q_s32(r01, r23);
-        const int32x4_t as = vuzp2q_s32(r01, r23);
+        const int32x4_t is = vuzp1q_s32(r01, r23), as = vuzp2q_s32(r01, r23);
         const float32x4_t dxv = vld1q_f32(dx);
-        if (type == PI_TYPE_Q6_K)
-            is = vsubq_s32(is, vshlq_n_s32(as, 5));
-        if (type == PI_TYPE_Q3_K)
-            is = vsubq_s32(is, vshlq_n_s32(as, 2));
         float32x4_t c = vmulq_f32(vmulq_n_f32(dxv, kb.d), vcvtq_f32_s32(is));
         if (has_min)
             c = vsubq_f32(c, vmulq_f32(vmulq_n_f32(dxv, kb.dmin), vcvtq_f32_s32(as)));
@@ -438,8 +431,13 @@ INLINE void k_gemm(int type, const void *W, size_t rb, int64_t nr, const void *X
         const int tt = nt - t0 < GEMM_TILE ? (int)(nt - t0) : GEMM_TILE;
         const uint8_t *xt = (const uint8_t *)X + (size_t)t0 * vb;
         for (int64_t r = 0; r < nr; r++) {
+            const uint8_t *row = (const uint8_t *)W + (size_t)r * rb;
             float out[GEMM_TILE];
-            row_tokens(type, (const uint8_t *)W + (size_t)r * rb, n / 256, xt, vb, tt, out);
+            /* a constant count for full tiles: no per-token tests, fewer spills */
+            if (tt == GEMM_TILE)
+                row_tokens(type, row, n / 256, xt, vb, GEMM_TILE, out);
+            else
+                row_tokens(type, row, n / 256, xt, vb, tt, out);
             for (int t = 0; t < tt; t++)
                 Y[(t0 + t) * ldy + r] = out[t];
         }
@@ -470,8 +468,8 @@ INLINE void k_gemv_idx(int type, const void *W, size_t rb, const int32_t *idx, i
 
 /* ---- to_float ------------------------------------------------------------------------- */
 
-/* Dequantizes one row with the dot's decoder: per 16 values the quant (its offset taken
- * off: Q6_K's 32, Q3_K's 4) times the group's float scale, less its float min, as the
+/* Dequantizes one row with the dot's decoder: per 16 values the quant times the group's
+ * float scale, less its float min, as the
  * separate float operations of dequant.c (ds = d * scale, dm = dmin * min, ds * q - dm):
  * bit for bit pi_dequant_*. */
 INLINE void k_to_float(int type, const void *src, float *dst, int64_t n) {
@@ -488,11 +486,7 @@ INLINE void k_to_float(int type, const void *src, float *dst, int64_t n) {
             vst1q_s32(sc + 4 * j, kb.sc[j]);
         UNROLL
         for (int g = 0; g < 16; g++) {
-            int8x16_t q = kb.q[g];
-            if (type == PI_TYPE_Q6_K)
-                q = vsubq_s8(q, vdupq_n_s8(32));
-            if (type == PI_TYPE_Q3_K)
-                q = vsubq_s8(q, vdupq_n_s8(4));
+            const int8x16_t q = kb.q[g];
             const int e = per32(type) ? g / 2 : g; /* the scale's (and min's) index */
             const float ds = kb.d * (float)sc[e];
             const float dm = has_min ? kb.dmin * (float)mn[e] : 0.0f;
