@@ -337,37 +337,38 @@ INLINE int per32(int type) {
     return type == PI_TYPE_Q4_K || type == PI_TYPE_Q5_K || type == PI_TYPE_ID_IQ4_XS;
 }
 
-/* acc + p * lane `lane` of v (a constant once inlined: the switch folds). */
-INLINE int32x4_t mla_lane(int32x4_t acc, int32x4_t p, int32x4_t v, int lane) {
-    switch (lane) {
-    case 0:
-        return vmlaq_laneq_s32(acc, p, v, 0);
-    case 1:
-        return vmlaq_laneq_s32(acc, p, v, 1);
-    case 2:
-        return vmlaq_laneq_s32(acc, p, v, 2);
-    default:
-        return vmlaq_laneq_s32(acc, p, v, 3);
-    }
+/* The four lane sums of a, b, c, e in one register (pairwise adds, no serial chain). */
+INLINE int32x4_t sum4(int32x4_t a, int32x4_t b, int32x4_t c, int32x4_t e) {
+    return vpaddq_s32(vpaddq_s32(a, b), vpaddq_s32(c, e));
 }
 
 /* The integer part of one decoded super-block dotted with activations xq [256] and
  * bsum [16]: lanes 0+1 sum to isum = sum_g sc[g] * dot(q[g], x[g]), lanes 2+3 to
- * aux = mn . bsums (kernels_ref.c's msum for the types with mins, else 0). */
+ * aux = mn . bsums (kernels_ref.c's msum for the types with mins, else 0). The group
+ * dots are gathered four to a register and multiplied by four scales at once: two
+ * short multiply-add chains instead of one per group (one token's dot would wait on a
+ * chain of 16 multiply-adds). */
 INLINE int32x4_t k_ints(int type, const struct kblock *kb, const int8_t *xq, const int16_t *bsum) {
-    int32x4_t iv = vdupq_n_s32(0), av = vdupq_n_s32(0);
+    int32x4_t iv, av = vdupq_n_s32(0);
     if (per32(type)) {
+        int32x4_t p[8];
         UNROLL
         for (int s = 0; s < 8; s++) {
-            int32x4_t p = dot16(vdupq_n_s32(0), kb->q[2 * s], vld1q_s8(xq + 32 * s));
-            p = dot16(p, kb->q[2 * s + 1], vld1q_s8(xq + 32 * s + 16));
-            iv = mla_lane(iv, p, kb->sc[s / 4], s % 4);
+            p[s] = dot16(vdupq_n_s32(0), kb->q[2 * s], vld1q_s8(xq + 32 * s));
+            p[s] = dot16(p[s], kb->q[2 * s + 1], vld1q_s8(xq + 32 * s + 16));
         }
+        iv = vmlaq_s32(vmulq_s32(sum4(p[0], p[1], p[2], p[3]), kb->sc[0]),
+                       sum4(p[4], p[5], p[6], p[7]), kb->sc[1]);
     } else {
+        int32x4_t p[16];
         UNROLL
         for (int g = 0; g < 16; g++)
-            iv = mla_lane(iv, dot16(vdupq_n_s32(0), kb->q[g], vld1q_s8(xq + 16 * g)),
-                          kb->sc[g / 4], g % 4);
+            p[g] = dot16(vdupq_n_s32(0), kb->q[g], vld1q_s8(xq + 16 * g));
+        const int32x4_t i0 = vmlaq_s32(vmulq_s32(sum4(p[0], p[1], p[2], p[3]), kb->sc[0]),
+                                       sum4(p[4], p[5], p[6], p[7]), kb->sc[1]);
+        const int32x4_t i1 = vmlaq_s32(vmulq_s32(sum4(p[8], p[9], p[10], p[11]), kb->sc[2]),
+                                       sum4(p[12], p[13], p[14], p[15]), kb->sc[3]);
+        iv = vaddq_s32(i0, i1);
     }
     if (type == PI_TYPE_Q4_K || type == PI_TYPE_Q5_K) {
         /* the bsums of each 32 values: |b| <= 2 * 16 * 127, no int16 overflow */
