@@ -79,8 +79,8 @@ INLINE int8x16_t ld8(const uint8_t *p) {
     return vreinterpretq_s8_u8(vld1q_u8(p));
 }
 
-/* 16 bytes with 16 where bit `bit` of h is set, else 0 (a high quant bit moved to bit 4;
- * shift gives other positions). */
+/* Per byte: val where bit `bit` of h is set, else 0 (a quant's high bit moved to where
+ * it belongs, whichever bit of h holds it). */
 INLINE uint8x16_t bit_to(uint8x16_t h, int bit, uint8_t val) {
     return vandq_u8(vtstq_u8(h, vdupq_n_u8((uint8_t)(1u << bit))), vdupq_n_u8(val));
 }
