@@ -75,10 +75,6 @@ INLINE int32x4_t dot16(int32x4_t acc, int8x16_t a, int8x16_t b) {
 #endif
 }
 
-INLINE int8x16_t ld8(const uint8_t *p) {
-    return vreinterpretq_s8_u8(vld1q_u8(p));
-}
-
 /* Per byte: val where bit `bit` of h is set, else 0 (a quant's high bit moved to where
  * it belongs, whichever bit of h holds it). */
 INLINE uint8x16_t bit_to(uint8x16_t h, int bit, uint8_t val) {
@@ -107,7 +103,8 @@ INLINE void widen_scales(int16x8_t s0, int16x8_t s1, int32x4_t sc[4]) {
 
 /* ---- decoders ------------------------------------------------------------------------- */
 
-/* Q4_K/Q5_K 12 packed bytes -> sc[0..7], mn[0..7] (6 bits each), on 32-bit words:
+/* Q4_K/Q5_K 12 packed bytes -> out = sc[0..7] | mn[0..7] (6 bits each), on 32-bit words
+ * (little-endian, as every ARM64 Linux and macOS target is):
  * sc[0..3] = s0-3 & 63, mn[0..3] = s4-7 & 63, sc[4..7] = (s8-11 & 15) | (s0-3 >> 6) << 4,
  * mn[4..7] = (s8-11 >> 4) | (s4-7 >> 6) << 4. */
 INLINE void k4_scales(const uint8_t *s, uint8_t out[16]) {
@@ -124,8 +121,8 @@ INLINE void k4_scales(const uint8_t *s, uint8_t out[16]) {
 
 /* Q4_K (144 B: d | dmin | scales[12] | qs[128]) and Q5_K (176 B: ... | qh[32] | qs):
  * sub-block 2j is the low nibbles of qs[32j..32j+31], 2j+1 the high ones; bit s of
- * qh[l] is bit 4 of value l of sub-block s (vtst picks it out). Each min serves two
- * bsums, so mn holds it twice. */
+ * qh[l] is bit 4 of value l of sub-block s (vtst picks it out). A min serves 32 values:
+ * k_ints adds the bsums in pairs. */
 INLINE void k45_decode(const uint8_t *blk, const uint8_t *qh, const uint8_t *qs,
                        struct kblock *kb) {
     const uint8x16_t m4 = vdupq_n_u8(15);
