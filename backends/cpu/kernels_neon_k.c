@@ -28,6 +28,12 @@
 
 #include <string.h>
 
+/* clang contracts a*b+c within an expression by default, even in ISO mode: that would
+ * break the bit-exact float steps (GCC in C11 mode does not contract) */
+#if defined(__clang__)
+#  pragma STDC FP_CONTRACT OFF
+#endif
+
 #if defined(PI_NEON_DOTPROD)
 #  define PI_NEON_K_ENTRY pi_cpu_kernels_neon_k_dotprod
 #  define NAME(f)         f##_neon_dotprod
