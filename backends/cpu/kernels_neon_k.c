@@ -1,7 +1,7 @@
 /* kernels_neon_k.c -- ARM64 NEON overrides for the K-quants (Q2_K..Q6_K) and IQ4_XS:
- * dots and gemms against PI_VEC_Q8_K activations. Compiled twice like kernels_neon.c:
- * plain ARMv8-A, and with PI_NEON_DOTPROD and +dotprod, where the int8 dot products are
- * SDOT (vdotq_s32).
+ * dots, gemms and gemv_idx against PI_VEC_Q8_K activations, and to_float. Compiled twice
+ * like kernels_neon.c: plain ARMv8-A, and with PI_NEON_DOTPROD and +dotprod, where the
+ * int8 dot products are SDOT (vdotq_s32).
  *
  * A super-block of weights is decoded once into 16 registers of 16 int8 quants in value
  * order (q[g] = values 16g..16g+15; signed, as SDOT and vmull_s8 take them: Q6_K's
@@ -13,8 +13,8 @@
  * 16-value sums. The tokens' integer sums are reduced together (token t in lane t), and
  * each lane then takes the reference's own float expression, d*dx*isum (- dmin*dx*msum),
  * added super-block after super-block: the same integers and the same float operations
- * (this file is C11, so GCC contracts no multiply-add), hence bit for bit the reference,
- * and gemm gives exactly dot (both run the one inline kernel).
+ * (no multiply-add contraction: GCC in C11 mode, clang by pragma), hence bit for bit the
+ * reference, and gemm gives exactly dot (both run the one inline kernel).
  *
  * Without SDOT an int8 dot of 16 values is vmull_s8 + vmlal_s8 (pairs of products in
  * int16: at most 2 * 127 * 127 = 32258 for IQ4_XS, less for the other types) and
