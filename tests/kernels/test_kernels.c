@@ -647,6 +647,100 @@ static void test_dot_gemm(void **state) {
                       tol_dot(test_types[t]));
 }
 
+/* gemv_idx[type] (one token of a sparse matmul): for every table, the reference included,
+ * and every type where the entry is non-NULL, on a matrix of 37 rows and idx the first ni
+ * entries of a random permutation of them (scattered rows, no repeats, any order):
+ *  - y[idx[i]] is bit for bit the same table's dot of that row (kernels.h promises it);
+ *  - every other entry of y keeps its sentinel (the rest of the permutation stays in the
+ *    idx buffer, so a kernel that reads past ni writes a row it must not);
+ *  - the value is within tol_dot of the reference's dot.
+ * n covers, for the 32-block types, rows within one AVX2 K-block of 2048 values (the
+ * paired-row decode path) and past it; ni of 0, 1, a few (odd, for the pair's tail) and
+ * all rows. */
+static void test_gemv_idx(void **state) {
+    static const int nblk32[] = {1, 3, 8, 9, 17, 64, 65, 128};
+    static const int nblk_other[] = {1, 2, 3, 8, 9};
+    static const int64_t nis[] = {0, 1, 2, 3, 7, 20, 37};
+    enum { NR = 37, NY = NR + 3 }; /* y has 3 entries past the last row, never written */
+    const float sentinel = -12345.0f;
+    struct pi_cpu_kernels ref, k;
+    (void)state;
+    pi_cpu_kernels_ref(&ref);
+    for (size_t i = 0; i <= N_IMPLS; i++) { /* every SIMD table, then the reference */
+        const char *name = i < N_IMPLS ? impls[i].name : "ref";
+        int n_checked = 0;
+        if (i == N_IMPLS)
+            pi_cpu_kernels_ref(&k);
+        else if (!impl_table(i, &k))
+            continue;
+        for (int type = 0; type < PI_TYPE_ID_LIMIT; type++) {
+            if (!k.gemv_idx[type])
+                continue;
+            const struct pi_type_traits *tt = pi_type_traits((uint32_t)type);
+            size_t t = 0;
+            while (t < N_TYPES && test_types[t] != type)
+                t++;
+            if (!k.dot[type].dot)
+                fail_msg("%s: gemv_idx for %s without a dot", name, tt->name);
+            if (t == N_TYPES) /* random_weights would not know how to make its rows */
+                fail_msg("%s: gemv_idx for %s, which is not under test", name, tt->name);
+            assert_int_equal(k.dot[type].fmt, ref.dot[type].fmt);
+            const int bs = block_of(type);
+            const int *nblk = bs == 32 ? nblk32 : nblk_other;
+            const size_t nn = bs == 32 ? sizeof nblk32 / sizeof nblk32[0]
+                                       : sizeof nblk_other / sizeof nblk_other[0];
+            for (size_t j = 0; j < nn; j++) {
+                const int64_t n = (int64_t)nblk[j] * (bs == 1 ? 37 : bs);
+                struct problem p;
+                int32_t idx[NR];
+                float y[NY];
+                problem_make(&p, &ref, type, n, NR, 1);
+                for (size_t m = 0; m < sizeof nis / sizeof nis[0]; m++) {
+                    const int64_t ni = nis[m];
+                    int written[NR] = {0};
+                    for (int r = 0; r < NR; r++) /* Fisher-Yates: a fresh random order */
+                        idx[r] = r;
+                    for (int r = NR - 1; r > 0; r--) {
+                        const int s = (int)(rnd() % (uint64_t)(r + 1));
+                        const int32_t tmp = idx[r];
+                        idx[r] = idx[s];
+                        idx[s] = tmp;
+                    }
+                    for (int e = 0; e < NY; e++)
+                        y[e] = sentinel;
+                    k.gemv_idx[type](p.w, p.rb, idx, ni, p.x, y, n);
+                    for (int64_t e = 0; e < ni; e++) {
+                        const int r = idx[e];
+                        const uint8_t *w = p.w + (size_t)r * p.rb;
+                        const float want = k.dot[type].dot(w, p.x, n);
+                        written[r] = 1;
+                        if (memcmp(&y[r], &want, sizeof want) != 0) {
+                            print_error("%s: %s gemv_idx n=%lld ni=%lld row %d (idx[%lld]): "
+                                        "%.9g != dot %.9g\n",
+                                        name, tt->name, (long long)n, (long long)ni, r,
+                                        (long long)e, y[r], want);
+                            fail();
+                        }
+                        check_value(&p, name, "gemv_idx", r, 0, y[r], ref.dot[type].dot(w, p.x, n));
+                    }
+                    for (int e = 0; e < NY; e++) {
+                        if ((e < NR && written[e]) || memcmp(&y[e], &sentinel, sizeof y[e]) == 0)
+                            continue;
+                        print_error("%s: %s gemv_idx n=%lld ni=%lld wrote y[%d] = %.9g, which "
+                                    "is not in idx\n",
+                                    name, tt->name, (long long)n, (long long)ni, e, y[e]);
+                        fail();
+                    }
+                }
+                problem_free(&p);
+            }
+            n_checked++;
+        }
+        print_message("# gemv_idx: the %s table has it for %d type(s), all checked\n", name,
+                      n_checked);
+    }
+}
+
 /* A NaN or an infinity among the activations makes every product with the block that
  * holds it NaN, for every weight type and table: quantizing to int8 must not turn it into
  * finite numbers (a NaN block became a zero block; an infinity rounded to -128). The
@@ -951,6 +1045,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_ref_vs_float), cmocka_unit_test(test_dot_gemm),
         cmocka_unit_test(test_axpy_f16),     cmocka_unit_test(test_dot_f16_rows),
         cmocka_unit_test(test_axpy_rows),    cmocka_unit_test(test_non_finite_activations),
+        cmocka_unit_test(test_gemv_idx),
     };
     if (argc > 1 && strcmp(argv[1], "--bench") == 0)
         return run_bench();
