@@ -310,6 +310,275 @@ Q8_0_KERNELS(q8_0, 34, 0)
 Q8_0_KERNELS(iq4_nl, 18, 0)
 #undef Q8_0_KERNELS
 
+/* ---- float dots -------------------------------------------------------------------------
+ * 16 values per step in 4 independent FMA chains (the reference's one chain in order is
+ * latency-bound), added pairwise at the end; the tail is scalar. A gemm runs one weight
+ * row against 4 tokens with the dot's own arithmetic, so it also equals the dot. */
+
+static inline void ld_f32x8(const uint8_t *p, float32x4_t *lo, float32x4_t *hi) {
+    *lo = vld1q_f32((const float *)(const void *)p);
+    *hi = vld1q_f32((const float *)(const void *)(p + 16));
+}
+
+static inline float f32s(const uint8_t *p) {
+    float f;
+    memcpy(&f, p, 4);
+    return f;
+}
+
+#define FLOAT_KERNELS(name, esize, ld8, lds)                                                     \
+    static inline void frows1_##name(const uint8_t *w, const float *X, size_t vb, int nt,        \
+                                     float *out, int64_t ldy, int64_t n) {                       \
+        float32x4_t acc[4][4];                                                                   \
+        for (int t = 0; t < 4; t++)                                                              \
+            for (int c = 0; c < 4; c++)                                                          \
+                acc[t][c] = vdupq_n_f32(0.0f);                                                   \
+        int64_t i = 0;                                                                           \
+        for (; i + 16 <= n; i += 16) {                                                           \
+            float32x4_t w0, w1, w2, w3;                                                          \
+            ld8(w + (esize) * i, &w0, &w1);                                                      \
+            ld8(w + (esize) * (i + 8), &w2, &w3);                                                \
+            for (int t = 0; t < nt; t++) {                                                       \
+                const float *x = (const float *)(const void *)((const uint8_t *)X + t * vb) + i; \
+                acc[t][0] = vfmaq_f32(acc[t][0], w0, vld1q_f32(x));                              \
+                acc[t][1] = vfmaq_f32(acc[t][1], w1, vld1q_f32(x + 4));                          \
+                acc[t][2] = vfmaq_f32(acc[t][2], w2, vld1q_f32(x + 8));                          \
+                acc[t][3] = vfmaq_f32(acc[t][3], w3, vld1q_f32(x + 12));                         \
+            }                                                                                    \
+        }                                                                                        \
+        for (int t = 0; t < nt; t++) {                                                           \
+            const float *x = (const float *)(const void *)((const uint8_t *)X + t * vb);         \
+            float s = vaddvq_f32(vaddq_f32(vaddq_f32(acc[t][0], acc[t][1]),                      \
+                                           vaddq_f32(acc[t][2], acc[t][3])));                    \
+            for (int64_t e = i; e < n; e++)                                                      \
+                s += lds(w + (esize) * e) * x[e];                                                \
+            out[t * ldy] = s;                                                                    \
+        }                                                                                        \
+    }                                                                                            \
+    static float dot_##name##_neon(const void *w, const void *x, int64_t n) {                    \
+        float r;                                                                                 \
+        frows1_##name(w, x, 0, 1, &r, 0, n);                                                     \
+        return r;                                                                                \
+    }                                                                                            \
+    static void gemm_##name##_neon(const void *W, size_t rb, int64_t nr, const void *X,          \
+                                   size_t vb, int64_t nt, float *Y, int64_t ldy, int64_t n) {    \
+        for (int64_t t = 0; t < nt; t += 4)                                                      \
+            for (int64_t r = 0; r < nr; r++)                                                     \
+                frows1_##name((const uint8_t *)W + (size_t)r * rb,                               \
+                              (const float *)(const void *)((const uint8_t *)X + t * vb), vb,    \
+                              nt - t < 4 ? (int)(nt - t) : 4, Y + t * ldy + r, ldy, n);          \
+    }
+FLOAT_KERNELS(f32, 4, ld_f32x8, f32s)
+FLOAT_KERNELS(f16, 2, ld_f16x8, f16s)
+FLOAT_KERNELS(bf16, 2, ld_bf16x8, bf16s)
+#undef FLOAT_KERNELS
+
+/* ---- gemv over scattered rows ----------------------------------------------------------
+ * The table's own dot per row (bit for bit), with the next row prefetched. */
+#define GEMV_IDX(name)                                                                           \
+    static void gemv_idx_##name##_neon(const void *W, size_t rb, const int32_t *idx, int64_t ni, \
+                                       const void *x, float *y, int64_t n) {                     \
+        for (int64_t i = 0; i < ni; i++) {                                                       \
+            if (i + 1 < ni)                                                                      \
+                __builtin_prefetch((const uint8_t *)W + (size_t)idx[i + 1] * rb);                \
+            y[idx[i]] = dot_##name##_neon((const uint8_t *)W + (size_t)idx[i] * rb, x, n);       \
+        }                                                                                        \
+    }
+GEMV_IDX(f32)
+GEMV_IDX(f16)
+GEMV_IDX(bf16)
+GEMV_IDX(q4_0)
+GEMV_IDX(q4_1)
+GEMV_IDX(q5_0)
+GEMV_IDX(q5_1)
+GEMV_IDX(q8_0)
+GEMV_IDX(iq4_nl)
+#undef GEMV_IDX
+
+/* ---- axpy, axpy_rows, to_float -----------------------------------------------------------
+ * One 32-value block (8 float registers of y) at a time: the weight block is unpacked to
+ * int8 as for the dots, widened to float, and applied with the contract's exact fused
+ * operations (s = a * d, vfmaq; Q4_1/Q5_1 y + fma(s, q, t)). axpy_rows keeps the 8
+ * registers of y while it runs over every row, so each value sees the rows in order. */
+
+static inline void i8_to_f32(int8x16_t q, float32x4_t f[4]) {
+    const int16x8_t lo = vmovl_s8(vget_low_s8(q)), hi = vmovl_high_s8(q);
+    f[0] = vcvtq_f32_s32(vmovl_s16(vget_low_s16(lo)));
+    f[1] = vcvtq_f32_s32(vmovl_high_s16(lo));
+    f[2] = vcvtq_f32_s32(vmovl_s16(vget_low_s16(hi)));
+    f[3] = vcvtq_f32_s32(vmovl_high_s16(hi));
+}
+
+/* One block's 32 quants as floats (offset removed), its d and m. */
+#define QBLOCK(name, bytes)                                                                      \
+    static inline void qblock_##name(const uint8_t *blk, float32x4_t q[8], float *d, float *m) { \
+        struct wq4 w;                                                                            \
+        unpack_##name(&w, blk, 1);                                                               \
+        i8_to_f32(w.lo[0], q);                                                                   \
+        i8_to_f32(w.hi[0], q + 4);                                                               \
+        *d = vgetq_lane_f32(w.d, 0);                                                             \
+        *m = vgetq_lane_f32(w.m, 0);                                                             \
+    }
+QBLOCK(q4_0, 18)
+QBLOCK(q4_1, 20)
+QBLOCK(q5_0, 22)
+QBLOCK(q5_1, 24)
+QBLOCK(q8_0, 34)
+QBLOCK(iq4_nl, 18)
+#undef QBLOCK
+
+#define AXPY_Q(name, bytes, has_m)                                                               \
+    static inline void ablock_##name(float32x4_t y[8], float a, const uint8_t *blk) {            \
+        float32x4_t q[8];                                                                        \
+        float d, m;                                                                              \
+        qblock_##name(blk, q, &d, &m);                                                           \
+        const float s = a * d, t = a * m;                                                        \
+        for (int c = 0; c < 8; c++)                                                              \
+            y[c] = has_m ? vaddq_f32(y[c], vfmaq_n_f32(vdupq_n_f32(t), q[c], s))                 \
+                         : vfmaq_n_f32(y[c], q[c], s);                                           \
+    }                                                                                            \
+    static void axpy_##name##_neon(float *y, float a, const void *w, int64_t n) {                \
+        for (int64_t b = 0; b < n / 32; b++) {                                                   \
+            float32x4_t v[8];                                                                    \
+            for (int c = 0; c < 8; c++)                                                          \
+                v[c] = vld1q_f32(y + 32 * b + 4 * c);                                            \
+            ablock_##name(v, a, (const uint8_t *)w + (size_t)b * (bytes));                       \
+            for (int c = 0; c < 8; c++)                                                          \
+                vst1q_f32(y + 32 * b + 4 * c, v[c]);                                             \
+        }                                                                                        \
+    }                                                                                            \
+    static void axpy_rows_##name##_neon(float *y, const float *a, const uint8_t *const *w,       \
+                                        int64_t nrows, int64_t n) {                              \
+        for (int64_t b = 0; b < n / 32; b++) {                                                   \
+            float32x4_t v[8];                                                                    \
+            for (int c = 0; c < 8; c++)                                                          \
+                v[c] = vld1q_f32(y + 32 * b + 4 * c);                                            \
+            for (int64_t r = 0; r < nrows; r++)                                                  \
+                ablock_##name(v, a[r], w[r] + (size_t)b * (bytes));                              \
+            for (int c = 0; c < 8; c++)                                                          \
+                vst1q_f32(y + 32 * b + 4 * c, v[c]);                                             \
+        }                                                                                        \
+    }
+AXPY_Q(q4_0, 18, 0)
+AXPY_Q(q4_1, 20, 1)
+AXPY_Q(q5_0, 22, 0)
+AXPY_Q(q5_1, 24, 1)
+AXPY_Q(q8_0, 34, 0)
+#undef AXPY_Q
+
+/* to_float: d * q (+ m, a separate add: the type traits do not fuse). */
+#define TO_FLOAT_Q(name, bytes, has_m)                                                           \
+    static void to_float_##name##_neon(const void *src, float *dst, int64_t n) {                 \
+        for (int64_t b = 0; b < n / 32; b++) {                                                   \
+            float32x4_t q[8];                                                                    \
+            float d, m;                                                                          \
+            qblock_##name((const uint8_t *)src + (size_t)b * (bytes), q, &d, &m);                \
+            for (int c = 0; c < 8; c++) {                                                        \
+                float32x4_t v = vmulq_n_f32(q[c], d);                                            \
+                vst1q_f32(dst + 32 * b + 4 * c, has_m ? vaddq_f32(v, vdupq_n_f32(m)) : v);       \
+            }                                                                                    \
+        }                                                                                        \
+    }
+TO_FLOAT_Q(q4_0, 18, 0)
+TO_FLOAT_Q(q4_1, 20, 1)
+TO_FLOAT_Q(q5_0, 22, 0)
+TO_FLOAT_Q(q5_1, 24, 1)
+TO_FLOAT_Q(q8_0, 34, 0)
+TO_FLOAT_Q(iq4_nl, 18, 0)
+#undef TO_FLOAT_Q
+
+/* Float rows: 8 values per step, the tail scalar with fmaf (also one rounding). */
+#define AXPY_F(name, esize, ld8, lds)                                                            \
+    static void axpy_##name##_neon(float *y, float a, const void *w, int64_t n) {                \
+        const uint8_t *p = w;                                                                    \
+        int64_t i = 0;                                                                           \
+        for (; i + 8 <= n; i += 8) {                                                             \
+            float32x4_t lo, hi;                                                                  \
+            ld8(p + (esize) * i, &lo, &hi);                                                      \
+            vst1q_f32(y + i, vfmaq_n_f32(vld1q_f32(y + i), lo, a));                              \
+            vst1q_f32(y + i + 4, vfmaq_n_f32(vld1q_f32(y + i + 4), hi, a));                      \
+        }                                                                                        \
+        for (; i < n; i++)                                                                       \
+            y[i] = fmaf(a, lds(p + (esize) * i), y[i]);                                          \
+    }                                                                                            \
+    static void axpy_rows_##name##_neon(float *y, const float *a, const uint8_t *const *w,       \
+                                        int64_t nrows, int64_t n) {                              \
+        int64_t i = 0;                                                                           \
+        for (; i + 32 <= n; i += 32) {                                                           \
+            float32x4_t v[8];                                                                    \
+            for (int c = 0; c < 8; c++)                                                          \
+                v[c] = vld1q_f32(y + i + 4 * c);                                                 \
+            for (int64_t r = 0; r < nrows; r++)                                                  \
+                for (int c = 0; c < 8; c += 2) {                                                 \
+                    float32x4_t lo, hi;                                                          \
+                    ld8(w[r] + (esize) * (i + 4 * c), &lo, &hi);                                 \
+                    v[c] = vfmaq_n_f32(v[c], lo, a[r]);                                          \
+                    v[c + 1] = vfmaq_n_f32(v[c + 1], hi, a[r]);                                  \
+                }                                                                                \
+            for (int c = 0; c < 8; c++)                                                          \
+                vst1q_f32(y + i + 4 * c, v[c]);                                                  \
+        }                                                                                        \
+        for (; i < n; i++)                                                                       \
+            for (int64_t r = 0; r < nrows; r++)                                                  \
+                y[i] = fmaf(a[r], lds(w[r] + (esize) * i), y[i]);                                \
+    }
+AXPY_F(f32, 4, ld_f32x8, f32s)
+AXPY_F(f16, 2, ld_f16x8, f16s)
+AXPY_F(bf16, 2, ld_bf16x8, bf16s)
+#undef AXPY_F
+
+#define TO_FLOAT_F(name, esize, ld8, lds)                                                        \
+    static void to_float_##name##_neon(const void *src, float *dst, int64_t n) {                 \
+        const uint8_t *p = src;                                                                  \
+        int64_t i = 0;                                                                           \
+        for (; i + 8 <= n; i += 8) {                                                             \
+            float32x4_t lo, hi;                                                                  \
+            ld8(p + (esize) * i, &lo, &hi);                                                      \
+            vst1q_f32(dst + i, lo);                                                              \
+            vst1q_f32(dst + i + 4, hi);                                                          \
+        }                                                                                        \
+        for (; i < n; i++)                                                                       \
+            dst[i] = lds(p + (esize) * i);                                                       \
+    }
+TO_FLOAT_F(f16, 2, ld_f16x8, f16s)
+TO_FLOAT_F(bf16, 2, ld_bf16x8, bf16s)
+#undef TO_FLOAT_F
+
+/* ---- attention helpers -------------------------------------------------------------------
+ * axpy_f16 keeps 32 values of y in registers across the rows; multiply, then add (the
+ * contract's two roundings; C11 mode does not contract the scalar tail either). */
+
+static void axpy_f16_attn_neon(float *y, const float *a, const void *x, size_t stride,
+                               int64_t nrows, int64_t n) {
+    const uint8_t *p = x;
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        float32x4_t v[8];
+        for (int c = 0; c < 8; c++)
+            v[c] = vld1q_f32(y + i + 4 * c);
+        for (int64_t r = 0; r < nrows; r++)
+            for (int c = 0; c < 8; c += 2) {
+                float32x4_t lo, hi;
+                ld_f16x8(p + (size_t)r * stride + 2 * (i + 4 * c), &lo, &hi);
+                v[c] = vaddq_f32(v[c], vmulq_n_f32(lo, a[r]));
+                v[c + 1] = vaddq_f32(v[c + 1], vmulq_n_f32(hi, a[r]));
+            }
+        for (int c = 0; c < 8; c++)
+            vst1q_f32(y + i + 4 * c, v[c]);
+    }
+    for (; i < n; i++)
+        for (int64_t r = 0; r < nrows; r++) {
+            const float prod = a[r] * f16s(p + (size_t)r * stride + 2 * i);
+            y[i] = y[i] + prod;
+        }
+}
+
+static void dot_f16_rows_neon(float *s, const void *x, size_t stride, int64_t nrows,
+                              const float *q, int64_t n) {
+    for (int64_t r = 0; r < nrows; r++)
+        s[r] = dot_f16_neon((const uint8_t *)x + (size_t)r * stride, q, n);
+}
+
 /* ---- table ---------------------------------------------------------------------------- */
 
 void PI_NEON_ENTRY(struct pi_cpu_kernels *k) {
@@ -317,12 +586,38 @@ void PI_NEON_ENTRY(struct pi_cpu_kernels *k) {
     k->quantize_q8_k = quantize_q8_k_neon;
 #define SETQ(T, name)                                                                      \
     k->dot[T].dot = dot_##name##_neon;                                                     \
-    k->dot[T].gemm = gemm_##name##_neon;
+    k->dot[T].gemm = gemm_##name##_neon;                                                   \
+    k->gemv_idx[T] = gemv_idx_##name##_neon;
     SETQ(PI_TYPE_Q4_0, q4_0)
     SETQ(PI_TYPE_Q4_1, q4_1)
     SETQ(PI_TYPE_Q5_0, q5_0)
     SETQ(PI_TYPE_Q5_1, q5_1)
     SETQ(PI_TYPE_Q8_0, q8_0)
     SETQ(PI_TYPE_ID_IQ4_NL, iq4_nl)
+    SETQ(PI_TYPE_F32, f32)
+    SETQ(PI_TYPE_F16, f16)
+    SETQ(PI_TYPE_BF16, bf16)
 #undef SETQ
+    k->to_float[PI_TYPE_F16] = to_float_f16_neon;
+    k->to_float[PI_TYPE_BF16] = to_float_bf16_neon;
+    k->to_float[PI_TYPE_Q4_0] = to_float_q4_0_neon;
+    k->to_float[PI_TYPE_Q4_1] = to_float_q4_1_neon;
+    k->to_float[PI_TYPE_Q5_0] = to_float_q5_0_neon;
+    k->to_float[PI_TYPE_Q5_1] = to_float_q5_1_neon;
+    k->to_float[PI_TYPE_Q8_0] = to_float_q8_0_neon;
+    k->to_float[PI_TYPE_ID_IQ4_NL] = to_float_iq4_nl_neon;
+#define SETA(T, name)                                                                      \
+    k->axpy[T] = axpy_##name##_neon;                                                       \
+    k->axpy_rows[T] = axpy_rows_##name##_neon;
+    SETA(PI_TYPE_F32, f32)
+    SETA(PI_TYPE_F16, f16)
+    SETA(PI_TYPE_BF16, bf16)
+    SETA(PI_TYPE_Q4_0, q4_0)
+    SETA(PI_TYPE_Q4_1, q4_1)
+    SETA(PI_TYPE_Q5_0, q5_0)
+    SETA(PI_TYPE_Q5_1, q5_1)
+    SETA(PI_TYPE_Q8_0, q8_0)
+#undef SETA
+    k->axpy_f16 = axpy_f16_attn_neon;
+    k->dot_f16_rows = dot_f16_rows_neon;
 }
