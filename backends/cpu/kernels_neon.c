@@ -579,6 +579,151 @@ static void dot_f16_rows_neon(float *s, const void *x, size_t stride, int64_t nr
         s[r] = dot_f16_neon((const uint8_t *)x + (size_t)r * stride, q, n);
 }
 
+/* ---- exponential activations and softmax -------------------------------------------------
+ * e^x in 4 lanes: x = n ln2 + r, n = round(x log2 e), ln2 in two parts (Cody-Waite) so r
+ * is exact to a few ulp; e^r = 1 + r + r^2 P(r), P Cephes' degree-5 polynomial for expf;
+ * 2^n enters through the exponent bits as (2 e^r) * 2^(n-1), which keeps n = 128 finite.
+ * x is clamped to [-86.5, 88.72283]: below, 0 (the contract's rule); above, +inf; NaN in
+ * gives NaN out. Tails (n not a multiple of 4) go through a zeroed 4-float buffer, so
+ * nothing outside n values is read or written. Arguments of the exponentials are rounded
+ * as the reference rounds them (no FMA, the same order). */
+
+static inline float32x4_t exp4(float32x4_t x) {
+    const float32x4_t lo = vdupq_n_f32(-86.5f), hi = vdupq_n_f32(88.72283f);
+    const float32x4_t xc = vminq_f32(vmaxq_f32(x, lo), hi);
+    const float32x4_t n = vrndnq_f32(vmulq_n_f32(xc, 1.44269504088896341f));
+    float32x4_t r = vfmsq_f32(xc, n, vdupq_n_f32(0.693359375f));
+    r = vfmsq_f32(r, n, vdupq_n_f32(-2.12194440e-4f));
+    float32x4_t p = vdupq_n_f32(1.9875691500e-4f);
+    p = vfmaq_f32(vdupq_n_f32(1.3981999507e-3f), p, r);
+    p = vfmaq_f32(vdupq_n_f32(8.3334519073e-3f), p, r);
+    p = vfmaq_f32(vdupq_n_f32(4.1665795894e-2f), p, r);
+    p = vfmaq_f32(vdupq_n_f32(1.6666665459e-1f), p, r);
+    p = vfmaq_f32(vdupq_n_f32(5.0000001201e-1f), p, r);
+    p = vfmaq_f32(vaddq_f32(r, vdupq_n_f32(1.0f)), p, vmulq_f32(r, r));
+    /* n in -125 .. 128: n - 1 + 127 is a valid biased exponent */
+    const int32x4_t e = vshlq_n_s32(vaddq_s32(vcvtq_s32_f32(n), vdupq_n_s32(126)), 23);
+    float32x4_t y = vmulq_f32(vaddq_f32(p, p), vreinterpretq_f32_s32(e));
+    y = vbslq_f32(vcltq_f32(x, lo), vdupq_n_f32(0.0f), y);
+    y = vbslq_f32(vcgtq_f32(x, hi), vdupq_n_f32(INFINITY), y);
+    return vbslq_f32(vceqq_f32(x, x), y, x);
+}
+
+static inline float32x4_t silu4(float32x4_t x) {
+    const float32x4_t e = exp4(vnegq_f32(x));
+    return vdivq_f32(x, vaddq_f32(vdupq_n_f32(1.0f), e));
+}
+
+static inline float32x4_t gelu4(float32x4_t x) {
+    const float32x4_t c3 = vmulq_f32(vmulq_f32(vmulq_n_f32(x, 0.044715f), x), x);
+    const float32x4_t v = vmulq_n_f32(vaddq_f32(x, c3), 0.7978845608028654f);
+    const float32x4_t e = exp4(vmulq_n_f32(v, -2.0f));
+    return vdivq_f32(x, vaddq_f32(vdupq_n_f32(1.0f), e));
+}
+
+static inline float32x4_t gelu_erf4(float32x4_t x) {
+    const float32x4_t one = vdupq_n_f32(1.0f);
+    const float32x4_t a = vmulq_n_f32(vabsq_f32(x), 0.7071067811865476f);
+    const float32x4_t t = vdivq_f32(one, vaddq_f32(one, vmulq_n_f32(a, 0.3275911f)));
+    float32x4_t poly = vfmaq_f32(vdupq_n_f32(-1.453152027f), vdupq_n_f32(1.061405429f), t);
+    poly = vfmaq_f32(vdupq_n_f32(1.421413741f), poly, t);
+    poly = vfmaq_f32(vdupq_n_f32(-0.284496736f), poly, t);
+    poly = vfmaq_f32(vdupq_n_f32(0.254829592f), poly, t);
+    poly = vmulq_f32(poly, t);
+    const float32x4_t erfc_a = vmulq_f32(poly, exp4(vmulq_f32(vnegq_f32(a), a)));
+    const float32x4_t c =
+        vbslq_f32(vcltq_f32(x, vdupq_n_f32(0.0f)), erfc_a, vsubq_f32(vdupq_n_f32(2.0f), erfc_a));
+    return vmulq_f32(vmulq_n_f32(x, 0.5f), c);
+}
+
+#define ACT_NEON(name)                                                                           \
+    static void name##_neon(float *g, const float *u, int64_t n) {                               \
+        int64_t i = 0;                                                                           \
+        for (; i + 4 <= n; i += 4) {                                                             \
+            float32x4_t y = name##4(vld1q_f32(g + i));                                           \
+            if (u)                                                                               \
+                y = vmulq_f32(y, vld1q_f32(u + i));                                              \
+            vst1q_f32(g + i, y);                                                                 \
+        }                                                                                        \
+        if (i < n) {                                                                             \
+            float tg[4] = {0, 0, 0, 0}, tu[4] = {0, 0, 0, 0};                                    \
+            const size_t r = (size_t)(n - i) * sizeof(float);                                    \
+            memcpy(tg, g + i, r);                                                                \
+            float32x4_t y = name##4(vld1q_f32(tg));                                              \
+            if (u) {                                                                             \
+                memcpy(tu, u + i, r);                                                            \
+                y = vmulq_f32(y, vld1q_f32(tu));                                                 \
+            }                                                                                    \
+            vst1q_f32(tg, y);                                                                    \
+            memcpy(g + i, tg, r);                                                                \
+        }                                                                                        \
+    }
+ACT_NEON(silu)
+ACT_NEON(gelu)
+ACT_NEON(gelu_erf)
+#undef ACT_NEON
+
+/* scale, then cap * tanh(v / cap) = cap * (1 - 2 / (e^(2v/cap) + 1)) when capped */
+static inline float32x4_t capped4(float32x4_t s, float scale, float cap) {
+    const float32x4_t v = vmulq_n_f32(s, scale);
+    if (!(cap > 0.0f))
+        return v;
+    const float32x4_t u = vdivq_f32(v, vdupq_n_f32(cap));
+    const float32x4_t e = exp4(vaddq_f32(u, u));
+    const float32x4_t th = vsubq_f32(
+        vdupq_n_f32(1.0f), vdivq_f32(vdupq_n_f32(2.0f), vaddq_f32(e, vdupq_n_f32(1.0f))));
+    return vmulq_n_f32(th, cap);
+}
+
+static float softmax_exp_neon(float *s, int64_t n, float scale, float cap) {
+    float32x4_t mx = vdupq_n_f32(-INFINITY);
+    const int64_t n4 = n / 4 * 4;
+    const size_t r = (size_t)(n - n4) * sizeof(float);
+    float tmp[4] = {0, 0, 0, 0};
+    for (int64_t i = 0; i < n4; i += 4) {
+        const float32x4_t v = capped4(vld1q_f32(s + i), scale, cap);
+        vst1q_f32(s + i, v);
+        mx = vmaxq_f32(mx, v);
+    }
+    float m = vmaxvq_f32(mx);
+    for (int64_t i = n4; i < n; i++) {
+        memcpy(tmp, s + i, sizeof(float));
+        const float v = vgetq_lane_f32(capped4(vld1q_f32(tmp), scale, cap), 0);
+        s[i] = v;
+        m = v > m ? v : m;
+    }
+    const float32x4_t vm = vdupq_n_f32(m);
+    float32x4_t sum = vdupq_n_f32(0.0f);
+    for (int64_t i = 0; i < n4; i += 4) {
+        const float32x4_t e = exp4(vsubq_f32(vld1q_f32(s + i), vm));
+        vst1q_f32(s + i, e);
+        sum = vaddq_f32(sum, e);
+    }
+    if (r) {
+        float t4[4] = {m, m, m, m};
+        memcpy(t4, s + n4, r);
+        float32x4_t e = exp4(vsubq_f32(vld1q_f32(t4), vm));
+        vst1q_f32(t4, e);
+        memset((uint8_t *)t4 + r, 0, sizeof t4 - r);
+        memcpy(s + n4, t4, r);
+        sum = vaddq_f32(sum, vld1q_f32(t4));
+    }
+    return vaddvq_f32(sum);
+}
+
+static void softcap_neon(float *x, int64_t n, float cap) {
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4)
+        vst1q_f32(x + i, capped4(vld1q_f32(x + i), 1.0f, cap));
+    if (i < n) {
+        float t[4] = {0, 0, 0, 0};
+        const size_t r = (size_t)(n - i) * sizeof(float);
+        memcpy(t, x + i, r);
+        vst1q_f32(t, capped4(vld1q_f32(t), 1.0f, cap));
+        memcpy(x + i, t, r);
+    }
+}
+
 /* ---- table ---------------------------------------------------------------------------- */
 
 void PI_NEON_ENTRY(struct pi_cpu_kernels *k) {
@@ -620,4 +765,9 @@ void PI_NEON_ENTRY(struct pi_cpu_kernels *k) {
 #undef SETA
     k->axpy_f16 = axpy_f16_attn_neon;
     k->dot_f16_rows = dot_f16_rows_neon;
+    k->silu = silu_neon;
+    k->gelu = gelu_neon;
+    k->gelu_erf = gelu_erf_neon;
+    k->softmax_exp = softmax_exp_neon;
+    k->softcap = softcap_neon;
 }
