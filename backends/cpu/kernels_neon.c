@@ -127,16 +127,12 @@ static void quantize_q8_k_neon(const float *x, void *y, int64_t n) {
  * activation d and s of those 4 blocks are one contiguous float32x4. A gemm unpacks the
  * weights once and applies them to 4 tokens; the per-token arithmetic is the dot's. */
 
-/* acc lane i += sum of the products of bytes 4i..4i+3 (SDOT, or its exact emulation). */
-static inline int32x4_t sdot4(int32x4_t acc, int8x16_t a, int8x16_t b) {
+/* acc lane i += sum of the products of bytes 4i..4i+3 (SDOT). */
 #if defined(__ARM_FEATURE_DOTPROD)
+static inline int32x4_t sdot4(int32x4_t acc, int8x16_t a, int8x16_t b) {
     return vdotq_s32(acc, a, b);
-#else
-    int16x8_t lo = vmull_s8(vget_low_s8(a), vget_low_s8(b));
-    int16x8_t hi = vmull_high_s8(a, b);
-    return vaddq_s32(acc, vpaddq_s32(vpaddlq_s16(lo), vpaddlq_s16(hi)));
-#endif
 }
+#endif
 
 /* 4 weight blocks unpacked: lo[j] values 0..15, hi[j] values 16..31 of block j; d and m
  * their scales and offsets (m unused by symmetric types). */
@@ -255,11 +251,28 @@ static inline void unpack_iq4_nl(struct wq4 *w, const uint8_t *blk, int k) {
 static inline float32x4_t blocks4(float32x4_t acc, const struct wq4 *w, const uint8_t *xg,
                                   int h, int has_m) {
     const int8_t *xq = (const int8_t *)(xg + 16 * h);
+#if defined(__ARM_FEATURE_DOTPROD)
     int32x4_t is = vdupq_n_s32(0);
     for (int s = 0; s < 4; s++) {
         is = sdot4(is, w->lo[s], vld1q_s8(xq + 32 * s));
         is = sdot4(is, w->hi[s], vld1q_s8(xq + 32 * (s + 4)));
     }
+#else
+    /* Two int8 products (|w q| <= 128 * 127) fit an int16 lane: steps s and s + 4 share
+     * lanes, so they are summed in int16 before the pairwise widening; bytes 4i..4i+3 end
+     * in lane i after the final pairwise add of the two halves. */
+    int32x4_t ea = vdupq_n_s32(0), eb = vdupq_n_s32(0);
+    for (int s = 0; s < 4; s++) {
+        const int8x16_t x0 = vld1q_s8(xq + 32 * s), x1 = vld1q_s8(xq + 32 * (s + 4));
+        int16x8_t pl = vmull_s8(vget_low_s8(w->lo[s]), vget_low_s8(x0));
+        int16x8_t ph = vmull_high_s8(w->lo[s], x0);
+        pl = vmlal_s8(pl, vget_low_s8(w->hi[s]), vget_low_s8(x1));
+        ph = vmlal_high_s8(ph, w->hi[s], x1);
+        ea = vpadalq_s16(ea, pl);
+        eb = vpadalq_s16(eb, ph);
+    }
+    const int32x4_t is = vpaddq_s32(ea, eb);
+#endif
     const float32x4_t dx = vld1q_f32((const float *)(const void *)(xg + 256 + 16 * h));
     float32x4_t t = vmulq_f32(vmulq_f32(w->d, dx), vcvtq_f32_s32(is));
     if (has_m) {
