@@ -5,6 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#if defined(__MINGW32__) && !defined(TIME_UTC)
+#  include <pthread_time.h> /* clock_gettime: the old msvcrt has no timespec_get */
+#endif
 
 #include "powerinfer.h"
 
@@ -53,9 +56,17 @@ struct progress {
     struct timespec t0;
 };
 
+static void now_ts(struct timespec *t) {
+#ifdef TIME_UTC
+    timespec_get(t, TIME_UTC);
+#else
+    clock_gettime(CLOCK_REALTIME, t);
+#endif
+}
+
 static double seconds_since(const struct timespec *t0) {
     struct timespec t;
-    timespec_get(&t, TIME_UTC);
+    now_ts(&t);
     return (double)(t.tv_sec - t0->tv_sec) + (double)(t.tv_nsec - t0->tv_nsec) * 1e-9;
 }
 
@@ -137,7 +148,7 @@ int main(int argc, char **argv) {
     qp.errbuf_cap = sizeof msg;
     qp.progress_fn = on_progress;
     qp.progress_user = &prog;
-    timespec_get(&prog.t0, TIME_UTC);
+    now_ts(&prog.t0);
     int st = pi_model_quantize(pos[0], pos[1], &qp);
     if (!prog.quiet && prog.last >= 0)
         fputc('\n', stderr);
