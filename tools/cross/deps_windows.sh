@@ -81,14 +81,14 @@ PC
 
 if [ ! -f "$prefix/lib/libcmocka.a" ]; then
     s=$(fetch cmocka)
+    # C99 printf as in the project's MinGW build (%zu in the tests' messages)
     cmake_build "$s" "$src/build-cmocka" -DWITH_STATIC_LIB=ON -DWITH_EXAMPLES=OFF \
+        -DCMAKE_C_FLAGS=-D__USE_MINGW_ANSI_STDIO=1 \
         -DUNIT_TESTING=OFF -DPICKY_DEVELOPER=OFF
-    # cmocka 1.1 names its static library libcmocka-static.a
-    if [ ! -f "$prefix/lib/libcmocka.a" ]; then
-        for f in "$prefix/lib/libcmocka-static.a" "$prefix/lib/libcmocka.dll.a"; do
-            if [ -f "$f" ]; then cp "$f" "$prefix/lib/libcmocka.a"; break; fi
-        done
-    fi
+    # cmocka 1.1 builds a DLL too and names its static library libcmocka-static.a:
+    # keep the static one only, as libcmocka.a (-lcmocka would take the import library)
+    cp "$prefix/lib/libcmocka-static.a" "$prefix/lib/libcmocka.a"
+    rm -f "$prefix/lib/libcmocka.dll.a" "$prefix/bin/cmocka.dll"
 fi
 cat > "$prefix/lib/pkgconfig/cmocka.pc" <<PC
 prefix=$prefix
