@@ -90,6 +90,10 @@ if [ ! -f "$prefix/lib/libcmocka.a" ]; then
     cp "$prefix/lib/libcmocka-static.a" "$prefix/lib/libcmocka.a"
     rm -f "$prefix/lib/libcmocka.dll.a" "$prefix/bin/cmocka.dll"
 fi
+# its print functions take C99 formats (%zu) in this build: gnu_printf, not MinGW's
+# default ms_printf, for -Wformat
+sed -i 's/__format__ (__printf__, a, b)/__format__ (__gnu_printf__, a, b)/' \
+    "$prefix/include/cmocka.h"
 cat > "$prefix/lib/pkgconfig/cmocka.pc" <<PC
 prefix=$prefix
 libdir=\${prefix}/lib
