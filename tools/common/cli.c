@@ -12,6 +12,8 @@
 #  define WIN32_LEAN_AND_MEAN
 #  include <windows.h>
 #  include <shellapi.h>
+#  include <fcntl.h>
+#  include <io.h>
 #endif
 
 /* The loading options of this process's command line (cli_load_option). */
@@ -116,8 +118,10 @@ static void cli_log_warnings(void *user, int level, const char *msg) {
         cli_log_stderr(user, level, msg);
 }
 
-void cli_utf8_args(int *argc, char ***argv) {
+void cli_init(int *argc, char ***argv) {
 #ifdef _WIN32
+    _setmode(_fileno(stdout), _O_BINARY);
+    _setmode(_fileno(stderr), _O_BINARY);
     int n = 0;
     wchar_t **w = CommandLineToArgvW(GetCommandLineW(), &n);
     if (!w)
@@ -150,7 +154,13 @@ FILE *cli_fopen(const char *path, const char *mode) {
         errno = ENOENT;
         return NULL;
     }
-    return _wfopen(wp, wm);
+    FILE *fp = _wfopen(wp, wm);
+    if (!fp && errno == EACCES) { /* a directory: say so, as POSIX does */
+        DWORD attr = GetFileAttributesW(wp);
+        if (attr != INVALID_FILE_ATTRIBUTES && (attr & FILE_ATTRIBUTE_DIRECTORY))
+            errno = EISDIR;
+    }
+    return fp;
 #else
     return fopen(path, mode);
 #endif

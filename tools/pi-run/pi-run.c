@@ -928,7 +928,7 @@ static int check_device_opts(struct opts *o) {
 }
 
 int main(int argc, char **argv) {
-    cli_utf8_args(&argc, &argv);
+    cli_init(&argc, &argv);
     struct opts o;
     memset(&o, 0, sizeof o);
     o.n_predict = 128;
