@@ -68,8 +68,9 @@ if [ -n "${PI_NATIVE_PIRUN:-}" ]; then
     set -- -p "The capital of France is" -n 48 --temp 0 -t 2
     "$PI_NATIVE_PIRUN" -m "$model" "$@" 2>/dev/null > "$build/pirun.linux.txt"
     for m in "$model" "$dir/smöl.gguf"; do
+        # byte for byte: the tools' stdout is binary on Windows (cli_init)
         WINEPATH="$root/$build/lib" wine "$build/tools/pi-run.exe" -m "$m" "$@" 2>/dev/null \
-            | tr -d '\r' > "$build/pirun.win.txt"
+            > "$build/pirun.win.txt"
         if ! cmp -s "$build/pirun.linux.txt" "$build/pirun.win.txt"; then
             echo "FAIL: pi-run.exe -m '$m' differs from the Linux pi-run" >&2
             diff "$build/pirun.linux.txt" "$build/pirun.win.txt" >&2 || true
