@@ -9,7 +9,10 @@
 #  include <pthread_time.h> /* clock_gettime: the old msvcrt has no timespec_get */
 #endif
 
+#include "cli.h"
 #include "powerinfer.h"
+
+const char cli_prog[] = "pi-quantize";
 
 static void usage(FILE *out) {
     fprintf(out,
@@ -82,6 +85,7 @@ static int on_progress(void *user, float fraction) {
 }
 
 int main(int argc, char **argv) {
+    cli_init(&argc, &argv);
     pi_quantize_params qp;
     pi_quantize_default_params(&qp);
     struct progress prog = {0, -1, {0, 0}};
