@@ -1431,9 +1431,9 @@ PI_API int pi_quantize_default_params(pi_quantize_params *params);
  * The input must parse as a GGUF or PWRI file (the architecture is not checked).
  * It is read through a mapping and the output is written as it is produced, so
  * memory use stays small whatever the model size. The output is first written to a
- * temporary file next to out_path ("<out_path>.tmp.<pid>.<n>") and renamed over
- * out_path only when complete; on any failure the temporary file is removed and
- * out_path is untouched.
+ * temporary file next to out_path ("<out_path>.tmp<n>", created exclusively) and
+ * renamed over out_path only when complete; on any failure the temporary file is
+ * removed and out_path is untouched.
  *
  * Returns PI_OK; PI_ERR_INVALID_ARG (NULL path, out_path naming the input file,
  * a type or predictor_type not listed above, struct_size smaller than the first

@@ -8,14 +8,9 @@
  * rows spread over a thread pool) or copied from the mapping. Memory: the metadata,
  * one chunk of output and one float row per thread. The file is written under a
  * temporary name next to the output and renamed into place only when complete. */
-#define _POSIX_C_SOURCE 200809L /* fdopen, fsync, getpid */
-
 #include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "model/gguf.h"
 #include "runtime/pool.h"
@@ -262,59 +257,31 @@ static int quantize_tensor(struct run *r, const struct gguf_tensor *t, uint32_t 
 
 /* Create the temporary output next to out_path; never replaces an existing file. */
 static int open_tmp(struct run *r) {
-    PI_TRY(pi_os_check_replaceable(r->out_path, r->err));
     size_t cap = strlen(r->out_path) + 48;
     r->tmp = pi_malloc(&pi_default_allocator, cap);
     if (!r->tmp)
         PI_FAIL(r->err, PI_ERR_NOMEM, "out of memory");
-    int fd = -1;
-    for (unsigned i = 0; fd < 0 && i < 1000; i++) {
-        snprintf(r->tmp, cap, "%s.tmp.%ld.%u", r->out_path, (long)getpid(), i);
-        fd = open(r->tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-        if (fd < 0 && errno != EEXIST)
-            break;
-    }
-    if (fd < 0) {
-        int e = errno;
+    int st = pi_os_create_temp(r->out_path, r->tmp, cap, &r->fp, r->err);
+    if (st < 0) {
         pi_free(&pi_default_allocator, r->tmp);
         r->tmp = NULL;
-        PI_FAIL(r->err, PI_ERR_IO, "cannot create a file next to '%s': %s", r->out_path,
-                strerror(e));
     }
-    r->fp = fdopen(fd, "wb");
-    if (!r->fp) {
-        int e = errno;
-        close(fd);
-        PI_FAIL(r->err, PI_ERR_IO, "cannot open '%s': %s", r->tmp, strerror(e));
-    }
-    return PI_OK;
+    return st;
 }
 
 /* Flush, sync and close the temporary file, then rename it over out_path. */
 static int commit(struct run *r) {
     FILE *fp = r->fp;
     r->fp = NULL;
-    errno = 0;
-    int ok = fflush(fp) == 0 && fsync(fileno(fp)) == 0;
-    int e = errno;
-    if (fclose(fp) != 0 && ok) {
-        ok = 0;
-        e = errno;
-    }
-    if (!ok)
-        PI_FAIL(r->err, PI_ERR_IO, "cannot write '%s': %s", r->tmp, strerror(e));
-    if (rename(r->tmp, r->out_path) != 0)
-        PI_FAIL(r->err, PI_ERR_IO, "cannot rename '%s' to '%s': %s", r->tmp, r->out_path,
-                strerror(errno));
+    PI_TRY(pi_os_sync_close(fp, r->tmp, r->err));
+    PI_TRY(pi_os_replace(r->tmp, r->out_path, r->err));
     pi_free(&pi_default_allocator, r->tmp);
     r->tmp = NULL;
     return PI_OK;
 }
 
 static int quantize(struct run *r) {
-    struct stat si, so;
-    if (stat(r->in_path, &si) == 0 && stat(r->out_path, &so) == 0 && si.st_dev == so.st_dev &&
-        si.st_ino == so.st_ino)
+    if (pi_os_same_file(r->in_path, r->out_path))
         PI_FAIL(r->err, PI_ERR_INVALID_ARG, "'%s' is the input file; write the output to "
                 "another path", r->out_path);
     PI_TRY(pi_os_map_file(r->in_path, &r->map, r->err));
@@ -392,7 +359,7 @@ int pi_model_quantize(const char *in_path, const char *out_path,
     if (r.fp)
         fclose(r.fp);
     if (r.tmp)
-        remove(r.tmp);
+        pi_os_remove(r.tmp);
     pi_free(&pi_default_allocator, r.tmp);
     pi_pool_destroy(r.pool);
     pi_free(&pi_default_allocator, r.scratch);

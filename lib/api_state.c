@@ -241,12 +241,10 @@ int pi_ctx_state_save_file(const pi_ctx *c, int32_t seq, const char *path) {
     if (st >= 0) {
         const int ok = fwrite(buf, 1, n, fp) == n;
         if (fclose(fp) != 0 || !ok) {
-            remove(tmp);
+            pi_os_remove(tmp);
             st = pi_error_set(&m->err, PI_ERR_IO, "cannot write %s", tmp);
-        } else if (rename(tmp, path) != 0) {
-            remove(tmp);
-            st = pi_error_set(&m->err, PI_ERR_IO, "cannot rename %s to %s: %s", tmp, path,
-                              strerror(errno));
+        } else if ((st = pi_os_replace(tmp, path, &m->err)) < 0) {
+            pi_os_remove(tmp);
         }
     }
     pi_free(&m->alloc, buf);

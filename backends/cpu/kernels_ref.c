@@ -13,6 +13,8 @@
 #include <math.h>
 #include <string.h>
 
+#include "fmaf_exact.h" /* MinGW: a correctly rounded fmaf */
+
 #if defined(__clang__)
 #  pragma STDC FP_CONTRACT OFF
 #endif

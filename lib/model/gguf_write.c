@@ -377,7 +377,7 @@ static int write_and_close(struct gguf_writer *w, FILE *fp, const char *path, ui
     if (fclose(fp) != 0 && status == PI_OK)
         status = pi_error_set(err, PI_ERR_IO, "cannot write '%s'", path);
     if (status < 0)
-        remove(path);
+        pi_os_remove(path);
     return status;
 }
 
@@ -385,7 +385,7 @@ int gguf_writer_write_file(struct gguf_writer *w, const char *path, uint32_t mag
                            struct pi_error *err) {
     if (!w || !path || (magic != GGUF_MAGIC_GGUF && magic != GGUF_MAGIC_PWRI))
         PI_FAIL(err, PI_ERR_INVALID_ARG, "gguf writer: invalid argument");
-    FILE *fp = fopen(path, "wb");
+    FILE *fp = pi_os_fopen(path, "wb");
     if (!fp)
         PI_FAIL(err, PI_ERR_IO, "cannot create '%s'", path);
     return write_and_close(w, fp, path, magic, err);
@@ -403,10 +403,10 @@ int gguf_writer_replace_file(struct gguf_writer *w, const char *path, uint32_t m
     int st = pi_os_create_temp(path, tmp, cap, &fp, err);
     if (st == PI_OK)
         st = write_and_close(w, fp, tmp, magic, err);
-    if (st == PI_OK && rename(tmp, path) != 0) {
-        st = pi_error_set(err, PI_ERR_IO, "cannot rename '%s' to '%s': %s", tmp, path,
-                          strerror(errno));
-        remove(tmp);
+    if (st == PI_OK) {
+        st = pi_os_replace(tmp, path, err);
+        if (st < 0)
+            pi_os_remove(tmp);
     }
     pi_free(w->alloc, tmp);
     return st;

@@ -485,14 +485,12 @@ int pi_gpuidx_write(const char *path, const struct pi_gpuidx *g, struct pi_error
         o.failed = 1;
         e = errno;
     }
-    if (!o.failed && rename(tmp, path) != 0) {
-        o.failed = 1;
-        e = errno;
-    }
     if (o.failed) {
-        remove(tmp);
+        pi_os_remove(tmp);
         status = pi_error_set(err, PI_ERR_IO, "cannot write '%s': %s", path,
                               e ? strerror(e) : "write failed");
+    } else if ((status = pi_os_replace(tmp, path, err)) < 0) {
+        pi_os_remove(tmp);
     }
 done:
     pi_free(a, tmp);

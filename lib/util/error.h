@@ -16,7 +16,10 @@ struct pi_error {
     char msg[PI_ERRMSG_CAP];
 };
 
-#if defined(__GNUC__)
+#if defined(__MINGW32__)
+/* MinGW: the C99 printf of __USE_MINGW_ANSI_STDIO (meson.build), not msvcrt's */
+#  define PI_PRINTF(f, a) __attribute__((format(gnu_printf, f, a)))
+#elif defined(__GNUC__)
 #  define PI_PRINTF(f, a) __attribute__((format(printf, f, a)))
 #else
 #  define PI_PRINTF(f, a)

@@ -1,6 +1,7 @@
 /* os.h -- the operating-system layer. Every OS-specific call of the library sits
- * behind these functions: a POSIX implementation (os_posix.c) now, room for a
- * Windows one. */
+ * behind these functions: a POSIX implementation (os_posix.c) and a Windows one
+ * (os_win32.c). Paths are UTF-8 on every system (Windows: converted to UTF-16 for the
+ * wide-character calls). */
 #ifndef PI_UTIL_OS_H
 #define PI_UTIL_OS_H
 
@@ -19,7 +20,11 @@
 
 /* A regular file open for reading. */
 struct pi_file {
+#ifdef _WIN32
+    void *handle; /* HANDLE; NULL when closed */
+#else
     int fd;
+#endif
     uint64_t size; /* at open */
 };
 
@@ -77,6 +82,24 @@ int pi_os_create_temp(const char *path, char *tmp, size_t cap, FILE **out, struc
  * A device, FIFO, socket or directory is PI_ERR_IO: renaming over `/dev/null` as root
  * would replace the device with a regular file. pi_os_create_temp checks it. */
 int pi_os_check_replaceable(const char *path, struct pi_error *err);
+
+/* Open `path` as fopen would (mode "rb", "wb", ...), the path in UTF-8. NULL with errno
+ * set on failure. */
+FILE *pi_os_fopen(const char *path, const char *mode);
+
+/* Remove a file; 0 on success. */
+int pi_os_remove(const char *path);
+
+/* Rename `from` over `to`, replacing a file there atomically where the system can.
+ * PI_ERR_IO "cannot rename '<from>' to '<to>': <reason>". */
+int pi_os_replace(const char *from, const char *to, struct pi_error *err);
+
+/* Flush fp's buffers to the device (fflush + fsync), then close it, even on failure.
+ * PI_ERR_IO "cannot write '<path>': <reason>". */
+int pi_os_sync_close(FILE *fp, const char *path, struct pi_error *err);
+
+/* 1 when both paths exist and name the same file (hard links included), else 0. */
+int pi_os_same_file(const char *a, const char *b);
 
 /* ---- Threads ------------------------------------------------------------------- */
 

@@ -217,6 +217,39 @@ int pi_os_create_temp(const char *path, char *tmp, size_t cap, FILE **out,
             "exist", path, path);
 }
 
+FILE *pi_os_fopen(const char *path, const char *mode) {
+    return fopen(path, mode);
+}
+
+int pi_os_remove(const char *path) {
+    return remove(path);
+}
+
+int pi_os_replace(const char *from, const char *to, struct pi_error *err) {
+    if (rename(from, to) != 0)
+        PI_FAIL(err, PI_ERR_IO, "cannot rename '%s' to '%s': %s", from, to, strerror(errno));
+    return PI_OK;
+}
+
+int pi_os_sync_close(FILE *fp, const char *path, struct pi_error *err) {
+    errno = 0;
+    int ok = fflush(fp) == 0 && fsync(fileno(fp)) == 0;
+    int e = errno;
+    if (fclose(fp) != 0 && ok) {
+        ok = 0;
+        e = errno;
+    }
+    if (!ok)
+        PI_FAIL(err, PI_ERR_IO, "cannot write '%s': %s", path, strerror(e));
+    return PI_OK;
+}
+
+int pi_os_same_file(const char *a, const char *b) {
+    struct stat sa, sb;
+    return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev &&
+           sa.st_ino == sb.st_ino;
+}
+
 struct pi_thread {
     pthread_t id;
     void (*fn)(void *);

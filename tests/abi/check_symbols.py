@@ -4,7 +4,8 @@
 Compares four things that must agree exactly: the functions declared PI_API in
 include/powerinfer.h, lib/libpowerinfer.symbols, the names in the version script
 lib/libpowerinfer.map, and what `nm -D --defined-only` says the built library exports
-(ignoring the version node entries such as PI_0.1)."""
+(ignoring the version node entries such as PI_0.1); with --def, also the EXPORTS of the
+Windows module-definition file lib/libpowerinfer.def."""
 import argparse
 import re
 import subprocess
@@ -13,6 +14,7 @@ import sys
 ap = argparse.ArgumentParser()
 for a in ("--lib", "--nm", "--header", "--symbols", "--map"):
     ap.add_argument(a, required=True)
+ap.add_argument("--def", dest="deffile")
 args = ap.parse_args()
 
 header = set(re.findall(r"PI_API[^;(]*?\b(pi_\w+)\s*\(", open(args.header).read(), re.S))
@@ -42,10 +44,15 @@ def compare(name_a, a, name_b, b):
 compare("libpowerinfer.symbols", listed, "powerinfer.h", header)
 compare("libpowerinfer.symbols", listed, "libpowerinfer.map", mapped)
 compare("libpowerinfer.symbols", listed, "nm -D", exported)
+if args.deffile:
+    text = open(args.deffile).read()
+    defs = set(re.findall(r"^\s+(pi_\w+)\s*$", text.split("EXPORTS", 1)[-1], re.M))
+    compare("libpowerinfer.symbols", listed, "libpowerinfer.def", defs)
 bad = [s for s in exported if not s.startswith("pi_")]
 if bad:
     failed += 1
     print("FAIL exported symbols without the pi_ prefix:", ", ".join(sorted(bad)))
 print(f"{len(listed)} symbols checked")
-print(f"{4 - failed if failed < 4 else 0} passed, {failed} failed")
+n_checks = 5 if args.deffile else 4
+print(f"{max(n_checks - failed, 0)} passed, {failed} failed")
 sys.exit(1 if failed else 0)

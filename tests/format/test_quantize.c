@@ -25,6 +25,7 @@
 #include "runtime/quantize.h"
 #include "runtime/types.h"
 #include "testmodel.h"
+#include "portable.h" /* last: Windows shims of mkdir, mkdtemp */
 
 /* The layout bindings see (x86-64 and other LP64 targets). */
 _Static_assert(offsetof(pi_quantize_params, struct_size) == 0, "struct_size first");

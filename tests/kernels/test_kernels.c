@@ -54,9 +54,22 @@ static double tol_dot(int type) {
 }
 
 /* 64-byte aligned memory (aligned_alloc wants a size that is a multiple of it). */
+#ifdef _WIN32 /* no aligned_alloc in the Windows C runtime: its own pair */
+#  include <malloc.h>
+static void *amalloc(size_t size) {
+    return _aligned_malloc((size + 63) / 64 * 64, 64);
+}
+static void afree(void *p) {
+    _aligned_free(p);
+}
+#else
 static void *amalloc(size_t size) {
     return aligned_alloc(64, (size + 63) / 64 * 64);
 }
+static void afree(void *p) {
+    free(p);
+}
+#endif
 
 /* ---- random data ---------------------------------------------------------------------- */
 
@@ -552,7 +565,7 @@ static void problem_make(struct problem *p, const struct pi_cpu_kernels *ref, in
 
 static void problem_free(struct problem *p) {
     free(p->w);
-    free(p->x);
+    afree(p->x);
     free(p->mag);
 }
 
@@ -795,8 +808,8 @@ static void test_non_finite_activations(void **state) {
             }
         }
         free(w);
-        free(a);
-        free(b);
+        afree(a);
+        afree(b);
         free(x);
     }
 }
@@ -845,7 +858,7 @@ static void test_ref_vs_float(void **state) {
                 }
             }
             free(w);
-            free(xq);
+            afree(xq);
             free(x);
             free(wf);
         }
@@ -981,11 +994,11 @@ static int run_bench(void) {
             printf("  %11.2f", gemm_rate[i]);
         printf("\n");
         fflush(stdout);
-        free(w);
+        afree(w);
     }
     free(xf);
     free(y);
-    free(x);
+    afree(x);
     return 0;
 }
 
@@ -1030,8 +1043,8 @@ static int run_bench_decode(void) {
         printf("%-5s n=%-5lld rows=%-6lld %7.2f GB/s\n", pi_type_traits((uint32_t)type)->name,
                (long long)n, (long long)nr, best);
     }
-    free(w);
-    free(x);
+    afree(w);
+    afree(x);
     free(xf);
     free(y);
     return 0;

@@ -26,6 +26,7 @@
 #include "model/model.h"
 #include "powerinfer.h"
 #include "testmodel.h"
+#include "portable.h" /* last: Windows shims of mkdir, mkdtemp */
 
 enum { MAXV = 64 };
 static char g_dir[256];

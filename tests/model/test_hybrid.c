@@ -26,6 +26,7 @@
 #include "model/model.h"
 #include "powerinfer.h"
 #include "testmodel.h"
+#include "portable.h" /* last: Windows shims of mkdir, mkdtemp */
 
 enum { NTOK = 7, MAXV = 64, NSTEP = 3 };
 static const int32_t TOKS[NTOK] = {1, 7, 3, 22, 9, 31, 5};

@@ -12,7 +12,9 @@
  *  - a FIFO, a directory or a device is refused with PI_ERR_IO at once (an alarm turns
  *    a blocking open into a failure), as a model and as a state file; a state file
  *    larger than any state of the context is PI_ERR_FORMAT before it is read.
- * argv[1]: a work directory (created). */
+ * argv[1]: a work directory (created).
+ * Windows: the same but for what needs fork, rlimits or FIFOs, each marked _WIN32
+ * below (a mapped file cannot be truncated there, NUL stands for the device). */
 #include <errno.h>
 #include <fcntl.h>
 #include <setjmp.h>
@@ -23,11 +25,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/types.h>
-#include <sys/wait.h>
 #include <unistd.h>
+#ifdef _WIN32
+#  define WIN32_LEAN_AND_MEAN
+#  include <windows.h>
+#else
+#  include <sys/resource.h>
+#  include <sys/wait.h>
+#endif
 #include <cmocka.h>
 
 #include "failalloc.h"
@@ -48,6 +55,7 @@
 #include "model/model.h"
 #include "powerinfer.h"
 #include "testmodel.h"
+#include "portable.h" /* last: Windows shims of mkdir, mkdtemp */
 
 enum { NTOK = 5, MAXV = 64 };
 static const int32_t TOKS[NTOK] = {1, 7, 3, 30, 12};
@@ -109,17 +117,41 @@ static int64_t decode_logits(const pi_model *m, float *out) {
 static void overwrite_in_place(const char *path, const char *src) {
     FILE *in = fopen(src, "rb");
     assert_non_null(in);
-    int fd = open(path, O_WRONLY);
-    assert_true(fd >= 0);
+    FILE *out = fopen(path, "r+b"); /* neither truncated nor recreated */
+    assert_non_null(out);
     char buf[4096];
     size_t n;
-    off_t off = 0;
-    while ((n = fread(buf, 1, sizeof buf, in)) > 0) {
-        assert_int_equal(pwrite(fd, buf, n, off), (ssize_t)n);
-        off += (off_t)n;
-    }
-    close(fd);
+    while ((n = fread(buf, 1, sizeof buf, in)) > 0)
+        assert_int_equal(fwrite(buf, 1, n, out), n);
+    assert_int_equal(fclose(out), 0);
     fclose(in);
+}
+
+static size_t page_size(void) {
+#ifdef _WIN32
+    SYSTEM_INFO si;
+    GetSystemInfo(&si);
+    return si.dwPageSize;
+#else
+    return (size_t)sysconf(_SC_PAGESIZE);
+#endif
+}
+
+/* truncate(2); Windows: SetEndOfFile (an extension reads as zeros, as on POSIX) */
+static int set_size(const char *path, long long size) {
+#ifdef _WIN32
+    HANDLE h = CreateFileA(path, GENERIC_WRITE, FILE_SHARE_READ | FILE_SHARE_WRITE, NULL,
+                           OPEN_EXISTING, FILE_ATTRIBUTE_NORMAL, NULL);
+    if (h == INVALID_HANDLE_VALUE)
+        return -1;
+    LARGE_INTEGER at;
+    at.QuadPart = size;
+    int ok = SetFilePointerEx(h, at, NULL, FILE_BEGIN) && SetEndOfFile(h);
+    CloseHandle(h);
+    return ok ? 0 : -1;
+#else
+    return truncate(path, (off_t)size);
+#endif
 }
 
 static void test_read_survives_changes(void **state) {
@@ -136,8 +168,8 @@ static void test_read_survives_changes(void **state) {
 
         pi_model *m = must_open(live, PI_LOAD_READ);
         assert_non_null(m->map.heap); /* a copy, not a mapping */
-        assert_int_equal((uintptr_t)m->map.data % (uintptr_t)sysconf(_SC_PAGESIZE), 0);
-        assert_int_equal(truncate(live, 0), 0);
+        assert_int_equal((uintptr_t)m->map.data % (uintptr_t)page_size(), 0);
+        assert_int_equal(set_size(live, 0), 0);
         decode_logits(m, got);
         assert_memory_equal(got, want, (size_t)V * sizeof(float));
         overwrite_in_place(live, other);
@@ -160,6 +192,23 @@ static void test_read_survives_changes(void **state) {
     }
 }
 
+#ifdef _WIN32
+/* Windows refuses to truncate a file while a view of it is mapped (ERROR_USER_MAPPED_FILE):
+ * the model goes on computing the same logits. */
+static void test_mmap_truncation_faults(void **state) {
+    (void)state;
+    const char *live = path_of("trunc.gguf");
+    write_model(live, 0, PI_TYPE_F32, 3);
+    float want[MAXV], got[MAXV];
+    pi_model *m = must_open(live, PI_LOAD_MMAP);
+    const int64_t V = decode_logits(m, want);
+    assert_int_equal(set_size(live, 0), -1);
+    decode_logits(m, got);
+    assert_memory_equal(got, want, (size_t)V * sizeof(float));
+    pi_model_close(m);
+    assert_int_equal(set_size(live, 0), 0); /* unmapped: allowed again */
+}
+#else
 /* A truncated mapped file: the process dies of SIGBUS at the next access (under a
  * sanitizer it reports the signal and exits non-zero instead). */
 static void test_mmap_truncation_faults(void **state) {
@@ -189,6 +238,7 @@ static void test_mmap_truncation_faults(void **state) {
     else
         assert_true(WEXITSTATUS(ws) != 0 && WEXITSTATUS(ws) != 3 && WEXITSTATUS(ws) != 4);
 }
+#endif
 
 /* Fails every allocation of at least `min` bytes. */
 struct bigfail {
@@ -319,6 +369,9 @@ static void on_log(void *user, int level, const char *msg) {
 
 /* kB of locked memory of this process (VmLck), or -1 without /proc. */
 static long vm_locked_kb(void) {
+#ifdef _WIN32
+    return -1; /* under wine, /proc/self/status would be wine's own */
+#endif
     FILE *fp = fopen("/proc/self/status", "r");
     if (!fp)
         return -1;
@@ -375,10 +428,14 @@ static void test_lock_memory(void **state) {
      * permissions of the build tree */
     char dir[] = "/tmp/pi_test_load_XXXXXX", path[64];
     assert_non_null(mkdtemp(dir));
+#ifndef _WIN32
     assert_int_equal(chmod(dir, 0755), 0);
+#endif
     snprintf(path, sizeof path, "%s/lock.gguf", dir);
     write_model(path, 0, PI_TYPE_F32, 7);
+#ifndef _WIN32
     assert_int_equal(chmod(path, 0644), 0);
+#endif
     if (!MLOCK_IS_REAL)
         print_message("# AddressSanitizer ignores mlock: VmLck and the locked-memory "
                       "limit are not checked in this build\n");
@@ -387,6 +444,7 @@ static void test_lock_memory(void **state) {
         assert_int_equal(lock_outcome(path, mode, &locked), 0);
         if (!MLOCK_IS_REAL)
             continue;
+#ifndef _WIN32 /* no fork and no locked-memory limit to lower there */
         /* no locked memory allowed (and no privilege to exceed it): a warning only */
         fflush(NULL);
         pid_t pid = fork();
@@ -405,30 +463,41 @@ static void test_lock_memory(void **state) {
         assert_int_equal(waitpid(pid, &ws, 0), pid);
         assert_true(WIFEXITED(ws));
         assert_int_equal(WEXITSTATUS(ws), 0);
+#endif
     }
     remove(path);
     rmdir(dir);
 }
 
+#ifndef _WIN32
 static void on_alarm(int sig) {
     (void)sig;
     static const char msg[] = "test_load_modes: an open blocked (FIFO?)\n";
     (void)!write(2, msg, sizeof msg - 1);
     _exit(1);
 }
+#endif
 
 /* FIFO, directory, device: PI_ERR_IO naming what it is, without waiting. */
 static void test_not_regular(void **state) {
     (void)state;
-    const char *fifo = path_of("fifo"), *dir = path_of("adir");
+    const char *dir = path_of("adir");
+    mkdir(dir, 0700);
+#ifdef _WIN32 /* no FIFOs in the file system; NUL is the device */
+    enum { NP = 2 };
+    const char *paths[NP] = {dir, "NUL"};
+    const char *kinds[NP] = {"a directory", "a device"};
+#else
+    enum { NP = 3 };
+    const char *fifo = path_of("fifo");
     remove(fifo);
     assert_int_equal(mkfifo(fifo, 0600), 0);
-    mkdir(dir, 0700);
-    const char *paths[3] = {fifo, dir, "/dev/zero"};
-    const char *kinds[3] = {"a FIFO", "a directory", "a device"};
+    const char *paths[NP] = {fifo, dir, "/dev/zero"};
+    const char *kinds[NP] = {"a FIFO", "a directory", "a device"};
     signal(SIGALRM, on_alarm);
     alarm(20);
-    for (int i = 0; i < 3; i++) {
+#endif
+    for (int i = 0; i < NP; i++) {
         for (int32_t mode = PI_LOAD_MMAP; mode <= PI_LOAD_READ; mode++) {
             char msg[512] = "";
             pi_model *m = (pi_model *)1;
@@ -448,13 +517,15 @@ static void test_not_regular(void **state) {
     pi_ctx *c;
     assert_int_equal(pi_ctx_create(m, &cp, &c), PI_OK);
     assert_int_equal(pi_ctx_decode(c, TOKS, NTOK), PI_OK);
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < NP; i++) {
         assert_int_equal(pi_ctx_state_load_file(c, -1, paths[i]), PI_ERR_IO);
         if (!strstr(pi_ctx_errmsg(c), kinds[i]))
             fail_msg("%s: '%s'", paths[i], pi_ctx_errmsg(c));
         assert_int_equal(pi_ctx_pos(c), NTOK);
     }
+#ifndef _WIN32
     alarm(0);
+#endif
     /* a directory as the target of a save: refused, nothing left behind */
     assert_int_equal(pi_ctx_state_save_file(c, -1, dir), PI_ERR_IO);
     struct stat st;
@@ -465,7 +536,7 @@ static void test_not_regular(void **state) {
     FILE *fp = fopen(big, "wb");
     assert_non_null(fp);
     assert_int_equal(fclose(fp), 0);
-    assert_int_equal(truncate(big, (off_t)1 << 30), 0); /* sparse: 1 GiB of zeros */
+    assert_int_equal(set_size(big, 1ll << 30), 0); /* sparse: 1 GiB of zeros */
     assert_int_equal(pi_ctx_state_load_file(c, -1, big), PI_ERR_FORMAT);
     assert_non_null(strstr(pi_ctx_errmsg(c), "at most"));
     assert_int_equal(pi_ctx_state_load_file(c, -1, sp), PI_OK);
@@ -474,7 +545,9 @@ static void test_not_regular(void **state) {
     remove(sp);
     pi_ctx_destroy(c);
     pi_model_close(m);
+#ifndef _WIN32
     remove(fifo);
+#endif
     rmdir(dir);
 }
 

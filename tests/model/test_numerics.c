@@ -23,6 +23,7 @@
 
 #include "powerinfer.h"
 #include "testmodel.h"
+#include "portable.h" /* last: Windows shims of mkdir, mkdtemp */
 
 static char g_dir[256];
 

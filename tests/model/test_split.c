@@ -34,6 +34,7 @@
 #include "model/model.h"
 #include "powerinfer.h"
 #include "util/os.h"
+#include "portable.h" /* last: Windows shims of mkdir, mkdtemp */
 
 enum { NTOK = 9, MAXPARTS = 4 };
 static const int32_t TOKS[NTOK] = {1, 107, 114, 26, 98, 59, 94, 57, 44};

@@ -48,11 +48,11 @@ struct reference {
     char arch[64];
     int64_t meta_count, n_tensors, n_layer;
     uint64_t n_params;
-    unsigned long meta_hash, tensor_hash;
+    uint64_t meta_hash, tensor_hash;
     int64_t n_tok;       /* tokens of TEXT, or PI_ERR_UNSUPPORTED */
     int32_t tok[64];
-    unsigned long piece_hash;
-    unsigned long detok_hash; /* the text of tok[] through a pi_detok */
+    uint64_t piece_hash;
+    uint64_t detok_hash; /* the text of tok[] through a pi_detok */
 };
 
 static const char TEXT[] = "Hello world, this is a thread-safety test: \xc3\xa9t\xc3\xa9 1234!";
@@ -87,7 +87,7 @@ static void report(struct worker *w, const char *fmt, ...)
     pthread_mutex_unlock(&g_print_lock);
 }
 
-static unsigned long hash_bytes(unsigned long h, const void *p, size_t n)
+static uint64_t hash_bytes(uint64_t h, const void *p, size_t n)
 {
     const unsigned char *b = p;
     for (size_t i = 0; i < n; i++)
@@ -96,9 +96,9 @@ static unsigned long hash_bytes(unsigned long h, const void *p, size_t n)
 }
 
 /* Every metadata key and value as text. */
-static unsigned long hash_meta(const pi_model *m)
+static uint64_t hash_meta(const pi_model *m)
 {
-    unsigned long h = 14695981039346656037ul;
+    uint64_t h = 14695981039346656037ull;
     char buf[512];
     int64_t n = pi_model_meta_count(m);
     for (int64_t i = 0; i < n; i++) {
@@ -124,9 +124,9 @@ static unsigned long hash_meta(const pi_model *m)
 }
 
 /* Every tensor's name, type, shape and size, and a lookup by name. */
-static unsigned long hash_tensors(const pi_model *m)
+static uint64_t hash_tensors(const pi_model *m)
 {
-    unsigned long h = 14695981039346656037ul;
+    uint64_t h = 14695981039346656037ull;
     int64_t n = pi_model_n_tensors(m);
     for (int64_t i = 0; i < n; i++) {
         const char *name = pi_model_tensor_name(m, i);
@@ -146,9 +146,9 @@ static unsigned long hash_tensors(const pi_model *m)
 }
 
 /* The pieces of every token of the vocabulary (at most the first 4096). */
-static unsigned long hash_pieces(const pi_model *m, int64_t n_vocab)
+static uint64_t hash_pieces(const pi_model *m, int64_t n_vocab)
 {
-    unsigned long h = 14695981039346656037ul;
+    uint64_t h = 14695981039346656037ull;
     char buf[256];
     for (int32_t t = 0; t < n_vocab && t < 4096; t++) {
         int64_t len = pi_token_to_piece(m, t, buf, sizeof buf, PI_PIECE_SPECIAL);
@@ -161,14 +161,14 @@ static unsigned long hash_pieces(const pi_model *m, int64_t n_vocab)
 
 static int hash_text(void *user, const char *text, size_t len)
 {
-    unsigned long *h = user;
+    uint64_t *h = user;
     *h = hash_bytes(*h, text, len);
     return 0;
 }
 
-static unsigned long hash_detok(const pi_model *m, const int32_t *tok, int64_t n)
+static uint64_t hash_detok(const pi_model *m, const int32_t *tok, int64_t n)
 {
-    unsigned long h = 14695981039346656037ul;
+    uint64_t h = 14695981039346656037ull;
     pi_detok *dt = NULL;
     if (pi_detok_create(m, 0, &dt) != PI_OK)
         return 0;

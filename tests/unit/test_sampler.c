@@ -20,6 +20,7 @@
 #include "infer/sample.h"
 #include "powerinfer.h"
 #include "testmodel.h"
+#include "portable.h" /* last: Windows shims of mkdir, mkdtemp */
 
 enum { NV = 3000 };
 static char g_dir[] = "/tmp/pi-test-sampler-XXXXXX";

@@ -8,6 +8,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#ifdef _WIN32
+#  define WIN32_LEAN_AND_MEAN
+#  include <windows.h>
+#  include <shellapi.h>
+#  include <fcntl.h>
+#  include <io.h>
+#endif
 
 /* The loading options of this process's command line (cli_load_option). */
 static struct {
@@ -111,6 +118,54 @@ static void cli_log_warnings(void *user, int level, const char *msg) {
         cli_log_stderr(user, level, msg);
 }
 
+void cli_init(int *argc, char ***argv) {
+#ifdef _WIN32
+    _setmode(_fileno(stdout), _O_BINARY);
+    _setmode(_fileno(stderr), _O_BINARY);
+    int n = 0;
+    wchar_t **w = CommandLineToArgvW(GetCommandLineW(), &n);
+    if (!w)
+        return;
+    char **out = calloc((size_t)n + 1, sizeof *out);
+    for (int i = 0; out && i < n; i++) {
+        int len = WideCharToMultiByte(CP_UTF8, 0, w[i], -1, NULL, 0, NULL, NULL);
+        out[i] = len > 0 ? malloc((size_t)len) : NULL;
+        if (!out[i] || WideCharToMultiByte(CP_UTF8, 0, w[i], -1, out[i], len, NULL, NULL) != len) {
+            LocalFree(w);
+            return; /* out of memory: keep the ANSI arguments */
+        }
+    }
+    LocalFree(w);
+    if (out) {
+        *argc = n;
+        *argv = out;
+    }
+#else
+    (void)argc;
+    (void)argv;
+#endif
+}
+
+FILE *cli_fopen(const char *path, const char *mode) {
+#ifdef _WIN32
+    wchar_t wp[4096], wm[16];
+    if (!MultiByteToWideChar(CP_UTF8, MB_ERR_INVALID_CHARS, path, -1, wp, 4096) ||
+        !MultiByteToWideChar(CP_UTF8, 0, mode, -1, wm, 16)) {
+        errno = ENOENT;
+        return NULL;
+    }
+    FILE *fp = _wfopen(wp, wm);
+    if (!fp && errno == EACCES) { /* a directory: say so, as POSIX does */
+        DWORD attr = GetFileAttributesW(wp);
+        if (attr != INVALID_FILE_ATTRIBUTES && (attr & FILE_ATTRIBUTE_DIRECTORY))
+            errno = EISDIR;
+    }
+    return fp;
+#else
+    return fopen(path, mode);
+#endif
+}
+
 double cli_now_s(void) {
     struct timespec ts;
 #ifdef CLOCK_MONOTONIC
@@ -122,7 +177,7 @@ double cli_now_s(void) {
 }
 
 char *cli_read_file(const char *path, size_t *len) {
-    FILE *fp = fopen(path, "rb");
+    FILE *fp = cli_fopen(path, "rb");
     if (!fp)
         return NULL;
     size_t cap = 1 << 16, n = 0, got;

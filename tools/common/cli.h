@@ -82,6 +82,16 @@ int cli_fail(const char *what, int st, const char *msg);
 /* A pi_log_fn printing "PROG: [LEVEL] MSG" to stderr (user unused). */
 void cli_log_stderr(void *user, int level, const char *msg);
 
+/* Call first in main. Windows: replace *argv with the command line in UTF-8 (from
+ * GetCommandLineW), so that paths and prompts outside the ANSI code page survive (the
+ * strings live until exit), and put stdout and stderr in binary mode, so that the
+ * model's text and the tools' output are the same bytes as on POSIX (no CR added to
+ * each LF). Elsewhere a no-op. */
+void cli_init(int *argc, char ***argv);
+
+/* fopen with a UTF-8 path (Windows: _wfopen); NULL with errno set. */
+FILE *cli_fopen(const char *path, const char *mode);
+
 /* Seconds on a monotonic clock (where the system has one), for intervals. */
 double cli_now_s(void);
 

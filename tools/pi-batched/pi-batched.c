@@ -356,6 +356,7 @@ static int parse_args(int argc, char **argv, struct opts *o) {
 }
 
 int main(int argc, char **argv) {
+    cli_init(&argc, &argv);
     struct opts o;
     memset(&o, 0, sizeof o);
     o.seed = 0x5eed;

@@ -340,6 +340,7 @@ done:
 }
 
 int main(int argc, char **argv) {
+    cli_init(&argc, &argv);
     const char *path = NULL, *modes = "auto", *budgets = NULL, *stats_path = NULL;
     struct device_opts dev = {PI_DEVICE_NONE, 0, NULL};
     int device_set = 0;

@@ -346,6 +346,7 @@ done:
 }
 
 int main(int argc, char **argv) {
+    cli_init(&argc, &argv);
     struct opts o;
     memset(&o, 0, sizeof o);
     o.n_ctx = 512;

@@ -5,8 +5,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#if defined(__MINGW32__) && !defined(TIME_UTC)
+#  include <pthread_time.h> /* clock_gettime: the old msvcrt has no timespec_get */
+#endif
 
+#include "cli.h"
 #include "powerinfer.h"
+
+const char cli_prog[] = "pi-quantize";
 
 static void usage(FILE *out) {
     fprintf(out,
@@ -53,9 +59,17 @@ struct progress {
     struct timespec t0;
 };
 
+static void now_ts(struct timespec *t) {
+#ifdef TIME_UTC
+    timespec_get(t, TIME_UTC);
+#else
+    clock_gettime(CLOCK_REALTIME, t);
+#endif
+}
+
 static double seconds_since(const struct timespec *t0) {
     struct timespec t;
-    timespec_get(&t, TIME_UTC);
+    now_ts(&t);
     return (double)(t.tv_sec - t0->tv_sec) + (double)(t.tv_nsec - t0->tv_nsec) * 1e-9;
 }
 
@@ -71,6 +85,7 @@ static int on_progress(void *user, float fraction) {
 }
 
 int main(int argc, char **argv) {
+    cli_init(&argc, &argv);
     pi_quantize_params qp;
     pi_quantize_default_params(&qp);
     struct progress prog = {0, -1, {0, 0}};
@@ -137,7 +152,7 @@ int main(int argc, char **argv) {
     qp.errbuf_cap = sizeof msg;
     qp.progress_fn = on_progress;
     qp.progress_user = &prog;
-    timespec_get(&prog.t0, TIME_UTC);
+    now_ts(&prog.t0);
     int st = pi_model_quantize(pos[0], pos[1], &qp);
     if (!prog.quiet && prog.last >= 0)
         fputc('\n', stderr);

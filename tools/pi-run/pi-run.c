@@ -762,7 +762,7 @@ static int generate(struct opts *o) {
     for (int64_t i = 0; i < nt; i++)
         pi_sampler_accept(smp, toks[i]);
     if (o->dump_logits) {
-        FILE *fp = fopen(o->dump_logits, "wb");
+        FILE *fp = cli_fopen(o->dump_logits, "wb");
         size_t nv = (size_t)pi_model_n_vocab(m);
         if (!fp || fwrite(pi_ctx_logits(ctx), sizeof(float), nv, fp) != nv) {
             fprintf(stderr, "pi-run: cannot write '%s'\n", o->dump_logits);
@@ -928,6 +928,7 @@ static int check_device_opts(struct opts *o) {
 }
 
 int main(int argc, char **argv) {
+    cli_init(&argc, &argv);
     struct opts o;
     memset(&o, 0, sizeof o);
     o.n_predict = 128;
