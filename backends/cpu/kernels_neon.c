@@ -247,7 +247,7 @@ static inline void unpack_iq4_nl(struct wq4 *w, const uint8_t *blk, int k) {
 #undef UNPACK_BEGIN
 #undef UNPACK_END
 
-/* acc += the 4 blocks' d_w * d_x * isum (+ m_w * s_x): xh the half-group of the token. */
+/* acc += the 4 blocks' d_w * d_x * isum (+ m_w * s_x); xg: the token's group, h: which half. */
 static inline float32x4_t blocks4(float32x4_t acc, const struct wq4 *w, const uint8_t *xg,
                                   int h, int has_m) {
     const int8_t *xq = (const int8_t *)(xg + 16 * h);
@@ -282,7 +282,9 @@ static inline float32x4_t blocks4(float32x4_t acc, const struct wq4 *w, const ui
     return vaddq_f32(acc, t);
 }
 
-/* One row against nt <= 4 tokens; the dot is the nt = 1 case, so gemm == dot exactly. */
+/* One row against nt <= 4 tokens; the dot is the nt = 1 case, so gemm == dot exactly.
+ * n is a multiple of 32; a last run of fewer than 4 blocks gets zero weight blocks (the
+ * activation vector is padded to whole groups of 8, so those reads stay inside it). */
 #define Q8_0_KERNELS(name, bytes, has_m)                                                         \
     static inline void rows1_##name(const uint8_t *wr, const uint8_t *X, size_t vb, int nt,      \
                                     float *out, int64_t ldy, int64_t n) {                        \
