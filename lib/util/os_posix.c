@@ -1,5 +1,5 @@
 /* POSIX implementation of os.h. */
-#define _GNU_SOURCE /* sched_getaffinity */
+#define _GNU_SOURCE /* sched_getaffinity (Linux; the rest of this file is plain POSIX) */
 #include "util/os.h"
 
 #include <errno.h>
@@ -333,12 +333,15 @@ void pi_os_waiter_broadcast(struct pi_waiter *w) {
 }
 
 int pi_os_n_cpus(void) {
+#if defined(__linux__)
+    /* the processors this process may run on (taskset, cgroups' cpusets), Linux only */
     cpu_set_t set;
     if (sched_getaffinity(0, sizeof set, &set) == 0) {
         int n = CPU_COUNT(&set);
         if (n > 0)
             return n;
     }
+#endif
     long n = sysconf(_SC_NPROCESSORS_ONLN);
     return n > 0 ? (int)n : 1;
 }

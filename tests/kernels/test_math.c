@@ -164,7 +164,13 @@ static void test_ref_vs_double(void **state) {
 
 /* Every SIMD table against the reference, bit patterns compared with tolerances. */
 static void test_simd_vs_ref(void **state) {
-    static const unsigned tables[] = {PI_CPU_AVX2, PI_CPU_AVX2 | PI_CPU_AVX512 | PI_CPU_AVX512_VNNI};
+    static const unsigned tables[] = {
+#if defined(__aarch64__)
+        PI_CPU_NEON, PI_CPU_NEON | PI_CPU_DOTPROD,
+#else
+        PI_CPU_AVX2, PI_CPU_AVX2 | PI_CPU_AVX512 | PI_CPU_AVX512_VNNI,
+#endif
+    };
     struct pi_cpu_kernels ref, k;
     int ran = 0;
     (void)state;
