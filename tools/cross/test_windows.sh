@@ -55,6 +55,9 @@ export WINEPREFIX="$root/$build/wineprefix" WINEDEBUG=-all
 # wine starts slowly on shared machines: timeouts doubled
 meson test -C "$build" --no-rebuild --no-suite python --no-suite server \
     --num-processes "${PI_JOBS:-2}" -t 2 --print-errorlogs
+# a skip is a failure unless tests/skip-allowed.txt lists it for build-win
+python3 tools/check_skips.py "$build" --as build-win --require kernels --require forward \
+    --require real-model --require pi-run
 
 if [ -n "${PI_NATIVE_PIRUN:-}" ]; then
     model=$(python3 tools/smollm2_path.py 2>/dev/null || true)
