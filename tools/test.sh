@@ -2,7 +2,9 @@
 # The whole test suite, as CI runs it:
 #   1. install dependencies (tools/setup.sh);
 #   2. release build with gcc, `meson test` (every suite);
-#   3. the CUDA and HIP builds (compiled; GPU tests skip without a GPU), the ABI check,
+#   3. the CUDA and HIP builds (compiled; GPU tests skip without a GPU), the ARM64 cross
+#      build with its tests under qemu-user (tools/cross/test_arm64.sh), the Windows
+#      cross build with its tests under wine (tools/cross/test_windows.sh), the ABI check,
 #      ThreadSanitizer runs, then a clang build with AddressSanitizer +
 #      UndefinedBehaviorSanitizer and the libFuzzer harnesses, `meson test` again, then
 #      each fuzzer for a bounded time (PI_FUZZ_SECONDS, default 60; the plan fuzzer
@@ -79,6 +81,19 @@ python3 tools/check_skips.py build-cuda --require gpu-kernels
 meson compile -C build-hip
 meson test -C build-hip --print-errorlogs --no-suite python --no-suite server
 python3 tools/check_skips.py build-hip --require gpu-kernels
+
+# The cross builds (tools/cross/, docs/platforms.md): ARM64 with Debian's aarch64 gcc,
+# every suite but `python` under qemu-user, the NEON and dot-product kernel tables both
+# required, and pi-run's greedy text on SmolLM2 equal to build/'s.
+t0=$(date +%s)
+sh tools/cross/test_arm64.sh
+echo "ARM64 cross build and tests: $(($(date +%s) - t0)) s"
+# Windows x86-64 with mingw-w64: PCRE2 and cmocka from Debian's sources, the DLL's exports
+# and imports, every suite but `python` and `server` under wine, pi-run.exe's greedy
+# text equal to build/'s, also from a directory with a non-ASCII name.
+t0=$(date +%s)
+PI_NATIVE_PIRUN="$PWD/build/tools/pi-run" sh tools/cross/test_windows.sh
+echo "Windows cross build and tests: $(($(date +%s) - t0)) s"
 
 # The binary interface against the committed libabigail dump (a gcc -O0 -g library in
 # build-abi/), and N contexts on one model in N threads under ThreadSanitizer.
