@@ -83,14 +83,16 @@ meson test -C build-hip --print-errorlogs --no-suite python --no-suite server
 python3 tools/check_skips.py build-hip --require gpu-kernels
 
 # The cross builds (tools/cross/, docs/platforms.md): ARM64 with Debian's aarch64 gcc,
-# every suite but `python` under qemu-user, the NEON and dot-product kernel tables both
-# required, and pi-run's greedy text on SmolLM2 equal to build/'s.
+# every test but the `python` suite and pi-perplexity under qemu-user, the NEON and
+# dot-product kernel tables both required, and pi-run's greedy text on SmolLM2 equal to
+# build/'s.
 t0=$(date +%s)
 sh tools/cross/test_arm64.sh
 echo "ARM64 cross build and tests: $(($(date +%s) - t0)) s"
-# Windows x86-64 with mingw-w64: PCRE2 and cmocka from Debian's sources, the DLL's exports
-# and imports, every suite but `python` and `server` under wine, pi-run.exe's greedy
-# text equal to build/'s, also from a directory with a non-ASCII name.
+# Windows x86-64 with mingw-w64: PCRE2, cJSON and cmocka from Debian's sources, the
+# DLL's exports and imports, every suite but `python` and `server` under wine,
+# pi-run.exe's greedy text equal to build/'s, also from a directory with a non-ASCII
+# name.
 t0=$(date +%s)
 PI_NATIVE_PIRUN="$PWD/build/tools/pi-run" sh tools/cross/test_windows.sh
 echo "Windows cross build and tests: $(($(date +%s) - t0)) s"
