@@ -1384,7 +1384,10 @@ PI_API int pi_grammar_accept_text(pi_grammar *grammar, const char *text, size_t 
  * tensor names and order, and the bytes of every tensor that is not quantized.
  * A tensor is quantized iff it has at least 2 dimensions, its name ends in
  * ".weight", it is F32, F16 or BF16, and ne[0] is a multiple of the target's block
- * size (32); tensors already quantized are copied, not requantized. The blocks are
+ * size (32); tensors already quantized are copied, not requantized. Mixture-of-experts
+ * routers (blk.N.ffn_gate_inp.weight, blk.N.ffn_gate_inp_shexp.weight) are copied too,
+ * as llama.cpp keeps them: their rounding would move tokens to other experts. 3-D
+ * expert tensors are quantized row by row like any weight. The blocks are
  * bit-identical to those of the gguf Python package (gguf.quants.quantize) for the
  * same float values. docs/formats.md has the details.
  * ================================================================================= */

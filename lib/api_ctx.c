@@ -65,6 +65,15 @@ void pi_ctx_destroy(pi_ctx *c) {
     pi_free(&a, c->seq_len);
     pi_free(&a, c->next_pos);
     pi_free(&a, c->step_tok);
+    pi_free(&a, c->moe_prob);
+    pi_free(&a, c->moe_wt);
+    pi_free(&a, c->moe_sel);
+    pi_free(&a, c->moe_list);
+    pi_free(&a, c->moe_start);
+    pi_free(&a, c->moe_fill);
+    pi_free(&a, c->moe_xg);
+    pi_free(&a, c->moe_yg);
+    pi_free(&a, c->moe_acc);
     pi_stats_destroy(c->stats);
     pi_free(&a, c->layers);
     pi_free(&a, c->exec);
@@ -135,7 +144,7 @@ static int setup(struct pi_ctx *c, const pi_ctx_params *p) {
         PI_FAIL(&c->err, PI_ERR_NOMEM, "out of memory");
     PI_TRY(pi_exec_weights(c));
 
-    const int64_t E = hp->n_embd, F = hp->n_ff, B = c->n_batch;
+    const int64_t E = hp->n_embd, F = d->max_ff, B = c->n_batch;
     const int64_t qd = hp->n_head * hp->head_dim_k, kd = hp->n_head_kv * hp->head_dim_k;
     const int64_t vd = hp->n_head_kv * hp->head_dim_v, ad = hp->n_head * hp->head_dim_v;
     struct {
@@ -149,6 +158,22 @@ static int setup(struct pi_ctx *c, const pi_ctx_params *p) {
         *bufs[i].p = pi_calloc(a, (size_t)(B * bufs[i].w), sizeof(float));
         if (!*bufs[i].p)
             PI_FAIL(&c->err, PI_ERR_NOMEM, "out of memory for %lld-token scratch",
+                    (long long)B);
+    }
+    if (d->n_moe_layers) {
+        const int64_t X = hp->n_expert, K = hp->n_expert_used;
+        c->moe_prob = pi_calloc(a, (size_t)(B * X), sizeof(float));
+        c->moe_wt = pi_calloc(a, (size_t)(B * K), sizeof(float));
+        c->moe_sel = pi_calloc(a, (size_t)(B * K), sizeof(int32_t));
+        c->moe_list = pi_calloc(a, (size_t)(B * K), sizeof(int32_t));
+        c->moe_start = pi_calloc(a, (size_t)X + 1, sizeof(int64_t));
+        c->moe_fill = pi_calloc(a, (size_t)X, sizeof(int64_t));
+        c->moe_xg = pi_calloc(a, (size_t)(B * E), sizeof(float));
+        c->moe_yg = pi_calloc(a, (size_t)(B * E), sizeof(float));
+        c->moe_acc = pi_calloc(a, (size_t)(B * E), sizeof(float));
+        if (!c->moe_prob || !c->moe_wt || !c->moe_sel || !c->moe_list || !c->moe_start ||
+            !c->moe_fill || !c->moe_xg || !c->moe_yg || !c->moe_acc)
+            PI_FAIL(&c->err, PI_ERR_NOMEM, "out of memory for the experts' %lld-token scratch",
                     (long long)B);
     }
     c->n_seq = p->n_seq_max ? p->n_seq_max : 1;

@@ -74,6 +74,10 @@ static int target_type(const struct gguf_tensor *t, const pi_quantize_params *p,
         return PI_OK; /* a type we cannot read: carried over as bytes */
     if (p->keep_output && strcmp(t->name, "output.weight") == 0)
         return PI_OK;
+    /* mixture-of-experts routers stay as they are (as llama.cpp keeps them): they are
+     * small, and their rounding would move which experts a token gets */
+    if (ends_with(t->name, ".ffn_gate_inp.weight") || ends_with(t->name, ".ffn_gate_inp_shexp.weight"))
+        return PI_OK;
     uint32_t want = p->type;
     if (p->predictor_type && strncmp(t->name, "blk.", 4) == 0 &&
         (ends_with(t->name, ".fc1.weight") || ends_with(t->name, ".fc2.weight")))

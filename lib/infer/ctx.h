@@ -79,6 +79,16 @@ struct pi_ctx {
     float *gfull, *ufull;              /* [n_batch][n_ff] diagnostic full projections */
     int32_t *idx;                      /* [n_ff] neurons computed in this step */
     uint8_t *mark;                     /* [n_ff] */
+    /* Mixture of experts (models with expert layers; else NULL): the router's logits
+     * and then probabilities [n_batch][n_expert]; per token its chosen experts and
+     * their weights [n_batch][n_expert_used]; the (token, choice) pairs bucketed by
+     * expert: moe_start [n_expert + 1] offsets into moe_list [n_batch * n_expert_used]
+     * (entries t * n_expert_used + j), moe_fill [n_expert] scratch; an expert's tokens
+     * gathered, its output, and the layer's sum [n_batch][n_embd]. */
+    float *moe_prob, *moe_wt;
+    int32_t *moe_sel, *moe_list;
+    int64_t *moe_start, *moe_fill;
+    float *moe_xg, *moe_yg, *moe_acc;
     int stats_level;                   /* PI_STATS_* */
     int check_layers;                  /* PI_CHECK_LAYERS: NaN/Inf after each block */
     struct pi_stats *stats;            /* NULL when off */

@@ -44,6 +44,31 @@ static struct pi_norm_w norm_of(const struct pi_norm_desc *d) {
     return n;
 }
 
+/* A mixture-of-experts layer's router, experts (expert 0's views and the strides to
+ * the next) and shared expert. */
+static void experts_of(struct pi_layer_w *w, const struct pi_layer_desc *L,
+                       const struct pi_hparams *hp) {
+    const int64_t Fe = hp->n_ff_exp, E = hp->n_embd;
+    w->router = weight_of(L->router);
+    struct pi_experts *x = &w->exps;
+    if (L->gate_up_exps) { /* expert e: gate rows 2e Fe .., then up rows (2e + 1) Fe .. */
+        x->gate = weight_rows(L->gate_up_exps, 0, Fe);
+        x->up = weight_rows(L->gate_up_exps, Fe, Fe);
+        x->gate_stride = x->up_stride = 2 * (size_t)Fe * x->gate.row_bytes;
+    } else {
+        x->gate = weight_rows(L->gate_exps, 0, Fe);
+        x->up = weight_rows(L->up_exps, 0, Fe);
+        x->gate_stride = (size_t)Fe * x->gate.row_bytes;
+        x->up_stride = (size_t)Fe * x->up.row_bytes;
+    }
+    x->down = weight_rows(L->down_exps, 0, E);
+    x->down_stride = (size_t)E * x->down.row_bytes;
+    w->sh_gate = weight_of(L->gate_shexp);
+    w->sh_up = weight_of(L->up_shexp);
+    w->sh_down = weight_of(L->down_shexp);
+    w->sh_gate_inp = weight_rows(L->gate_inp_shexp, 0, 1);
+}
+
 int pi_exec_weights(struct pi_ctx *c) {
     const struct pi_model_desc *d = &c->model->desc;
     const struct pi_hparams *hp = &d->hp;
@@ -95,6 +120,8 @@ int pi_exec_weights(struct pi_ctx *c) {
         w->down_t = weight_of(L->ffn_down_t);
         w->fc1 = weight_of(L->fc1);
         w->fc2 = weight_of(L->fc2);
+        if (L->router)
+            experts_of(w, L, hp);
     }
     /* LongRoPE: the long factors when a sequence may grow past the trained context.
      * Copied: a file's data may sit at any byte (general.alignment 1), floats may not. */

@@ -301,8 +301,9 @@ static void attention_block(struct run *r, int64_t l, struct slot *ao) {
     bias(a, q, &W->bq, T);
     bias(a, k, &W->bk, T);
     bias(a, v, &W->bv, T);
-    rms_inplace(a, q, &W->q_norm, hp->norm_eps, T * hp->n_head);    /* per head */
-    rms_inplace(a, k, &W->k_norm, hp->norm_eps, T * hp->n_head_kv);
+    /* per head, or over the whole row (OLMoE): rows of the norm's width */
+    rms_inplace(a, q, &W->q_norm, hp->norm_eps, W->q_norm.n ? T * qd / W->q_norm.n : 0);
+    rms_inplace(a, k, &W->k_norm, hp->norm_eps, W->k_norm.n ? T * kd / W->k_norm.n : 0);
     q = inout(r, &r->q, kvu->at);
     k = inout(r, &r->k, kvu->at);
     v = in(r, &r->v, kvu->at);
@@ -372,6 +373,155 @@ static const float *ffn_dense(struct run *r, int64_t l, const struct unit *u,
         ls->bytes_ffn += (uint64_t)F * (W->gate.row_bytes + W->up.row_bytes) + down_bytes;
     }
     return g;
+}
+
+/* The router's choice for each of T tokens: logits p [T][X] become the gating's
+ * probabilities in place; sel/wt [T][K] the K largest (ties: the lower expert) and
+ * their weights, renormalised to sum 1 (sum clamped to 2^-14, as llama.cpp) when
+ * hp->moe_norm, times hp->moe_scale. A NaN logit still selects K distinct experts; the
+ * NaN reaches the output, where the step's checks report it. */
+static void route(const struct pi_hparams *hp, float *p, int64_t T, int32_t *sel, float *wt) {
+    const int64_t X = hp->n_expert, K = hp->n_expert_used;
+    for (int64_t t = 0; t < T; t++) {
+        float *z = p + t * X;
+        if (hp->moe_gating == PI_GATING_SOFTMAX) {
+            float mx = z[0];
+            for (int64_t e = 1; e < X; e++)
+                mx = z[e] > mx ? z[e] : mx;
+            double sum = 0.0;
+            for (int64_t e = 0; e < X; e++) {
+                z[e] = expf(z[e] - mx);
+                sum += z[e];
+            }
+            for (int64_t e = 0; e < X; e++)
+                z[e] = (float)(z[e] / sum);
+        } else if (hp->moe_gating == PI_GATING_SIGMOID) {
+            for (int64_t e = 0; e < X; e++)
+                z[e] = 1.0f / (1.0f + expf(-z[e]));
+        } else { /* sqrt(softplus) */
+            for (int64_t e = 0; e < X; e++)
+                z[e] = sqrtf(z[e] > 20.0f ? z[e] : log1pf(expf(z[e])));
+        }
+        int32_t *s = sel + t * K;
+        float *w = wt + t * K;
+        double sum = 0.0;
+        for (int64_t j = 0; j < K; j++) {
+            int64_t best = -1;
+            for (int64_t e = 0; e < X; e++) {
+                int taken = 0;
+                for (int64_t i = 0; i < j && !taken; i++)
+                    taken = s[i] == e;
+                if (!taken && (best < 0 || z[e] > z[best]))
+                    best = e;
+            }
+            s[j] = (int32_t)best;
+            w[j] = z[best];
+            sum += w[j];
+        }
+        const double div = hp->moe_norm ? (sum > 6.103515625e-5 ? sum : 6.103515625e-5) : 1.0;
+        for (int64_t j = 0; j < K; j++)
+            w[j] = (float)(w[j] / div * hp->moe_scale);
+    }
+}
+
+/* Expert e's view of an expert tensor (struct pi_experts). */
+static struct pi_weight expert(const struct pi_weight *w0, size_t stride, int64_t e) {
+    struct pi_weight w = *w0;
+    w.data = (const uint8_t *)w0->data + (size_t)e * stride;
+    return w;
+}
+
+/* y [T][E] = the mixture-of-experts FFN of layer l on the host's xn [T][E] (y may be
+ * xn): the router picks each token's experts; each expert that some token chose runs
+ * once, as a matrix product over its tokens (gathered), so a decode step reads only
+ * the chosen experts' weights; the outputs are summed with the router's weights; then
+ * the shared expert (times its sigmoid gate) is added. */
+static void ffn_moe(struct pi_ctx *c, int64_t l, int64_t T, const float *xn, float *y) {
+    const struct pi_hparams *hp = c->hp;
+    const struct pi_backend_vtable *be = c->be;
+    struct pi_backend *b = c->b;
+    const struct pi_layer_w *W = &c->layers[l];
+    const struct pi_experts *x = &W->exps;
+    const int64_t E = hp->n_embd, X = hp->n_expert, K = hp->n_expert_used, Fe = hp->n_ff_exp;
+    const enum pi_act act = act_of(hp->ffn_act, 1);
+    be->matmul(b, &W->router, xn, T, c->moe_prob);                  /* [T][X] */
+    be->sync(b);
+    route(hp, c->moe_prob, T, c->moe_sel, c->moe_wt);
+    /* bucket the (token, choice) pairs by expert, tokens ascending within one */
+    int64_t *start = c->moe_start, *fill = c->moe_fill;
+    memset(start, 0, (size_t)(X + 1) * sizeof *start);
+    for (int64_t i = 0; i < T * K; i++)
+        start[c->moe_sel[i] + 1]++;
+    for (int64_t e = 0; e < X; e++) {
+        start[e + 1] += start[e];
+        fill[e] = start[e];
+    }
+    for (int64_t i = 0; i < T * K; i++)
+        c->moe_list[fill[c->moe_sel[i]]++] = (int32_t)i;
+    float *acc = c->moe_acc;
+    memset(acc, 0, (size_t)(T * E) * sizeof *acc);
+    uint64_t experts_run = 0;
+    for (int64_t e = 0; e < X; e++) {
+        const int64_t n = start[e + 1] - start[e];
+        if (!n)
+            continue;
+        const int32_t *list = c->moe_list + start[e];
+        /* every token chose e (an expert is chosen at most once per token): xn as is */
+        const float *xin = xn;
+        if (n < T) {
+            for (int64_t i = 0; i < n; i++)
+                memcpy(c->moe_xg + i * E, xn + (list[i] / K) * E, (size_t)E * sizeof(float));
+            xin = c->moe_xg;
+        }
+        const struct pi_weight g = expert(&x->gate, x->gate_stride, e);
+        const struct pi_weight u = expert(&x->up, x->up_stride, e);
+        const struct pi_weight d = expert(&x->down, x->down_stride, e);
+        be->matmul(b, &g, xin, n, c->g);                             /* [n][Fe] */
+        be->matmul(b, &u, xin, n, c->u);
+        be->ffn_act(b, act, c->g, c->u, n * Fe);
+        be->matmul(b, &d, c->g, n, c->moe_yg);                       /* [n][E] */
+        be->sync(b);
+        for (int64_t i = 0; i < n; i++) {
+            const float w = c->moe_wt[list[i]];
+            float *a = acc + (list[i] / K) * E;
+            const float *v = c->moe_yg + i * E;
+            for (int64_t j = 0; j < E; j++)
+                a[j] += w * v[j];
+        }
+        experts_run++;
+    }
+    if (W->sh_up.data) {
+        const int64_t Fs = hp->n_ff_shexp;
+        be->matmul(b, &W->sh_gate, xn, T, c->g);                     /* [T][Fs] */
+        be->matmul(b, &W->sh_up, xn, T, c->u);
+        be->ffn_act(b, act, c->g, c->u, T * Fs);
+        be->matmul(b, &W->sh_down, c->g, T, c->moe_yg);              /* [T][E] */
+        if (W->sh_gate_inp.data)
+            be->matmul(b, &W->sh_gate_inp, xn, T, c->moe_prob);     /* [T][1] */
+        be->sync(b);
+        for (int64_t t = 0; t < T; t++) {
+            const float s = W->sh_gate_inp.data ? 1.0f / (1.0f + expf(-c->moe_prob[t])) : 1.0f;
+            float *a = acc + t * E;
+            const float *v = c->moe_yg + t * E;
+            for (int64_t j = 0; j < E; j++)
+                a[j] += s * v[j];
+        }
+    }
+    memcpy(y, acc, (size_t)(T * E) * sizeof *y);
+    if (c->stats) {
+        pi_layer_stats *ls = &c->stats->layer[l];
+        uint64_t bytes = (uint64_t)W->router.n_out * W->router.row_bytes +
+                         experts_run * ((uint64_t)Fe * (x->gate.row_bytes + x->up.row_bytes) +
+                                        (uint64_t)E * x->down.row_bytes);
+        if (W->sh_up.data)
+            bytes += (uint64_t)W->sh_gate.n_out * W->sh_gate.row_bytes +
+                     (uint64_t)W->sh_up.n_out * W->sh_up.row_bytes +
+                     (uint64_t)W->sh_down.n_out * W->sh_down.row_bytes +
+                     W->sh_gate_inp.row_bytes;
+        ls->bytes_ffn += bytes;
+        ls->rows_gate_up += experts_run * (uint64_t)Fe;
+        ls->rows_down += experts_run * (uint64_t)Fe;
+    }
 }
 
 /* The unit where layer l + 1 (or the output) reads the residual stream. */
@@ -474,7 +624,9 @@ static int step(struct pi_ctx *c, const pi_batch_entry *e, const int32_t *pos, i
                 true_activations(c, L, T);
                 truth = c->gfull;
             }
-            if (c->mode == PI_SPARSE_DENSE && !n_dev) {
+            if (L->router.data) {
+                ffn_moe(c, l, T, in(&r, &r.xn, HOST), out(&r.xn, HOST));
+            } else if (c->mode == PI_SPARSE_DENSE && !n_dev) {
                 truth = ffn_dense(&r, l, &r.host, L, &r.xn, &r.xn);
             } else {
                 const int64_t n = ffn_sparse(c, l, T, n_dev ? D->on_dev : NULL, y);

@@ -201,6 +201,9 @@ int pi_hybrid_plan(const struct pi_model *m, const pi_ctx_params *p,
     *out = NULL;
     const struct pi_allocator *a = &m->alloc;
     const struct pi_hparams *hp = &m->desc.hp;
+    if (m->desc.n_moe_layers)
+        PI_FAIL(err, PI_ERR_UNSUPPORTED, "this mixture-of-experts model runs on the CPU only: "
+                "placing experts on a device is not supported yet");
     const double **freq = pi_calloc(a, (size_t)hp->n_layer, sizeof *freq);
     struct pi_plan *pl = pi_calloc(a, 1, sizeof *pl);
     if (!freq || !pl) {

@@ -27,6 +27,17 @@ struct pi_layer_w {
     struct pi_weight down_t;              /* {n_embd, n_ff} (PowerInfer files) */
     int has_down;                         /* 1: down, 0: down_t */
     struct pi_weight fc1, fc2;            /* predictor {n_embd, rank}, {rank, n_ff} */
+    /* Mixture of experts (router.data NULL: a dense layer). */
+    struct pi_weight router;              /* {n_embd, n_expert} */
+    struct pi_experts {
+        /* expert 0's gate and up {n_embd, n_ff_exp} and down {n_ff_exp, n_embd}; expert
+         * e's are these views moved by e times the stride (bytes), so a file's fused
+         * gate_up tensor is two views with a stride of both halves */
+        struct pi_weight gate, up, down;
+        size_t gate_stride, up_stride, down_stride;
+    } exps;
+    struct pi_weight sh_gate, sh_up, sh_down; /* shared expert; data NULL: none */
+    struct pi_weight sh_gate_inp;         /* {n_embd, 1}: its sigmoid gate; NULL: none */
 };
 
 #endif

@@ -6,8 +6,9 @@
 #include "model/desc.h"
 
 static const struct pi_arch_info arch_table[PI_ARCH_COUNT] = {
+    /* llama: also Mixtral (experts, renormalised top-k weights) */
     [PI_ARCH_LLAMA] = {"llama", PI_ARCH_LLAMA, PI_NORM_RMS, PI_FFN_SILU,
-                       PI_AF_GATED | PI_AF_SPARSE, 0, 0.0f},
+                       PI_AF_GATED | PI_AF_SPARSE | PI_AF_MOE, 0, 0.0f, 1},
     [PI_ARCH_BAMBOO] = {"bamboo", PI_ARCH_BAMBOO, PI_NORM_RMS, PI_FFN_RELU_BOTH,
                         PI_AF_GATED | PI_AF_SPARSE, 0, 0.0f},
     [PI_ARCH_QWEN2] = {"qwen2", PI_ARCH_QWEN2, PI_NORM_RMS, PI_FFN_SILU,
@@ -27,6 +28,12 @@ static const struct pi_arch_info arch_table[PI_ARCH_COUNT] = {
     /* Falcon's FFN is nn.GELU(), the exact one */
     [PI_ARCH_FALCON] = {"falcon", PI_ARCH_FALCON, PI_NORM_LAYER, PI_FFN_GELU_ERF,
                         PI_AF_NEOX | PI_AF_PARALLEL, 0, 0.0f},
+    [PI_ARCH_QWEN2MOE] = {"qwen2moe", PI_ARCH_QWEN2MOE, PI_NORM_RMS, PI_FFN_SILU,
+                          PI_AF_GATED | PI_AF_NEOX | PI_AF_MOE, 0, 0.0f, 0},
+    [PI_ARCH_QWEN3MOE] = {"qwen3moe", PI_ARCH_QWEN3MOE, PI_NORM_RMS, PI_FFN_SILU,
+                          PI_AF_GATED | PI_AF_NEOX | PI_AF_MOE, 0, 0.0f, 1},
+    [PI_ARCH_OLMOE] = {"olmoe", PI_ARCH_OLMOE, PI_NORM_RMS, PI_FFN_SILU,
+                       PI_AF_GATED | PI_AF_NEOX | PI_AF_MOE, 0, 0.0f, 0},
 };
 
 const struct pi_arch_info *pi_arch_find(const char *name, uint64_t len) {

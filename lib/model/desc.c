@@ -11,7 +11,7 @@
  * they fail with PI_ERR_UNSUPPORTED rather than as unknown. */
 static const char *const known_unsupported[] = {
     "opt", "gpt2", "gptj", "gptneox", "mpt", "starcoder", "persimmon", "refact", "bloom",
-    "stablelm", "baichuan", "qwen", "qwen2moe", "qwen3moe", "phi2", "phimoe", "gemma",
+    "stablelm", "baichuan", "qwen", "phi2", "phimoe", "gemma", "gpt-oss",
     "gemma3n", "mistral3", "deepseek", "deepseek2", "command-r", "cohere2", "olmo",
     "olmo2", "granite", "exaone", "mamba", "bert", "t5", "llama4", NULL,
 };
@@ -95,6 +95,7 @@ static const struct {
     {"residual_scale", "residual multiplier", 1.0f},
     {"logit_scale", "logit scale", 1.0f},
     {"rope.scaling.yarn_log_multiplier", "YaRN log multiplier", 0.0f},
+    {"attention.clamp_kqv", "q/k/v clamping (OLMo's clip_qkv)", 0.0f},
 };
 
 static int refuse_unsupported_keys(const struct reader *r) {
@@ -315,6 +316,36 @@ static int want(struct reader *r, const char *name, enum tensor_kind kind, int64
     return PI_OK;
 }
 
+/* A 3-D tensor of experts {ne0, ne1, ne2} (ne2 experts of ne1 rows), any computable
+ * type; optional ones give *out = NULL when absent. */
+static int want3(struct reader *r, const char *name, int64_t ne0, int64_t ne1, int64_t ne2,
+                 int optional, const struct gguf_tensor **out) {
+    *out = NULL;
+    int64_t i = gguf_find_tensor(r->f, name);
+    if (i < 0) {
+        if (optional)
+            return PI_OK;
+        PI_FAIL(r->err, PI_ERR_FORMAT, "tensor '%s' is missing", name);
+    }
+    const struct gguf_tensor *t = &r->f->tensors[i];
+    if (t->n_dims != 3 || t->ne[0] != ne0 || t->ne[1] != ne1 || t->ne[2] != ne2) {
+        char got[96] = "{";
+        for (uint32_t d = 0; d < t->n_dims && d < GGUF_MAX_DIMS; d++)
+            snprintf(got + strlen(got), sizeof got - strlen(got), "%s%lld", d ? ", " : "",
+                     (long long)t->ne[d]);
+        PI_FAIL(r->err, PI_ERR_FORMAT, "tensor '%s' has shape %s}, expected {%lld, %lld, %lld} "
+                "(n_embd or an expert's width, by the expert count)", name, got,
+                (long long)ne0, (long long)ne1, (long long)ne2);
+    }
+    const struct pi_type_traits *tt = pi_type_traits(t->type);
+    if (!tt->to_float)
+        PI_FAIL(r->err, PI_ERR_UNSUPPORTED,
+                "tensor '%s' has type %s, which this build cannot compute with", name,
+                tt->name);
+    *out = t;
+    return PI_OK;
+}
+
 /* A norm: "<base>.weight" [n_embd] (required unless optional), and for LayerNorm its
  * optional "<base>.bias". */
 static int want_norm(struct reader *r, const struct pi_hparams *hp, const char *base,
@@ -327,6 +358,35 @@ static int want_norm(struct reader *r, const struct pi_hparams *hp, const char *
         snprintf(n1, sizeof n1, "%s.bias", base);
         PI_TRY(want(r, n1, K_NORM, n, 0, 1, &out->b));
     }
+    return PI_OK;
+}
+
+/* The FFN of a mixture-of-experts layer: router, experts (gate and up separate or
+ * fused), and a shared expert with its optional gate. */
+static int build_moe(struct reader *r, const struct pi_hparams *hp, int64_t il,
+                     struct pi_layer_desc *L) {
+    char n[GGUF_MAX_NAME + 32];
+    const int64_t E = hp->n_embd, X = hp->n_expert, Fe = hp->n_ff_exp, Fs = hp->n_ff_shexp;
+#define NAME(s) (snprintf(n, sizeof n, "blk.%lld." s ".weight", (long long)il), n)
+    PI_TRY(want(r, NAME("ffn_gate_inp"), K_WEIGHT, E, X, 0, &L->router));
+    if (gguf_find_tensor(r->f, NAME("ffn_gate_up_exps")) >= 0) {
+        PI_TRY(want3(r, NAME("ffn_gate_up_exps"), E, 2 * Fe, X, 0, &L->gate_up_exps));
+    } else {
+        PI_TRY(want3(r, NAME("ffn_gate_exps"), E, Fe, X, 0, &L->gate_exps));
+        PI_TRY(want3(r, NAME("ffn_up_exps"), E, Fe, X, 0, &L->up_exps));
+    }
+    PI_TRY(want3(r, NAME("ffn_down_exps"), Fe, E, X, 0, &L->down_exps));
+    if (gguf_find_tensor(r->f, NAME("ffn_up_shexp")) >= 0) {
+        PI_TRY(want(r, NAME("ffn_gate_shexp"), K_WEIGHT, E, Fs, 0, &L->gate_shexp));
+        PI_TRY(want(r, NAME("ffn_up_shexp"), K_WEIGHT, E, Fs, 0, &L->up_shexp));
+        PI_TRY(want(r, NAME("ffn_down_shexp"), K_WEIGHT, Fs, E, 0, &L->down_shexp));
+        const int64_t gi = gguf_find_tensor(r->f, NAME("ffn_gate_inp_shexp"));
+        if (gi >= 0 && r->f->tensors[gi].n_dims == 1)
+            PI_TRY(want(r, n, K_NORM, E, 0, 0, &L->gate_inp_shexp));
+        else if (gi >= 0)
+            PI_TRY(want(r, n, K_WEIGHT, E, 1, 0, &L->gate_inp_shexp));
+    }
+#undef NAME
     return PI_OK;
 }
 
@@ -367,11 +427,18 @@ static int build_layer(struct reader *r, const struct pi_hparams *hp, int64_t il
         PI_TRY(want(r, BIAS("attn_k"), K_NORM, k, 0, 1, &L->bk));
         PI_TRY(want(r, BIAS("attn_v"), K_NORM, v, 0, 1, &L->bv));
     }
-    PI_TRY(want(r, NAME("attn_q_norm"), K_NORM, hp->head_dim_k, 0, 1, &L->q_norm));
-    PI_TRY(want(r, NAME("attn_k_norm"), K_NORM, hp->head_dim_k, 0, 1, &L->k_norm));
+    /* q/k norms per head ({head_dim}), or over the whole q / k row (OLMoE) */
+    const int64_t qi = gguf_find_tensor(r->f, NAME("attn_q_norm"));
+    const int64_t ki = gguf_find_tensor(r->f, NAME("attn_k_norm"));
+    const int64_t qn = qi >= 0 && r->f->tensors[qi].ne[0] == q ? q : hp->head_dim_k;
+    const int64_t kn = ki >= 0 && r->f->tensors[ki].ne[0] == k ? k : hp->head_dim_k;
+    PI_TRY(want(r, NAME("attn_q_norm"), K_NORM, qn, 0, 1, &L->q_norm));
+    PI_TRY(want(r, NAME("attn_k_norm"), K_NORM, kn, 0, 1, &L->k_norm));
     PI_TRY(want(r, NAME("attn_output"), K_WEIGHT, o, E, 0, &L->wo));
     PI_TRY(want(r, BIAS("attn_output"), K_NORM, E, 0, 1, &L->bo));
     PI_TRY(want(r, NAME("post_attention_norm"), K_NORM, E, 0, 1, &L->attn_post_norm));
+    if (gguf_find_tensor(r->f, NAME("ffn_gate_inp")) >= 0)
+        return build_moe(r, hp, il, L);
     /* FFN: gated with gate and up, gated with up holding both (Phi-3), or plain */
     if (flags & PI_AF_GATED) {
         const int has_gate = gguf_find_tensor(r->f, NAME("ffn_gate")) >= 0;
@@ -497,24 +564,66 @@ static const char *layer_part(const char *name, int64_t *layer) {
     return p + 1;
 }
 
-/* Mixture-of-experts files (Mixtral and its kin carry arch "llama") are named for what
- * they are before the layers are built, rather than for the dense ffn_gate they lack:
- * <arch>.expert_count > 0, or a router or expert tensor. */
-static int check_experts(const struct reader *r) {
-    int64_t n_expert;
-    PI_TRY(get_int(r, "expert_count", 0, 0, (int64_t)1 << 32, &n_expert));
-    if (n_expert > 0)
-        PI_FAIL(r->err, PI_ERR_UNSUPPORTED, "mixture-of-experts models (%sexpert_count = %lld) "
-                "are not supported yet", r->prefix, (long long)n_expert);
-    for (uint64_t i = 0; i < r->f->n_tensors; i++) {
-        const char *name = r->f->tensors[i].name;
-        int64_t l;
-        const char *part = layer_part(name, &l);
-        if (part && (strncmp(part, "ffn_gate_inp", 12) == 0 || strstr(part, "_exps") ||
-                     strstr(part, "_shexp")))
-            PI_FAIL(r->err, PI_ERR_UNSUPPORTED, "tensor '%s' belongs to a mixture-of-experts "
-                    "model, which is not supported yet", name);
+/* Whether "blk.N.<part>" names a mixture-of-experts tensor. */
+static int is_moe_part(const char *part) {
+    return strncmp(part, "ffn_gate_inp", 12) == 0 || strstr(part, "_exps") ||
+           strstr(part, "_shexp") || strncmp(part, "exp_probs", 9) == 0;
+}
+
+/* Mixture-of-experts hyper-parameters (Mixtral and its kin carry arch "llama"):
+ * <arch>.expert_count > 0 makes a file one. A file without it may have no expert
+ * tensor, and one of an architecture without experts is named for what it is. */
+static int read_moe(struct reader *r, struct pi_hparams *hp) {
+    const int64_t big = PI_MAX_WIDTH;
+    PI_TRY(get_int(r, "expert_count", 0, 0, PI_MAX_EXPERTS, &hp->n_expert));
+    if (hp->n_expert == 0) {
+        for (uint64_t i = 0; i < r->f->n_tensors; i++) {
+            const char *name = r->f->tensors[i].name;
+            int64_t l;
+            const char *part = layer_part(name, &l);
+            if (part && is_moe_part(part))
+                PI_FAIL(r->err, PI_ERR_FORMAT, "tensor '%s' belongs to a mixture-of-experts "
+                        "layer, but the file has no %sexpert_count", name, r->prefix);
+        }
+        return PI_OK;
     }
+    if (!(hp->info->flags & PI_AF_MOE))
+        PI_FAIL(r->err, PI_ERR_UNSUPPORTED, "mixture-of-experts files of architecture '%s' "
+                "(%sexpert_count = %lld) are not supported (llama/Mixtral, qwen2moe, qwen3moe, "
+                "olmoe are)", hp->info->name, r->prefix, (long long)hp->n_expert);
+    if (hp->sparse)
+        PI_FAIL(r->err, PI_ERR_UNSUPPORTED, "PowerInfer (PWRI) files with experts are not "
+                "supported");
+    PI_TRY(get_int(r, "expert_used_count", -1, 1, hp->n_expert, &hp->n_expert_used));
+    PI_TRY(get_int(r, "expert_feed_forward_length", hp->n_ff, 1, big, &hp->n_ff_exp));
+    PI_TRY(get_int(r, "expert_shared_feed_forward_length", hp->n_ff_exp, 1, big,
+                   &hp->n_ff_shexp));
+    int64_t groups;
+    PI_TRY(get_int(r, "expert_group_count", 1, 0, hp->n_expert, &groups));
+    if (groups > 1)
+        PI_FAIL(r->err, PI_ERR_UNSUPPORTED, "metadata '%sexpert_group_count' = %lld: grouped "
+                "expert routing (DeepSeek-V3) is not supported", r->prefix, (long long)groups);
+    int64_t gating;
+    PI_TRY(get_int(r, "expert_gating_func", PI_GATING_SOFTMAX, 0, 255, &gating));
+    if (gating != PI_GATING_SOFTMAX && gating != PI_GATING_SIGMOID &&
+        gating != PI_GATING_SQRT_SOFTPLUS)
+        PI_FAIL(r->err, PI_ERR_UNSUPPORTED, "metadata '%sexpert_gating_func' = %lld is not "
+                "supported (1 softmax, 2 sigmoid, 4 sqrt-softplus are)", r->prefix,
+                (long long)gating);
+    hp->moe_gating = (enum pi_moe_gating)gating;
+    char key[128];
+    snprintf(key, sizeof key, "%sexpert_weights_norm", r->prefix);
+    const struct gguf_kv *kv = gguf_find_kv(r->f, key);
+    hp->moe_norm = hp->info->moe_norm_default;
+    if (kv) {
+        int64_t v;
+        if (kv->type != PI_META_BOOL || gguf_kv_int(r->f, kv, 0, &v) < 0)
+            PI_FAIL(r->err, PI_ERR_FORMAT, "metadata '%s' must be a boolean", key);
+        hp->moe_norm = v != 0;
+    }
+    PI_TRY(get_arch_float(r, "expert_weights_scale", 1.0f, 0.0f, 1e6f, &hp->moe_scale));
+    if (hp->moe_scale == 0.0f) /* llama.cpp's "none" */
+        hp->moe_scale = 1.0f;
     return PI_OK;
 }
 
@@ -567,8 +676,17 @@ static int check_tensors(struct reader *r, struct pi_model_desc *d, const struct
     d->max_rank = 0;
     for (int64_t l = 0; l < hp->n_layer; l++)
         d->max_rank = d->layers[l].pred_rank > d->max_rank ? d->layers[l].pred_rank : d->max_rank;
+    d->n_moe_layers = 0;
+    for (int64_t l = 0; l < hp->n_layer; l++)
+        d->n_moe_layers += d->layers[l].router != NULL;
+    d->max_ff = hp->n_ff;
+    if (d->n_moe_layers) {
+        d->max_ff = hp->n_ff_exp > d->max_ff ? hp->n_ff_exp : d->max_ff;
+        d->max_ff = hp->n_ff_shexp > d->max_ff ? hp->n_ff_shexp : d->max_ff;
+    }
     const int64_t w[] = {hp->n_embd,
-                         hp->n_ff,
+                         d->max_ff,
+                         hp->n_expert,
                          hp->n_head * hp->head_dim_k,
                          hp->n_head_kv * hp->head_dim_k,
                          hp->n_head_kv * hp->head_dim_v,
@@ -594,7 +712,9 @@ static int check_tensors(struct reader *r, struct pi_model_desc *d, const struct
             L->q_norm,      L->k_norm,      L->wo,       L->bo,         L->attn_post_norm,
             L->norm_ffn.w,  L->norm_ffn.b,  L->ffn_gate, L->ffn_up,     L->ffn_down,
             L->ffn_down_t,  L->b_gate,      L->b_up,     L->b_down,     L->ffn_post_norm,
-            L->fc1,         L->fc2};
+            L->fc1,         L->fc2,         L->router,   L->gate_exps,  L->up_exps,
+            L->gate_up_exps, L->down_exps,  L->gate_shexp, L->up_shexp, L->down_shexp,
+            L->gate_inp_shexp};
         for (size_t i = 0; i < sizeof ts / sizeof *ts; i++)
             mark(used, f, ts[i]);
     }
@@ -634,13 +754,14 @@ int pi_model_desc_build(struct pi_model_desc *d, const struct gguf_file *f,
             shown[i] = (unsigned char)arch[i] < 0x20 || arch[i] == 0x7f ? '?' : arch[i];
         shown[n] = 0;
         PI_FAIL(err, PI_ERR_UNSUPPORTED, "%s architecture '%s' is not supported (llama, "
-                "bamboo, qwen2, qwen3, gemma2, gemma3, phi3, starcoder2, falcon are)",
+                "bamboo, qwen2, qwen3, qwen2moe, qwen3moe, olmoe, gemma2, gemma3, phi3, starcoder2, "
+                "falcon are)",
                 known ? "the" : "unknown", shown);
     }
     hp->sparse = f->magic == GGUF_MAGIC_PWRI;
     snprintf(r.prefix, sizeof r.prefix, "%s.", pi_arch_name(hp->arch));
-    PI_TRY(check_experts(&r));
     PI_TRY(read_hparams(&r, hp, lg));
+    PI_TRY(read_moe(&r, hp));
 
     int64_t ti = gguf_find_tensor(f, "token_embd.weight");
     if (ti < 0)

@@ -19,6 +19,9 @@ enum pi_arch {
     PI_ARCH_PHI3,       /* fused QKV and gate/up, LongRoPE */
     PI_ARCH_STARCODER2, /* LayerNorm with bias, plain GELU FFN, biases */
     PI_ARCH_FALCON,     /* parallel attention and FFN, LayerNorm, fused QKV */
+    PI_ARCH_QWEN2MOE,   /* Qwen1.5-MoE, Qwen2-MoE: experts + a gated shared expert */
+    PI_ARCH_QWEN3MOE,   /* Qwen3-30B-A3B, 235B-A22B: experts, per-head q/k norms */
+    PI_ARCH_OLMOE,      /* OLMoE: experts, q/k norms over the whole q/k row */
     PI_ARCH_COUNT
 };
 
@@ -45,6 +48,14 @@ enum {
     PI_AF_PARALLEL = 1u << 2,   /* attention and FFN read the same input, x += both */
     PI_AF_EMBD_SCALE = 1u << 3, /* embeddings multiplied by sqrt(n_embd) */
     PI_AF_SPARSE = 1u << 4,     /* PowerInfer (PWRI) files of it run */
+    PI_AF_MOE = 1u << 5,        /* its files may have mixture-of-experts layers */
+};
+
+/* How a mixture-of-experts router turns its logits into expert weights. */
+enum pi_moe_gating {
+    PI_GATING_SOFTMAX = 1, /* softmax over all experts, then the top k (llama.cpp's 1) */
+    PI_GATING_SIGMOID = 2, /* sigmoid per expert, then the top k (llama.cpp's 2) */
+    PI_GATING_SQRT_SOFTPLUS = 4, /* sqrt(softplus(x)) per expert, then the top k (4) */
 };
 
 struct pi_arch_info {
@@ -58,6 +69,10 @@ struct pi_arch_info {
      * layer local (the window applies everywhere). */
     int swa_period;
     float swa_rope_base;       /* RoPE base of local layers when the file gives none; 0: the global one */
+    /* Mixture-of-experts files: whether the top-k weights are renormalised to sum to 1
+     * when the file has no <arch>.expert_weights_norm (llama.cpp's choice per
+     * architecture: Mixtral and Qwen3-MoE do, Qwen2-MoE and OLMoE do not). */
+    int moe_norm_default;
 };
 
 /* The table entry for general.architecture = name[0..len), or NULL. */
@@ -99,6 +114,16 @@ struct pi_hparams {
     int64_t n_swa;        /* attention.sliding_window; 0: none */
     float sparse_threshold; /* powerinfer.sparse_threshold, default 0 */
     enum pi_ffn_act ffn_act;
+    /* Mixture of experts (n_expert > 0): <arch>.expert_count experts per MoE layer, of
+     * which expert_used_count run per token; each expert a gated FFN of n_ff_exp
+     * neurons (expert_feed_forward_length, default n_ff); a shared expert of n_ff_shexp
+     * (expert_shared_feed_forward_length, default n_ff_exp) where the file has one.
+     * Weights: gating of the router logits, top k, renormalised when moe_norm, times
+     * moe_scale (expert_weights_scale, default 1). */
+    int64_t n_expert, n_expert_used, n_ff_exp, n_ff_shexp;
+    enum pi_moe_gating moe_gating;
+    int moe_norm;
+    float moe_scale;
 };
 
 /* A norm: weight, and a bias for LayerNorm when the file has one. */
@@ -131,6 +156,15 @@ struct pi_layer_desc {
     const struct gguf_tensor *fc1;        /* {n_embd, rank}: predictor, sparse files */
     const struct gguf_tensor *fc2;        /* {rank, n_ff} */
     int64_t pred_rank;                    /* 0 for dense files */
+    /* A mixture-of-experts layer (ffn_gate_inp present; the dense FFN tensors above
+     * are then NULL): the router {n_embd, n_expert}; the experts as 3-D tensors, gate
+     * and up {n_embd, n_ff_exp, n_expert} (or fused: gate_up {n_embd, 2 n_ff_exp,
+     * n_expert}, each expert's gate rows then its up rows), down {n_ff_exp, n_embd,
+     * n_expert}; a shared expert {n_embd, n_ff_shexp} x2 and {n_ff_shexp, n_embd}, with
+     * an optional sigmoid gate {n_embd} or {n_embd, 1}. */
+    const struct gguf_tensor *router;
+    const struct gguf_tensor *gate_exps, *up_exps, *gate_up_exps, *down_exps;
+    const struct gguf_tensor *gate_shexp, *up_shexp, *down_shexp, *gate_inp_shexp;
     /* resolved per layer */
     int64_t window;                       /* sliding window; 0: the whole context */
     float rope_base, rope_scale;          /* this layer's RoPE base and linear factor */
@@ -145,6 +179,8 @@ struct pi_model_desc {
     const struct gguf_tensor *rope_long, *rope_short; /* [n_rot/2] LongRoPE, or NULL */
     struct pi_layer_desc *layers;          /* [n_layer] */
     int64_t max_rank;  /* the largest pred_rank (0: dense file) */
+    int64_t n_moe_layers; /* layers with experts (0: not a mixture-of-experts model) */
+    int64_t max_ff;    /* the widest FFN hidden row: n_ff, n_ff_exp, n_ff_shexp */
     /* The widest activation row the forward pass hands an op: the largest of n_embd,
      * n_ff, the q/k/v/attention-output widths and max_rank. Scratch that an op sizes by
      * its input width is sized by this (and by n_ctx for attention scores, a context's
@@ -153,13 +189,15 @@ struct pi_model_desc {
 };
 
 #define PI_MAX_LAYERS 512
+/* The most experts a mixture-of-experts layer may have. */
+#define PI_MAX_EXPERTS 4096
 /* The largest width a file may give anything that becomes an activation row (n_embd,
  * n_ff, n_head * head_dim, a predictor rank): [n_batch][width] scratch then stays far
  * from overflowing an int64_t or size_t. Larger: PI_ERR_FORMAT. */
 #define PI_MAX_WIDTH ((int64_t)1 << 24)
 
 /* Build and check the description. PI_ERR_UNSUPPORTED for an architecture, a tensor
- * type or a feature this build cannot run (mixture-of-experts, and every tensor the
+ * type or a feature this build cannot run (every tensor the
  * forward pass would not read unless docs/formats.md lists it as harmless), PI_ERR_FORMAT for a missing or misshaped tensor or a
  * bad hyper-parameter; the message names the tensor or key and what was expected. `progress` (may be NULL) is polled per layer; non-zero aborts. */
 int pi_model_desc_build(struct pi_model_desc *d, const struct gguf_file *f,

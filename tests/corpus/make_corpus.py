@@ -340,6 +340,7 @@ def refused_files():
         "model_phi3_ffn_up_wrong_width.gguf": tiny_llama(arch="phi3", prefix="phi3",
             drop=("blk.0.ffn_gate.weight", "blk.0.ffn_up.weight"),
             extra_tensors=[("blk.0.ffn_up.weight", [8, 24], T_F32, f32s(8 * 24, 40))]),
+        **moe_files()[1],
     }
 
 
@@ -426,6 +427,7 @@ def model_files():
             extra_tensors=[("blk.0.attn_q.bias", [8], T_F32, f32s(8, 11))]),
     }
     valid.update(arch_files())
+    valid.update(moe_files()[0])
     zero = lambda n: b"\0" * n
     unsupported = {
         # gpt-oss's attention sinks: not read by any architecture here
@@ -452,16 +454,86 @@ def model_files():
             extra_tensors=[("blk.0.attn_norm.bias", [8], T_F32, zero(32))]),
         # "llama\0x" is not llama (the message once read "unknown architecture 'llama'")
         "model_arch_nul.gguf": tiny_llama(arch="llama\0x"),
-        # Mixtral's layout: arch llama, 4 experts, a router and no dense FFN.
-        "model_llama_moe.gguf": tiny_llama(
-            extra_kvs=[("llama.expert_count", U32, 4), ("llama.expert_used_count", U32, 2)],
-            drop=("blk.0.ffn_gate.weight", "blk.0.ffn_up.weight", "blk.0.ffn_down.weight"),
-            extra_tensors=[("blk.0.ffn_gate_inp.weight", [8, 4], T_F32, zero(128)),
-                           ("blk.0.ffn_gate_exps.weight", [8, 16, 4], T_F32, zero(2048)),
-                           ("blk.0.ffn_up_exps.weight", [8, 16, 4], T_F32, zero(2048)),
-                           ("blk.0.ffn_down_exps.weight", [16, 8, 4], T_F32, zero(2048))]),
+        # experts in an architecture without them, grouped routing, an unknown gating
+        # function, a router bias (gpt-oss) that would go unused
+        "model_qwen2_experts.gguf": tiny_moe(arch="qwen2"),
+        "model_llama_moe_groups.gguf": tiny_moe(extra_kvs=[("llama.expert_group_count", U32, 2)]),
+        "model_llama_moe_gating_3.gguf": tiny_moe(extra_kvs=[("llama.expert_gating_func", U32, 3)]),
+        "model_llama_moe_router_bias.gguf": tiny_moe(
+            extra_tensors=[("blk.0.ffn_gate_inp.bias", [4], T_F32, zero(16))]),
     }
     return valid, unsupported
+
+
+MOE_DENSE = ("blk.0.ffn_gate.weight", "blk.0.ffn_up.weight", "blk.0.ffn_down.weight")
+
+
+def tiny_moe(arch="llama", n_expert=4, used=2, Fe=16, extra_kvs=(), extra_tensors=(), drop=(),
+             fused=False, shared=False):
+    """tiny_llama with its FFN replaced by n_expert experts of Fe neurons (Mixtral's
+    layout; arch may be another prefix), top `used`; optionally fused gate_up experts
+    and a gated shared expert of 12 neurons."""
+    E = 8
+    kvs = [(arch + ".expert_count", U32, n_expert), (arch + ".expert_used_count", U32, used),
+           (arch + ".expert_feed_forward_length", U32, Fe)]
+    ts = [("blk.0.ffn_gate_inp.weight", [E, n_expert], T_F32, f32s(E * n_expert, 50, 1.0))]
+    if fused:
+        ts.append(("blk.0.ffn_gate_up_exps.weight", [E, 2 * Fe, n_expert], T_F32,
+                   f32s(E * 2 * Fe * n_expert, 51)))
+    else:
+        ts += [("blk.0.ffn_gate_exps.weight", [E, Fe, n_expert], T_F32, f32s(E * Fe * n_expert, 52)),
+               ("blk.0.ffn_up_exps.weight", [E, Fe, n_expert], T_F32, f32s(E * Fe * n_expert, 53))]
+    ts.append(("blk.0.ffn_down_exps.weight", [Fe, E, n_expert], T_F32, f32s(Fe * E * n_expert, 54)))
+    if shared:
+        kvs.append((arch + ".expert_shared_feed_forward_length", U32, 12))
+        ts += [("blk.0.ffn_gate_shexp.weight", [E, 12], T_F32, f32s(E * 12, 55)),
+               ("blk.0.ffn_up_shexp.weight", [E, 12], T_F32, f32s(E * 12, 56)),
+               ("blk.0.ffn_down_shexp.weight", [12, E], T_F32, f32s(12 * E, 57)),
+               ("blk.0.ffn_gate_inp_shexp.weight", [E], T_F32, f32s(E, 58, 1.0))]
+    ts = [t for t in ts if t[0] not in drop]
+    return tiny_llama(arch=arch, prefix=arch, extra_kvs=list(kvs) + list(extra_kvs),
+                      drop=MOE_DENSE, extra_tensors=ts + list(extra_tensors))
+
+
+def moe_files():
+    """(valid, refused) mixture-of-experts models (issue 16)."""
+    qk = lambda E, seed: [("blk.0.attn_q_norm.weight", [E], T_F32, f32s(E, seed, 1.0)),
+                          ("blk.0.attn_k_norm.weight", [E], T_F32, f32s(E, seed + 1, 1.0))]
+    valid = {
+        # Mixtral's layout: arch llama, 4 experts, top 2, a router and no dense FFN
+        "model_llama_moe.gguf": tiny_moe(),
+        # every expert chosen (k = n), one expert (k = 1), fused gate_up experts
+        "model_llama_moe_all.gguf": tiny_moe(used=4),
+        "model_llama_moe_top1.gguf": tiny_moe(used=1),
+        "model_llama_moe_fused.gguf": tiny_moe(fused=True),
+        # Qwen2-MoE's gated shared expert; sigmoid gating, renormalised, scaled
+        "model_qwen2moe.gguf": tiny_moe(arch="qwen2moe", shared=True, extra_kvs=[
+            ("qwen2moe.expert_gating_func", U32, 2), ("qwen2moe.expert_weights_norm", BOOL, 1),
+            ("qwen2moe.expert_weights_scale", F32, 2.5)]),
+        # OLMoE's q/k norms over the whole row (n_embd 8 = 2 heads of 4)
+        "model_olmoe.gguf": tiny_moe(arch="olmoe", extra_tensors=qk(8, 59)),
+        "model_qwen3moe.gguf": tiny_moe(arch="qwen3moe", extra_tensors=qk(4, 61)),
+    }
+    refused = {
+        # k above the expert count, or missing
+        "model_llama_moe_used_5.gguf": tiny_moe(used=5),
+        "model_llama_moe_used_0.gguf": tiny_moe(used=0),
+        # experts as a 2-D tensor, a third dimension that is not the expert count, a
+        # router of the wrong width
+        "model_llama_moe_exps_2d.gguf": tiny_moe(drop=("blk.0.ffn_up_exps.weight",),
+            extra_tensors=[("blk.0.ffn_up_exps.weight", [8, 64], T_F32, f32s(8 * 64, 60))]),
+        "model_llama_moe_exps_ne2.gguf": tiny_moe(drop=("blk.0.ffn_down_exps.weight",),
+            extra_tensors=[("blk.0.ffn_down_exps.weight", [16, 8, 3], T_F32, f32s(16 * 8 * 3, 60))]),
+        "model_llama_moe_router_width.gguf": tiny_moe(drop=("blk.0.ffn_gate_inp.weight",),
+            extra_tensors=[("blk.0.ffn_gate_inp.weight", [8, 5], T_F32, f32s(40, 60))]),
+        # a shared expert's gate of the wrong width; expert tensors without expert_count
+        "model_qwen2moe_shexp_gate_width.gguf": tiny_moe(arch="qwen2moe", shared=True,
+            drop=("blk.0.ffn_gate_inp_shexp.weight",),
+            extra_tensors=[("blk.0.ffn_gate_inp_shexp.weight", [7], T_F32, f32s(7, 60))]),
+        "model_llama_exps_without_count.gguf": tiny_llama(extra_tensors=[
+            ("blk.0.ffn_up_exps.weight", [8, 16, 4], T_F32, f32s(8 * 16 * 4, 60))]),
+    }
+    return valid, refused
 
 
 # --------------------------------------------------------------------------------
