@@ -1087,7 +1087,8 @@ typedef struct pi_layer_stats {
     uint32_t struct_size; /* set by the caller to sizeof(pi_layer_stats) */
     uint32_t reserved;
     uint64_t tokens_predicted; /* tokens the predictor ran for */
-    uint64_t tokens_observed;  /* tokens whose true activations were seen */
+    uint64_t tokens_observed;  /* tokens whose true activations were seen (a
+                                * mixture-of-experts layer: tokens routed) */
     double predicted;          /* sum over tokens of neurons marked active */
     double active;             /* sum over observed tokens of truly active neurons */
     double both;               /* sum over tokens of neurons both marked and active */
@@ -1117,6 +1118,24 @@ PI_API int pi_stats_layer(const pi_stats *stats, int64_t layer, pi_layer_stats *
 /* Copy the n_ff counts of `kind` (PI_NEURON_*) for `layer` into out[0..n) (n must be
  * at least n_ff). PI_OK, PI_ERR_INVALID_ARG, PI_ERR_RANGE. Since: 0.1 */
 PI_API int pi_stats_neurons(const pi_stats *stats, int64_t layer, int kind, double *out,
+                            size_t n);
+
+/* Which per-expert value pi_stats_experts returns. */
+enum {
+    PI_EXPERT_SELECTED = 0, /* tokens whose router chose the expert */
+    PI_EXPERT_WEIGHT = 1    /* the sum of the weights the router gave it (its share of
+                             * the layer's output: after renormalisation and scale) */
+};
+
+/* Experts per layer of a mixture-of-experts model's statistics (collected by a context,
+ * or loaded); 0 for other models and for NULL. Since: 0.1 */
+PI_API int64_t pi_stats_n_expert(const pi_stats *stats);
+
+/* Copy the n_expert values of `kind` (PI_EXPERT_*) for `layer` into out[0..n) (n must be
+ * at least n_expert); dense layers of such a model read zeros. Over T tokens a layer's
+ * selections sum to T * expert_used_count. PI_OK, PI_ERR_INVALID_ARG (also statistics
+ * without experts), PI_ERR_RANGE. Since: 0.1 */
+PI_API int pi_stats_experts(const pi_stats *stats, int64_t layer, int kind, double *out,
                             size_t n);
 
 /* Write the per-neuron counts as a GGUF side file (replacing `path` only once it is

@@ -112,7 +112,8 @@ static int setup_sparse(struct pi_ctx *c, const pi_ctx_params *p) {
         }
     }
     if (c->stats_level != PI_STATS_OFF) {
-        int st = pi_stats_create(a, hp->n_layer, F, &c->stats);
+        int st = pi_stats_create(a, hp->n_layer, F,
+                                 c->model->desc.n_moe_layers ? hp->n_expert : 0, &c->stats);
         if (st < 0)
             PI_FAIL(&c->err, st, "out of memory for activation statistics");
         if (pi_model_meta_str(c->model, "general.name", c->stats->name,

@@ -14,9 +14,11 @@
 #define MAX_STATS_NEURONS (1ll << 24)
 
 static const char *const KIND_NAME[3] = {"predicted", "active", "both"};
+static const char *const EXPERT_KIND_NAME[2] = {"expert_selected", "expert_weight"};
+#define MAX_STATS_EXPERTS 4096
 
 int pi_stats_create(const struct pi_allocator *a, int64_t n_layer, int64_t n_ff,
-                    struct pi_stats **out) {
+                    int64_t n_expert, struct pi_stats **out) {
     *out = NULL;
     struct pi_stats *s = pi_calloc(a, 1, sizeof *s);
     if (!s)
@@ -26,7 +28,10 @@ int pi_stats_create(const struct pi_allocator *a, int64_t n_layer, int64_t n_ff,
     s->n_ff = n_ff;
     s->count = pi_calloc(a, (size_t)(n_layer * 3 * n_ff), sizeof *s->count);
     s->layer = pi_calloc(a, (size_t)n_layer, sizeof *s->layer);
-    if (!s->count || !s->layer) {
+    s->n_expert = n_expert;
+    s->expert = n_expert ? pi_calloc(a, (size_t)(n_layer * 2 * n_expert), sizeof *s->expert)
+                         : NULL;
+    if (!s->count || !s->layer || (n_expert && !s->expert)) {
         pi_stats_destroy(s);
         return PI_ERR_NOMEM;
     }
@@ -41,12 +46,15 @@ void pi_stats_destroy(struct pi_stats *s) {
     struct pi_allocator a = s->alloc;
     pi_free(&a, s->count);
     pi_free(&a, s->layer);
+    pi_free(&a, s->expert);
     pi_free(&a, s);
 }
 
 void pi_stats_clear(struct pi_stats *s) {
     memset(s->count, 0, (size_t)(s->n_layer * 3 * s->n_ff) * sizeof *s->count);
     memset(s->layer, 0, (size_t)s->n_layer * sizeof *s->layer);
+    if (s->expert)
+        memset(s->expert, 0, (size_t)(s->n_layer * 2 * s->n_expert) * sizeof *s->expert);
     for (int64_t l = 0; l < s->n_layer; l++)
         s->layer[l].struct_size = (uint32_t)sizeof(pi_layer_stats);
 }
@@ -86,6 +94,21 @@ int pi_stats_neurons(const pi_stats *s, int64_t layer, int kind, double *out, si
     return PI_OK;
 }
 
+int64_t pi_stats_n_expert(const pi_stats *s) {
+    return s ? s->n_expert : 0;
+}
+
+int pi_stats_experts(const pi_stats *s, int64_t layer, int kind, double *out, size_t n) {
+    if (!s || !out || !s->n_expert || kind < PI_EXPERT_SELECTED || kind > PI_EXPERT_WEIGHT ||
+        n < (size_t)s->n_expert)
+        return PI_ERR_INVALID_ARG;
+    if (layer < 0 || layer >= s->n_layer)
+        return PI_ERR_RANGE;
+    memcpy(out, pi_stats_expert_row((struct pi_stats *)s, layer, kind),
+           (size_t)s->n_expert * sizeof *out);
+    return PI_OK;
+}
+
 static void errbuf_set(char *buf, size_t cap, const struct pi_error *err) {
     if (buf && cap > 0)
         snprintf(buf, cap, "%s", err->msg);
@@ -117,13 +140,24 @@ static int save(const pi_stats *s, const char *path, struct pi_error *err) {
         st = gguf_writer_add_scalar(w, STATS_ARCH ".tokens_observed", PI_META_U64, &to);
     if (st == PI_OK)
         st = gguf_writer_add_string(w, STATS_ARCH ".source", s->source);
+    const uint32_t ne = (uint32_t)s->n_expert;
+    if (st == PI_OK && ne)
+        st = gguf_writer_add_scalar(w, STATS_ARCH ".expert_count", PI_META_U32, &ne);
     for (int64_t l = 0; l < s->n_layer && st == PI_OK; l++)
         for (int k = 0; k < 3 && st == PI_OK; k++) {
             char name[GGUF_MAX_NAME];
             snprintf(name, sizeof name, "blk.%lld.%s", (long long)l, KIND_NAME[k]);
-            const int64_t ne[1] = {s->n_ff};
-            st = gguf_writer_add_tensor(w, name, PI_TYPE_F64, 1, ne,
+            const int64_t dims[1] = {s->n_ff};
+            st = gguf_writer_add_tensor(w, name, PI_TYPE_F64, 1, dims,
                                         pi_stats_row((struct pi_stats *)s, l, k));
+        }
+    for (int64_t l = 0; ne && l < s->n_layer && st == PI_OK; l++)
+        for (int k = 0; k < 2 && st == PI_OK; k++) {
+            char name[GGUF_MAX_NAME];
+            snprintf(name, sizeof name, "blk.%lld.%s", (long long)l, EXPERT_KIND_NAME[k]);
+            const int64_t dims[1] = {s->n_expert};
+            st = gguf_writer_add_tensor(w, name, PI_TYPE_F64, 1, dims,
+                                        pi_stats_expert_row((struct pi_stats *)s, l, k));
         }
     if (st < 0) {
         gguf_writer_destroy(w);
@@ -191,11 +225,18 @@ int pi_stats_from_gguf(const struct gguf_file *f, const struct pi_allocator *a,
     if (nl == 0 || nl > 4096 || nf == 0 || nf > (uint64_t)MAX_STATS_NEURONS / nl)
         PI_FAIL(err, PI_ERR_FORMAT, "statistics shape %llu layers x %llu neurons is out of "
                 "range", (unsigned long long)nl, (unsigned long long)nf);
-    if (f->n_tensors != 3 * nl)
-        PI_FAIL(err, PI_ERR_FORMAT, "statistics file has %llu tensors, expected %llu (3 per "
-                "layer)", (unsigned long long)f->n_tensors, (unsigned long long)(3 * nl));
+    uint64_t nx;
+    PI_TRY(get_u64(f, STATS_ARCH ".expert_count", 0, &nx, err));
+    if (nx > MAX_STATS_EXPERTS)
+        PI_FAIL(err, PI_ERR_FORMAT, "statistics key " STATS_ARCH ".expert_count = %llu is above "
+                "%d", (unsigned long long)nx, MAX_STATS_EXPERTS);
+    const uint64_t per = nx ? 5 : 3;
+    if (f->n_tensors != per * nl)
+        PI_FAIL(err, PI_ERR_FORMAT, "statistics file has %llu tensors, expected %llu (%llu per "
+                "layer)", (unsigned long long)f->n_tensors, (unsigned long long)(per * nl),
+                (unsigned long long)per);
     struct pi_stats *s;
-    int st = pi_stats_create(a, (int64_t)nl, (int64_t)nf, &s);
+    int st = pi_stats_create(a, (int64_t)nl, (int64_t)nf, (int64_t)nx, &s);
     if (st < 0)
         PI_FAIL(err, st, "out of memory for %llu x %llu statistics", (unsigned long long)nl,
                 (unsigned long long)nf);
@@ -228,6 +269,26 @@ int pi_stats_from_gguf(const struct gguf_file *f, const struct pi_allocator *a,
         }
         s->layer[l].tokens_predicted = tp;
         s->layer[l].tokens_observed = to;
+        for (int k = 0; k < 2 && nx; k++) {
+            char name[GGUF_MAX_NAME];
+            snprintf(name, sizeof name, "blk.%llu.%s", (unsigned long long)l,
+                     EXPERT_KIND_NAME[k]);
+            int64_t i = gguf_find_tensor(f, name);
+            const struct gguf_tensor *t = i >= 0 ? &f->tensors[i] : NULL;
+            if (!t || t->type != PI_TYPE_F64 || t->n_dims != 1 || t->ne[0] != (int64_t)nx) {
+                pi_stats_destroy(s);
+                PI_FAIL(err, PI_ERR_FORMAT, "statistics tensor %s is %s; expected F64 {%llu}",
+                        name, t ? "misshaped or not F64" : "missing", (unsigned long long)nx);
+            }
+            double *row = pi_stats_expert_row(s, (int64_t)l, k);
+            memcpy(row, t->data, (size_t)nx * sizeof *row);
+            for (uint64_t r = 0; r < nx; r++)
+                if (!(row[r] >= 0.0) || isinf(row[r])) {
+                    pi_stats_destroy(s);
+                    PI_FAIL(err, PI_ERR_FORMAT, "statistics tensor %s holds a negative or "
+                            "non-finite value at %llu", name, (unsigned long long)r);
+                }
+        }
     }
     copy_str(f, "general.name", s->name, sizeof s->name);
     copy_str(f, STATS_ARCH ".source", s->source, sizeof s->source);

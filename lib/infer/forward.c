@@ -509,7 +509,14 @@ static void ffn_moe(struct pi_ctx *c, int64_t l, int64_t T, const float *xn, flo
     }
     memcpy(y, acc, (size_t)(T * E) * sizeof *y);
     if (c->stats) {
+        double *nsel = pi_stats_expert_row(c->stats, l, PI_EXPERT_SELECTED);
+        double *mass = pi_stats_expert_row(c->stats, l, PI_EXPERT_WEIGHT);
+        for (int64_t i = 0; i < T * K; i++) {
+            nsel[c->moe_sel[i]] += 1.0;
+            mass[c->moe_sel[i]] += (double)c->moe_wt[i];
+        }
         pi_layer_stats *ls = &c->stats->layer[l];
+        ls->tokens_observed += (uint64_t)T; /* a MoE layer: tokens routed */
         uint64_t bytes = (uint64_t)W->router.n_out * W->router.row_bytes +
                          experts_run * ((uint64_t)Fe * (x->gate.row_bytes + x->up.row_bytes) +
                                         (uint64_t)E * x->down.row_bytes);

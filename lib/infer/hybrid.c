@@ -126,6 +126,7 @@ static int plan_compute(const struct pi_model *m, const struct pi_plan_shape *s,
             ls[l].neuron_bytes = (nb(ld->ffn_gate) + nb(ld->ffn_up) + nb(ld->ffn_down) +
                                   ffn_small_bytes(ld) + (uint64_t)F - 1) / (uint64_t)F;
         ls[l].freq = freq ? freq[l] : NULL;
+        ls[l].host_ffn = ld->router != NULL; /* experts stay on the host (for now) */
     }
     pl->scratch = pi_hybrid_scratch_bytes(m, s);
     pl->whole_layers = !hp->sparse;
@@ -164,6 +165,10 @@ static int take_index(const struct pi_model *m, struct pi_plan *pl, const struct
                     "model is a dense file, whose FFN moves in whole layers", path,
                     (long long)l, (long long)n, (long long)F);
         const struct pi_layer_desc *ld = &d->layers[l];
+        if (n && ld->router)
+            PI_FAIL(err, PI_ERR_RANGE, "%s: layer %lld places %lld FFN neurons, but it is a "
+                    "mixture-of-experts layer, whose experts stay on the host", path,
+                    (long long)l, (long long)n);
         const uint64_t per = pl->whole_layers
                                  ? (nb(ld->ffn_gate) + nb(ld->ffn_up) + nb(ld->ffn_down) +
                                     (uint64_t)F - 1) / (uint64_t)F
@@ -201,9 +206,6 @@ int pi_hybrid_plan(const struct pi_model *m, const pi_ctx_params *p,
     *out = NULL;
     const struct pi_allocator *a = &m->alloc;
     const struct pi_hparams *hp = &m->desc.hp;
-    if (m->desc.n_moe_layers)
-        PI_FAIL(err, PI_ERR_UNSUPPORTED, "this mixture-of-experts model runs on the CPU only: "
-                "placing experts on a device is not supported yet");
     const double **freq = pi_calloc(a, (size_t)hp->n_layer, sizeof *freq);
     struct pi_plan *pl = pi_calloc(a, 1, sizeof *pl);
     if (!freq || !pl) {

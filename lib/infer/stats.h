@@ -15,6 +15,8 @@ struct pi_stats {
     struct pi_allocator alloc;
     int64_t n_layer, n_ff;
     double *count;            /* [n_layer][3][n_ff]: PI_NEURON_PREDICTED, ACTIVE, BOTH */
+    int64_t n_expert;         /* mixture-of-experts models; else 0 */
+    double *expert;           /* [n_layer][2][n_expert]: PI_EXPERT_SELECTED, _WEIGHT */
     pi_layer_stats *layer;    /* [n_layer]; neuron sums are derived from count */
     char name[128];           /* model name (general.name), may be empty */
     char source[128];         /* what produced the counts */
@@ -22,7 +24,7 @@ struct pi_stats {
 
 /* Allocate zeroed statistics. PI_OK or PI_ERR_NOMEM. */
 int pi_stats_create(const struct pi_allocator *a, int64_t n_layer, int64_t n_ff,
-                    struct pi_stats **out);
+                    int64_t n_expert, struct pi_stats **out);
 void pi_stats_destroy(struct pi_stats *s);
 struct gguf_file;
 /* Read statistics from a parsed side file (docs/formats.md); PI_ERR_FORMAT names what
@@ -33,6 +35,10 @@ void pi_stats_clear(struct pi_stats *s);
 
 static inline double *pi_stats_row(struct pi_stats *s, int64_t layer, int kind) {
     return s->count + ((size_t)layer * 3 + (size_t)kind) * (size_t)s->n_ff;
+}
+
+static inline double *pi_stats_expert_row(struct pi_stats *s, int64_t layer, int kind) {
+    return s->expert + ((size_t)layer * 2 + (size_t)kind) * (size_t)s->n_expert;
 }
 
 #endif

@@ -115,8 +115,8 @@ int pi_placement_make(const struct pi_plan_input *in, const struct pi_allocator 
     int64_t *next = out->n_neurons; /* reused as "next group" count, then fixed up */
     for (int64_t i = 0; i < L * ng; i++) {
         const struct group *g = &groups[i];
-        if (next[g->layer] != g->index)
-            continue; /* an earlier group of this layer did not fit */
+        if (next[g->layer] != g->index || in->layers[g->layer].host_ffn)
+            continue; /* an earlier group of this layer did not fit, or none may */
         const int64_t lo = g->index * G, hi = lo + G < F ? lo + G : F;
         const uint64_t cost = (uint64_t)(hi - lo) * in->layers[g->layer].neuron_bytes;
         if (cost > in->budget - out->total)

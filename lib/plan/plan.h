@@ -32,6 +32,7 @@ struct pi_plan_layer {
     uint64_t norm_bytes;   /* ffn_norm */
     uint64_t neuron_bytes; /* one neuron's gate + up + down rows */
     const double *freq;    /* [n_ff] activation counts or frequencies; NULL: uniform */
+    int host_ffn;          /* the layer's FFN never moves (mixture-of-experts layers) */
 };
 
 struct pi_plan_input {

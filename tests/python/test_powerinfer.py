@@ -615,6 +615,47 @@ def test_stats_load_errors(tmp_path):
     assert e.value.status_name == "PI_ERR_FORMAT"
 
 
+def test_expert_statistics(tmp_path):
+    """Mixture-of-experts statistics (tests/corpus/valid/model_*moe*.gguf, 4 experts):
+    selections sum to tokens x k per layer, renormalised weights to the tokens (times
+    the file's scale), the side file keeps them, and a dense model has none."""
+    corpus = os.path.join(ROOT, "tests", "corpus", "valid")
+    cases = [("model_llama_moe", 2, 1.0), ("model_llama_moe_all", 4, 1.0),
+             ("model_llama_moe_top1", 1, 1.0), ("model_qwen2moe", 2, 2.5),
+             ("model_olmoe", 2, None)]
+    tokens = [1, 2, 3, 0, 1, 2, 0]
+    for name, k, scale in cases:
+        m = pi.Model(os.path.join(corpus, name + ".gguf"))
+        ctx = pi.Context(m, n_ctx=16, stats="on", f32_activations=True)
+        ctx.decode(tokens[:3])
+        ctx.decode(tokens[3:])          # a prompt step and one more step add up
+        st = ctx.stats
+        assert st.n_expert == 4
+        sel = list(st.experts(0, "selected"))
+        w = list(st.experts(0, "weight"))
+        assert sum(sel) == len(tokens) * k and all(x == int(x) for x in sel), (name, sel)
+        assert all((s == 0) == (x == 0) for s, x in zip(sel, w)), (name, sel, w)
+        if scale is not None:          # renormalised: each token's weights sum to 1
+            assert abs(sum(w) - len(tokens) * scale) < 1e-4, (name, w)
+        else:                          # OLMoE: top-k of a softmax, not renormalised
+            assert 0 < sum(w) < len(tokens), (name, w)
+        assert st.layer(0).tokens_observed == len(tokens)
+        path = tmp_path / (name + ".stats.gguf")
+        st.save(path)
+        back = pi.Stats.load(path)
+        assert back.n_expert == 4 and list(back.experts(0, "weight")) == w
+        with pytest.raises(pi.PowerInferError) as e:
+            st.experts(1, "selected")
+        assert e.value.status_name == "PI_ERR_RANGE"
+    dense = pi.Model(os.path.join(corpus, "model_llama.gguf"))
+    dctx = pi.Context(dense, n_ctx=16, stats="on")
+    dctx.decode([1, 2])
+    assert dctx.stats.n_expert == 0
+    with pytest.raises(pi.PowerInferError) as e:
+        dctx.stats.experts(0)
+    assert e.value.status_name == "PI_ERR_INVALID_ARG"
+
+
 # ---- errors and lifetimes --------------------------------------------------------------
 def test_open_missing_file(tmp_path):
     missing = tmp_path / "no-such-model.gguf"

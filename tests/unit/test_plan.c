@@ -58,7 +58,7 @@ static void test_budget_and_order(void **state) {
     struct pi_plan_layer ls[L];
     for (int l = 0; l < L; l++) {
         fill_freq(freq[l], F);
-        ls[l] = (struct pi_plan_layer){1000, 300, 10, 7, freq[l]};
+        ls[l] = (struct pi_plan_layer){1000, 300, 10, 7, freq[l], 0};
     }
     struct pi_plan_input in = {L, F, ls, 500, 800, 0, 8};
     struct pi_error err;
@@ -113,7 +113,7 @@ static void test_optimal(void **state) {
         struct pi_plan_layer ls[L];
         for (int l = 0; l < L; l++) {
             fill_freq(freq[l], F);
-            ls[l] = (struct pi_plan_layer){0, 0, 0, 5, freq[l]};
+            ls[l] = (struct pi_plan_layer){0, 0, 0, 5, freq[l], 0};
         }
         /* group values from each layer's sorted frequencies */
         double gv[NG];
@@ -164,7 +164,7 @@ static void test_monotone_and_ties(void **state) {
         fill_freq(freq[l], F);
         for (int r = 0; r < F; r += 3)
             freq[l][r] = 5; /* many ties */
-        ls[l] = (struct pi_plan_layer){50, 20, 2, 3, freq[l]};
+        ls[l] = (struct pi_plan_layer){50, 20, 2, 3, freq[l], 0};
     }
     struct pi_plan_input in = {L, F, ls, 40, 60, 0, 4};
     struct pi_placement prev;
@@ -215,10 +215,36 @@ static void test_monotone_and_ties(void **state) {
     pi_placement_free(&p);
 }
 
+/* A layer whose FFN stays on the host (mixture-of-experts layers) gets no neuron
+ * however large the budget, its dense parts still move, and the other layers' neurons
+ * are placed as if it had none. */
+static void test_host_ffn_layers(void **state) {
+    (void)state;
+    enum { L = 3, F = 16 };
+    static double freq[L][F];
+    struct pi_plan_layer ls[L];
+    for (int l = 0; l < L; l++) {
+        fill_freq(freq[l], F);
+        ls[l] = (struct pi_plan_layer){100, 0, 4, 2, freq[l], l == 1};
+    }
+    struct pi_plan_input in = {L, F, ls, 10, 20, 1u << 20, 4};
+    struct pi_placement p;
+    struct pi_error err;
+    assert_int_equal(pi_placement_make(&in, &pi_default_allocator, &p, &err), PI_OK);
+    assert_int_equal(p.n_neurons[0], F);
+    assert_int_equal(p.n_neurons[1], 0);
+    assert_int_equal(p.n_neurons[2], F);
+    for (int r = 0; r < F; r++)
+        assert_int_equal(p.neuron[1 * F + r], 0);
+    assert_true(p.attn[1] && p.norm[1] && p.output && p.kv);
+    assert_int_equal(p.bytes[PI_PART_FFN], 2 * F * 2);
+    pi_placement_free(&p);
+}
+
 static void test_bad_input_and_alloc(void **state) {
     (void)state;
     double f[4] = {1, NAN, 2, 3};
-    struct pi_plan_layer ls[1] = {{0, 0, 0, 1, f}};
+    struct pi_plan_layer ls[1] = {{0, 0, 0, 1, f, 0}};
     struct pi_plan_input in = {1, 4, ls, 0, 0, 100, 2};
     struct pi_placement p;
     struct pi_error err;
@@ -249,7 +275,8 @@ static void test_bad_input_and_alloc(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_budget_and_order), cmocka_unit_test(test_optimal),
-        cmocka_unit_test(test_monotone_and_ties), cmocka_unit_test(test_bad_input_and_alloc),
+        cmocka_unit_test(test_monotone_and_ties), cmocka_unit_test(test_host_ffn_layers),
+        cmocka_unit_test(test_bad_input_and_alloc),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

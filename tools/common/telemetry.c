@@ -4,8 +4,9 @@
 #include <string.h>
 
 static int is_sparse_part(const char *name) {
+    /* the FFN's tensors, whose reads the statistics count (experts: only those run) */
     static const char *const parts[] = {".ffn_gate.", ".ffn_up.", ".ffn_down.", ".ffn_down_t.",
-                                        ".fc1.", ".fc2."};
+                                        ".fc1.", ".fc2.", "_exps.", "_shexp.", ".ffn_gate_inp."};
     for (size_t i = 0; i < sizeof parts / sizeof *parts; i++)
         if (strstr(name, parts[i]))
             return 1;
@@ -82,9 +83,58 @@ static void pct(FILE *out, double v) {
         fprintf(out, " %5.1f%%", 100.0 * v);
 }
 
+/* The share of layer l's expert selections that went to its most selected quarter of
+ * experts (how skewed routing is: 0.25 is uniform), or -1 for a layer without any. */
+static double hot_quarter(const pi_stats *s, int64_t l) {
+    const int64_t n = pi_stats_n_expert(s);
+    double v[4096];
+    if (n <= 0 || n > 4096 || pi_stats_experts(s, l, PI_EXPERT_SELECTED, v, 4096) != PI_OK)
+        return -1.0;
+    double total = 0.0;
+    for (int64_t i = 0; i < n; i++)
+        total += v[i];
+    /* the quarter's sum: the (n + 3) / 4 largest, by repeated selection */
+    double top = 0.0;
+    for (int64_t k = 0; k < (n + 3) / 4; k++) {
+        int64_t best = 0;
+        for (int64_t i = 1; i < n; i++)
+            best = v[i] > v[best] ? i : best;
+        top += v[best];
+        v[best] = -1.0;
+    }
+    return div0(top, total);
+}
+
+/* Mixture-of-experts models: per layer the FFN bytes per token, how skewed routing is,
+ * and the times; then the totals. */
+static void tele_print_moe(FILE *out, const pi_stats *s, uint64_t dense_bytes) {
+    const int64_t nl = pi_stats_n_layer(s);
+    fprintf(out, "layer  hot 25%% of experts  FFN KiB/t  attn us   ffn us\n");
+    for (int64_t l = 0; l < nl; l++) {
+        pi_layer_stats ls = {.struct_size = sizeof ls};
+        pi_stats_layer(s, l, &ls);
+        const double t = (double)layer_tokens(&ls);
+        fprintf(out, "%5lld      ", (long long)l);
+        pct(out, hot_quarter(s, l));
+        fprintf(out, "      %10.1f %8.1f %8.1f\n", div0((double)ls.bytes_ffn, t) / 1024.0,
+                div0((double)ls.ns_attention, t) / 1e3, div0((double)ls.ns_ffn, t) / 1e3);
+    }
+    struct tele_sum sum;
+    if (tele_sum(s, &sum) != 0)
+        return;
+    fprintf(out, "weights read per token: %.2f MiB = FFN (routers, the chosen experts, shared "
+                 "experts) %.2f + attention/norms/output %.2f\n",
+            (sum.ffn_bytes + (double)dense_bytes) / 1048576.0, sum.ffn_bytes / 1048576.0,
+            (double)dense_bytes / 1048576.0);
+}
+
 void tele_print(FILE *out, const pi_stats *s, uint64_t dense_bytes) {
     if (!s)
         return;
+    if (pi_stats_n_expert(s) > 0) {
+        tele_print_moe(out, s, dense_bytes);
+        return;
+    }
     const int64_t nl = pi_stats_n_layer(s), nf = pi_stats_n_ff(s);
     fprintf(out, "layer   pred%%   act%% recall  prec.  FFN KiB/t pred KiB/t  attn us  pred us   ffn us\n");
     for (int64_t l = 0; l < nl; l++) {

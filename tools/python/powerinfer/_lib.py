@@ -265,6 +265,8 @@ _PROTOTYPES = {
     "pi_stats_n_ff": (c_int64, [_H]),
     "pi_stats_layer": (c_int, [_H, c_int64, POINTER(LayerStats)]),
     "pi_stats_neurons": (c_int, [_H, c_int64, c_int, POINTER(c_double), c_size_t]),
+    "pi_stats_n_expert": (c_int64, [_H]),
+    "pi_stats_experts": (c_int, [_H, c_int64, c_int, POINTER(c_double), c_size_t]),
     "pi_stats_save": (c_int, [_H, c_char_p, POINTER(c_char), c_size_t]),
     "pi_stats_load": (c_int, [c_char_p, _PH, POINTER(c_char), c_size_t]),
     "pi_stats_free": (None, [_H]),

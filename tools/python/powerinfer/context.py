@@ -23,6 +23,7 @@ _SPARSE_NAMES = {v: k for k, v in SPARSE_MODES.items()}
 STATS_MODES = {"off": 0, "on": 1, "diagnostic": 2}
 # PI_NEURON_*
 NEURON_KINDS = {"predicted": 0, "active": 1, "both": 2}
+EXPERT_KINDS = {"selected": 0, "weight": 1}
 # PI_DEVICE_*
 DEVICES = {"none": 0, "gpu": 1, "cpu": 2}
 _DEVICE_NAMES = {v: k for k, v in DEVICES.items()}
@@ -492,6 +493,22 @@ class Stats(Owner):
                                           _enum(kind, NEURON_KINDS, "neuron kind"),
                                           ptr, n), "pi_stats_neurons")
         return arr
+
+    @property
+    def n_expert(self):
+        """Experts per layer (mixture-of-experts models; 0 for others)."""
+        return _lib.lib().pi_stats_n_expert(self._ptr())
+
+    def experts(self, layer, kind="selected"):
+        """The n_expert values of kind ("selected": tokens that chose each expert,
+        "weight": the router weight it got) for layer."""
+        p = self._ptr()
+        n = _lib.lib().pi_stats_n_expert(p)
+        arr, ptr = new_float_buffer(max(n, 1), "d")
+        check(_lib.lib().pi_stats_experts(p, c_int(layer, "int64_t", "layer"),
+                                          _enum(kind, EXPERT_KINDS, "expert kind"),
+                                          ptr, n), "pi_stats_experts")
+        return arr[:n]
 
     def save(self, path):
         """Write the per-neuron counts as a GGUF side file (atomically replaced)."""

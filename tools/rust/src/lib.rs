@@ -319,6 +319,15 @@ pub enum NeuronKind {
     Both = 2,
 }
 
+/// Which per-expert value [`Stats::experts`] returns (`PI_EXPERT_*`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ExpertKind {
+    /// Tokens whose router chose the expert.
+    Selected = 0,
+    /// The sum of the router weights it got.
+    Weight = 1,
+}
+
 /// Where a context puts the part of the model its plan places (`PI_DEVICE_*`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Device {
@@ -1795,6 +1804,26 @@ impl StatsView<'_> {
     }
     pub fn n_ff(&self) -> i64 {
         unsafe { sys::pi_stats_n_ff(self.raw.as_ptr()) }
+    }
+    /// Experts per layer (mixture-of-experts models; 0 for others).
+    pub fn n_expert(&self) -> i64 {
+        unsafe { sys::pi_stats_n_expert(self.raw.as_ptr()) }
+    }
+    /// The n_expert values of `kind` for `layer` (an error for a model without experts).
+    pub fn experts(&self, layer: i64, kind: ExpertKind) -> Result<Vec<f64>> {
+        let mut out = vec![0f64; self.n_expert().max(0) as usize];
+        // SAFETY: out has n_expert writable entries.
+        let st = unsafe {
+            sys::pi_stats_experts(
+                self.raw.as_ptr(),
+                layer,
+                kind as c_int,
+                out.as_mut_ptr(),
+                out.len(),
+            )
+        };
+        check(st.into(), || format!("expert counts of layer {layer}"))?;
+        Ok(out)
     }
     /// Totals of `layer`.
     pub fn layer(&self, layer: i64) -> Result<LayerStats> {

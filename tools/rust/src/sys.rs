@@ -521,6 +521,14 @@ extern "C" {
     pub fn pi_stats_n_layer(stats: *const pi_stats) -> i64;
     pub fn pi_stats_n_ff(stats: *const pi_stats) -> i64;
     pub fn pi_stats_layer(stats: *const pi_stats, layer: i64, out: *mut pi_layer_stats) -> c_int;
+    pub fn pi_stats_n_expert(stats: *const pi_stats) -> i64;
+    pub fn pi_stats_experts(
+        stats: *const pi_stats,
+        layer: i64,
+        kind: c_int,
+        out: *mut f64,
+        n: usize,
+    ) -> c_int;
     pub fn pi_stats_neurons(
         stats: *const pi_stats,
         layer: i64,
