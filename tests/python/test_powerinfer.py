@@ -656,6 +656,54 @@ def test_expert_statistics(tmp_path):
     assert e.value.status_name == "PI_ERR_INVALID_ARG"
 
 
+def test_fused_gate_up_experts_equal_separate(tmp_path):
+    """llama.cpp's converter can write each layer's experts as one ffn_gate_up_exps
+    tensor (--fuse-gate-up-exps: per expert its gate rows, then its up rows). The same
+    model rewritten that way with the gguf package gives the same logits, bit for bit,
+    as tests/fixtures/archs/mixtral.f16.gguf (whose reference check is the archs test)."""
+    import gguf
+    import numpy as np
+    src = os.path.join(ROOT, "tests", "fixtures", "archs", "mixtral.f16.gguf")
+    r = gguf.GGUFReader(src)
+    w = gguf.GGUFWriter(str(tmp_path / "fused.gguf"), arch="llama")
+    for name, field in r.fields.items():
+        if name.startswith("GGUF.") or name == "general.architecture":
+            continue
+        vt = field.types[0]
+        if vt == gguf.GGUFValueType.ARRAY:
+            w.add_key_value(name, field.contents(), vt, sub_type=field.types[-1])
+        else:
+            w.add_key_value(name, field.contents(), vt)
+    by_name = {t.name: t for t in r.tensors}
+    fused = 0
+    for t in r.tensors:
+        if t.name.endswith("ffn_up_exps.weight"):
+            continue
+        if t.name.endswith("ffn_gate_exps.weight"):
+            up = by_name[t.name.replace("ffn_gate_exps", "ffn_up_exps")]
+            g = np.asarray(t.data)                 # [n_expert][n_ff][n_embd]
+            u = np.asarray(up.data)
+            w.add_tensor(t.name.replace("ffn_gate_exps", "ffn_gate_up_exps"),
+                         np.concatenate([g, u], axis=1), raw_dtype=gguf.GGMLQuantizationType.F16)
+            fused += 1
+            continue
+        w.add_tensor(t.name, np.asarray(t.data), raw_dtype=t.tensor_type)
+    assert fused == 2
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    tokens = [1, 17, 200, 45, 9, 300, 77]
+    out = []
+    for path in (src, str(tmp_path / "fused.gguf")):
+        m = pi.Model(path)
+        assert m.n_tensors == len(r.tensors) - (fused if path != src else 0)
+        ctx = pi.Context(m, n_ctx=16, n_threads=1, f32_activations=True)
+        ctx.decode(tokens)
+        out.append(list(ctx.logits()))
+    assert out[0] == out[1]
+
+
 # ---- errors and lifetimes --------------------------------------------------------------
 def test_open_missing_file(tmp_path):
     missing = tmp_path / "no-such-model.gguf"
