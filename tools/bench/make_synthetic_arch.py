@@ -22,6 +22,13 @@ sized so that every file has the same tensor bytes as the llama file within 0.2%
                 = 1.5 x 5632 gives llama's FFN bytes); BPE vocabulary; output.weight
                 untied (llama.cpp and we take it when present) to keep llama's bytes
 
+    qwen3moe    mixture of experts, not llama's bytes: Qwen3-30B-A3B's layer (n_embd 2048,
+                32 heads of 128 and 4 KV heads, per-head q/k norms, 128 experts of 768,
+                top 8, renormalised; router F32; untied output; vocabulary 65536, not
+                Qwen's 151936: the byte-level BPE writer stops at 65793) at --n-layer
+                layers (default 12 of its 48, ~7.6 B weights, 4.3 GB in Q4_0; 48 is the
+                real 30B); --n-expert, --n-expert-used, --n-ff-exp change the experts
+
 Same-bytes shapes read the same weight bytes per decoded token, except Gemma 2: its tied
 output is the embedding table, so a decode step reads the whole file (llama reads all but
 token_embd's 65.5 M weights, 6% of the file, of which it only gathers one row).
@@ -53,10 +60,11 @@ import make_synthetic_llama as base  # noqa: E402  (same directory)
 gguf = base.gguf
 QT = base.QT
 
-ARCHS = ("llama", "qwen2", "phi3", "gemma2", "falcon")
+ARCHS = ("llama", "qwen2", "phi3", "gemma2", "falcon", "qwen3moe")
 
 # how each family changes the preset's n_ff so that its bytes match llama's
-FF_SCALE = {"llama": 1.0, "qwen2": 1.0, "phi3": 1.0, "falcon": 1.5, "gemma2": None}
+FF_SCALE = {"llama": 1.0, "qwen2": 1.0, "phi3": 1.0, "falcon": 1.5, "gemma2": None,
+            "qwen3moe": None}
 
 
 def n_weights(arch, h):
@@ -85,7 +93,11 @@ def family_shape(arch, h):
             if best is None or d < best[0]:
                 best = (d, nf)
         h["n_ff"] = best[1]
-    if arch in ("qwen2",):
+    if arch == "qwen3moe":
+        h.update(n_embd=2048, n_head=32, n_head_kv=4, head_dim=128, n_vocab=65536,
+                 n_ctx=4096, n_expert=128, n_expert_used=8, n_ff_exp=768, n_ff=6144)
+        h["n_layer"] = 12 if h["n_layer"] == 22 else h["n_layer"]
+    if arch in ("qwen2", "qwen3moe"):
         h["rope_base"], h["rms_eps"] = 1000000.0, 1e-6
     if arch == "gemma2":
         h["rms_eps"] = 1e-6
@@ -95,10 +107,26 @@ def family_shape(arch, h):
 def tensor_plan(arch, h):
     """(name, numpy shape [rows, cols] or [n], kind) in file order; kind is "w" (a 2-D
     weight), "norm" (1.0), "zero" (a LayerNorm bias) or "bias" (random, F32)."""
-    hd = h["n_embd"] // h["n_head"]
+    hd = h.get("head_dim", h["n_embd"] // h["n_head"])
     n_q, n_kv = hd * h["n_head"], hd * h["n_head_kv"]
     e, f, v = h["n_embd"], h["n_ff"], h["n_vocab"]
     plan = [("token_embd.weight", (v, e), "w")]
+    if arch == "qwen3moe":
+        x, fe = h["n_expert"], h["n_ff_exp"]
+        for i in range(h["n_layer"]):
+            b = f"blk.{i}."
+            plan += [(b + "attn_norm.weight", (e,), "norm"),
+                     (b + "attn_q.weight", (n_q, e), "w"), (b + "attn_k.weight", (n_kv, e), "w"),
+                     (b + "attn_v.weight", (n_kv, e), "w"),
+                     (b + "attn_q_norm.weight", (hd,), "norm"),
+                     (b + "attn_k_norm.weight", (hd,), "norm"),
+                     (b + "attn_output.weight", (e, n_q), "w"),
+                     (b + "ffn_norm.weight", (e,), "norm"),
+                     (b + "ffn_gate_inp.weight", (x, e), "router"),
+                     (b + "ffn_gate_exps.weight", (x, fe, e), "w"),
+                     (b + "ffn_up_exps.weight", (x, fe, e), "w"),
+                     (b + "ffn_down_exps.weight", (x, e, fe), "w")]
+        return plan + [("output_norm.weight", (e,), "norm"), ("output.weight", (v, e), "w")]
     for i in range(h["n_layer"]):
         b = f"blk.{i}."
         if arch == "falcon":
@@ -199,8 +227,14 @@ def add_keys(w, arch, name, h, ftype):
         w.add_layer_norm_rms_eps(h["rms_eps"])
     if arch in ("llama", "phi3"):
         w.add_rope_dimension_count(hd)
-    if arch in ("llama", "qwen2", "phi3"):
+    if arch in ("llama", "qwen2", "phi3", "qwen3moe"):
         w.add_rope_freq_base(h["rope_base"])
+    if arch == "qwen3moe":
+        w.add_key_length(h["head_dim"])
+        w.add_value_length(h["head_dim"])
+        w.add_expert_count(h["n_expert"])
+        w.add_expert_used_count(h["n_expert_used"])
+        w.add_expert_feed_forward_length(h["n_ff_exp"])
     if arch == "phi3":
         w.add_rope_scaling_orig_ctx_len(h["n_ctx"])
         w.add_sliding_window(0)
@@ -214,8 +248,8 @@ def add_keys(w, arch, name, h, ftype):
         w.add_vocab_size(h["n_vocab"])
     w.add_file_type(int(ftype))
     w.add_quantization_version(gguf.GGML_QUANT_VERSION)
-    if arch in ("qwen2", "falcon"):
-        add_bpe_vocab(w, h["n_vocab"], arch)
+    if arch in ("qwen2", "falcon", "qwen3moe"):
+        add_bpe_vocab(w, h["n_vocab"], "qwen2" if arch == "qwen3moe" else arch)
     else:
         # llama.cpp looks "<|endoftext|>" up in a model named like Phi-3, and the real
         # Phi-3 vocabulary has it (id 32000)
@@ -235,6 +269,9 @@ def main():
     for k in ("n_embd", "n_layer", "n_ff", "n_head", "n_head_kv", "n_vocab", "n_ctx"):
         ap.add_argument("--" + k.replace("_", "-"), type=int, default=None,
                         help=f"override {k} (n_ff: after the family's adjustment)")
+    for k in ("n_expert", "n_expert_used", "n_ff_exp"):
+        ap.add_argument("--" + k.replace("_", "-"), type=int, default=None,
+                        help=f"qwen3moe: override {k}")
     ap.add_argument("--std", type=float, default=0.02, help="weight standard deviation (default 0.02)")
     ap.add_argument("--seed", type=int, default=1234, help="random seed (default 1234)")
     ap.add_argument("--name", default=None, help="general.name (default synthetic-ARCH-PRESET)")
@@ -245,9 +282,17 @@ def main():
         if getattr(a, k) is not None:
             h[k] = getattr(a, k)
     h = family_shape(a.arch, h)
+    for k in ("n_embd", "n_head", "n_head_kv", "n_vocab", "n_ctx"):  # over the family's too
+        if getattr(a, k) is not None:
+            h[k] = getattr(a, k)
     if a.n_ff is not None:
         h["n_ff"] = a.n_ff
-    if h["n_embd"] % h["n_head"] or h["n_head"] % h["n_head_kv"]:
+    for k in ("n_expert", "n_expert_used", "n_ff_exp"):
+        if getattr(a, k) is not None:
+            if a.arch != "qwen3moe":
+                sys.exit(f"--{k.replace('_', '-')} is for --arch qwen3moe")
+            h[k] = getattr(a, k)
+    if (h["n_embd"] % h["n_head"] and "head_dim" not in h) or h["n_head"] % h["n_head_kv"]:
         sys.exit("n_embd must be a multiple of n_head, and n_head a multiple of n_head_kv")
     qtype, ftype = base.TYPES[a.type]
     plan = tensor_plan(a.arch, h)
@@ -260,7 +305,7 @@ def main():
     add_keys(w, a.arch, a.name or f"synthetic-{a.arch}-{a.preset}", h, ftype)
     total = 0
     for name, shape, kind in plan:
-        qt = qtype if kind == "w" else QT.F32
+        qt = qtype if kind == "w" else QT.F32  # routers stay F32, as the converter writes them
         nb = base.nbytes_of(shape, qt)
         total += nb
         dt = {QT.F32: np.float32, QT.F16: np.float16}.get(qt, np.uint8)
@@ -282,7 +327,7 @@ def main():
         rng = np.random.default_rng([a.seed, idx])  # per-tensor stream: independent of order
         x = rng.standard_normal(shape, dtype=np.float32)
         x *= np.float32(a.std)
-        w.write_tensor_data(x if kind == "bias" else base.encode(x, qtype))
+        w.write_tensor_data(x if kind in ("bias", "router") else base.encode(x, qtype))
         del x
     w.close()
     dt = time.time() - t_start
