@@ -21,6 +21,8 @@
 # stand-in device and any llama-bench (LLAMA_BENCH, e.g. "../shared/anchors/run ik
 # llama-bench"), VRAM estimated instead of measured: for checking this script without a
 # GPU (tests/tools/test_gpu_compare.sh does, on a tiny model).
+# PI_CMP_MOE=qwen3moe adds the mixture-of-experts comparison (ours against llama.cpp's
+# --n-cpu-moe; see below); PI_CMP_PRESETS=none leaves the dense pairs out.
 # Environment (defaults): PI_CMP_PRESETS ("7b 13b"), PI_CMP_FRACTIONS ("0.25 0.5 0.75"),
 # PI_CMP_P (64), PI_CMP_N (32), PI_CMP_R (2), PI_CMP_T (all processors), PI_CMP_DIR (where
 # the models go, $TMPDIR/pi-cmp), PI_CMP_LOG ($TMPDIR/pi-cmp-log), PI_CMP_PI_BENCH,
@@ -100,7 +102,9 @@ EOF
 }
 
 table=$log/table.md
-{
+[ "$presets" = none ] && presets=
+: > "$table"
+[ -n "$presets" ] && {
     echo "## Hybrid decode at the same VRAM: ours (PowerInfer file, sparse) vs llama.cpp -ngl (dense twin)"
     echo
     echo "device $dev$( [ -f "$log/gpu.txt" ] && echo ": $(cat "$log/gpu.txt")"), $T threads, -p $P -n $N -r $R; VRAM = peak memory.used over idle, MiB$( [ $measure = 1 ] || echo " (not measured: CPU stand-in)")"
@@ -160,9 +164,94 @@ for pre in $presets; do
             "$(ratio "$a_tg" "$b_tg")" "$(ratio "$a_pp" "$b_pp")" >> "$table"
     done
 done
-{
+[ -n "${dn_layer:-}" ] && {
     echo
-    echo "Dense twin: $(gib "$dn_layer") GiB per layer in the last model; llama.cpp at -ngl 0 used ${ll_base:-?} MiB of VRAM. $(( $(date +%s) - t_start )) s in all. Logs: $log"
+    echo "Dense twin: $(gib "$dn_layer") GiB per layer in the last model; llama.cpp at -ngl 0 used ${ll_base:-?} MiB of VRAM."
 } >> "$table"
+
+# ---- mixture of experts: our expert placement against llama.cpp's --n-cpu-moe ----------
+# PI_CMP_MOE=qwen3moe: a synthetic file at Qwen3-30B-A3B's layer shape with
+# PI_CMP_MOE_LAYERS layers (default 12: 4.4 GB; PI_CMP_MOE_ARGS: more options of
+# make_synthetic_arch.py), budgets PI_CMP_FRACTIONS of the file.
+# Ours: pi-bench --vram-budget B (the planner puts attention, routers, norms, output and
+# KV first, then experts). llama.cpp: every layer on the GPU (-ngl 99) but the experts of
+# the first N layers on the CPU (-ncmoe N), the smallest N whose measured VRAM is at most
+# ours (guessed from the expert bytes per layer, measured, raised while over).
+moe=${PI_CMP_MOE:-}
+if [ -n "$moe" ]; then
+    ml=${PI_CMP_MOE_LAYERS:-12}
+    mf=$mdir/synth-$moe-$ml.gguf
+    if [ ! -f "$mf" ]; then
+        echo "compare.sh: generating the $moe file ($ml layers) ..." >&2
+        python3 "$here/tools/bench/make_synthetic_arch.py" --arch "$moe" --type q4_0 --n-layer "$ml" \
+            ${PI_CMP_MOE_ARGS:-} -o "$mf" > "$log/gen-$moe.txt" 2>&1 ||
+            { echo "compare.sh: generating $moe failed:" >&2; tail -5 "$log/gen-$moe.txt" >&2; fail=1; mf=; }
+    fi
+fi
+if [ -n "$moe" ] && [ -n "$mf" ]; then
+    m_total=$(wc -c < "$mf")
+    m_exp=$(python3 - "$mf" <<'EOF2'
+import re, sys
+from gguf import GGUFReader
+r = GGUFReader(sys.argv[1])
+e, layers = 0, set()
+for t in r.tensors:
+    m = re.match(r"blk\.(\d+)\.ffn_(gate|up|down)_exps", t.name)
+    if m:
+        e += int(t.n_bytes)
+        layers.add(int(m.group(1)))
+print(e // max(len(layers), 1), len(layers))
+EOF2
+)
+    set -- $m_exp
+    exp_layer=$1 m_layers=$2
+    cat "$mf" > /dev/null
+    run "$log/ll-$moe-all-cpu.txt" $llbench -m "$mf" -t "$T" -p 0 -n 1 -r 1 -ngl 99 --n-cpu-moe "$m_layers" -o md
+    ll_attn=$(cat "$log/ll-$moe-all-cpu.txt.vram")
+    {
+        echo
+        echo "## Mixture of experts at the same VRAM: ours (expert placement) vs llama.cpp -ngl 99 --n-cpu-moe N"
+        echo
+        echo "$moe, $m_layers layers, $(gib "$m_total") GiB file, $(gib "$exp_layer") GiB of experts per layer; llama.cpp with every expert on the CPU used $ll_attn MiB"
+        echo
+        echo "| budget (share of file) | ours VRAM | ours pp$P | ours tg$N | llama.cpp -ncmoe | its VRAM | its pp$P | its tg$N | tg ours/it | pp ours/it |"
+        echo "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|"
+    } >> "$table"
+    for f in $fractions; do
+        budget=$(awk -v s="$m_total" -v f="$f" 'BEGIN { printf "%.0f", s * f }')
+        bg=$(awk -v b="$budget" 'BEGIN { printf "%.4f", b / 1073741824 }')
+        echo "compare.sh: $moe, budget $bg GiB ($f): ours ..." >&2
+        o=$log/ours-$moe-$f.txt
+        run "$o" "$pibench" -m "$mf" -t "$T" -p "$P" -n "$N" -r "$R" --no-bandwidth --device "$dev" \
+            --vram-budget "$bg" || { echo "compare.sh: pi-bench failed ($o)" >&2; fail=1; }
+        ours_v=$(cat "$o.vram")
+        target=$ours_v
+        if [ $measure = 0 ]; then
+            dv=$(awk -F'|' '$3 ~ /tg/ && NF > 12 { gsub(/ /, "", $12); print $12; exit }' "$o")
+            target=$(awk -v g="${dv:-0}" 'BEGIN { printf "%.0f", g * 1024 }')
+        fi
+        ncm=$(awk -v t="$target" -v b="$ll_attn" -v e="$exp_layer" -v L="$m_layers" \
+            'BEGIN { k = int((t - b) * 1048576 / e); if (k < 0) k = 0; if (k > L) k = L; print L - k }')
+        while :; do
+            echo "compare.sh: $moe, budget $bg GiB: llama.cpp -ngl 99 -ncmoe $ncm ..." >&2
+            l=$log/ll-$moe-$f.txt
+            run "$l" $llbench -m "$mf" -t "$T" -p "$P" -n "$N" -r "$R" -ngl 99 --n-cpu-moe "$ncm" -o md ||
+                { echo "compare.sh: llama-bench failed ($l)" >&2; fail=1; break; }
+            ll_v=$(cat "$l.vram")
+            [ $measure = 1 ] && [ "$ll_v" -gt "$target" ] && [ "$ncm" -lt "$m_layers" ] || break
+            ncm=$((ncm + 1))
+        done
+        a_tg=$(awk -F'|' '$3 ~ /^ *tg/ { gsub(/ /, "", $4); print $4; exit }' "$o")
+        a_pp=$(awk -F'|' '$3 ~ /^ *pp/ { gsub(/ /, "", $4); print $4; exit }' "$o")
+        b_tg=$(ll_ts "$l" tg) b_pp=$(ll_ts "$l" pp)
+        vo=$ours_v vl=$ll_v
+        [ $measure = 1 ] || { vo="(plan $target)"; vl="-"; }
+        printf '| %s GiB (%s) | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n' "$bg" "$f" "$vo" \
+            "${a_pp:--}" "${a_tg:--}" "$ncm/$m_layers" "$vl" "${b_pp:--}" "${b_tg:--}" \
+            "$(ratio "$a_tg" "$b_tg")" "$(ratio "$a_pp" "$b_pp")" >> "$table"
+    done
+fi
+echo >> "$table"
+echo "$(( $(date +%s) - t_start )) s in all. Logs: $log" >> "$table"
 cat "$table"
 exit $fail

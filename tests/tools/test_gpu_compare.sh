@@ -54,6 +54,20 @@ cat "$work/rows.tap"
 pass=$((pass + $(grep -c '^ok' "$work/rows.tap")))
 fail=$((fail + $(grep -c '^not ok' "$work/rows.tap")))
 [ -s "$work/log/table.md" ] && ok "the table is written to the log" || bad "no table.md"
+# the mixture-of-experts comparison, on a tiny qwen3moe file
+PI_CMP_DEVICE=cpu PI_CMP_PRESETS=none PI_CMP_MOE=qwen3moe PI_CMP_MOE_LAYERS=2 \
+    PI_CMP_MOE_ARGS="--n-embd 256 --n-head 4 --n-head-kv 2 --n-ff-exp 128 --n-expert 8 --n-expert-used 2 --n-vocab 1024" \
+    PI_CMP_FRACTIONS="0.25 0.75" PI_CMP_T=2 PI_CMP_R=1 PI_CMP_P=16 PI_CMP_N=8 PI_CMP_DIR="$work/models" \
+    PI_CMP_LOG="$work/log-moe" PI_CMP_PI_BENCH="$bench" LLAMA_BENCH="$ll" \
+    sh "$root/tests/gpu/compare.sh" "$work" > "$work/moe.txt" 2> "$work/moe.err"
+rc=$?
+[ $rc -eq 0 ] && ok "compare.sh PI_CMP_MOE=qwen3moe exits 0" ||
+    { bad "compare.sh PI_CMP_MOE exits $rc"; sed 's/^/#   /' "$work/moe.err" | tail -20; }
+grep -q "^## Mixture of experts" "$work/moe.txt" && ! grep -q "^## Hybrid decode" "$work/moe.txt" &&
+    ok "PI_CMP_PRESETS=none: only the mixture-of-experts table" || bad "tables of the MoE run"
+mrows=$(grep -cE '^\| 0\.[0-9]+ GiB \(0\.(25|75)\) \| .* \| [0-9]+/2 \| .* \| [0-9.]+ \| [0-9.]+ \|$' "$work/moe.txt")
+[ "$mrows" -eq 2 ] && ok "one MoE row per budget with --n-cpu-moe of 2 layers and both ratios" ||
+    { bad "$mrows MoE rows"; sed 's/^/#   /' "$work/moe.txt"; }
 PI_CMP_DEVICE=tpu sh "$root/tests/gpu/compare.sh" "$work" > "$work/bad.txt" 2>&1
 [ $? -eq 2 ] && ok "PI_CMP_DEVICE=tpu exits 2" || bad "PI_CMP_DEVICE=tpu"
 echo "1..$((pass + fail))"
