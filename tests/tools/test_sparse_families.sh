@@ -1,0 +1,62 @@
+#!/bin/sh
+# The Falcon (both layouts) and OPT PowerInfer fixtures (tests/fixtures/make_sparse_models.py
+# --families) quantized by pi-quantize from their F16 files to Q4_0 and Q8_0 (predictors
+# too): each against the torch reference of the same file made by the converter, whose
+# Q4_0/Q8_0 rounding is gguf.quants' -- float activations within 3e-3 of max |logit|
+# with every predicted set exact, 8-bit activations within 5e-2 (the llama fixtures'
+# tolerances) for Falcon; OPT's 8-bit runs move its logits more (measured: Q8_0 3.6e-2
+# in the dense mode, 1.1e-1 in the predictor mode, where 8-bit rounding of the residual
+# flips a few near-threshold predictions; Q4_0 3.0e-2 / 6.1e-2: on these 32-wide rows
+# one Q8 block scales a whole row), so its bound is 1.5e-1.
+# And tools/convert_hf_to_powerinfer.py on the committed OPT HF and predictor directories:
+# the PWRI file equals the committed opt.f16.gguf byte for byte, and its --dense GGUF
+# gives the reference's dense logits (within 3e-3).
+# Args: PI_QUANTIZE TEST_SPARSE_REF FIXTURE_DIR WORK_DIR
+set -u
+quant=$1
+sref=$2
+fix=$3
+work=$4
+rm -rf "$work"
+mkdir -p "$work"
+pass=0
+fail=0
+ok() { pass=$((pass + 1)); echo "ok - $1"; }
+bad() { fail=$((fail + 1)); echo "not ok - $1"; }
+for v in relu-falcon-7b relu-falcon-40b opt; do
+    for ty in q4_0 q8_0; do
+        out=$work/$v.$ty.gguf
+        if "$quant" -q "$fix/$v.f16.gguf" "$out" "$ty" > "$work/$v.$ty.qlog" 2>&1; then
+            ok "pi-quantize $v $ty"
+        else
+            bad "pi-quantize $v $ty"; sed 's/^/#   /' "$work/$v.$ty.qlog"; continue
+        fi
+        fast=5e-2
+        [ "$v" = opt ] && fast=1.5e-1
+        if "$sref" "$out" "$fix/$v.$ty.sref.bin" 3e-3 --fast "$out" "$fix/$v.$ty.sref.bin" $fast \
+            > "$work/$v.$ty.log" 2>&1; then
+            ok "$v $ty: reference, fast mode"
+        else
+            bad "$v $ty: reference, fast mode"; sed 's/^/#   /' "$work/$v.$ty.log"
+        fi
+        grep '^# ' "$work/$v.$ty.log" | sed "s|$work/||"
+    done
+done
+conv=$(dirname "$0")/../../tools/convert_hf_to_powerinfer.py
+if python3 "$conv" -q "$fix/opt-hf" "$fix/opt-predictor" --outfile "$work/opt.f16.gguf" \
+        --outtype f16 --name opt --no-tokenizer > "$work/conv.log" 2>&1 \
+    && cmp -s "$work/opt.f16.gguf" "$fix/opt.f16.gguf"; then
+    ok "converter: OPT PWRI = committed opt.f16.gguf"
+else
+    bad "converter: OPT PWRI differs from opt.f16.gguf"; sed 's/^/#   /' "$work/conv.log"
+fi
+if python3 "$conv" -q --dense "$fix/opt-hf" --outfile "$work/opt.dense.gguf" --outtype f16 \
+        --name opt --no-tokenizer > "$work/dense.log" 2>&1 \
+    && "$sref" --dense-file "$work/opt.dense.gguf" "$fix/opt.f16.sref.bin" 3e-3 > "$work/dense.run" 2>&1; then
+    ok "converter: dense OPT GGUF = dense reference"
+else
+    bad "converter: dense OPT GGUF"; sed 's/^/#   /' "$work/dense.log" "$work/dense.run"
+fi
+grep '^# ' "$work/dense.run" 2>/dev/null | sed "s|$work/||"
+echo "1..$((pass + fail))"
+[ "$fail" -eq 0 ]
