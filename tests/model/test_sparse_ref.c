@@ -239,6 +239,18 @@ static void test_against_reference(void **state) {
         }
         pi_ctx_destroy(c);
     }
+    /* learned positions (OPT) end at the table: a longer context is refused */
+    if (!strcmp(pi_model_arch(m), "opt")) {
+        pi_ctx_params cp;
+        pi_ctx_default_params(&cp);
+        cp.n_ctx = (uint32_t)pi_model_n_ctx_train(m) + 1;
+        char msg[256] = "";
+        cp.errbuf = msg;
+        cp.errbuf_cap = sizeof msg;
+        assert_int_equal(pi_ctx_create(m, &cp, &c), PI_ERR_INVALID_ARG);
+        assert_null(c);
+        assert_non_null(strstr(msg, "learned"));
+    }
     /* the predictor really is sparse and not exact: sparse and dense references differ */
     assert_true(logit_err(r.logits_sparse + (T - 1) * V, r.logits_dense + (T - 1) * V, V) > g_tol);
     pi_model_close(m);

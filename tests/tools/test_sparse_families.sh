@@ -58,5 +58,21 @@ else
     bad "converter: dense OPT GGUF"; sed 's/^/#   /' "$work/dense.log" "$work/dense.run"
 fi
 grep '^# ' "$work/dense.run" 2>/dev/null | sed "s|$work/||"
+# what the converter refuses, with a message: OPT-350m's post-LN blocks and projections
+for spec in "do_layer_norm_before false post-LN" "word_embed_proj_dim 16 project_in" \
+            "activation_function \"gelu\" activation_function"; do
+    set -- $spec
+    rm -rf "$work/bad-hf"
+    cp -r "$fix/opt-hf" "$work/bad-hf"
+    python3 -c "import json,sys; p=sys.argv[1]; c=json.load(open(p)); c[sys.argv[2]]=json.loads(sys.argv[3]); json.dump(c, open(p, 'w'))" \
+        "$work/bad-hf/config.json" "$1" "$2"
+    python3 "$conv" -q "$work/bad-hf" "$fix/opt-predictor" --outfile "$work/bad.gguf" > "$work/bad.log" 2>&1
+    rc=$?
+    if [ $rc -eq 1 ] && grep -q -- "$3" "$work/bad.log" && [ ! -e "$work/bad.gguf" ]; then
+        ok "converter refuses OPT with $1 = $2"
+    else
+        bad "converter with $1 = $2: exit $rc"; sed 's/^/#   /' "$work/bad.log"
+    fi
+done
 echo "1..$((pass + fail))"
 [ "$fail" -eq 0 ]
