@@ -8,9 +8,10 @@
 # in the dense mode, 1.1e-1 in the predictor mode, where 8-bit rounding of the residual
 # flips a few near-threshold predictions; Q4_0 3.0e-2 / 6.1e-2: on these 32-wide rows
 # one Q8 block scales a whole row), so its bound is 1.5e-1.
-# And tools/convert_hf_to_powerinfer.py on the committed OPT HF and predictor directories:
-# the PWRI file equals the committed opt.f16.gguf byte for byte, and its --dense GGUF
-# gives the reference's dense logits (within 3e-3).
+# And tools/convert_hf_to_powerinfer.py on the committed OPT and Falcon-40B-layout HF and
+# predictor directories: the PWRI files equal the committed F16 files byte for byte, the
+# --dense OPT GGUF gives the reference's dense logits (within 3e-3), and what it refuses
+# exits 1 with a message.
 # Args: PI_QUANTIZE TEST_SPARSE_REF FIXTURE_DIR WORK_DIR
 set -u
 quant=$1
@@ -58,6 +59,25 @@ else
     bad "converter: dense OPT GGUF"; sed 's/^/#   /' "$work/dense.log" "$work/dense.run"
 fi
 grep '^# ' "$work/dense.run" 2>/dev/null | sed "s|$work/||"
+# Falcon's 40B layout (QKV rows regrouped per KV group): the converter's PWRI file is the
+# committed one; a dense GGUF of a ReLU Falcon, and a PWRI file of a GELU one, are refused
+if python3 "$conv" -q "$fix/relu-falcon-40b-hf" "$fix/relu-falcon-40b-predictor" \
+        --outfile "$work/f40.gguf" --outtype f16 --name relu-falcon-40b --no-tokenizer \
+        > "$work/f40.log" 2>&1 && cmp -s "$work/f40.gguf" "$fix/relu-falcon-40b.f16.gguf"; then
+    ok "converter: Falcon-40B-layout PWRI = committed relu-falcon-40b.f16.gguf"
+else
+    bad "converter: Falcon-40B-layout PWRI differs"; sed 's/^/#   /' "$work/f40.log"
+fi
+python3 "$conv" -q --dense "$fix/relu-falcon-40b-hf" --outfile "$work/f40d.gguf" > "$work/f40d.log" 2>&1
+[ $? -eq 1 ] && grep -q "runs GELU" "$work/f40d.log" && ok "converter refuses a dense ReLU Falcon" \
+    || { bad "dense ReLU Falcon"; sed 's/^/#   /' "$work/f40d.log"; }
+rm -rf "$work/gelu-hf"
+cp -r "$fix/relu-falcon-40b-hf" "$work/gelu-hf"
+python3 -c "import json,sys; p=sys.argv[1]; c=json.load(open(p)); c['activation']='gelu'; json.dump(c, open(p, 'w'))" \
+    "$work/gelu-hf/config.json"
+python3 "$conv" -q "$work/gelu-hf" "$fix/relu-falcon-40b-predictor" --outfile "$work/g.gguf" > "$work/g.log" 2>&1
+[ $? -eq 1 ] && grep -q "ReLU Falcon" "$work/g.log" && ok "converter refuses a GELU Falcon PWRI" \
+    || { bad "GELU Falcon PWRI"; sed 's/^/#   /' "$work/g.log"; }
 # what the converter refuses, with a message: OPT-350m's post-LN blocks and projections
 for spec in "do_layer_norm_before false post-LN" "word_embed_proj_dim 16 project_in" \
             "activation_function \"gelu\" activation_function"; do
