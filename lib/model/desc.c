@@ -464,10 +464,10 @@ static int build_layer(struct reader *r, const struct pi_hparams *hp, int64_t il
     /* PowerInfer layout: down stored transposed (one row per neuron), predictor
      * fc2 . relu(fc1 . h) with a per-layer rank; OPT's biases: up's [n_ff] and down's
      * [n_embd], which PowerInfer names ffn_down_t.bias. */
-    if (L->b_gate || L->ffn_post_norm)
-        PI_FAIL(r->err, PI_ERR_UNSUPPORTED, "layer %lld of this sparse (PWRI) file has a gate "
-                "bias or a post-FFN norm, which the sparse FFN does not apply yet",
-                (long long)il);
+    if (L->b_gate || (L->ffn_gate && L->b_up) || L->ffn_post_norm)
+        PI_FAIL(r->err, PI_ERR_UNSUPPORTED, "layer %lld of this sparse (PWRI) file has gate or "
+                "up biases beside a gate, or a post-FFN norm, which the sparse FFN does not "
+                "apply yet", (long long)il);
     if (gguf_find_tensor(r->f, BIAS("ffn_down")) >= 0)
         PI_FAIL(r->err, PI_ERR_FORMAT, "sparse (PWRI) model has '%s'; PowerInfer files name "
                 "the down projection's bias ffn_down_t.bias", n);
