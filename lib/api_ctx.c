@@ -137,6 +137,10 @@ static int setup(struct pi_ctx *c, const pi_ctx_params *p) {
     c->n_batch = p->n_batch ? p->n_batch : DEFAULT_BATCH;
     if (c->n_batch > c->n_ctx)
         c->n_batch = c->n_ctx;
+    if (d->pos_embd && c->n_ctx > hp->n_ctx_train) /* learned positions end there */
+        PI_FAIL(&c->err, PI_ERR_INVALID_ARG, "n_ctx %lld is above the %lld positions this %s "
+                "model has learned embeddings for", (long long)c->n_ctx,
+                (long long)hp->n_ctx_train, hp->info->name);
     int n_threads = p->n_threads ? (int)p->n_threads : pi_os_n_cpus();
 
     c->layers = pi_calloc(a, (size_t)hp->n_layer, sizeof *c->layers);

@@ -43,6 +43,7 @@ struct pi_ctx {
     int64_t *seq_len;   /* [n_seq] positions decoded per sequence */
     int has_logits;     /* logits holds the last requested entry's logits */
     struct pi_weight tok_embd, output; /* {n_embd, n_vocab} */
+    struct pi_weight pos_embd;         /* {n_embd, n_pos} learned positions; data NULL: none */
     struct pi_norm_w output_norm;
     struct pi_layer_w *layers;         /* [n_layer] */
     struct pi_layer_exec *exec;        /* [n_layer] */

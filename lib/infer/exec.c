@@ -75,6 +75,7 @@ int pi_exec_weights(struct pi_ctx *c) {
     const int64_t F = hp->n_ff, qd = hp->n_head * hp->head_dim_k;
     const int64_t kd = hp->n_head_kv * hp->head_dim_k, vd = hp->n_head_kv * hp->head_dim_v;
     c->tok_embd = weight_of(d->token_embd);
+    c->pos_embd = weight_of(d->pos_embd);
     c->output = weight_of(d->output);
     c->output_norm = norm_of(&d->output_norm);
     for (int64_t l = 0; l < hp->n_layer; l++) {

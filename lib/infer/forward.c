@@ -19,6 +19,7 @@
 
 #include "infer/ctx.h"
 #include "infer/slots.h"
+#include "runtime/fp16.h"
 #include "util/os.h"
 
 /* The backend activation of the model's FFN, gated (times up) or plain. */
@@ -45,6 +46,18 @@ static float relu_act(enum pi_ffn_act a, float g, float u) {
     if (a == PI_FFN_RELU_BOTH)
         return g > 0.0f && u > 0.0f ? g * u : 0.0f;
     return g > 0.0f ? g * u : 0.0f;
+}
+
+/* Value i of a host vector (F32, F16 or BF16: desc.c's norm and bias types). */
+static float vec_at(const struct pi_vector *v, int64_t i) {
+    if (v->type == PI_TYPE_F32) {
+        float f;
+        memcpy(&f, (const uint8_t *)v->data + 4 * i, 4);
+        return f;
+    }
+    uint16_t h;
+    memcpy(&h, (const uint8_t *)v->data + 2 * i, 2);
+    return v->type == PI_TYPE_F16 ? pi_fp16_to_fp32(h) : pi_bf16_to_fp32(h);
 }
 
 static uint64_t now(const struct pi_ctx *c) {
@@ -121,7 +134,11 @@ static int64_t ffn_sparse(struct pi_ctx *c, int64_t l, int64_t T, const uint8_t 
     const int64_t F = hp->n_ff;
     const int predictor = c->mode == PI_SPARSE_PREDICTOR;
     const int64_t dense_above = (int64_t)(PI_SPARSE_DENSE_UNION * (double)F);
-    int64_t n, rows_gate;
+    /* without a gate (Falcon, OPT) the activation is relu(up xn + b_up), computed in g */
+    const int gated = L->gate.data != NULL;
+    float *up = gated ? c->u : c->g;
+    int biased = 0; /* b_up already added (oracle mode without a gate) */
+    int64_t n, rows_gate, rows_up;
 
     if (predictor || c->mode == PI_SPARSE_DENSE) {
         if (predictor) {
@@ -132,41 +149,63 @@ static int64_t ffn_sparse(struct pi_ctx *c, int64_t l, int64_t T, const uint8_t 
                 if (!skip[r])
                     c->idx[n++] = (int32_t)r;
         }
-        rows_gate = n;
+        rows_up = n;
         if (n > dense_above) {
-            be->matmul(b, &L->gate, c->xn, T, c->g);
-            be->matmul(b, &L->up, c->xn, T, c->u);
-            rows_gate = F;
-        } else if (be->matmul_rows2) {
+            if (gated)
+                be->matmul(b, &L->gate, c->xn, T, c->g);
+            be->matmul(b, &L->up, c->xn, T, up);
+            rows_up = F;
+        } else if (gated && be->matmul_rows2) {
             be->matmul_rows2(b, &L->gate, &L->up, c->xn, T, c->idx, n, c->g, c->u);
         } else {
-            be->matmul_rows(b, &L->gate, c->xn, T, c->idx, n, c->g);
-            be->matmul_rows(b, &L->up, c->xn, T, c->idx, n, c->u);
+            if (gated)
+                be->matmul_rows(b, &L->gate, c->xn, T, c->idx, n, c->g);
+            be->matmul_rows(b, &L->up, c->xn, T, c->idx, n, up);
         }
-    } else { /* oracle: the whole gate, then up where it fired */
+        rows_gate = gated ? rows_up : 0;
+    } else if (gated) { /* oracle: the whole gate, then up where it fired */
         be->matmul(b, &L->gate, c->xn, T, c->g);
         n = select_union(c, c->g, T, 0.0f, 1, skip);
         rows_gate = F;
+        rows_up = n > dense_above ? F : n;
         if (n > dense_above)
             be->matmul(b, &L->up, c->xn, T, c->u);
         else
             be->matmul_rows(b, &L->up, c->xn, T, c->idx, n, c->u);
+    } else { /* oracle without a gate: the whole up (+ bias), the neurons above 0 */
+        be->matmul(b, &L->up, c->xn, T, c->g);
+        if (L->b_up.data)
+            be->add_rows(b, c->g, &L->b_up, T);
+        be->sync(b);
+        biased = 1;
+        n = select_union(c, c->g, T, 0.0f, 1, skip);
+        rows_gate = 0;
+        rows_up = F;
     }
     be->sync(b);
     /* Activations of the union's neurons, each token masked to its own set. */
+    const int add_bias = !gated && !biased && L->b_up.data;
     for (int64_t t = 0; t < T; t++) {
         float *g = c->g + t * F;
         const float *u = c->u + t * F, *s = c->score + t * F;
         for (int64_t i = 0; i < n; i++) {
             const int64_t r = c->idx[i];
-            g[r] = predictor && s[r] < c->threshold ? 0.0f : relu_act(hp->ffn_act, g[r], u[r]);
+            if (predictor && s[r] < c->threshold) {
+                g[r] = 0.0f;
+            } else if (gated) {
+                g[r] = relu_act(hp->ffn_act, g[r], u[r]);
+            } else {
+                const float v = add_bias ? g[r] + vec_at(&L->b_up, r) : g[r];
+                g[r] = v > 0.0f ? v : 0.0f;
+            }
         }
     }
     const int64_t rows_down = be->matmul_t_rows(b, &L->down_t, c->g, T, c->idx, n, y);
+    if (!skip && L->b_down.data) /* a split layer's device part adds it (ffn_device) */
+        be->add_rows(b, y, &L->b_down, T);
     if (c->stats) {
         pi_layer_stats *ls = &c->stats->layer[l];
-        const int64_t rows_up = n > dense_above ? F : n;
-        ls->rows_gate_up += (uint64_t)rows_gate;
+        ls->rows_gate_up += (uint64_t)(gated ? rows_gate : rows_up);
         ls->rows_down += (uint64_t)rows_down;
         ls->bytes_ffn += (uint64_t)rows_gate * L->gate.row_bytes +
                          (uint64_t)rows_up * L->up.row_bytes +
@@ -179,6 +218,15 @@ static int64_t ffn_sparse(struct pi_ctx *c, int64_t l, int64_t T, const uint8_t 
  * neuron, in gfull, without touching the step's own buffers. */
 static void true_activations(struct pi_ctx *c, const struct pi_layer_w *L, int64_t T) {
     const int64_t F = c->hp->n_ff;
+    if (!L->gate.data) { /* relu(up xn + b_up) */
+        c->be->matmul(c->b, &L->up, c->xn, T, c->gfull);
+        if (L->b_up.data)
+            c->be->add_rows(c->b, c->gfull, &L->b_up, T);
+        c->be->sync(c->b);
+        for (int64_t i = 0; i < T * F; i++)
+            c->gfull[i] = c->gfull[i] > 0.0f ? c->gfull[i] : 0.0f;
+        return;
+    }
     c->be->matmul(c->b, &L->gate, c->xn, T, c->gfull);
     c->be->matmul(c->b, &L->up, c->xn, T, c->ufull);
     c->be->sync(c->b);
@@ -212,12 +260,22 @@ static void ffn_device(struct run *r, const struct pi_dev_layer *D) {
     const int64_t T = r->T, n = D->n_dev;
     const float *xn = in(r, &r->xn, DEV);
     const float *score = c->mode == PI_SPARSE_PREDICTOR ? in(r, &r->score, DEV) : NULL;
-    u->be->matmul(u->b, &D->gate, xn, T, h->gd);                       /* gd [T][n] */
-    u->be->matmul(u->b, &D->up, xn, T, h->ud);                         /* ud [T][n] */
     /* oracle and dense need no mask: relu zeroes the inactive neurons */
-    u->be->ffn_act_masked(u->b, act_of(c->hp->ffn_act, 1), h->gd, h->ud, T, n, score,
-                          c->hp->n_ff, D->map, c->threshold);
+    if (D->gate.data) {
+        u->be->matmul(u->b, &D->gate, xn, T, h->gd);                   /* gd [T][n] */
+        u->be->matmul(u->b, &D->up, xn, T, h->ud);                     /* ud [T][n] */
+        u->be->ffn_act_masked(u->b, act_of(c->hp->ffn_act, 1), h->gd, h->ud, T, n, score,
+                              c->hp->n_ff, D->map, c->threshold);
+    } else { /* relu(up xn + b_up) */
+        u->be->matmul(u->b, &D->up, xn, T, h->gd);                     /* gd [T][n] */
+        if (D->b_up.data)
+            u->be->add_rows(u->b, h->gd, &D->b_up, T);
+        u->be->ffn_act_masked(u->b, PI_ACT_RELU, h->gd, NULL, T, n, score, c->hp->n_ff,
+                              D->map, c->threshold);
+    }
     u->be->matmul_t(u->b, &D->down, h->gd, T, h->yd);                  /* yd [T][E] */
+    if (D->b_down.data)
+        u->be->add_rows(u->b, h->yd, &D->b_down, T);
 }
 
 /* The first non-finite value of v[0..n), or -1. */
@@ -314,8 +372,10 @@ static void attention_block(struct run *r, int64_t l, struct slot *ao) {
         for (i1 = i0 + 1; i1 < T && e[i1].seq == e[i0].seq && r->pos[i1] == r->pos[i1 - 1] + 1;)
             i1++;
         const int64_t n = i1 - i0, p0 = r->pos[i0], kslot = l * c->n_seq + e[i0].seq;
-        kvu->be->rope(kvu->b, q + i0 * qd, n, hp->n_head, hp->head_dim_k, p0, &X->rope);
-        kvu->be->rope(kvu->b, k + i0 * kd, n, hp->n_head_kv, hp->head_dim_k, p0, &X->rope);
+        if (X->rope.n_rot > 0) { /* none with learned positions */
+            kvu->be->rope(kvu->b, q + i0 * qd, n, hp->n_head, hp->head_dim_k, p0, &X->rope);
+            kvu->be->rope(kvu->b, k + i0 * kd, n, hp->n_head_kv, hp->head_dim_k, p0, &X->rope);
+        }
         kvu->be->kv_store(kvu->b, kv, kslot, p0, n, k + i0 * kd, v + i0 * vd);
         kvu->be->attention(kvu->b, kv, kslot, q + i0 * qd, n, p0, &X->attn,
                            att + i0 * ad);                          /* att [T][Hq*Dv] */
@@ -577,6 +637,12 @@ static int step(struct pi_ctx *c, const pi_batch_entry *e, const int32_t *pos, i
     c->be->get_rows(c->b, &c->tok_embd, c->step_tok, T, x0);        /* x [T][E] */
     if (hp->embd_scale != 1.0f)
         c->be->scale(c->b, x0, hp->embd_scale, T * E);
+    if (c->pos_embd.data) { /* learned positions: x[t] += pos_embd[pos[t] + offset] */
+        for (int64_t i = 0; i < T; i++)
+            c->step_tok[i] = pos[i] + PI_POS_EMBD_OFFSET;
+        c->be->get_rows(c->b, &c->pos_embd, c->step_tok, T, c->xn); /* [T][E] */
+        c->be->add(c->b, x0, c->xn, T * E);
+    }
     for (int64_t l = 0; l < hp->n_layer; l++) {
         const struct pi_layer_w *L = &c->layers[l];
         const struct pi_layer_exec *X = &c->exec[l];

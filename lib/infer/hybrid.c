@@ -7,6 +7,7 @@
 
 #include "infer/ctx.h"
 #include "plan/gpuidx.h"
+#include "runtime/fp16.h"
 #include "runtime/types.h"
 #include "util/hash.h"
 
@@ -57,6 +58,14 @@ static uint64_t attn_part_bytes(const struct pi_layer_desc *L) {
 
 static uint64_t ffn_small_bytes(const struct pi_layer_desc *L) {
     return nb(L->b_gate) + nb(L->b_up) + nb(L->b_down) + nb(L->ffn_post_norm);
+}
+
+/* Bytes one neuron of a sparse layer takes on the device: its rows of gate (none in
+ * Falcon and OPT), up and down_t, its up bias (OPT) and its id. */
+static uint64_t sparse_neuron_bytes(const struct pi_layer_desc *L, int64_t n_embd) {
+    return (L->ffn_gate ? pi_type_row_bytes(L->ffn_gate->type, n_embd) : 0) +
+           pi_type_row_bytes(L->ffn_up->type, n_embd) +
+           pi_type_row_bytes(L->ffn_down_t->type, n_embd) + (L->b_up ? 4 : 0) + 4;
 }
 
 static int64_t max_rank(const struct pi_model *m) {
@@ -117,11 +126,11 @@ static int plan_compute(const struct pi_model *m, const struct pi_plan_shape *s,
         const struct pi_layer_desc *ld = &d->layers[l];
         ls[l].attn_bytes = attn_part_bytes(ld);
         ls[l].pred_bytes = nb(ld->fc1) + nb(ld->fc2);
-        ls[l].norm_bytes = nb(ld->norm_ffn.w) + nb(ld->norm_ffn.b);
-        if (hp->sparse) /* one row each of gate, up, down_t, and its id */
-            ls[l].neuron_bytes = pi_type_row_bytes(ld->ffn_gate->type, hp->n_embd) +
-                                 pi_type_row_bytes(ld->ffn_up->type, hp->n_embd) +
-                                 pi_type_row_bytes(ld->ffn_down_t->type, hp->n_embd) + 4;
+        /* with the norm: OPT's down bias, which a layer with device neurons holds */
+        ls[l].norm_bytes = nb(ld->norm_ffn.w) + nb(ld->norm_ffn.b) +
+                           (hp->sparse ? nb(ld->b_down) : 0);
+        if (hp->sparse)
+            ls[l].neuron_bytes = sparse_neuron_bytes(ld, hp->n_embd);
         else /* whole layers: the matrices and biases, spread over the neurons */
             ls[l].neuron_bytes = (nb(ld->ffn_gate) + nb(ld->ffn_up) + nb(ld->ffn_down) +
                                   ffn_small_bytes(ld) + (uint64_t)F - 1) / (uint64_t)F;
@@ -172,10 +181,7 @@ static int take_index(const struct pi_model *m, struct pi_plan *pl, const struct
         const uint64_t per = pl->whole_layers
                                  ? (nb(ld->ffn_gate) + nb(ld->ffn_up) + nb(ld->ffn_down) +
                                     (uint64_t)F - 1) / (uint64_t)F
-                                 : pi_type_row_bytes(ld->ffn_gate->type, m->desc.hp.n_embd) +
-                                       pi_type_row_bytes(ld->ffn_up->type, m->desc.hp.n_embd) +
-                                       pi_type_row_bytes(ld->ffn_down_t->type, m->desc.hp.n_embd) +
-                                       4;
+                                 : sparse_neuron_bytes(ld, m->desc.hp.n_embd);
         bytes += (uint64_t)n * per;
     }
     if (g->capacity > room || bytes > room)
@@ -391,6 +397,18 @@ static int up_rows(struct pi_hybrid *h, const struct pi_weight *w, const int32_t
     return PI_OK;
 }
 
+/* Value i of a host vector (F32, F16 or BF16). */
+static float vec_value(const struct pi_vector *v, int64_t i) {
+    if (v->type == PI_TYPE_F32) {
+        float f;
+        memcpy(&f, (const uint8_t *)v->data + 4 * i, 4);
+        return f;
+    }
+    uint16_t u;
+    memcpy(&u, (const uint8_t *)v->data + 2 * i, 2);
+    return v->type == PI_TYPE_F16 ? pi_fp16_to_fp32(u) : pi_bf16_to_fp32(u);
+}
+
 static int supported(const struct pi_hybrid *h, uint32_t type) {
     return !h->be->supports || h->be->supports(h->b, type);
 }
@@ -455,6 +473,7 @@ static int setup_layer(struct pi_ctx *c, struct pi_hybrid *h, int64_t l, int32_t
     size_t need = (size_t)n * L->gate.row_bytes;
     need = need > (size_t)n * L->up.row_bytes ? need : (size_t)n * L->up.row_bytes;
     need = need > (size_t)n * L->down_t.row_bytes ? need : (size_t)n * L->down_t.row_bytes;
+    need = need > (size_t)n * sizeof(float) ? need : (size_t)n * sizeof(float);
     if (need > *stage_cap) {
         pi_free(&c->alloc, *stage);
         *stage = pi_malloc(&c->alloc, need);
@@ -463,9 +482,20 @@ static int setup_layer(struct pi_ctx *c, struct pi_hybrid *h, int64_t l, int32_t
             PI_FAIL(&c->err, PI_ERR_NOMEM, "out of memory staging layer %lld's rows",
                     (long long)l);
     }
-    PI_TRY(up_rows(h, &L->gate, ids, n, *stage, &D->gate));
+    if (L->gate.data)
+        PI_TRY(up_rows(h, &L->gate, ids, n, *stage, &D->gate));
     PI_TRY(up_rows(h, &L->up, ids, n, *stage, &D->up));
     PI_TRY(up_rows(h, &L->down_t, ids, n, *stage, &D->down));
+    if (L->b_up.data) { /* up's bias at the device's neurons, as F32 */
+        float *bv = (float *)(void *)*stage;
+        for (int64_t i = 0; i < n; i++)
+            bv[i] = vec_value(&L->b_up, ids[i]);
+        void *d;
+        PI_TRY(dev_alloc(h, (size_t)n * sizeof(float), bv, &d));
+        PI_TRY(h->be->sync(h->b));
+        D->b_up = (struct pi_vector){d, PI_TYPE_F32, n};
+    }
+    PI_TRY(up_vector(h, &L->b_down, &D->b_down));
     void *map;
     PI_TRY(dev_alloc(h, (size_t)n * sizeof(int32_t), ids, &map));
     PI_TRY(h->be->sync(h->b));

@@ -66,7 +66,10 @@ uint64_t pi_hybrid_budget(const struct pi_model *m, const pi_ctx_params *p,
 struct pi_dev_layer {
     int attn, pred, norm, ffn_whole;    /* parts on the device */
     struct pi_layer_w w;
-    struct pi_weight gate, up, down;    /* sparse files: the device's neurons */
+    struct pi_weight gate, up, down;    /* sparse files: the device's neurons (gate
+                                         * data NULL: no gate, Falcon and OPT) */
+    struct pi_vector b_up, b_down;      /* OPT: up's bias at those neurons [n_dev] (F32)
+                                         * and down's [n_embd]; data NULL: none */
     int32_t *map;                       /* device [n_dev]: neuron ids */
     int64_t n_dev;
     const uint8_t *on_dev;              /* host [n_ff]: 1 = computed on the device */

@@ -10,7 +10,7 @@
 /* Architectures known to exist in GGUF/PowerInfer files but not run by this build:
  * they fail with PI_ERR_UNSUPPORTED rather than as unknown. */
 static const char *const known_unsupported[] = {
-    "opt", "gpt2", "gptj", "gptneox", "mpt", "starcoder", "persimmon", "refact", "bloom",
+    "gpt2", "gptj", "gptneox", "mpt", "starcoder", "persimmon", "refact", "bloom",
     "stablelm", "baichuan", "qwen", "phi2", "phimoe", "gemma", "gpt-oss",
     "gemma3n", "mistral3", "deepseek", "deepseek2", "command-r", "cohere2", "olmo",
     "olmo2", "granite", "exaone", "mamba", "bert", "t5", "llama4", NULL,
@@ -197,6 +197,8 @@ static int read_hparams(struct reader *r, struct pi_hparams *hp, const struct pi
     PI_TRY(get_int(r, "rope.dimension_count", hp->head_dim_k, 0, hp->head_dim_k, &hp->n_rot));
     if (hp->n_rot % 2)
         PI_FAIL(r->err, PI_ERR_FORMAT, "rope.dimension_count %lld is odd", (long long)hp->n_rot);
+    if (hp->info->flags & PI_AF_POS_EMBD) /* learned positions: nothing rotates */
+        hp->n_rot = 0;
     PI_TRY(get_arch_float(r, "rope.freq_base", 10000.0f, 1e-3f, 1e12f, &hp->rope_freq_base));
     const struct pi_arch_info *ai = hp->info;
     if (ai->norm == PI_NORM_LAYER)
@@ -237,17 +239,17 @@ static int read_hparams(struct reader *r, struct pi_hparams *hp, const struct pi
     if (hp->sparse) {
         if (!(ai->flags & PI_AF_SPARSE))
             PI_FAIL(r->err, PI_ERR_UNSUPPORTED, "PowerInfer (PWRI) files of architecture '%s' "
-                    "are not supported yet (llama, bamboo are)", ai->name);
+                    "are not supported yet (llama, bamboo, falcon, opt are)", ai->name);
         PI_TRY(get_float(r, "powerinfer.sparse_threshold", 0.0f, -1e30f, 1e30f,
                          &hp->sparse_threshold));
     } else if (gguf_find_kv(r->f, "powerinfer.sparse_threshold")) {
         pi_log(lg, PI_LOG_WARN,
                "powerinfer.sparse_threshold is ignored: the file has the dense GGUF magic");
     }
-    /* FFN activation: the architecture's; llama runs ReLU in PowerInfer's sparse files
-     * (ReLU-Llama). Our own optional key powerinfer.ffn_activation ("silu" or "relu")
-     * overrides it for llama. */
-    hp->ffn_act = hp->arch == PI_ARCH_LLAMA && hp->sparse ? PI_FFN_RELU : ai->act;
+    /* FFN activation: the architecture's; PowerInfer's sparse files run ReLU (ReLU-Llama,
+     * ReluFalcon; Bamboo's relu(gate) * relu(up) is its own). Our own optional key
+     * powerinfer.ffn_activation ("silu" or "relu") overrides it for llama. */
+    hp->ffn_act = hp->sparse && ai->act != PI_FFN_RELU_BOTH ? PI_FFN_RELU : ai->act;
     const char *stype;
     uint64_t slen;
     int st = get_str(r, "powerinfer.ffn_activation", &stype, &slen);
@@ -460,11 +462,16 @@ static int build_layer(struct reader *r, const struct pi_hparams *hp, int64_t il
         return PI_OK;
     }
     /* PowerInfer layout: down stored transposed (one row per neuron), predictor
-     * fc2 . relu(fc1 . h) with a per-layer rank; the sparse FFN adds no biases. */
-    if (L->b_gate || L->b_up || L->ffn_post_norm)
-        PI_FAIL(r->err, PI_ERR_UNSUPPORTED, "layer %lld of this sparse (PWRI) file has FFN "
-                "biases or a post-FFN norm, which the sparse FFN does not apply yet",
-                (long long)il);
+     * fc2 . relu(fc1 . h) with a per-layer rank; OPT's biases: up's [n_ff] and down's
+     * [n_embd], which PowerInfer names ffn_down_t.bias. */
+    if (L->b_gate || (L->ffn_gate && L->b_up) || L->ffn_post_norm)
+        PI_FAIL(r->err, PI_ERR_UNSUPPORTED, "layer %lld of this sparse (PWRI) file has gate or "
+                "up biases beside a gate, or a post-FFN norm, which the sparse FFN does not "
+                "apply yet", (long long)il);
+    if (gguf_find_tensor(r->f, BIAS("ffn_down")) >= 0)
+        PI_FAIL(r->err, PI_ERR_FORMAT, "sparse (PWRI) model has '%s'; PowerInfer files name "
+                "the down projection's bias ffn_down_t.bias", n);
+    PI_TRY(want(r, BIAS("ffn_down_t"), K_NORM, E, 0, 1, &L->b_down));
     if (gguf_find_tensor(r->f, NAME("ffn_down")) >= 0)
         PI_FAIL(r->err, PI_ERR_FORMAT, "sparse (PWRI) model has '%s'; PowerInfer files store "
                 "the down projection transposed as ffn_down_t", n);
@@ -701,7 +708,7 @@ static int check_tensors(struct reader *r, struct pi_model_desc *d, const struct
         PI_FAIL(r->err, PI_ERR_NOMEM, "out of memory");
     const struct gguf_tensor *top[] = {d->token_embd,   d->output_norm.w, d->output_norm.b,
                                        d->output,       d->rope_freqs,    d->rope_long,
-                                       d->rope_short};
+                                       d->rope_short,   d->pos_embd};
     for (size_t i = 0; i < sizeof top / sizeof *top; i++)
         mark(used, f, top[i]);
     for (int64_t l = 0; l < hp->n_layer; l++) {
@@ -755,7 +762,7 @@ int pi_model_desc_build(struct pi_model_desc *d, const struct gguf_file *f,
         shown[n] = 0;
         PI_FAIL(err, PI_ERR_UNSUPPORTED, "%s architecture '%s' is not supported (llama, "
                 "bamboo, qwen2, qwen3, qwen2moe, qwen3moe, olmoe, gemma2, gemma3, phi3, starcoder2, "
-                "falcon are)",
+                "falcon, opt are)",
                 known ? "the" : "unknown", shown);
     }
     hp->sparse = f->magic == GGUF_MAGIC_PWRI;
@@ -808,6 +815,19 @@ int pi_model_desc_build(struct pi_model_desc *d, const struct gguf_file *f,
         }
     }
     PI_TRY(want(&r, "output.weight", K_WEIGHT, hp->n_embd, hp->n_vocab, 1, &d->output));
+    if (hp->info->flags & PI_AF_POS_EMBD) {
+        /* rows PI_POS_EMBD_OFFSET.. are positions 0..: the usable context is the rows
+         * past the offset, and no more than the file's context_length */
+        const int64_t pi = gguf_find_tensor(f, "position_embd.weight");
+        const int64_t rows = pi >= 0 && f->tensors[pi].n_dims == 2 ? f->tensors[pi].ne[1] : 0;
+        if (rows <= PI_POS_EMBD_OFFSET)
+            PI_FAIL(err, PI_ERR_FORMAT, "tensor 'position_embd.weight' must have shape "
+                    "{%lld, n_pos} with n_pos > %d (%s's learned positions)",
+                    (long long)hp->n_embd, PI_POS_EMBD_OFFSET, hp->info->name);
+        PI_TRY(want(&r, "position_embd.weight", K_WEIGHT, hp->n_embd, rows, 0, &d->pos_embd));
+        if (hp->n_ctx_train > rows - PI_POS_EMBD_OFFSET)
+            hp->n_ctx_train = rows - PI_POS_EMBD_OFFSET;
+    }
     if (!d->output)
         d->output = d->token_embd; /* tied embeddings */
 

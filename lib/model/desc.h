@@ -22,6 +22,7 @@ enum pi_arch {
     PI_ARCH_QWEN2MOE,   /* Qwen1.5-MoE, Qwen2-MoE: experts + a gated shared expert */
     PI_ARCH_QWEN3MOE,   /* Qwen3-30B-A3B, 235B-A22B: experts, per-head q/k norms */
     PI_ARCH_OLMOE,      /* OLMoE: experts, q/k norms over the whole q/k row */
+    PI_ARCH_OPT,        /* OPT: learned positions, LayerNorm, biases, relu(up) FFN */
     PI_ARCH_COUNT
 };
 
@@ -49,6 +50,7 @@ enum {
     PI_AF_EMBD_SCALE = 1u << 3, /* embeddings multiplied by sqrt(n_embd) */
     PI_AF_SPARSE = 1u << 4,     /* PowerInfer (PWRI) files of it run */
     PI_AF_MOE = 1u << 5,        /* its files may have mixture-of-experts layers */
+    PI_AF_POS_EMBD = 1u << 6,   /* learned absolute positions (position_embd), no RoPE */
 };
 
 /* How a mixture-of-experts router turns its logits into expert weights. */
@@ -151,6 +153,8 @@ struct pi_layer_desc {
     int up_fused;                         /* ffn_up holds gate rows, then up rows */
     const struct gguf_tensor *ffn_down;   /* {n_ff, n_embd}, dense files; else NULL */
     const struct gguf_tensor *ffn_down_t; /* {n_embd, n_ff}, sparse files; else NULL */
+    /* biases; in sparse files (OPT) b_up [n_ff] is added on the active rows and b_down
+     * [n_embd] (PowerInfer's ffn_down_t.bias) once */
     const struct gguf_tensor *b_gate, *b_up, *b_down;
     const struct gguf_tensor *ffn_post_norm; /* RMSNorm of the FFN output (Gemma) */
     const struct gguf_tensor *fc1;        /* {n_embd, rank}: predictor, sparse files */
@@ -177,6 +181,9 @@ struct pi_model_desc {
     const struct gguf_tensor *output;      /* {n_embd, n_vocab}; == token_embd if tied */
     const struct gguf_tensor *rope_freqs;  /* [n_rot/2] Llama 3 frequency factors, or NULL */
     const struct gguf_tensor *rope_long, *rope_short; /* [n_rot/2] LongRoPE, or NULL */
+    /* {n_embd, n_pos}: learned positions (PI_AF_POS_EMBD), position p at row p +
+     * PI_POS_EMBD_OFFSET (OPT's offset of 2); NULL for the others */
+    const struct gguf_tensor *pos_embd;
     struct pi_layer_desc *layers;          /* [n_layer] */
     int64_t max_rank;  /* the largest pred_rank (0: dense file) */
     int64_t n_moe_layers; /* layers with experts (0: not a mixture-of-experts model) */
@@ -189,6 +196,8 @@ struct pi_model_desc {
 };
 
 #define PI_MAX_LAYERS 512
+/* OPT's learned position table starts at row 2 (OPTLearnedPositionalEmbedding). */
+#define PI_POS_EMBD_OFFSET 2
 /* The most experts a mixture-of-experts layer may have. */
 #define PI_MAX_EXPERTS 4096
 /* The largest width a file may give anything that becomes an activation row (n_embd,
