@@ -954,6 +954,33 @@ def test_plan_with_statistics():
                 assert p.n_ff == m.n_ff
 
 
+def test_expert_placement_follows_statistics():
+    """In mixture-of-experts layers the planner's unit is an expert: with room for k
+    experts beyond the dense parts, the device holds the k most chosen experts of all
+    layers by the profiled counts (ties: lower layer, then lower expert), and a context
+    with that plan and a CPU device decodes the CPU-only tokens."""
+    path = os.path.join(ROOT, "tests", "fixtures", "archs", "qwen3moe.f16.gguf")
+    with pi.Model(path, log=None) as m:
+        X = m.meta_int("qwen3moe.expert_count")
+        with pi.Context(m, n_ctx=64, n_threads=2, stats="on") as prof:
+            ref = greedy_ids(prof, PROMPT_IDS, 8)
+            counts = [list(prof.stats.experts(x)) for x in range(m.n_layer)]
+            kw = dict(device="cpu", n_ctx=64, plan_stats=prof.stats)
+            with m.plan(device_budget="auto", **kw) as full:
+                n_all = sum(full.layer_experts(x) for x in range(m.n_layer))
+                total, eb = full.bytes(), full.bytes("neurons")
+            assert n_all == m.n_layer * X and eb % n_all == 0
+            order = sorted((-counts[x][e], x, e) for x in range(m.n_layer) for e in range(X))
+            for k in (0, 1, 3, 7, n_all - 1, n_all):
+                with m.plan(device_budget=total - eb + k * (eb // n_all), **kw) as p:
+                    want = sorted((x, e) for _, x, e in order[:k])
+                    got = [(x, e) for x in range(m.n_layer) for e in p.layer_experts(x, X)]
+                    assert got == want, (k, got, want)
+            with pi.Context(m, n_threads=2, device_budget=total - eb // 2, **kw) as c:
+                assert 0 < sum(c.plan.layer_experts(x) for x in range(m.n_layer)) < n_all
+                assert greedy_ids(c, PROMPT_IDS, 8) == ref
+
+
 @pytest.mark.parametrize("path", HYBRID_MODELS, ids=["pwri", "dense"])
 def test_hybrid_context_decodes_as_cpu(path):
     with pi.Model(path, log=None) as m:

@@ -359,10 +359,12 @@ static void plan_line(FILE *out, const pi_plan *pl, const pi_ctx_params *cp) {
             snprintf(src, sizeof src, "planned now%s", cp->plan_path ? "" : " (not cached)");
         break;
     }
-    int64_t nl = pi_plan_n_layer(pl), nf = pi_plan_n_ff(pl), on = 0, attn = 0;
+    int64_t nl = pi_plan_n_layer(pl), nf = pi_plan_n_ff(pl), on = 0, attn = 0, ex = 0;
     for (int64_t l = 0; l < nl; l++) {
         int64_t k = pi_plan_layer_neurons(pl, l, NULL, 0);
         on += k > 0 ? k : 0;
+        k = pi_plan_layer_experts(pl, l, NULL, 0);
+        ex += k > 0 ? k : 0;
         attn += (pi_plan_layer_parts(pl, l) >> PI_PLAN_ATTENTION) & 1u;
     }
     char used[32], budget[32];
@@ -375,10 +377,13 @@ static void plan_line(FILE *out, const pi_plan *pl, const pi_ctx_params *cp) {
     fprintf(out,
             "pi-run: plan (device %s %u): %s | on device %s of %s budget | FFN neurons "
             "%" PRId64 "/%.0f (%.1f%%) | attention %" PRId64 "/%" PRId64
-            " layers, output %s, KV cache %s\n",
+            " layers, output %s, KV cache %s",
             device_name(cp->device), cp->device_index, src, used, budget, on, total,
             total > 0 ? 100.0 * (double)on / total : 0.0, attn, nl,
             pi_plan_output_on_device(pl) ? "yes" : "no", pi_plan_kv_on_device(pl) ? "yes" : "no");
+    if (ex)
+        fprintf(out, " | experts %" PRId64 " on the device", ex);
+    fputc('\n', out);
 }
 
 /* pi_plan_describe's text. Returns 0 or 1 after printing why. */
