@@ -214,7 +214,7 @@ static int take_index(const struct pi_model *m, struct pi_plan *pl, const struct
         const struct pi_layer_desc *ld = &d->layers[l];
         if (n && ld->router)
             PI_FAIL(err, PI_ERR_RANGE, "%s: layer %lld places %lld FFN neurons, but it is a "
-                    "mixture-of-experts layer, whose experts stay on the host", path,
+                    "mixture-of-experts layer, placed by whole experts", path,
                     (long long)l, (long long)n);
         const uint64_t per = pl->whole_layers
                                  ? (nb(ld->ffn_gate) + nb(ld->ffn_up) + nb(ld->ffn_down) +
