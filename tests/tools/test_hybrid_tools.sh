@@ -14,13 +14,17 @@
 #    bad options exit 2; --device gpu either runs or fails cleanly;
 #  - a mixture-of-experts fixture: experts placed by --profile statistics, the same
 #    text at any budget, --print-plan's expert lists, the plan cache;
-#  - pi-bench --device cpu --vram-budget 0,1 runs one row per budget.
-# Args: PI_RUN PI_BENCH SOURCE_ROOT WORK_DIR
+#  - pi-bench --device cpu --vram-budget 0,1 runs one row per budget;
+#  - pi-perplexity and pi-batched take the same options: the same perplexity and the
+#    same texts at any budget, their plan line, --dry-run, bad options exit 2.
+# Args: PI_RUN PI_BENCH SOURCE_ROOT WORK_DIR PI_PERPLEXITY PI_BATCHED
 set -u
 pirun=$1
 bench=$2
 root=$3
 work=$4/hybrid-tools-test
+ppl=$5
+batched=$6
 rm -rf "$work"
 mkdir -p "$work"
 pass=0
@@ -223,6 +227,67 @@ expect bench "$work/bench.txt" "| sparse | tg4 .*1.00 GiB | *100.0% |"
 expect bench "$work/bench.txt" "decode speed-up sparse, 1.00 GiB / sparse, 0.00 GiB"
 "$bench" -m "$work/m.powerinfer.gguf" -p 4 -n 2 -r 1 --no-bandwidth --vram-budget x > "$work/bench2.txt" 2>&1
 status "pi-bench --vram-budget x" 2 $? "$work/bench2.txt"
+
+# ---- pi-perplexity and pi-batched ----------------------------------------------------
+# a text of a few hundred tokens for the synthetic model's byte-level vocabulary
+i=0
+: > "$work/ppl.txt"
+while [ $i -lt 40 ]; do printf 'one two three four five six seven eight nine ten ' >> "$work/ppl.txt"; i=$((i + 1)); done
+for kind in powerinfer dense; do
+    model=$work/m.$kind.gguf
+    "$ppl" -m "$model" -f "$work/ppl.txt" -c 64 --chunks 3 -t 2 > "$work/ppl.$kind.ref" 2> "$work/ppl.$kind.ref.err"
+    status "pi-perplexity $kind: CPU only" 0 $? "$work/ppl.$kind.ref.err"
+    grep '^Final estimate' "$work/ppl.$kind.ref" > "$work/ppl.$kind.ref.final"
+    "$batched" -m "$model" -p "a b c" -n 8 --parallel 3 -t 2 --no-sequential         > "$work/bat.$kind.ref" 2> "$work/bat.$kind.ref.err"
+    status "pi-batched $kind: CPU only" 0 $? "$work/bat.$kind.ref.err"
+    for b in 0 0.004 1000; do
+        "$ppl" -m "$model" -f "$work/ppl.txt" -c 64 --chunks 3 -t 2 --device cpu --vram-budget $b \
+            --no-plan-cache > "$work/ppl.$kind.$b" 2> "$work/ppl.$kind.$b.err"
+        status "pi-perplexity $kind --device cpu --vram-budget $b" 0 $? "$work/ppl.$kind.$b.err"
+        expect "pi-perplexity $kind budget $b" "$work/ppl.$kind.$b.err" "pi-perplexity: plan (device cpu 0): planned now (not cached)"
+        grep '^Final estimate' "$work/ppl.$kind.$b" > "$work/ppl.$kind.$b.final"
+        cmp -s "$work/ppl.$kind.ref.final" "$work/ppl.$kind.$b.final" \
+            && ok "pi-perplexity $kind: budget $b gives the CPU-only perplexity" \
+            || { bad "pi-perplexity $kind: budget $b perplexity differs"; cat "$work/ppl.$kind.ref.final" "$work/ppl.$kind.$b.final" | sed 's/^/#   /'; }
+        "$batched" -m "$model" -p "a b c" -n 8 --parallel 3 -t 2 --no-sequential --device cpu \
+            --vram-budget $b --no-plan-cache > "$work/bat.$kind.$b" 2> "$work/bat.$kind.$b.err"
+        status "pi-batched $kind --device cpu --vram-budget $b" 0 $? "$work/bat.$kind.$b.err"
+        expect "pi-batched $kind budget $b" "$work/bat.$kind.$b.err" "pi-batched: plan (device cpu 0): planned now (not cached)"
+        cmp -s "$work/bat.$kind.ref" "$work/bat.$kind.$b" \
+            && ok "pi-batched $kind: budget $b gives the CPU-only texts" \
+            || { bad "pi-batched $kind: budget $b texts differ"; diff "$work/bat.$kind.ref" "$work/bat.$kind.$b" | sed 's/^/#   /'; }
+    done
+done
+expect "pi-perplexity huge budget" "$work/ppl.powerinfer.1000.err" "(100.0%) | attention 4/4 layers"
+expect "pi-batched huge budget" "$work/bat.powerinfer.1000.err" "(100.0%) | attention 4/4 layers"
+# the plan counts every sequence's KV cache: 3 sequences hold 3 times one's
+kv_of() { sed -n 's/^  kv cache *\([0-9.]*\) MiB.*/\1/p' "$1"; }
+"$batched" -m "$work/m.dense.gguf" -p "a b c" -n 200 --parallel 1 --device cpu --vram-budget 1000 \
+    --no-plan-cache --dry-run > "$work/bat.dry1" 2> "$work/bat.dry1.err"
+status "pi-batched --dry-run (1 sequence)" 0 $? "$work/bat.dry1.err"
+"$batched" -m "$work/m.dense.gguf" -p "a b c" -n 200 --parallel 4 --device cpu --vram-budget 1000 \
+    --no-plan-cache --dry-run > "$work/bat.dry4" 2> "$work/bat.dry4.err"
+status "pi-batched --dry-run (4 sequences)" 0 $? "$work/bat.dry4.err"
+k1=$(kv_of "$work/bat.dry1")
+k4=$(kv_of "$work/bat.dry4")
+if [ -n "$k1" ] && [ -n "$k4" ] && awk -v a="$k1" -v b="$k4" 'BEGIN { d = b - 4 * a; exit !(a > 0 && d < 0.05 && d > -0.05) }'; then
+    ok "pi-batched plan: 4 sequences hold 4 times the KV cache of one ($k1 -> $k4 MiB)"
+else
+    bad "pi-batched plan KV cache: 1 sequence '$k1' MiB, 4 sequences '$k4' MiB"
+    sed 's/^/#   /' "$work/bat.dry4"
+fi
+"$ppl" -m "$work/m.dense.gguf" -c 64 --device cpu --vram-budget 0.004 --no-plan-cache --dry-run \
+    > "$work/ppl.dry" 2> "$work/ppl.dry.err"
+status "pi-perplexity --dry-run (no text needed)" 0 $? "$work/ppl.dry.err"
+expect "pi-perplexity --dry-run" "$work/ppl.dry" "budget"
+"$ppl" -m "$work/m.dense.gguf" -f "$work/ppl.txt" --print-plan > "$work/ppl.nodev" 2>&1
+status "pi-perplexity --print-plan without a device" 2 $? "$work/ppl.nodev"
+expect "pi-perplexity no device" "$work/ppl.nodev" "pi-perplexity: --print-plan needs a device"
+"$batched" -m "$work/m.dense.gguf" -p "a" -n 2 --parallel 2 --vram-budget lots > "$work/bat.lots" 2>&1
+status "pi-batched --vram-budget lots" 2 $? "$work/bat.lots"
+"$batched" -m "$work/m.dense.gguf" -p "a" -n 2 --parallel 2 --device cpu --plan-stats "$work/missing.gguf" \
+    > "$work/bat.nostats" 2>&1
+status "pi-batched --plan-stats of a missing file" 1 $? "$work/bat.nostats"
 
 echo "1..$((pass + fail))"
 [ "$fail" -eq 0 ]

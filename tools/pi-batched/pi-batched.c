@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "device.h"
 #include "powerinfer.h"
 
 const char cli_prog[] = "pi-batched";
@@ -43,7 +44,9 @@ static void usage(FILE *out) {
                  "                          (default 0.95; 1: off)\n"
                  "  -t, --threads N         worker threads (default: all processors)\n"
                  "  --no-sequential         skip the one-after-another run\n"
-                 CLI_LOAD_USAGE
+                 "\n");
+    fputs(CLI_DEVICE_USAGE "                          (with -p: the plan for its context)\n\n", out);
+    fprintf(out, CLI_LOAD_USAGE
                  "  -v, --verbose           log what the library does to stderr\n"
                  "  --version               print the library version\n"
                  "  -h, --help              this text\n"
@@ -60,6 +63,7 @@ struct opts {
     float temp, top_p;
     long top_k;
     int verbose, no_sequential;
+    struct cli_device dev;
 };
 
 struct run {
@@ -155,7 +159,7 @@ static int64_t total_tokens(const struct run *r) {
     return t;
 }
 
-static int run(const struct opts *o) {
+static int run(struct opts *o) {
     pi_model *m = NULL;
     if (cli_model_open(o->model, o->verbose, &m))
         return 1;
@@ -214,8 +218,19 @@ static int run(const struct opts *o) {
     cp.n_ctx = (uint32_t)(r.n_prompt + r.n_gen);
     cp.n_seq_max = (uint32_t)r.n_seq;
     cp.n_threads = (uint32_t)o->n_threads;
-    if (cli_ctx_create(m, &cp, &r.ctx))
+    if (o->dev.dry_run) { /* the plan for this prompt's context of P sequences */
+        rc = cli_device_dry_run_model(&o->dev, m, o->model, &cp);
         goto done;
+    }
+    if (cli_device_params(&o->dev, o->model, &cp) != 0)
+        goto done;
+    {
+        const int failed = cli_ctx_create(m, &cp, &r.ctx);
+        cli_device_release(&o->dev); /* the statistics: borrowed for the call only */
+        cp.plan_stats = NULL;
+        if (failed || cli_device_report(&o->dev, r.ctx, &cp) != 0)
+            goto done;
+    }
 
     double t0 = cli_now_s();
     if ((st = pi_ctx_decode(r.ctx, prompt, (size_t)r.n_prompt)) != PI_OK) {
@@ -303,6 +318,9 @@ static int parse_args(int argc, char **argv, struct opts *o) {
         if (IS("--no-sequential")) {
             o->no_sequential = 1;
             takes = 0;
+        } else if ((r = cli_device_option(&o->dev, a, v, &takes)) >= 0) {
+            if (r)
+                return r;
         } else if ((r = cli_common_option(a, v, usage, &o->verbose)) >= 0) {
             return r;
         } else if (r == CLI_OPT_TAKEN) {
@@ -347,6 +365,8 @@ static int parse_args(int argc, char **argv, struct opts *o) {
 #undef IS
         i += takes;
     }
+    if (cli_device_check(&o->dev))
+        return 2;
     if (!o->model || !o->prompt || !o->n_predict || !o->parallel) {
         fprintf(stderr, "pi-batched: give -m MODEL, -p PROMPT, -n N_TOKENS and --parallel P "
                         "(see --help)\n");
@@ -363,6 +383,10 @@ int main(int argc, char **argv) {
     o.temp = 0.8f;
     o.top_k = 40;
     o.top_p = 0.95f;
+    cli_device_init(&o.dev);
     int r = parse_args(argc, argv, &o);
-    return r >= 0 ? r : run(&o);
+    if (r < 0)
+        r = run(&o);
+    cli_device_free(&o.dev);
+    return r;
 }

@@ -24,13 +24,13 @@
 #include <string.h>
 
 #include "cli.h"
+#include "device.h"
 #include "powerinfer.h"
 
 const char cli_prog[] = "pi-perplexity";
 
 static void usage(FILE *out) {
-    fprintf(out,
-            "usage: pi-perplexity -m MODEL -f TEXT [options]\n"
+    fputs("usage: pi-perplexity -m MODEL -f TEXT [options]\n"
             "\n"
             "Perplexity of MODEL on the text file TEXT. The whole file is tokenized at once,\n"
             "with BOS in front when the model's tokenizer adds one to a fresh sequence\n"
@@ -60,13 +60,16 @@ static void usage(FILE *out) {
             "  --chunks K              score only the first K chunks (windows)\n"
             "  --f32-activations       float activations in products with quantized weights\n"
             "                          (slower; closer to a float reference) instead of 8-bit\n"
-            CLI_LOAD_USAGE
+            "\n", out);
+    fputs(CLI_DEVICE_USAGE "\n", out);
+    fputs(CLI_LOAD_USAGE
             "  -v, --verbose           log what the library does to stderr\n"
             "  --version               print the library version\n"
             "  -h, --help              this text\n"
             "\n"
             "Progress goes to stderr, one line per window; the result to stdout.\n"
-            "Exit status: 0, 1 (a file, the model or the text cannot be used), 2 (bad options).\n");
+            "Exit status: 0, 1 (a file, the model or the text cannot be used), 2 (bad options).\n",
+          out);
 }
 
 /* ---- windows ------------------------------------------------------------------------ */
@@ -167,6 +170,7 @@ struct opts {
     long n_ctx, stride, n_batch, chunks;
     int verbose;
     pi_ctx_params cp;
+    struct cli_device dev;
 };
 
 /* -1: run; otherwise the exit status: 0 (help, version) or 2 (a usage error, printed). */
@@ -179,6 +183,9 @@ static int parse_args(int argc, char **argv, struct opts *o) {
         if (IS("--f32-activations")) {
             o->cp.f32_activations = 1;
             takes = 0;
+        } else if ((r = cli_device_option(&o->dev, a, v, &takes)) >= 0) {
+            if (r)
+                return r;
         } else if ((r = cli_common_option(a, v, usage, &o->verbose)) >= 0) {
             return r;
         } else if (r == CLI_OPT_TAKEN) {
@@ -213,7 +220,9 @@ static int parse_args(int argc, char **argv, struct opts *o) {
 #undef IS
         i += takes;
     }
-    if (!o->model || !o->text) {
+    if (cli_device_check(&o->dev))
+        return 2;
+    if (!o->model || (!o->text && !o->dev.dry_run)) {
         fprintf(stderr, "pi-perplexity: give a model with -m and a text with -f (see --help)\n");
         return 2;
     }
@@ -240,7 +249,7 @@ static int32_t added_bos(const pi_model *m) {
     return bos >= 0 && np >= 0 && ns == np + 1 && np < 8 && special[0] == bos ? bos : -1;
 }
 
-static int run(const struct opts *o) {
+static int run(struct opts *o) {
     size_t text_len = 0;
     char *text = cli_read_file(o->text, &text_len);
     if (!text) {
@@ -290,8 +299,15 @@ static int run(const struct opts *o) {
     pi_ctx_params cp = o->cp;
     cp.n_ctx = (uint32_t)n_ctx;
     cp.n_batch = (uint32_t)o->n_batch;
-    if (cli_ctx_create(m, &cp, &ctx))
+    if (cli_device_params(&o->dev, o->model, &cp) != 0)
         goto done;
+    {
+        const int failed = cli_ctx_create(m, &cp, &ctx);
+        cli_device_release(&o->dev); /* the statistics: borrowed for the call only */
+        cp.plan_stats = NULL;
+        if (failed || cli_device_report(&o->dev, ctx, &cp) != 0)
+            goto done;
+    }
     if (!(entries = malloc((size_t)o->n_batch * sizeof *entries))) {
         fprintf(stderr, "pi-perplexity: out of memory\n");
         goto done;
@@ -351,6 +367,16 @@ int main(int argc, char **argv) {
     memset(&o, 0, sizeof o);
     o.n_ctx = 512;
     pi_ctx_default_params(&o.cp);
+    cli_device_init(&o.dev);
     int r = parse_args(argc, argv, &o);
-    return r >= 0 ? r : run(&o);
+    if (r < 0 && o.dev.dry_run) { /* the plan for this window and batch; no text needed */
+        pi_ctx_params cp = o.cp;
+        cp.n_ctx = (uint32_t)o.n_ctx;
+        cp.n_batch = (uint32_t)o.n_batch;
+        r = cli_device_dry_run(&o.dev, o.model, &cp, o.verbose);
+    } else if (r < 0) {
+        r = run(&o);
+    }
+    cli_device_free(&o.dev);
+    return r;
 }

@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "cli.h"
+#include "device.h"
 #ifdef PI_HAVE_JSONSCHEMA
 #include "jsonschema.h"
 #endif
@@ -78,31 +79,7 @@ static void usage(FILE *out) {
             "  --check-numerics        check every layer's output for NaN/infinity, so that\n"
             "                          a failure names the layer and block (logits are\n"
             "                          always checked)\n");
-    fputs("\n"
-            "hybrid CPU/GPU execution (attention, predictors, the KV cache and the hottest\n"
-            "FFN neurons on the device, the rest on the CPU):\n"
-            "  --vram-budget GB        device memory the plan may use, in GiB (1.5, 0.25, ...;\n"
-            "                          'auto' or negative: the device's free memory minus\n"
-            "                          256 MiB); implies --device gpu\n"
-            "  --device D              gpu (the CUDA or HIP backend built in), cpu (a second\n"
-            "                          CPU backend acting as the device: checks a plan\n"
-            "                          without a GPU) or none (default without --vram-budget)\n"
-            "  --device-index N        which GPU (default 0)\n"
-            "  --plan-stats FILE       activation statistics (--profile, or\n"
-            "                          tools/convert_activation_stats.py) ranking the neurons\n"
-            "                          (and experts: how often each was chosen; default: all\n"
-            "                          equally hot)\n"
-            "  --plan FILE             take the FFN neurons from a GPU index file\n"
-            "                          (PowerInfer's .gpuidx, or one this tool wrote)\n"
-            "  --reset-plan            plan again and rewrite the plan file\n"
-            "  --no-plan-cache         plan in memory only; by default the plan is cached in\n"
-            "                          MODEL.generated.gpuidx and reused while the model,\n"
-            "                          statistics and budget are the same\n"
-            "  --print-plan            print the plan (budget, bytes per part, each layer's\n"
-            "                          parts and neurons or experts) to stderr before\n"
-            "                          generating\n"
-            "  --dry-run               print the plan to stdout and exit: nothing is loaded\n"
-            "                          onto the device and no prompt is needed\n"
+    fputs("\n" CLI_DEVICE_USAGE
             "  --info                  print architecture, hyper-parameters, sparse or dense,\n"
             "                          metadata and the tensor table summary\n"
             "  --tensors               with --info: list every tensor\n",
@@ -280,9 +257,7 @@ struct opts {
     int context_shift;
     long n_keep;
     /* hybrid execution */
-    int device_set, budget_set, print_plan, dry_run, reset_plan, no_plan_cache;
-    const char *plan_stats, *plan_file;
-    char *plan_default; /* MODEL.generated.gpuidx, malloc'd */
+    struct cli_device dev;
     pi_ctx_params cp;
     pi_sampler_params sp;
 };
@@ -292,151 +267,6 @@ static int emit(void *user, const char *text, size_t len) {
     fwrite(text, 1, len, stdout);
     fflush(stdout);
     return 0;
-}
-
-/* ---- hybrid execution: plan parameters, the summary line, the description ---------- */
-
-static const char *device_name(uint32_t device) {
-    return device == PI_DEVICE_GPU ? "gpu" : device == PI_DEVICE_CPU ? "cpu" : "none";
-}
-
-/* Fill the plan fields of `cp` from the options (device, budget and index are already
- * set): the statistics (loaded into *stats, which the caller frees once the context or
- * plan is made) and the plan file. Returns 0, or 1 after printing why. */
-static int plan_params(struct opts *o, pi_ctx_params *cp, pi_stats **stats) {
-    *stats = NULL;
-    if (cp->device == PI_DEVICE_NONE)
-        return 0;
-    if (o->plan_stats) {
-        char eb[512] = "";
-        int st = pi_stats_load(o->plan_stats, stats, eb, sizeof eb);
-        if (st != PI_OK)
-            return cli_fail("cannot read the activation statistics", st, eb);
-        cp->plan_stats = *stats;
-    }
-    if (o->plan_file) {
-        cp->plan_path = o->plan_file;
-        cp->plan_file = o->reset_plan ? PI_PLAN_FILE_WRITE : PI_PLAN_FILE_READ;
-    } else if (o->no_plan_cache) {
-        cp->plan_path = NULL;
-    } else {
-        if (!o->plan_default) {
-            size_t n = strlen(o->model);
-            static const char ext[] = ".generated.gpuidx";
-            o->plan_default = malloc(n + sizeof ext);
-            if (!o->plan_default) {
-                pi_stats_free(*stats);
-                *stats = NULL;
-                cp->plan_stats = NULL;
-                fprintf(stderr, "pi-run: out of memory\n");
-                return 1;
-            }
-            memcpy(o->plan_default, o->model, n);
-            memcpy(o->plan_default + n, ext, sizeof ext);
-        }
-        cp->plan_path = o->plan_default;
-        cp->plan_file = o->reset_plan ? PI_PLAN_FILE_WRITE : PI_PLAN_FILE_CACHE;
-    }
-    return 0;
-}
-
-/* One line: where the plan came from and what it puts on the device. */
-static void plan_line(FILE *out, const pi_plan *pl, const pi_ctx_params *cp) {
-    const char *path = cp->plan_path ? cp->plan_path : "";
-    char src[1200];
-    switch (pi_plan_source(pl)) {
-    case PI_PLAN_FROM_FILE:
-        snprintf(src, sizeof src, "neurons read from %s", path);
-        break;
-    case PI_PLAN_CACHE_WRITTEN:
-        snprintf(src, sizeof src, "planned now, written to %s", path);
-        break;
-    case PI_PLAN_CACHE_UNWRITTEN:
-        snprintf(src, sizeof src, "planned now; could not write %s", path);
-        break;
-    default: /* PI_PLAN_FILE_WRITE succeeds only once the file is written */
-        if (cp->plan_path && cp->plan_file == PI_PLAN_FILE_WRITE)
-            snprintf(src, sizeof src, "planned now, written to %s", path);
-        else
-            snprintf(src, sizeof src, "planned now%s", cp->plan_path ? "" : " (not cached)");
-        break;
-    }
-    int64_t nl = pi_plan_n_layer(pl), nf = pi_plan_n_ff(pl), on = 0, attn = 0, ex = 0;
-    for (int64_t l = 0; l < nl; l++) {
-        int64_t k = pi_plan_layer_neurons(pl, l, NULL, 0);
-        on += k > 0 ? k : 0;
-        k = pi_plan_layer_experts(pl, l, NULL, 0);
-        ex += k > 0 ? k : 0;
-        attn += (pi_plan_layer_parts(pl, l) >> PI_PLAN_ATTENTION) & 1u;
-    }
-    char used[32], budget[32];
-    human_bytes(pi_plan_bytes(pl, PI_PLAN_N_PARTS), used, sizeof used);
-    if (pi_plan_budget(pl) == UINT64_MAX)
-        snprintf(budget, sizeof budget, "unlimited");
-    else
-        human_bytes(pi_plan_budget(pl), budget, sizeof budget);
-    double total = (double)nl * (double)nf;
-    fprintf(out,
-            "pi-run: plan (device %s %u): %s | on device %s of %s budget | FFN neurons "
-            "%" PRId64 "/%.0f (%.1f%%) | attention %" PRId64 "/%" PRId64
-            " layers, output %s, KV cache %s",
-            device_name(cp->device), cp->device_index, src, used, budget, on, total,
-            total > 0 ? 100.0 * (double)on / total : 0.0, attn, nl,
-            pi_plan_output_on_device(pl) ? "yes" : "no", pi_plan_kv_on_device(pl) ? "yes" : "no");
-    if (ex)
-        fprintf(out, " | experts %" PRId64 " on the device", ex);
-    fputc('\n', out);
-}
-
-/* pi_plan_describe's text. Returns 0 or 1 after printing why. */
-static int plan_print(FILE *out, const pi_plan *pl) {
-    char small[4096];
-    int64_t n = pi_plan_describe(pl, small, sizeof small);
-    if (n < 0)
-        return cli_fail("cannot describe the plan", (int)n, NULL);
-    char *text = small;
-    if ((size_t)n >= sizeof small) {
-        text = malloc((size_t)n + 1);
-        if (!text) {
-            fprintf(stderr, "pi-run: out of memory\n");
-            return 1;
-        }
-        pi_plan_describe(pl, text, (size_t)n + 1);
-    }
-    fputs(text, out);
-    if (n > 0 && text[n - 1] != '\n')
-        fputc('\n', out);
-    fflush(out);
-    if (text != small)
-        free(text);
-    return 0;
-}
-
-/* --dry-run: the plan a context would use, without a context or a prompt. */
-static int dry_run(struct opts *o) {
-    pi_model *m = NULL;
-    if (cli_model_open(o->model, o->verbose, &m))
-        return 1;
-    pi_ctx_params cp = o->cp;
-    char cerr[512] = "";
-    cp.errbuf = cerr;
-    cp.errbuf_cap = sizeof cerr;
-    pi_stats *stats = NULL;
-    pi_plan *pl = NULL;
-    int rc = plan_params(o, &cp, &stats);
-    if (rc == 0) {
-        int st = pi_model_plan(m, &cp, &pl);
-        pi_stats_free(stats);
-        if (st != PI_OK)
-            rc = cli_fail("cannot plan", st, cerr);
-    }
-    if (rc == 0) {
-        plan_line(stderr, pl, &cp);
-        rc = plan_print(stdout, pl);
-    }
-    pi_plan_free(pl);
-    pi_model_close(m);
-    return rc;
 }
 
 /* --grammar / --json-schema: the value is a file, or the text itself (a grammar with
@@ -713,20 +543,16 @@ static int generate(struct opts *o) {
     if (o->profile && cp.stats == PI_STATS_OFF)
         cp.stats = pi_model_is_sparse(m) ? PI_STATS_DIAGNOSTIC : PI_STATS_ON;
     {
-        pi_stats *plan_stats = NULL;
-        if (plan_params(o, &cp, &plan_stats) != 0)
+        if (cli_device_params(&o->dev, o->model, &cp) != 0)
             goto done;
         const int failed = cli_ctx_create(m, &cp, &ctx);
-        pi_stats_free(plan_stats); /* borrowed for the call only */
+        cli_device_release(&o->dev); /* the statistics: borrowed for the call only */
         cp.plan_stats = NULL;
         if (failed)
             goto done;
     }
-    if (pi_ctx_plan(ctx)) {
-        plan_line(stderr, pi_ctx_plan(ctx), &cp);
-        if (o->print_plan && plan_print(stderr, pi_ctx_plan(ctx)) != 0)
-            goto done;
-    }
+    if (cli_device_report(&o->dev, ctx, &cp) != 0)
+        goto done;
     {
         int mode = pi_ctx_sparse_mode(ctx);
         if (pi_model_is_sparse(m) || o->verbose)
@@ -883,61 +709,11 @@ done:
     return rc;
 }
 
-/* --vram-budget: GiB as a decimal number (PowerInfer's unit), 'auto' or a negative
- * number for PI_DEVICE_BUDGET_AUTO. */
-static int parse_budget(const char *v, uint64_t *out) {
-    if (!strcmp(v, "auto")) {
-        *out = PI_DEVICE_BUDGET_AUTO;
-        return 0;
-    }
-    char *end;
-    double g = strtod(v, &end);
-    if (*v == '\0' || *end != '\0' || g != g) {
-        fprintf(stderr, "pi-run: --vram-budget wants GiB (e.g. 1.5) or 'auto', not '%s'\n", v);
-        return -1;
-    }
-    double b = g * 1073741824.0;
-    if (g < 0)
-        *out = PI_DEVICE_BUDGET_AUTO;
-    else if (b >= 18446744073709549568.0) /* the largest double below 2^64 */
-        *out = UINT64_MAX - 1;            /* everything, but not "auto" */
-    else
-        *out = (uint64_t)b;
-    return 0;
-}
-
-/* Check the hybrid options against each other; 0 or 2 (a usage error). */
-static int check_device_opts(struct opts *o) {
-    if (o->budget_set && !o->device_set)
-        o->cp.device = PI_DEVICE_GPU;
-    if (o->cp.device == PI_DEVICE_NONE) {
-        const char *opt = o->budget_set        ? "--vram-budget"
-                          : o->print_plan      ? "--print-plan"
-                          : o->dry_run         ? "--dry-run"
-                          : o->plan_stats      ? "--plan-stats"
-                          : o->plan_file       ? "--plan"
-                          : o->reset_plan      ? "--reset-plan"
-                          : o->no_plan_cache   ? "--no-plan-cache"
-                          : o->cp.device_index ? "--device-index"
-                                               : NULL;
-        if (opt) {
-            fprintf(stderr, "pi-run: %s needs a device: give --vram-budget GB (a GPU) or "
-                            "--device gpu|cpu\n", opt);
-            return 2;
-        }
-    }
-    if (o->no_plan_cache && (o->plan_file || o->reset_plan)) {
-        fprintf(stderr, "pi-run: --no-plan-cache contradicts %s\n",
-                o->plan_file ? "--plan" : "--reset-plan");
-        return 2;
-    }
-    return 0;
-}
-
 int main(int argc, char **argv) {
     cli_init(&argc, &argv);
     struct opts o;
     memset(&o, 0, sizeof o);
+    cli_device_init(&o.dev);
     o.n_predict = 128;
     o.n_keep = -2;
     o.pooling = -1;
@@ -980,18 +756,9 @@ int main(int argc, char **argv) {
         } else if (IS("--check-numerics")) {
             o.cp.check_numerics = PI_CHECK_LAYERS;
             takes = 0;
-        } else if (IS("--print-plan")) {
-            o.print_plan = 1;
-            takes = 0;
-        } else if (IS("--dry-run")) {
-            o.dry_run = 1;
-            takes = 0;
-        } else if (IS("--reset-plan")) {
-            o.reset_plan = 1;
-            takes = 0;
-        } else if (IS("--no-plan-cache")) {
-            o.no_plan_cache = 1;
-            takes = 0;
+        } else if ((r = cli_device_option(&o.dev, a, v, &takes)) >= 0) {
+            if (r)
+                return r;
         } else if ((r = cli_common_option(a, v, usage, &o.verbose)) >= 0) {
             return r;
         } else if (r == CLI_OPT_TAKEN) {
@@ -1029,30 +796,6 @@ int main(int argc, char **argv) {
                         v);
                 return 2;
             }
-        } else if (IS("--device")) {
-            if (!strcmp(v, "gpu"))
-                o.cp.device = PI_DEVICE_GPU;
-            else if (!strcmp(v, "cpu"))
-                o.cp.device = PI_DEVICE_CPU;
-            else if (!strcmp(v, "none"))
-                o.cp.device = PI_DEVICE_NONE;
-            else {
-                fprintf(stderr, "pi-run: --device wants gpu, cpu or none, not '%s'\n", v);
-                return 2;
-            }
-            o.device_set = 1;
-        } else if (IS("--device-index")) {
-            if (cli_parse_long(a, v, 0, 0, 1024, &n))
-                return 2;
-            o.cp.device_index = (uint32_t)n;
-        } else if (IS("--vram-budget")) {
-            if (parse_budget(v, &o.cp.device_budget))
-                return 2;
-            o.budget_set = 1;
-        } else if (IS("--plan-stats")) {
-            o.plan_stats = v;
-        } else if (IS("--plan")) {
-            o.plan_file = v;
         } else if (IS("--sparse-threshold")) {
             if (cli_parse_float(a, v, -INFINITY, INFINITY, &o.cp.sparse_threshold))
                 return 2;
@@ -1120,11 +863,11 @@ int main(int argc, char **argv) {
     }
     if (o.info)
         return info(o.model, o.tensors, o.verbose);
-    if (check_device_opts(&o))
+    if (cli_device_check(&o.dev))
         return 2;
     int rc;
-    if (o.dry_run) {
-        rc = dry_run(&o);
+    if (o.dev.dry_run) {
+        rc = cli_device_dry_run(&o.dev, o.model, &o.cp, o.verbose);
     } else if (!o.prompt && !o.prompt_file) {
         fprintf(stderr, "pi-run: give a prompt with -p or -f (or --info to describe the model, "
                         "or --dry-run to print a plan)\n");
@@ -1132,6 +875,6 @@ int main(int argc, char **argv) {
     } else {
         rc = generate(&o);
     }
-    free(o.plan_default);
+    cli_device_free(&o.dev);
     return rc;
 }

@@ -39,6 +39,7 @@
  * that the kernel does not absorb megabytes first. */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <math.h>
 #include <netdb.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -612,6 +613,26 @@ static enum MHD_Result do_health(struct srv_http *h, struct conn *c, struct MHD_
     cJSON_AddNumberToObject(root, "queued", hs.queued);
     cJSON_AddNumberToObject(root, "requests", (double)hs.requests);
     cJSON_AddNumberToObject(root, "tokens_generated", (double)hs.tokens_generated);
+    /* where the plan put the model: device "none" (CPU only) has no other field */
+    const struct cli_placement *p = &h->mi->placement;
+    cJSON *pl = cJSON_AddObjectToObject(root, "placement");
+    if (pl) {
+        cJSON_AddStringToObject(pl, "device", cli_device_name(p->device));
+        if (p->device != PI_DEVICE_NONE) {
+            cJSON_AddNumberToObject(pl, "device_index", p->index);
+            if (p->budget == UINT64_MAX)
+                cJSON_AddNullToObject(pl, "budget_bytes");
+            else
+                cJSON_AddNumberToObject(pl, "budget_bytes", (double)p->budget);
+            cJSON_AddNumberToObject(pl, "device_bytes", (double)p->bytes);
+            cJSON_AddNumberToObject(pl, "ffn_neurons_on_device", p->neurons_on);
+            cJSON_AddNumberToObject(pl, "ffn_neurons", p->neurons_total);
+            cJSON_AddNumberToObject(pl, "attention_layers_on_device", (double)p->attn_layers);
+            cJSON_AddNumberToObject(pl, "layers", (double)p->n_layer);
+            cJSON_AddBoolToObject(pl, "output_on_device", p->output);
+            cJSON_AddBoolToObject(pl, "kv_cache_on_device", p->kv);
+        }
+    }
     char *s = cJSON_PrintUnformatted(root);
     cJSON_Delete(root);
     return respond_json(c, mc, 200, s);
@@ -638,19 +659,37 @@ static enum MHD_Result do_metrics(struct srv_http *h, struct conn *c, struct MHD
         {"pi_slots_busy", "gauge", "Slots serving a request."},
         {"pi_slots_idle", "gauge", "Free slots."},
         {"pi_requests_queued", "gauge", "Requests waiting for a slot."},
+        {"pi_device_bytes", "gauge",
+         "Bytes the placement plan put on the device (0: CPU only)."},
+        {"pi_device_budget_bytes", "gauge",
+         "The device budget the plan was made for (0: no device; +Inf: unlimited)."},
+        {"pi_device_ffn_neurons", "gauge", "FFN neurons on the device."},
+        {"pi_plan_ffn_neurons", "gauge", "FFN neurons the plan places (layers x neurons; 0: no plan)."},
+        {"pi_device_attention_layers", "gauge", "Layers whose attention runs on the device."},
+        {"pi_device_output", "gauge", "1 if the output projection runs on the device."},
+        {"pi_device_kv_cache", "gauge", "1 if the KV cache is on the device."},
     };
+    const struct cli_placement *p = &h->mi->placement;
+    const int dev = p->device != PI_DEVICE_NONE;
     const double v[] = {(double)hs.requests,      (double)hs.failed,
                         (double)hs.prompt_tokens, (double)hs.prompt_tokens_cached,
                         (double)hs.tokens_generated, (double)hs.steps,
                         (double)hs.tokens_decoded, hs.decode_seconds,
                         (double)hs.context_shifts,
                         (double)hs.slots_busy,    (double)hs.slots_idle,
-                        (double)hs.queued};
+                        (double)hs.queued,
+                        dev ? (double)p->bytes : 0.0,
+                        !dev ? 0.0 : p->budget == UINT64_MAX ? (double)INFINITY : (double)p->budget,
+                        dev ? p->neurons_on : 0.0, p->neurons_total,
+                        dev ? (double)p->attn_layers : 0.0, dev ? (double)p->output : 0.0,
+                        dev ? (double)p->kv : 0.0};
     struct srv_buf out = {0};
     int rc = 0;
     for (size_t i = 0; i < sizeof m / sizeof *m && rc == 0; i++)
-        rc = buf_printf(&out, "# HELP %s %s\n# TYPE %s %s\n%s %.17g\n", m[i].name, m[i].help,
-                        m[i].name, m[i].type, m[i].name, v[i]);
+        rc = isinf(v[i]) ? buf_printf(&out, "# HELP %s %s\n# TYPE %s %s\n%s +Inf\n", m[i].name,
+                                      m[i].help, m[i].name, m[i].type, m[i].name)
+                         : buf_printf(&out, "# HELP %s %s\n# TYPE %s %s\n%s %.17g\n", m[i].name,
+                                      m[i].help, m[i].name, m[i].type, m[i].name, v[i]);
     if (rc != 0) {
         buf_free(&out);
         return respond_json(c, mc, 500, NULL);

@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "cli.h"
+#include "device.h"
 #include "server.h"
 
 const char cli_prog[] = "pi-server";
@@ -74,7 +75,9 @@ static void usage(FILE *out) {
             "  --pooling P             /v1/embeddings: mean, last or cls (first token) pooling\n"
             "                          of the final hidden states (default: the file's\n"
             "                          pooling_type, else last)\n"
-            CLI_LOAD_USAGE
+            "\n" CLI_DEVICE_USAGE
+            "                          (/health and /metrics report the placement)\n"
+            "\n" CLI_LOAD_USAGE
             "  -v, --verbose           log each request, and what the library does, to stderr\n"
             "  --version               print the library version\n"
             "  -h, --help              this text\n",
@@ -94,6 +97,7 @@ struct opts {
     long n_keep;
     uint32_t sparse_mode;
     struct srv_http_config http;
+    struct cli_device dev;
 };
 
 /* The longest key --api-key-file accepts: a client sends it in a header, and
@@ -251,8 +255,20 @@ static int serve(struct opts *o) {
     /* the final hidden states for /v1/embeddings: one more norm per token decoded, and
      * a few vectors of n_embd floats per slot and batch entry */
     cp.embeddings = PI_EMBD_ON;
-    if (cli_ctx_create(m, &cp, &ctx))
+    if (o->dev.dry_run) { /* the plan for these slots, context and batch; nothing served */
+        rc = cli_device_dry_run_model(&o->dev, m, o->model, &cp);
         goto done;
+    }
+    if (cli_device_params(&o->dev, o->model, &cp) != 0)
+        goto done;
+    {
+        const int failed = cli_ctx_create(m, &cp, &ctx);
+        cli_device_release(&o->dev); /* the statistics: borrowed for the call only */
+        cp.plan_stats = NULL;
+        if (failed || cli_device_report(&o->dev, ctx, &cp) != 0)
+            goto done;
+    }
+    cli_placement_of(pi_ctx_plan(ctx), &cp, &mi.placement);
     mi.n_ctx = pi_ctx_n_ctx(ctx);
     struct srv_engine_config ec = {(uint32_t)o->n_slots, (uint32_t)o->queue, (uint32_t)o->n_batch,
                                    !o->no_prompt_cache, cli_pooling_of(m, o->pooling)};
@@ -304,6 +320,7 @@ done:
 int main(int argc, char **argv) {
     struct opts o;
     memset(&o, 0, sizeof o);
+    cli_device_init(&o.dev);
     o.n_slots = 4;
     o.queue = 16;
     o.n_batch = 256;
@@ -327,7 +344,12 @@ int main(int argc, char **argv) {
         long *num = NULL;
         long lo = 0, hi = 0;
 #define IS(s) (!strcmp(a, s))
-        if (IS("--no-prompt-cache")) {
+        if ((r = cli_device_option(&o.dev, a, v, &takes)) >= 0) {
+            if (r) {
+                free(o.api_key);
+                return r;
+            }
+        } else if (IS("--no-prompt-cache")) {
             o.no_prompt_cache = 1;
             takes = 0;
         } else if (IS("--context-shift")) {
@@ -475,6 +497,10 @@ int main(int argc, char **argv) {
         free(o.api_key);
         return 2;
     }
+    if (cli_device_check(&o.dev)) {
+        free(o.api_key);
+        return 2;
+    }
     if (o.chat_template_file && o.chat_format != PI_CHAT_AUTO) {
         fprintf(stderr, "pi-server: --chat-template-file and --chat-format exclude each other\n");
         free(o.api_key);
@@ -503,6 +529,7 @@ int main(int argc, char **argv) {
     pthread_sigmask(SIG_BLOCK, &set, NULL);
     signal(SIGPIPE, SIG_IGN);
     int rc = serve(&o);
+    cli_device_free(&o.dev);
     free(o.api_key);
     return rc;
 }

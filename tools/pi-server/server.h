@@ -21,6 +21,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "device.h"
 #include "powerinfer.h"
 
 /* ---- util.c: a growable byte buffer, UTF-8, clocks ---------------------------------- */
@@ -273,6 +274,9 @@ struct srv_model_info {
     long n_keep;       /* --keep: positions a shift keeps (-1 whole prompt, -2 the BOS) */
     int64_t default_max_tokens;
     int64_t created; /* Unix time the server started */
+    /* Where the context's plan put the model (--vram-budget, --device; device
+     * PI_DEVICE_NONE: CPU only), for /health and /metrics. */
+    struct cli_placement placement;
 };
 
 /* An error for the client: HTTP status and the OpenAI error object's fields. */
