@@ -1221,6 +1221,17 @@ PI_API uint32_t pi_plan_layer_parts(const pi_plan *plan, int64_t layer);
 PI_API int64_t pi_plan_layer_neurons(const pi_plan *plan, int64_t layer, uint8_t *mask,
                                      size_t cap);
 
+/* Number of layer `layer`'s experts on the device (0 in a layer without experts, -1 if
+ * out of range); when mask is non-NULL and cap >= the model's expert count
+ * (pi_stats_n_expert of its statistics, the file's <arch>.expert_count), mask[e] = 1
+ * for those experts, else 0. A mixture-of-experts layer's FFN is placed by experts:
+ * the planner puts the most frequently chosen experts of all layers (the statistics'
+ * PI_EXPERT_SELECTED counts; uniform without) on the device after the dense parts,
+ * whose PI_PLAN_FFN_NORM part then also holds the layer's router and shared expert;
+ * the experts' bytes count in PI_PLAN_NEURONS. Since: 0.1 */
+PI_API int64_t pi_plan_layer_experts(const pi_plan *plan, int64_t layer, uint8_t *mask,
+                                     size_t cap);
+
 /* 1 if the output projection (resp. the KV cache) is on the device. Since: 0.1 */
 PI_API int pi_plan_output_on_device(const pi_plan *plan);
 PI_API int pi_plan_kv_on_device(const pi_plan *plan);

@@ -74,6 +74,7 @@ void pi_ctx_destroy(pi_ctx *c) {
     pi_free(&a, c->moe_xg);
     pi_free(&a, c->moe_yg);
     pi_free(&a, c->moe_acc);
+    pi_free(&a, c->moe_ye);
     pi_stats_destroy(c->stats);
     pi_free(&a, c->layers);
     pi_free(&a, c->exec);
@@ -176,8 +177,9 @@ static int setup(struct pi_ctx *c, const pi_ctx_params *p) {
         c->moe_xg = pi_calloc(a, (size_t)(B * E), sizeof(float));
         c->moe_yg = pi_calloc(a, (size_t)(B * E), sizeof(float));
         c->moe_acc = pi_calloc(a, (size_t)(B * E), sizeof(float));
+        c->moe_ye = pi_calloc(a, (size_t)(B * K * E), sizeof(float));
         if (!c->moe_prob || !c->moe_wt || !c->moe_sel || !c->moe_list || !c->moe_start ||
-            !c->moe_fill || !c->moe_xg || !c->moe_yg || !c->moe_acc)
+            !c->moe_fill || !c->moe_xg || !c->moe_yg || !c->moe_acc || !c->moe_ye)
             PI_FAIL(&c->err, PI_ERR_NOMEM, "out of memory for the experts' %lld-token scratch",
                     (long long)B);
     }

@@ -85,11 +85,12 @@ struct pi_ctx {
      * their weights [n_batch][n_expert_used]; the (token, choice) pairs bucketed by
      * expert: moe_start [n_expert + 1] offsets into moe_list [n_batch * n_expert_used]
      * (entries t * n_expert_used + j), moe_fill [n_expert] scratch; an expert's tokens
-     * gathered, its output, and the layer's sum [n_batch][n_embd]. */
+     * gathered, the shared expert's output, and the layer's sum [n_batch][n_embd];
+     * every expert's output, by bucket [n_batch * n_expert_used][n_embd]. */
     float *moe_prob, *moe_wt;
     int32_t *moe_sel, *moe_list;
     int64_t *moe_start, *moe_fill;
-    float *moe_xg, *moe_yg, *moe_acc;
+    float *moe_xg, *moe_yg, *moe_acc, *moe_ye;
     int stats_level;                   /* PI_STATS_* */
     int check_layers;                  /* PI_CHECK_LAYERS: NaN/Inf after each block */
     struct pi_stats *stats;            /* NULL when off */

@@ -491,21 +491,69 @@ static struct pi_weight expert(const struct pi_weight *w0, size_t stride, int64_
     return w;
 }
 
-/* y [T][E] = the mixture-of-experts FFN of layer l on the host's xn [T][E] (y may be
- * xn): the router picks each token's experts; each expert that some token chose runs
- * once, as a matrix product over its tokens (gathered), so a decode step reads only
- * the chosen experts' weights; the outputs are summed with the router's weights; then
- * the shared expert (times its sigmoid gate) is added. */
-static void ffn_moe(struct pi_ctx *c, int64_t l, int64_t T, const float *xn, float *y) {
+/* One expert on unit u: y [n][E] = down(act(gate xin, up xin)) for xin [n][E], with
+ * scratch g, up [n][Fe] on u; queued (the caller syncs before reading y). x holds the
+ * expert tensors in u's memory, `e` is the expert's index there. */
+static void expert_ffn(const struct unit *u, const struct pi_experts *x, int64_t e,
+                       enum pi_act act, const float *xin, int64_t n, int64_t Fe, float *g,
+                       float *up, float *y) {
+    const struct pi_weight wg = expert(&x->gate, x->gate_stride, e);
+    const struct pi_weight wu = expert(&x->up, x->up_stride, e);
+    const struct pi_weight wd = expert(&x->down, x->down_stride, e);
+    u->be->matmul(u->b, &wg, xin, n, g);                             /* g [n][Fe] */
+    u->be->matmul(u->b, &wu, xin, n, up);                            /* up [n][Fe] */
+    u->be->ffn_act(u->b, act, g, up, n * Fe);
+    u->be->matmul(u->b, &wd, g, n, y);                               /* y [n][E] */
+}
+
+/* The shared expert of W on unit u: y [T][E] = down(act(gate xn, up xn)) and, where
+ * it has a gate, that gate's logits p [T][1]; queued. */
+static void shared_ffn(const struct unit *u, const struct pi_layer_w *W, enum pi_act act,
+                       const float *xn, int64_t T, int64_t Fs, float *g, float *up, float *y,
+                       float *p) {
+    u->be->matmul(u->b, &W->sh_gate, xn, T, g);                      /* g [T][Fs] */
+    u->be->matmul(u->b, &W->sh_up, xn, T, up);
+    u->be->ffn_act(u->b, act, g, up, T * Fs);
+    u->be->matmul(u->b, &W->sh_down, g, T, y);                       /* y [T][E] */
+    if (W->sh_gate_inp.data)
+        u->be->matmul(u->b, &W->sh_gate_inp, xn, T, p);              /* p [T][1] */
+}
+
+/* xn [T][E] (slot, host) = the mixture-of-experts FFN of layer l on xn = ffn_norm(x):
+ * the router picks each token's experts; each expert that some token chose runs once,
+ * as a matrix product over its tokens (gathered), so a decode step reads only the
+ * chosen experts' weights; the outputs are summed with the router's weights; then the
+ * shared expert (times its sigmoid gate) is added.
+ * With a device (hybrid.h, pi_dev_layer): the router and shared expert run there when
+ * the layer's FFN-norm part is placed, and the device's experts run there on their
+ * gathered rows, queued before the host computes its own experts. Every expert output
+ * is kept ([T*K][E], by bucket) and summed at the end per token in ascending expert
+ * order, whichever unit computed it: with the same kernels on both units (the CPU as
+ * the device) the result is the CPU-only one bit for bit, at any placement. */
+static void ffn_moe(struct run *r, int64_t l) {
+    struct pi_ctx *c = r->c;
+    struct pi_hybrid *h = c->hy;
     const struct pi_hparams *hp = c->hp;
-    const struct pi_backend_vtable *be = c->be;
-    struct pi_backend *b = c->b;
+    const struct unit *host = &r->host, *dev = &r->dev;
     const struct pi_layer_w *W = &c->layers[l];
+    const struct pi_dev_layer *D = h ? &h->layers[l] : NULL;
     const struct pi_experts *x = &W->exps;
-    const int64_t E = hp->n_embd, X = hp->n_expert, K = hp->n_expert_used, Fe = hp->n_ff_exp;
+    const int64_t T = r->T, E = hp->n_embd, X = hp->n_expert, K = hp->n_expert_used;
+    const int64_t Fe = hp->n_ff_exp, Fs = hp->n_ff_shexp;
     const enum pi_act act = act_of(hp->ffn_act, 1);
-    be->matmul(b, &W->router, xn, T, c->moe_prob);                  /* [T][X] */
-    be->sync(b);
+    const int dense_dev = D && D->moe_dense;               /* router, shared expert */
+    const int32_t *slot = D && D->n_dev_exp ? D->exp_slot : NULL; /* expert -> device */
+    const float *xn = in(r, &r->xn, HOST);
+    const float *xd = dense_dev ? in(r, &r->xn, DEV) : NULL;
+    int st = PI_OK;
+    if (dense_dev) {
+        dev->be->matmul(dev->b, &D->w.router, xd, T, h->moe_prob);   /* [T][X] */
+        st = dev->be->download(dev->b, c->moe_prob, h->moe_prob,
+                               (size_t)(T * X) * sizeof(float));
+    } else {
+        host->be->matmul(host->b, &W->router, xn, T, c->moe_prob);   /* [T][X] */
+        host->be->sync(host->b);
+    }
     route(hp, c->moe_prob, T, c->moe_sel, c->moe_wt);
     /* bucket the (token, choice) pairs by expert, tokens ascending within one */
     int64_t *start = c->moe_start, *fill = c->moe_fill;
@@ -518,12 +566,36 @@ static void ffn_moe(struct pi_ctx *c, int64_t l, int64_t T, const float *xn, flo
     }
     for (int64_t i = 0; i < T * K; i++)
         c->moe_list[fill[c->moe_sel[i]]++] = (int32_t)i;
-    float *acc = c->moe_acc;
-    memset(acc, 0, (size_t)(T * E) * sizeof *acc);
     uint64_t experts_run = 0;
+    /* the device's experts first: their rows gathered (staged in moe_ye, which upload
+     * no longer needs when it returns), packed in ascending expert order */
+    int64_t nd = 0;
+    if (slot) {
+        for (int64_t e = 0; e < X; e++)
+            for (int64_t i = start[e]; slot[e] >= 0 && i < start[e + 1]; i++, nd++)
+                memcpy(c->moe_ye + nd * E, xn + (c->moe_list[i] / K) * E,
+                       (size_t)E * sizeof(float));
+        if (nd) {
+            int su = dev->be->upload(dev->b, h->moe_xg, c->moe_ye,
+                                     (size_t)(nd * E) * sizeof(float));
+            st = st < 0 ? st : su;
+        }
+        for (int64_t e = 0, at = 0; e < X; e++) {
+            const int64_t n = start[e + 1] - start[e];
+            if (!n || slot[e] < 0)
+                continue;
+            expert_ffn(dev, &D->w.exps, slot[e], act, h->moe_xg + at * E, n, Fe,
+                       h->moe_g + at * Fe, h->moe_u + at * Fe, h->moe_ye + at * E);
+            at += n;
+            experts_run++;
+        }
+    }
+    if (W->sh_up.data && dense_dev)
+        shared_ffn(dev, &D->w, act, xd, T, Fs, h->moe_g, h->moe_u, h->moe_ysh, h->moe_prob);
+    /* the host's experts, into their buckets' rows of moe_ye */
     for (int64_t e = 0; e < X; e++) {
         const int64_t n = start[e + 1] - start[e];
-        if (!n)
+        if (!n || (slot && slot[e] >= 0))
             continue;
         const int32_t *list = c->moe_list + start[e];
         /* every token chose e (an expert is chosen at most once per token): xn as is */
@@ -533,41 +605,59 @@ static void ffn_moe(struct pi_ctx *c, int64_t l, int64_t T, const float *xn, flo
                 memcpy(c->moe_xg + i * E, xn + (list[i] / K) * E, (size_t)E * sizeof(float));
             xin = c->moe_xg;
         }
-        const struct pi_weight g = expert(&x->gate, x->gate_stride, e);
-        const struct pi_weight u = expert(&x->up, x->up_stride, e);
-        const struct pi_weight d = expert(&x->down, x->down_stride, e);
-        be->matmul(b, &g, xin, n, c->g);                             /* [n][Fe] */
-        be->matmul(b, &u, xin, n, c->u);
-        be->ffn_act(b, act, c->g, c->u, n * Fe);
-        be->matmul(b, &d, c->g, n, c->moe_yg);                       /* [n][E] */
-        be->sync(b);
+        expert_ffn(host, x, e, act, xin, n, Fe, c->g, c->u, c->moe_ye + start[e] * E);
+        host->be->sync(host->b);
+        experts_run++;
+    }
+    const float *ysh = c->moe_yg; /* the shared expert's output [T][E] */
+    if (W->sh_up.data && !dense_dev) {
+        shared_ffn(host, W, act, xn, T, Fs, c->g, c->u, c->moe_yg, c->moe_prob);
+        host->be->sync(host->b);
+    }
+    /* the device's results (the layer's one wait for it) */
+    if (nd) {
+        int sd = dev->be->download(dev->b, h->moe_ydev, h->moe_ye,
+                                   (size_t)(nd * E) * sizeof(float));
+        st = st < 0 ? st : sd;
+    }
+    if (W->sh_up.data && dense_dev) {
+        int sd = dev->be->download(dev->b, h->yd_host, h->moe_ysh, (size_t)(T * E) * sizeof(float));
+        if (sd >= 0 && W->sh_gate_inp.data)
+            sd = dev->be->download(dev->b, c->moe_prob, h->moe_prob, (size_t)T * sizeof(float));
+        st = st < 0 ? st : sd;
+        ysh = h->yd_host;
+    }
+    if (st < 0 && r->st >= 0)
+        r->st = st;
+    /* the sum, per token in ascending expert order */
+    float *acc = c->moe_acc;
+    memset(acc, 0, (size_t)(T * E) * sizeof *acc);
+    for (int64_t e = 0, at = 0; e < X; e++) {
+        const int64_t n = start[e + 1] - start[e];
+        if (!n)
+            continue;
+        const int on_dev = slot && slot[e] >= 0;
+        const float *ye = on_dev ? h->moe_ydev + at * E : c->moe_ye + start[e] * E;
+        at += on_dev ? n : 0;
+        const int32_t *list = c->moe_list + start[e];
         for (int64_t i = 0; i < n; i++) {
             const float w = c->moe_wt[list[i]];
             float *a = acc + (list[i] / K) * E;
-            const float *v = c->moe_yg + i * E;
+            const float *v = ye + i * E;
             for (int64_t j = 0; j < E; j++)
                 a[j] += w * v[j];
         }
-        experts_run++;
     }
     if (W->sh_up.data) {
-        const int64_t Fs = hp->n_ff_shexp;
-        be->matmul(b, &W->sh_gate, xn, T, c->g);                     /* [T][Fs] */
-        be->matmul(b, &W->sh_up, xn, T, c->u);
-        be->ffn_act(b, act, c->g, c->u, T * Fs);
-        be->matmul(b, &W->sh_down, c->g, T, c->moe_yg);              /* [T][E] */
-        if (W->sh_gate_inp.data)
-            be->matmul(b, &W->sh_gate_inp, xn, T, c->moe_prob);     /* [T][1] */
-        be->sync(b);
         for (int64_t t = 0; t < T; t++) {
             const float s = W->sh_gate_inp.data ? 1.0f / (1.0f + expf(-c->moe_prob[t])) : 1.0f;
             float *a = acc + t * E;
-            const float *v = c->moe_yg + t * E;
+            const float *v = ysh + t * E;
             for (int64_t j = 0; j < E; j++)
                 a[j] += s * v[j];
         }
     }
-    memcpy(y, acc, (size_t)(T * E) * sizeof *y);
+    memcpy(out(&r->xn, HOST), acc, (size_t)(T * E) * sizeof *acc);
     if (c->stats) {
         double *nsel = pi_stats_expert_row(c->stats, l, PI_EXPERT_SELECTED);
         double *mass = pi_stats_expert_row(c->stats, l, PI_EXPERT_WEIGHT);
@@ -698,7 +788,7 @@ static int step(struct pi_ctx *c, const pi_batch_entry *e, const int32_t *pos, i
                 truth = c->gfull;
             }
             if (L->router.data) {
-                ffn_moe(c, l, T, in(&r, &r.xn, HOST), out(&r.xn, HOST));
+                ffn_moe(&r, l);
             } else if (c->mode == PI_SPARSE_DENSE && !n_dev) {
                 truth = ffn_dense(&r, l, &r.host, L, &r.xn, &r.xn);
             } else {

@@ -954,6 +954,75 @@ def test_plan_with_statistics():
                 assert p.n_ff == m.n_ff
 
 
+def test_expert_placement_follows_statistics():
+    """In mixture-of-experts layers the planner's unit is an expert: with room for k
+    experts beyond the dense parts, the device holds the k most chosen experts of all
+    layers by the profiled counts (ties: lower layer, then lower expert), and a context
+    with that plan and a CPU device decodes the CPU-only tokens."""
+    path = os.path.join(ROOT, "tests", "fixtures", "archs", "qwen3moe.f16.gguf")
+    with pi.Model(path, log=None) as m:
+        X = m.meta_int("qwen3moe.expert_count")
+        with pi.Context(m, n_ctx=64, n_threads=2, stats="on") as prof:
+            ref = greedy_ids(prof, PROMPT_IDS, 8)
+            counts = [list(prof.stats.experts(x)) for x in range(m.n_layer)]
+            kw = dict(device="cpu", n_ctx=64, plan_stats=prof.stats)
+            with m.plan(device_budget="auto", **kw) as full:
+                n_all = sum(full.layer_experts(x) for x in range(m.n_layer))
+                total, eb = full.bytes(), full.bytes("neurons")
+            assert n_all == m.n_layer * X and eb % n_all == 0
+            order = sorted((-counts[x][e], x, e) for x in range(m.n_layer) for e in range(X))
+            for k in (0, 1, 3, 7, n_all - 1, n_all):
+                with m.plan(device_budget=total - eb + k * (eb // n_all), **kw) as p:
+                    want = sorted((x, e) for _, x, e in order[:k])
+                    got = [(x, e) for x in range(m.n_layer) for e in p.layer_experts(x, X)]
+                    assert got == want, (k, got, want)
+            with pi.Context(m, n_threads=2, device_budget=total - eb // 2, **kw) as c:
+                assert 0 < sum(c.plan.layer_experts(x) for x in range(m.n_layer)) < n_all
+                assert greedy_ids(c, PROMPT_IDS, 8) == ref
+
+
+def test_device_experts_of_a_layer_whose_router_stays_on_the_host(tmp_path):
+    """Dense parts stop at the first that does not fit, but experts still take what is
+    left: with layer 1's router and shared expert (qwen2moe: 77 KiB) too big for the
+    rest of the budget and one of its experts (48 KiB) ranked first by the statistics
+    (a side file rewritten with the gguf package), that expert runs on the device while
+    its layer routes on the host; the tokens are the CPU-only ones."""
+    import gguf
+    import numpy as np
+    path = os.path.join(ROOT, "tests", "fixtures", "archs", "qwen2moe.f16.gguf")
+    with pi.Model(path, log=None) as m:
+        X = m.meta_int("qwen2moe.expert_count")
+        with pi.Context(m, n_ctx=64, n_threads=2, stats="on") as prof:
+            ref = greedy_ids(prof, PROMPT_IDS, 8)
+            prof.stats.save(tmp_path / "a.gguf")
+        r = gguf.GGUFReader(str(tmp_path / "a.gguf"))
+        w = gguf.GGUFWriter(str(tmp_path / "b.gguf"), arch=r.fields["general.architecture"].contents())
+        for name, field in r.fields.items():
+            if name.startswith("GGUF.") or name == "general.architecture":
+                continue
+            w.add_key_value(name, field.contents(), field.types[0])
+        for t in r.tensors:
+            data = np.array(t.data, dtype=np.float64)
+            if t.name == "blk.1.expert_selected":
+                data[3] = 1e6
+            w.add_tensor(t.name, data)
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.write_tensors_to_file()
+        w.close()
+        stats = pi.Stats.load(tmp_path / "b.gguf")
+        kw = dict(device="cpu", n_ctx=64, plan_stats=stats)
+        with m.plan(device_budget="auto", **kw) as full:
+            per = full.bytes("neurons") // (m.n_layer * X)
+            norm = full.bytes("ffn_norm") // m.n_layer
+            budget = full.bytes("scratch") + full.bytes("attention") + norm + per + 16
+        assert norm > per + 16
+        with pi.Context(m, n_threads=2, device_budget=budget, **kw) as c:
+            assert "ffn_norm" in c.plan.layer_parts(0) and "ffn_norm" not in c.plan.layer_parts(1)
+            assert c.plan.layer_experts(0, X) == [] and c.plan.layer_experts(1, X) == [3]
+            assert greedy_ids(c, PROMPT_IDS, 8) == ref
+
+
 @pytest.mark.parametrize("path", HYBRID_MODELS, ids=["pwri", "dense"])
 def test_hybrid_context_decodes_as_cpu(path):
     with pi.Model(path, log=None) as m:
