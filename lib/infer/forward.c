@@ -34,6 +34,8 @@ static enum pi_act act_of(enum pi_ffn_act a, int gated) {
         return gated ? PI_ACT_GELU_ERF_MUL : PI_ACT_GELU_ERF;
     case PI_FFN_RELU_SQR:
         return PI_ACT_RELU_SQR; /* plain FFNs only (arch.c pairs it with no gate) */
+    case PI_FFN_SWIGLU_OAI:
+        return PI_ACT_SWIGLU_OAI; /* gated only (gpt-oss's experts) */
     case PI_FFN_SILU:
         break;
     }
@@ -378,8 +380,10 @@ static const float *ffn_dense(struct run *r, int64_t l, const struct unit *u,
 /* The router's choice for each of T tokens: logits p [T][X] become the gating's
  * probabilities in place; sel/wt [T][K] the K largest (ties: the lower expert) and
  * their weights, renormalised to sum 1 (sum clamped to 2^-14, as llama.cpp) when
- * hp->moe_norm, times hp->moe_scale. A NaN logit still selects K distinct experts; the
- * NaN reaches the output, where the step's checks report it. */
+ * hp->moe_norm, times hp->moe_scale. Softmax-weight gating (gpt-oss) chooses by the
+ * logits themselves and takes the softmax over the K chosen as their weights. A NaN
+ * logit still selects K distinct experts; the NaN reaches the output, where the
+ * step's checks report it. */
 static void route(const struct pi_hparams *hp, float *p, int64_t T, int32_t *sel, float *wt) {
     const int64_t X = hp->n_expert, K = hp->n_expert_used;
     for (int64_t t = 0; t < T; t++) {
@@ -398,10 +402,10 @@ static void route(const struct pi_hparams *hp, float *p, int64_t T, int32_t *sel
         } else if (hp->moe_gating == PI_GATING_SIGMOID) {
             for (int64_t e = 0; e < X; e++)
                 z[e] = 1.0f / (1.0f + expf(-z[e]));
-        } else { /* sqrt(softplus) */
+        } else if (hp->moe_gating == PI_GATING_SQRT_SOFTPLUS) {
             for (int64_t e = 0; e < X; e++)
                 z[e] = sqrtf(z[e] > 20.0f ? z[e] : log1pf(expf(z[e])));
-        }
+        } /* PI_GATING_SOFTMAX_WEIGHT: the logits as they are, softmax after the top k */
         int32_t *s = sel + t * K;
         float *w = wt + t * K;
         double sum = 0.0;
@@ -418,10 +422,29 @@ static void route(const struct pi_hparams *hp, float *p, int64_t T, int32_t *sel
             w[j] = z[best];
             sum += w[j];
         }
+        if (hp->moe_gating == PI_GATING_SOFTMAX_WEIGHT) { /* w[0] is the largest */
+            sum = 0.0;
+            for (int64_t j = 0; j < K; j++) {
+                w[j] = expf(w[j] - z[s[0]]);
+                sum += w[j];
+            }
+            for (int64_t j = 0; j < K; j++)
+                w[j] = (float)(w[j] / sum);
+            sum = 1.0;
+        }
         const double div = hp->moe_norm ? (sum > 6.103515625e-5 ? sum : 6.103515625e-5) : 1.0;
         for (int64_t j = 0; j < K; j++)
             w[j] = (float)(w[j] / div * hp->moe_scale);
     }
+}
+
+/* Expert e's row of an expert bias tensor (struct pi_experts; data NULL: none): F32
+ * (type 0), F16 or BF16, as desc.c admits. */
+static struct pi_vector expert_bias(const struct pi_vector *v0, int64_t e) {
+    struct pi_vector v = *v0;
+    if (v.data)
+        v.data = (const uint8_t *)v0->data + (size_t)(e * v0->n) * (v0->type == 0 ? 4u : 2u);
+    return v;
 }
 
 /* Expert e's view of an expert tensor (struct pi_experts). */
@@ -429,6 +452,21 @@ static struct pi_weight expert(const struct pi_weight *w0, size_t stride, int64_
     struct pi_weight w = *w0;
     w.data = (const uint8_t *)w0->data + (size_t)e * stride;
     return w;
+}
+
+/* gpt-oss's expert biases, where the file has them: expert e's gate and up biases on
+ * its n rows of c->g and c->u [n][Fe], or its down bias on c->moe_yg [n][E]. */
+enum { BIAS_GATE_UP, BIAS_DOWN };
+static void expert_biases(struct pi_ctx *c, const struct pi_experts *x, int64_t e, int64_t n,
+                          int which) {
+    const struct pi_vector bg = expert_bias(&x->b_gate, e), bu = expert_bias(&x->b_up, e);
+    const struct pi_vector bd = expert_bias(&x->b_down, e);
+    if (which == BIAS_GATE_UP && bg.data)
+        c->be->add_rows(c->b, c->g, &bg, n);
+    if (which == BIAS_GATE_UP && bu.data)
+        c->be->add_rows(c->b, c->u, &bu, n);
+    if (which == BIAS_DOWN && bd.data)
+        c->be->add_rows(c->b, c->moe_yg, &bd, n);
 }
 
 /* y [T][E] = the mixture-of-experts FFN of layer l on the host's xn [T][E] (y may be
@@ -445,6 +483,8 @@ static void ffn_moe(struct pi_ctx *c, int64_t l, int64_t T, const float *xn, flo
     const int64_t E = hp->n_embd, X = hp->n_expert, K = hp->n_expert_used, Fe = hp->n_ff_exp;
     const enum pi_act act = act_of(hp->ffn_act, 1);
     be->matmul(b, &W->router, xn, T, c->moe_prob);                  /* [T][X] */
+    if (W->router_b.data)
+        be->add_rows(b, c->moe_prob, &W->router_b, T);
     be->sync(b);
     route(hp, c->moe_prob, T, c->moe_sel, c->moe_wt);
     /* bucket the (token, choice) pairs by expert, tokens ascending within one */
@@ -478,8 +518,10 @@ static void ffn_moe(struct pi_ctx *c, int64_t l, int64_t T, const float *xn, flo
         const struct pi_weight d = expert(&x->down, x->down_stride, e);
         be->matmul(b, &g, xin, n, c->g);                             /* [n][Fe] */
         be->matmul(b, &u, xin, n, c->u);
+        expert_biases(c, x, e, n, BIAS_GATE_UP);
         be->ffn_act(b, act, c->g, c->u, n * Fe);
         be->matmul(b, &d, c->g, n, c->moe_yg);                       /* [n][E] */
+        expert_biases(c, x, e, n, BIAS_DOWN);
         be->sync(b);
         for (int64_t i = 0; i < n; i++) {
             const float w = c->moe_wt[list[i]];

@@ -52,7 +52,7 @@ static uint64_t nb(const struct gguf_tensor *t) {
 static uint64_t attn_part_bytes(const struct pi_layer_desc *L) {
     return nb(L->norm_attn.w) + nb(L->norm_attn.b) + nb(L->wq) + nb(L->wk) + nb(L->wv) +
            nb(L->wqkv) + nb(L->bq) + nb(L->bk) + nb(L->bv) + nb(L->bqkv) + nb(L->q_norm) +
-           nb(L->k_norm) + nb(L->wo) + nb(L->bo) + nb(L->attn_post_norm);
+           nb(L->k_norm) + nb(L->wo) + nb(L->bo) + nb(L->attn_post_norm) + nb(L->attn_sinks);
 }
 
 static uint64_t ffn_small_bytes(const struct pi_layer_desc *L) {
@@ -533,6 +533,13 @@ static int setup_device(struct pi_ctx *c, struct pi_hybrid *h) {
         h->rope_factors = f;
         if (st < 0)
             pi_error_set(&c->err, st, "cannot place the RoPE factors on the device");
+    }
+    if (st >= 0 && p->kv && c->sinks) { /* the attention runs where the cache is */
+        void *f;
+        st = dev_alloc(h, (size_t)(hp->n_layer * hp->n_head) * sizeof(float), c->sinks, &f);
+        h->sinks = f;
+        if (st < 0)
+            pi_error_set(&c->err, st, "cannot place the attention sinks on the device");
     }
     if (st >= 0 && p->kv) {
         struct pi_kv_desc kvd = {hp->n_layer * c->n_seq, c->n_ctx, hp->n_head, hp->n_head_kv,

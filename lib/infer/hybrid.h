@@ -81,6 +81,7 @@ struct pi_hybrid {
     struct pi_weight output;
     struct pi_norm_w output_norm;
     float *rope_factors;                /* device copy of the context's, or NULL */
+    float *sinks;                       /* device copy of the context's, or NULL */
     /* Device scratch, [n_batch][width] like the context's own. */
     float *x, *xn, *q, *k, *v, *att, *score, *hid, *gd, *ud, *yd, *yc, *ones, *logits, *ya;
     /* Host scratch: the CPU part's FFN output and the device's, downloaded. */

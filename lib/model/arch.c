@@ -34,6 +34,13 @@ static const struct pi_arch_info arch_table[PI_ARCH_COUNT] = {
                           PI_AF_GATED | PI_AF_NEOX | PI_AF_MOE, 0, 0.0f, 1},
     [PI_ARCH_OLMOE] = {"olmoe", PI_ARCH_OLMOE, PI_NORM_RMS, PI_FFN_SILU,
                        PI_AF_GATED | PI_AF_NEOX | PI_AF_MOE, 0, 0.0f, 0},
+    /* gpt-oss: even layers local (llama.cpp's swa pattern 2, HF layer_types), top-k of
+     * the router logits then softmax over them, no renormalisation */
+    [PI_ARCH_GPT_OSS] = {"gpt-oss", PI_ARCH_GPT_OSS, PI_NORM_RMS, PI_FFN_SWIGLU_OAI,
+                         PI_AF_GATED | PI_AF_NEOX | PI_AF_MOE | PI_AF_SINKS |
+                             PI_AF_FFN_NORM_POST_ATTN | PI_AF_MOE_BIASES |
+                             PI_AF_SWA_KEEP_SCALE | PI_AF_YARN_EXACT,
+                         2, 0.0f, 0, PI_GATING_SOFTMAX_WEIGHT},
 };
 
 const struct pi_arch_info *pi_arch_find(const char *name, uint64_t len) {
