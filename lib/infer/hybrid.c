@@ -520,6 +520,9 @@ static int setup_device(struct pi_ctx *c, struct pi_hybrid *h) {
         if (st < 0 && c->err.status >= 0)
             pi_error_set(&c->err, st, "cannot place layer %lld on the device", (long long)l);
     }
+    if (st >= 0 && p->output && !supported(h, c->output.type))
+        st = pi_error_set(&c->err, PI_ERR_UNSUPPORTED, "the %s backend cannot compute %s weights",
+                          h->be->name, pi_type_traits(c->output.type)->name);
     if (st >= 0 && p->output) {
         st = up_weight(h, &c->output, &h->output);
         if (st >= 0)
