@@ -39,7 +39,7 @@ struct pi_layer_w {
          * e-th rows of their tensors); data NULL: none */
         struct pi_vector b_gate, b_up, b_down;
     } exps;
-    struct pi_vector router_b;            /* [n_expert] router bias; data NULL: none */
+    struct pi_vector router_b;                /* [n_expert] router bias; data NULL: none */
     struct pi_weight sh_gate, sh_up, sh_down; /* shared expert; data NULL: none */
     struct pi_weight sh_gate_inp;         /* {n_embd, 1}: its sigmoid gate; NULL: none */
 };
