@@ -151,9 +151,15 @@ enum {
     PI_TYPE_I32 = 26,
     PI_TYPE_I64 = 27,
     PI_TYPE_F64 = 28,
-    PI_TYPE_BF16 = 30
-    /* Files may carry further GGUF types (IQ*, TQ*, MXFP4, ...); they are read and
-     * reported by id and name but cannot be computed with. */
+    PI_TYPE_BF16 = 30,
+    /* OCP microscaling FP4: blocks of 32 E2M1 values with one shared E8M0 exponent,
+     * 17 bytes (gpt-oss's expert weights). Computed on the CPU only: experts stay on
+     * the host anyway, but a context that would place another MXFP4 weight on a CUDA
+     * device fails with PI_ERR_UNSUPPORTED. Since: 0.1 */
+    PI_TYPE_MXFP4 = 39
+    /* Files may carry further GGUF types; IQ4_NL (20) and IQ4_XS (23) are computed as
+     * well, the others (IQ2*, IQ3*, IQ1*, TQ*, NVFP4, ...) are read and reported by id
+     * and name but cannot be computed with. */
 };
 
 /* The GGUF name of a tensor type id ("F16", "Q4_0", ...), or NULL for an id the
@@ -1424,7 +1430,8 @@ PI_API int pi_grammar_accept_text(pi_grammar *grammar, const char *text, size_t 
 typedef struct pi_quantize_params {
     uint32_t struct_size; /* set by pi_quantize_default_params */
     /* Target type of the weights: PI_TYPE_Q4_0 (default), PI_TYPE_Q4_1,
-     * PI_TYPE_Q5_0, PI_TYPE_Q5_1 or PI_TYPE_Q8_0. */
+     * PI_TYPE_Q5_0, PI_TYPE_Q5_1, PI_TYPE_Q8_0 or PI_TYPE_MXFP4 (every weight, not
+     * only the experts as llama-quantize's MXFP4_MOE does). */
     uint32_t type;
     /* Type of the FFN predictors of a PowerInfer file (blk.N.fc1.weight,
      * blk.N.fc2.weight). 0 (default): the same as `type`. Otherwise one of the

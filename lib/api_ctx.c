@@ -79,6 +79,7 @@ void pi_ctx_destroy(pi_ctx *c) {
     pi_free(&a, c->layers);
     pi_free(&a, c->exec);
     pi_free(&a, c->rope_factors);
+    pi_free(&a, c->sinks);
     pi_free(&a, c);
 }
 
@@ -204,8 +205,8 @@ static int setup(struct pi_ctx *c, const pi_ctx_params *p) {
     PI_TRY(setup_sparse(c, p));
 
     /* every width an op sees: the file's (predictor ranks included) and the attention
-     * scores' row of up to n_ctx positions; the device backend gets the same */
-    struct pi_backend_config cfg = {a, n_threads, B, max64(d->max_width, c->n_ctx),
+     * scores' row of up to n_ctx positions and a sink; the device backend gets the same */
+    struct pi_backend_config cfg = {a, n_threads, B, max64(d->max_width, c->n_ctx + 1),
                                     p->f32_activations != 0, 0};
     c->be = pi_backend_cpu();
     int st = c->be->create(&c->b, &cfg);

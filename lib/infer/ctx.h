@@ -49,6 +49,8 @@ struct pi_ctx {
     struct pi_layer_exec *exec;        /* [n_layer] */
     float *rope_factors;               /* host [n_rot/2], owned: rope_freqs or LongRoPE's, or NULL */
     int rope_set;                      /* PI_ROPE_SET_*: which factors the cache was rotated with */
+    float *sinks;                      /* host [n_layer][n_head], owned: attention sinks as
+                                        * F32 (layers without: unused), or NULL */
     /* Scratch activations, [n_batch][width]; ya: a parallel block's attention output. */
     float *x, *xn, *q, *k, *v, *att, *g, *u, *ya;
     float *logits;                     /* [n_vocab] */

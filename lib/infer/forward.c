@@ -35,6 +35,8 @@ static enum pi_act act_of(enum pi_ffn_act a, int gated) {
         return gated ? PI_ACT_GELU_ERF_MUL : PI_ACT_GELU_ERF;
     case PI_FFN_RELU_SQR:
         return PI_ACT_RELU_SQR; /* plain FFNs only (arch.c pairs it with no gate) */
+    case PI_FFN_SWIGLU_OAI:
+        return PI_ACT_SWIGLU_OAI; /* gated only (gpt-oss's experts) */
     case PI_FFN_SILU:
         break;
     }
@@ -438,8 +440,10 @@ static const float *ffn_dense(struct run *r, int64_t l, const struct unit *u,
 /* The router's choice for each of T tokens: logits p [T][X] become the gating's
  * probabilities in place; sel/wt [T][K] the K largest (ties: the lower expert) and
  * their weights, renormalised to sum 1 (sum clamped to 2^-14, as llama.cpp) when
- * hp->moe_norm, times hp->moe_scale. A NaN logit still selects K distinct experts; the
- * NaN reaches the output, where the step's checks report it. */
+ * hp->moe_norm, times hp->moe_scale. Softmax-weight gating (gpt-oss) chooses by the
+ * logits themselves and takes the softmax over the K chosen as their weights. A NaN
+ * logit still selects K distinct experts; the NaN reaches the output, where the
+ * step's checks report it. */
 static void route(const struct pi_hparams *hp, float *p, int64_t T, int32_t *sel, float *wt) {
     const int64_t X = hp->n_expert, K = hp->n_expert_used;
     for (int64_t t = 0; t < T; t++) {
@@ -458,10 +462,10 @@ static void route(const struct pi_hparams *hp, float *p, int64_t T, int32_t *sel
         } else if (hp->moe_gating == PI_GATING_SIGMOID) {
             for (int64_t e = 0; e < X; e++)
                 z[e] = 1.0f / (1.0f + expf(-z[e]));
-        } else { /* sqrt(softplus) */
+        } else if (hp->moe_gating == PI_GATING_SQRT_SOFTPLUS) {
             for (int64_t e = 0; e < X; e++)
                 z[e] = sqrtf(z[e] > 20.0f ? z[e] : log1pf(expf(z[e])));
-        }
+        } /* PI_GATING_SOFTMAX_WEIGHT: the logits as they are, softmax after the top k */
         int32_t *s = sel + t * K;
         float *w = wt + t * K;
         double sum = 0.0;
@@ -478,10 +482,29 @@ static void route(const struct pi_hparams *hp, float *p, int64_t T, int32_t *sel
             w[j] = z[best];
             sum += w[j];
         }
+        if (hp->moe_gating == PI_GATING_SOFTMAX_WEIGHT) { /* w[0] is the largest */
+            sum = 0.0;
+            for (int64_t j = 0; j < K; j++) {
+                w[j] = expf(w[j] - z[s[0]]);
+                sum += w[j];
+            }
+            for (int64_t j = 0; j < K; j++)
+                w[j] = (float)(w[j] / sum);
+            sum = 1.0;
+        }
         const double div = hp->moe_norm ? (sum > 6.103515625e-5 ? sum : 6.103515625e-5) : 1.0;
         for (int64_t j = 0; j < K; j++)
             w[j] = (float)(w[j] / div * hp->moe_scale);
     }
+}
+
+/* Expert e's row of an expert bias tensor (struct pi_experts; data NULL: none): F32
+ * (type 0), F16 or BF16, as desc.c admits. */
+static struct pi_vector expert_bias(const struct pi_vector *v0, int64_t e) {
+    struct pi_vector v = *v0;
+    if (v.data)
+        v.data = (const uint8_t *)v0->data + (size_t)(e * v0->n) * (v0->type == 0 ? 4u : 2u);
+    return v;
 }
 
 /* Expert e's view of an expert tensor (struct pi_experts). */
@@ -500,10 +523,20 @@ static void expert_ffn(const struct unit *u, const struct pi_experts *x, int64_t
     const struct pi_weight wg = expert(&x->gate, x->gate_stride, e);
     const struct pi_weight wu = expert(&x->up, x->up_stride, e);
     const struct pi_weight wd = expert(&x->down, x->down_stride, e);
+    /* gpt-oss's expert biases, where the file has them (host experts only: a layer
+     * with them keeps its experts on the host, hybrid.c) */
+    const struct pi_vector bg = expert_bias(&x->b_gate, e), bu = expert_bias(&x->b_up, e);
+    const struct pi_vector bd = expert_bias(&x->b_down, e);
     u->be->matmul(u->b, &wg, xin, n, g);                             /* g [n][Fe] */
     u->be->matmul(u->b, &wu, xin, n, up);                            /* up [n][Fe] */
+    if (bg.data)
+        u->be->add_rows(u->b, g, &bg, n);
+    if (bu.data)
+        u->be->add_rows(u->b, up, &bu, n);
     u->be->ffn_act(u->b, act, g, up, n * Fe);
     u->be->matmul(u->b, &wd, g, n, y);                               /* y [n][E] */
+    if (bd.data)
+        u->be->add_rows(u->b, y, &bd, n);
 }
 
 /* The shared expert of W on unit u: y [T][E] = down(act(gate xn, up xn)) and, where
@@ -548,10 +581,14 @@ static void ffn_moe(struct run *r, int64_t l) {
     int st = PI_OK;
     if (dense_dev) {
         dev->be->matmul(dev->b, &D->w.router, xd, T, h->moe_prob);   /* [T][X] */
+        if (D->w.router_b.data)
+            dev->be->add_rows(dev->b, h->moe_prob, &D->w.router_b, T);
         st = dev->be->download(dev->b, c->moe_prob, h->moe_prob,
                                (size_t)(T * X) * sizeof(float));
     } else {
         host->be->matmul(host->b, &W->router, xn, T, c->moe_prob);   /* [T][X] */
+        if (W->router_b.data)
+            host->be->add_rows(host->b, c->moe_prob, &W->router_b, T);
         host->be->sync(host->b);
     }
     route(hp, c->moe_prob, T, c->moe_sel, c->moe_wt);

@@ -57,7 +57,7 @@ static uint64_t nb(const struct gguf_tensor *t) {
 static uint64_t attn_part_bytes(const struct pi_layer_desc *L) {
     return nb(L->norm_attn.w) + nb(L->norm_attn.b) + nb(L->wq) + nb(L->wk) + nb(L->wv) +
            nb(L->wqkv) + nb(L->bq) + nb(L->bk) + nb(L->bv) + nb(L->bqkv) + nb(L->q_norm) +
-           nb(L->k_norm) + nb(L->wo) + nb(L->bo) + nb(L->attn_post_norm);
+           nb(L->k_norm) + nb(L->wo) + nb(L->bo) + nb(L->attn_post_norm) + nb(L->attn_sinks);
 }
 
 static uint64_t ffn_small_bytes(const struct pi_layer_desc *L) {
@@ -171,7 +171,13 @@ static int plan_compute(const struct pi_model *m, const struct pi_plan_shape *s,
         /* with the norm: OPT's down bias, which a layer with device neurons holds */
         ls[l].norm_bytes = nb(ld->norm_ffn.w) + nb(ld->norm_ffn.b) +
                            (hp->sparse ? nb(ld->b_down) : 0);
-        if (ld->router) { /* units: experts, each its slice of the 3-D tensors */
+        if (ld->router && (hp->info->flags & PI_AF_MOE_BIASES)) {
+            /* gpt-oss: router and experts with biases, clamped SwiGLU: no device path
+             * yet, so the layer's FFN (router and experts) stays on the host */
+            ls[l].neuron_bytes = experts_bytes(ld) / (uint64_t)hp->n_expert;
+            ls[l].experts = 1;
+            ls[l].host_ffn = 1;
+        } else if (ld->router) { /* units: experts, each its slice of the 3-D tensors */
             ls[l].norm_bytes += moe_dense_bytes(ld);
             ls[l].neuron_bytes = experts_bytes(ld) / (uint64_t)hp->n_expert;
             ls[l].experts = 1;
@@ -494,11 +500,12 @@ static int setup_experts(struct pi_ctx *c, struct pi_hybrid *h, int64_t l) {
                                     &L->sh_gate_inp, &L->exps.gate, &L->exps.up,
                                     &L->exps.down};
     for (size_t i = 0; i < sizeof ws / sizeof *ws; i++)
-        if ((i < 5 ? D->norm : n > 0) && ws[i]->data && !supported(h, ws[i]->type))
+        if ((i < 5 ? D->norm && !(c->hp->info->flags & PI_AF_MOE_BIASES) : n > 0) &&
+            ws[i]->data && !supported(h, ws[i]->type))
             PI_FAIL(&c->err, PI_ERR_UNSUPPORTED, "the %s backend cannot compute %s weights "
                     "(layer %lld's experts)", h->be->name, pi_type_traits(ws[i]->type)->name,
                     (long long)l);
-    D->moe_dense = D->norm;
+    D->moe_dense = D->norm && !(c->hp->info->flags & PI_AF_MOE_BIASES); /* see plan_compute */
     if (D->moe_dense) {
         const struct pi_weight *hw[] = {&L->router, &L->sh_gate, &L->sh_up, &L->sh_down,
                                         &L->sh_gate_inp};
@@ -681,6 +688,9 @@ static int setup_device(struct pi_ctx *c, struct pi_hybrid *h) {
         if (st < 0 && c->err.status >= 0)
             pi_error_set(&c->err, st, "cannot place layer %lld on the device", (long long)l);
     }
+    if (st >= 0 && p->output && !supported(h, c->output.type))
+        st = pi_error_set(&c->err, PI_ERR_UNSUPPORTED, "the %s backend cannot compute %s weights",
+                          h->be->name, pi_type_traits(c->output.type)->name);
     if (st >= 0 && p->output) {
         st = up_weight(h, &c->output, &h->output);
         if (st >= 0)
@@ -694,6 +704,13 @@ static int setup_device(struct pi_ctx *c, struct pi_hybrid *h) {
         h->rope_factors = f;
         if (st < 0)
             pi_error_set(&c->err, st, "cannot place the RoPE factors on the device");
+    }
+    if (st >= 0 && p->kv && c->sinks) { /* the attention runs where the cache is */
+        void *f;
+        st = dev_alloc(h, (size_t)(hp->n_layer * hp->n_head) * sizeof(float), c->sinks, &f);
+        h->sinks = f;
+        if (st < 0)
+            pi_error_set(&c->err, st, "cannot place the attention sinks on the device");
     }
     if (st >= 0 && p->kv) {
         struct pi_kv_desc kvd = {hp->n_layer * c->n_seq, c->n_ctx, hp->n_head, hp->n_head_kv,

@@ -91,6 +91,7 @@ struct pi_hybrid {
     struct pi_weight output;
     struct pi_norm_w output_norm;
     float *rope_factors;                /* device copy of the context's, or NULL */
+    float *sinks;                       /* device copy of the context's, or NULL */
     /* Device scratch, [n_batch][width] like the context's own. */
     float *x, *xn, *q, *k, *v, *att, *score, *hid, *gd, *ud, *yd, *yc, *ones, *logits, *ya;
     /* Mixture-of-experts models (else NULL): the router's logits [n_batch][n_expert],

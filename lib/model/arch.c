@@ -38,6 +38,13 @@ static const struct pi_arch_info arch_table[PI_ARCH_COUNT] = {
     /* OPT (pre-LN, as PowerInfer's converter writes it): relu(up x + b) FFN */
     [PI_ARCH_OPT] = {"opt", PI_ARCH_OPT, PI_NORM_LAYER, PI_FFN_RELU,
                      PI_AF_POS_EMBD | PI_AF_SPARSE, 0, 0.0f},
+    /* gpt-oss: even layers local (llama.cpp's swa pattern 2, HF layer_types), top-k of
+     * the router logits then softmax over them, no renormalisation */
+    [PI_ARCH_GPT_OSS] = {"gpt-oss", PI_ARCH_GPT_OSS, PI_NORM_RMS, PI_FFN_SWIGLU_OAI,
+                         PI_AF_GATED | PI_AF_NEOX | PI_AF_MOE | PI_AF_SINKS |
+                             PI_AF_FFN_NORM_POST_ATTN | PI_AF_MOE_BIASES |
+                             PI_AF_SWA_KEEP_SCALE | PI_AF_YARN_EXACT,
+                         2, 0.0f, 0, PI_GATING_SOFTMAX_WEIGHT},
 };
 
 const struct pi_arch_info *pi_arch_find(const char *name, uint64_t len) {
