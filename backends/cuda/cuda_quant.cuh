@@ -438,8 +438,8 @@ template <> struct qtype<PI_TYPE_MXFP4> {
     };
     static __device__ __forceinline__ raw load(const uint8_t *b, int p, int nv) {
         const uint8_t *q = b + 1 + 4 * p;
-        return {(uint32_t)b[0], (uint32_t)q[0] | ((uint32_t)q[1] << 8) |
-                                    ((uint32_t)q[2] << 16) | ((uint32_t)q[3] << 24)};
+        return {(uint32_t)b[0], (uint32_t)q[0] | ((uint32_t)q[1] << 8) | ((uint32_t)q[2] << 16) |
+                                    ((uint32_t)q[3] << 24)};
     }
     static __device__ __forceinline__ void decode(const raw &r, int p, float v[8]) {
         const float d = __uint_as_float(r.e < 2u ? 0x00200000u << r.e : (r.e - 1u) << 23);
