@@ -153,9 +153,8 @@ enum {
     PI_TYPE_F64 = 28,
     PI_TYPE_BF16 = 30,
     /* OCP microscaling FP4: blocks of 32 E2M1 values with one shared E8M0 exponent,
-     * 17 bytes (gpt-oss's expert weights). Computed on the CPU only: experts stay on
-     * the host anyway, but a context that would place another MXFP4 weight on a CUDA
-     * device fails with PI_ERR_UNSUPPORTED. Since: 0.1 */
+     * 17 bytes (gpt-oss's expert weights). Computed by the CPU and CUDA backends.
+     * Since: 0.1 */
     PI_TYPE_MXFP4 = 39
     /* Files may carry further GGUF types; IQ4_NL (20) and IQ4_XS (23) are computed as
      * well, the others (IQ2*, IQ3*, IQ1*, TQ*, NVFP4, ...) are read and reported by id

@@ -587,8 +587,8 @@ static float dot_mxfp4_ref(const void *w, const void *x, int64_t n) {
         float dx, sx;
         q8_0_block(x, b, q, &dx, &sx);
         for (int v = 0; v < 16; v++)
-            isum += pi_mxfp4_grid[blk[1 + v] & 15] * q[v] +
-                    pi_mxfp4_grid[blk[1 + v] >> 4] * q[v + 16];
+            isum +=
+                pi_mxfp4_grid[blk[1 + v] & 15] * q[v] + pi_mxfp4_grid[blk[1 + v] >> 4] * q[v + 16];
         sum += pi_e8m0_half_to_fp32(blk[0]) * dx * (float)isum;
     }
     return sum;

@@ -142,13 +142,13 @@ static void test_roundtrip_error(void **state) {
     uint8_t q[256];
     for (int i = 0; i < 64; i++)
         x[i] = (float)((i * 37) % 64 - 31) / 8.0f;
-    static const uint32_t types[] = {PI_TYPE_Q4_0, PI_TYPE_Q4_1, PI_TYPE_Q5_0, PI_TYPE_Q5_1,
-                                     PI_TYPE_Q8_0, PI_TYPE_F16, PI_TYPE_BF16, PI_TYPE_F32,
-                                     PI_TYPE_MXFP4};
+    static const uint32_t types[] = {PI_TYPE_Q4_0, PI_TYPE_Q4_1, PI_TYPE_Q5_0,
+                                     PI_TYPE_Q5_1, PI_TYPE_Q8_0, PI_TYPE_F16,
+                                     PI_TYPE_BF16, PI_TYPE_F32,  PI_TYPE_MXFP4};
     /* one step: Q4_0 / Q5_0 clip the end opposite to the largest magnitude; MXFP4 keeps
      * magnitudes up to 1.5 * 2^floor(log2 max): a block max of 3.875 clips to 3 */
     static const float steps[] = {4.0f / 8, 7.875f / 15, 4.0f / 16, 7.875f / 31, 4.0f / 127,
-                                  2e-3f, 1.6e-2f, 0.0f, 0.875f};
+                                  2e-3f,    1.6e-2f,     0.0f,      0.875f};
     for (size_t t = 0; t < sizeof types / sizeof *types; t++) {
         pi_quantize_row(types[t], x, q, 64);
         pi_type_traits(types[t])->to_float(q, y, 64);

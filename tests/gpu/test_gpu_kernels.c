@@ -117,7 +117,7 @@ static float *rnd_floats(size_t n, float scale) {
 static const uint32_t k_types[] = {
     PI_TYPE_F32,  PI_TYPE_F16,  PI_TYPE_BF16, PI_TYPE_Q4_0, PI_TYPE_Q4_1, PI_TYPE_Q5_0,
     PI_TYPE_Q5_1, PI_TYPE_Q8_0, PI_TYPE_Q4_K, PI_TYPE_Q5_K, PI_TYPE_Q6_K, PI_TYPE_Q2_K,
-    PI_TYPE_Q3_K, PI_TYPE_ID_IQ4_NL, PI_TYPE_ID_IQ4_XS,
+    PI_TYPE_Q3_K, PI_TYPE_ID_IQ4_NL, PI_TYPE_ID_IQ4_XS, PI_TYPE_MXFP4,
 };
 #define N_TYPES (sizeof k_types / sizeof k_types[0])
 
@@ -1068,7 +1068,7 @@ static void test_bench(void **state) {
     (void)state;
     static const uint32_t types[] = {PI_TYPE_F16,  PI_TYPE_Q8_0, PI_TYPE_Q4_0,      PI_TYPE_Q4_K,
                                      PI_TYPE_Q6_K, PI_TYPE_Q2_K, PI_TYPE_Q3_K,      PI_TYPE_ID_IQ4_NL,
-                                     PI_TYPE_ID_IQ4_XS};
+                                     PI_TYPE_ID_IQ4_XS, PI_TYPE_MXFP4};
     const int64_t n_in = 4096, n_out = MAX_WIDTH;
     printf("\n%-6s %-9s %5s %10s %9s %9s\n", "type", "op", "n_tok", "us", "GB/s", "GFLOP/s");
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {

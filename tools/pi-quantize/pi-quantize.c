@@ -41,8 +41,7 @@ static int parse_type(const char *s, int allow_float) {
     } types[] = {
         {"q4_0", PI_TYPE_Q4_0, 0}, {"q4_1", PI_TYPE_Q4_1, 0}, {"q5_0", PI_TYPE_Q5_0, 0},
         {"q5_1", PI_TYPE_Q5_1, 0}, {"q8_0", PI_TYPE_Q8_0, 0}, {"mxfp4", PI_TYPE_MXFP4, 0},
-        {"f16", PI_TYPE_F16, 1},
-        {"bf16", PI_TYPE_BF16, 1},
+        {"f16", PI_TYPE_F16, 1},   {"bf16", PI_TYPE_BF16, 1},
     };
     for (size_t i = 0; i < sizeof types / sizeof *types; i++) {
         const char *a = s, *b = types[i].name;
