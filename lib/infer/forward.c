@@ -523,8 +523,8 @@ static void expert_ffn(const struct unit *u, const struct pi_experts *x, int64_t
     const struct pi_weight wg = expert(&x->gate, x->gate_stride, e);
     const struct pi_weight wu = expert(&x->up, x->up_stride, e);
     const struct pi_weight wd = expert(&x->down, x->down_stride, e);
-    /* gpt-oss's expert biases, where the file has them (host experts only: a layer
-     * with them keeps its experts on the host, hybrid.c) */
+    /* gpt-oss's expert biases, where the file has them (a device's: the placed
+     * experts' rows, packed like their weights, hybrid.c) */
     const struct pi_vector bg = expert_bias(&x->b_gate, e), bu = expert_bias(&x->b_up, e);
     const struct pi_vector bd = expert_bias(&x->b_down, e);
     u->be->matmul(u->b, &wg, xin, n, g);                             /* g [n][Fe] */

@@ -75,13 +75,14 @@ static uint64_t sparse_neuron_bytes(const struct pi_layer_desc *L, int64_t n_emb
 /* A mixture-of-experts layer's part that every token runs: router and shared expert
  * (with its gate). The planner places it with the FFN's norm. */
 static uint64_t moe_dense_bytes(const struct pi_layer_desc *L) {
-    return nb(L->router) + nb(L->gate_shexp) + nb(L->up_shexp) + nb(L->down_shexp) +
-           nb(L->gate_inp_shexp);
+    return nb(L->router) + nb(L->router_b) + nb(L->gate_shexp) + nb(L->up_shexp) +
+           nb(L->down_shexp) + nb(L->gate_inp_shexp);
 }
 
 /* All experts of a mixture-of-experts layer (3-D tensors of n_expert equal slices). */
 static uint64_t experts_bytes(const struct pi_layer_desc *L) {
-    return nb(L->gate_exps) + nb(L->up_exps) + nb(L->gate_up_exps) + nb(L->down_exps);
+    return nb(L->gate_exps) + nb(L->up_exps) + nb(L->gate_up_exps) + nb(L->down_exps) +
+           nb(L->b_gate_exps) + nb(L->b_up_exps) + nb(L->b_down_exps); /* gpt-oss's biases */
 }
 
 static int64_t max_rank(const struct pi_model *m) {
@@ -171,13 +172,7 @@ static int plan_compute(const struct pi_model *m, const struct pi_plan_shape *s,
         /* with the norm: OPT's down bias, which a layer with device neurons holds */
         ls[l].norm_bytes = nb(ld->norm_ffn.w) + nb(ld->norm_ffn.b) +
                            (hp->sparse ? nb(ld->b_down) : 0);
-        if (ld->router && (hp->info->flags & PI_AF_MOE_BIASES)) {
-            /* gpt-oss: router and experts with biases, clamped SwiGLU: no device path
-             * yet, so the layer's FFN (router and experts) stays on the host */
-            ls[l].neuron_bytes = experts_bytes(ld) / (uint64_t)hp->n_expert;
-            ls[l].experts = 1;
-            ls[l].host_ffn = 1;
-        } else if (ld->router) { /* units: experts, each its slice of the 3-D tensors */
+        if (ld->router) { /* units: experts, each its slice of the 3-D tensors */
             ls[l].norm_bytes += moe_dense_bytes(ld);
             ls[l].neuron_bytes = experts_bytes(ld) / (uint64_t)hp->n_expert;
             ls[l].experts = 1;
@@ -488,6 +483,25 @@ static int up_experts(struct pi_hybrid *h, const struct pi_weight *w, size_t str
     return PI_OK;
 }
 
+/* The placed experts' rows of an expert bias tensor (v: expert 0's row of v->n values,
+ * the others following; data NULL: none), packed in slot order like up_experts. */
+static int up_expert_bias(struct pi_hybrid *h, const struct pi_vector *v, const uint8_t *on_dev,
+                          int64_t n_expert, int64_t n, struct pi_vector *out) {
+    *out = *v;
+    if (!v->data)
+        return PI_OK;
+    const struct pi_type_traits *tr = pi_type_traits(v->type);
+    const size_t row = (size_t)(v->n / tr->block_size * tr->block_bytes);
+    void *d;
+    PI_TRY(dev_alloc(h, row * (size_t)n, NULL, &d));
+    for (int64_t e = 0, s = 0; e < n_expert; e++)
+        if (on_dev[e])
+            PI_TRY(h->be->upload(h->b, (uint8_t *)d + row * (size_t)s++,
+                                 (const uint8_t *)v->data + row * (size_t)e, row));
+    out->data = d;
+    return PI_OK;
+}
+
 /* A mixture-of-experts layer's device part: router and shared expert with the FFN
  * norm, and the placed experts. */
 static int setup_experts(struct pi_ctx *c, struct pi_hybrid *h, int64_t l) {
@@ -500,12 +514,11 @@ static int setup_experts(struct pi_ctx *c, struct pi_hybrid *h, int64_t l) {
                                     &L->sh_gate_inp, &L->exps.gate, &L->exps.up,
                                     &L->exps.down};
     for (size_t i = 0; i < sizeof ws / sizeof *ws; i++)
-        if ((i < 5 ? D->norm && !(c->hp->info->flags & PI_AF_MOE_BIASES) : n > 0) &&
-            ws[i]->data && !supported(h, ws[i]->type))
+        if ((i < 5 ? D->norm : n > 0) && ws[i]->data && !supported(h, ws[i]->type))
             PI_FAIL(&c->err, PI_ERR_UNSUPPORTED, "the %s backend cannot compute %s weights "
                     "(layer %lld's experts)", h->be->name, pi_type_traits(ws[i]->type)->name,
                     (long long)l);
-    D->moe_dense = D->norm && !(c->hp->info->flags & PI_AF_MOE_BIASES); /* see plan_compute */
+    D->moe_dense = D->norm;
     if (D->moe_dense) {
         const struct pi_weight *hw[] = {&L->router, &L->sh_gate, &L->sh_up, &L->sh_down,
                                         &L->sh_gate_inp};
@@ -513,6 +526,7 @@ static int setup_experts(struct pi_ctx *c, struct pi_hybrid *h, int64_t l) {
                                   &W->sh_gate_inp};
         for (size_t i = 0; i < sizeof hw / sizeof *hw; i++)
             PI_TRY(up_weight(h, hw[i], dw[i]));
+        PI_TRY(up_vector(h, &L->router_b, &W->router_b)); /* gpt-oss */
     }
     if (!n)
         return PI_OK;
@@ -527,6 +541,9 @@ static int setup_experts(struct pi_ctx *c, struct pi_hybrid *h, int64_t l) {
     PI_TRY(up_experts(h, &x->gate, x->gate_stride, on_dev, X, n, &dx->gate, &dx->gate_stride));
     PI_TRY(up_experts(h, &x->up, x->up_stride, on_dev, X, n, &dx->up, &dx->up_stride));
     PI_TRY(up_experts(h, &x->down, x->down_stride, on_dev, X, n, &dx->down, &dx->down_stride));
+    PI_TRY(up_expert_bias(h, &x->b_gate, on_dev, X, n, &dx->b_gate)); /* gpt-oss */
+    PI_TRY(up_expert_bias(h, &x->b_up, on_dev, X, n, &dx->b_up));
+    PI_TRY(up_expert_bias(h, &x->b_down, on_dev, X, n, &dx->b_down));
     D->n_dev_exp = n;
     return PI_OK;
 }
