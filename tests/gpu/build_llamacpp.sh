@@ -43,15 +43,24 @@ cmake -S "$src" -B "$bdir" -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON \
     { tail -20 "$work/cmake.log" >&2; exit 1; }
 # llama-bench, and the backends it loads at run time (not its link dependencies): CUDA,
 # and the CPU variants of today's servers (ggml picks the best one the CPU runs; x64 is
-# the fallback), not all fourteen
-variants=${LLAMACPP_CPU_VARIANTS:-x64 haswell skylakex icelake sapphirerapids zen4}
+# the fallback), not all fourteen. Not sapphirerapids: on a Xeon VM here ggml chose it and
+# it died of SIGILL (the VM reports AMX/AVX512-FP16 flags it cannot run); icelake has
+# AVX-512 VNNI
+variants=${LLAMACPP_CPU_VARIANTS:-x64 haswell skylakex icelake zen4}
 targets="llama-bench ggml-cuda"
 for v in $variants; do targets="$targets ggml-cpu-$v"; done
 cmake --build "$bdir" -j "$(nproc)" --target $targets > "$work/build.log" 2>&1 ||
     { tail -30 "$work/build.log" >&2; exit 1; }
 cp "$bdir/bin/llama-bench" "$out/llama-bench"
 for f in "$bdir"/bin/lib*.so* "$bdir"/lib/lib*.so* "$bdir"/*/lib*.so* "$bdir"/*/*/lib*.so*; do
-    [ -f "$f" ] && cp -P "$f" "$out/"
+    [ -f "$f" ] || [ -L "$f" ] || continue
+    case $(basename "$f") in
+        libggml-cpu-*) # only the variants asked for (the build may make them all)
+            keep=0
+            for v in $variants; do [ "$(basename "$f")" = "libggml-cpu-$v.so" ] && keep=1; done
+            [ $keep = 1 ] || continue ;;
+    esac
+    cp -P "$f" "$out/"
 done
 strip "$out/llama-bench" "$out"/lib*.so* 2>/dev/null || true
 git -C "$src" log -1 --format='commit %h %cd' 2>/dev/null >> "$out/LLAMACPP_VERSION" || true

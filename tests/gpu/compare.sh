@@ -17,7 +17,7 @@
 # and prints one markdown table (also written to $PI_CMP_LOG/table.md).
 #
 # BIN: a directory with pi-bench and libpowerinfer.so* (a CUDA build) and llamacpp/ with
-# llama-bench and its libraries. PI_CMP_DEVICE=cpu runs the same steps with our CPU
+# llama-bench and its libraries, or those packed as llamacpp.tar.xz (tests/gpu/pack.sh). PI_CMP_DEVICE=cpu runs the same steps with our CPU
 # stand-in device and any llama-bench (LLAMA_BENCH, e.g. "../shared/anchors/run ik
 # llama-bench"), VRAM estimated instead of measured: for checking this script without a
 # GPU (tests/tools/test_gpu_compare.sh does, on a tiny model).
@@ -38,9 +38,16 @@ T=${PI_CMP_T:-$(nproc 2>/dev/null || echo 4)}
 mdir=${PI_CMP_DIR:-${TMPDIR:-/tmp}/pi-cmp}
 log=${PI_CMP_LOG:-${TMPDIR:-/tmp}/pi-cmp-log}
 mkdir -p "$mdir" "$log"
-pibench=${PI_CMP_PI_BENCH:-$bin/pi-bench}
-llbench=${LLAMA_BENCH:-$bin/llamacpp/llama-bench}
 export LD_LIBRARY_PATH="$bin${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+pibench=${PI_CMP_PI_BENCH:-$bin/pi-bench}
+if [ -z "${LLAMA_BENCH:-}" ] && [ ! -x "$bin/llamacpp/llama-bench" ] && [ -f "$bin/llamacpp.tar.xz" ]; then
+    mkdir -p "$mdir/llamacpp" && tar -xJf "$bin/llamacpp.tar.xz" -C "$mdir/llamacpp" ||
+        { echo "compare.sh: cannot unpack $bin/llamacpp.tar.xz" >&2; exit 1; }
+    llbench=$mdir/llamacpp/llama-bench
+    export LD_LIBRARY_PATH="$mdir/llamacpp:$LD_LIBRARY_PATH"
+else
+    llbench=${LLAMA_BENCH:-$bin/llamacpp/llama-bench}
+fi
 case $dev in gpu|cpu) ;; *) echo "compare.sh: PI_CMP_DEVICE is gpu or cpu" >&2; exit 2 ;; esac
 measure=0
 if [ "$dev" = gpu ]; then
@@ -108,7 +115,8 @@ table=$log/table.md
     echo "## Hybrid decode at the same VRAM: ours (PowerInfer file, sparse) vs llama.cpp -ngl (dense twin)"
     echo
     echo "device $dev$( [ -f "$log/gpu.txt" ] && echo ": $(cat "$log/gpu.txt")"), $T threads, -p $P -n $N -r $R; VRAM = peak memory.used over idle, MiB$( [ $measure = 1 ] || echo " (not measured: CPU stand-in)")"
-    [ -f "$bin/llamacpp/LLAMACPP_VERSION" ] && echo "llama.cpp: $(tr '\n' ' ' < "$bin/llamacpp/LLAMACPP_VERSION")"
+    vf=$(dirname "$llbench")/LLAMACPP_VERSION
+    [ -f "$vf" ] && echo "llama.cpp: $(tr '\n' ' ' < "$vf")"
     echo
     echo "| model | budget (share of file) | ours VRAM | ours pp$P | ours tg$N | llama.cpp -ngl | its VRAM | its pp$P | its tg$N | tg ours/it | pp ours/it |"
     echo "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|"

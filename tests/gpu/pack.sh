@@ -3,8 +3,8 @@
 # build (-Dcuda=enabled) into the flat directory OUT, with the shared libraries a bare
 # GPU machine may lack (cmocka, pcre2), so the checks run where no build tools are:
 #   sh tests/gpu/pack.sh build-gpu .gpubin && (copy the tree) && sh tests/gpu/run.sh .gpubin
-# LLAMACPP: tests/gpu/build_llamacpp.sh's output, copied to OUT/llamacpp for
-# tests/gpu/compare.sh. The device tool carries at most 64 MiB: the total is checked.
+# LLAMACPP: tests/gpu/build_llamacpp.sh's output, packed as OUT/llamacpp.tar.xz for
+# tests/gpu/compare.sh (which unpacks it). The device tool carries at most 64 MiB: the total is checked.
 set -eu
 B=$1 O=$2 LL=${3:-}
 mkdir -p "$O"
@@ -16,9 +16,8 @@ for lib in libcmocka.so.0 libpcre2-8.so.0; do
     p=$(ldconfig -p | awk -v l="$lib" '$1 == l && /x86-64/ { print $NF; exit }')
     [ -n "$p" ] && cp -L "$p" "$O/$lib"
 done
-if [ -n "$LL" ]; then
-    mkdir -p "$O/llamacpp"
-    cp -P "$LL"/* "$O/llamacpp/"
+if [ -n "$LL" ]; then # xz: its CUDA library alone is 47 MB (27 MB packed with the rest)
+    tar -cJf "$O/llamacpp.tar.xz" -C "$LL" .
 fi
 # the binaries look for libpowerinfer in $ORIGIN/../lib; run.sh sets LD_LIBRARY_PATH
 du -sh "$O"
