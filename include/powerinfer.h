@@ -777,7 +777,8 @@ typedef struct pi_ctx_params {
     /* Non-zero (with stats != PI_STATS_OFF): also collect, per layer, the histogram
      * of |act(gate . x)| over every neuron and token the FFN computes the gate for
      * (pi_stats_gate_histogram, pi_stats_gate_quantile: the calibration of
-     * PI_SPARSE_THRESHOLD). Gated FFNs without experts only (PI_ERR_UNSUPPORTED
+     * PI_SPARSE_THRESHOLD), in PI_SPARSE_DENSE and PI_SPARSE_THRESHOLD mode (not
+     * counted in the others). Gated FFNs without experts only (PI_ERR_UNSUPPORTED
      * otherwise); CPU-only contexts. Default 0. Since: 0.1 */
     uint32_t gate_histogram;
 } pi_ctx_params;
@@ -855,7 +856,8 @@ enum {
  *   sparse_threshold_scale; pi_ctx_sparse_threshold_source says which); up and down
  *   only for those. The result equals the dense FFN with the other neurons' a set to
  *   0, up to rounding; thresholds below 0 give the dense result. The default
- *   (AUTO) for pi_model_sparsify's files. Not with a device (PI_ERR_UNSUPPORTED).
+ *   (AUTO) for pi_model_sparsify's files. Not with a device (PI_ERR_UNSUPPORTED; nor
+ *   does a pi_model_sparsify file run with one in any mode, for now).
  * A prompt (many tokens in one step) is computed on the union of its tokens' active
  * sets, each token still using only its own neurons (docs/design.md). */
 enum {

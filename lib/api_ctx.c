@@ -147,10 +147,10 @@ static int setup_sparse(struct pi_ctx *c, const pi_ctx_params *p) {
     if (c->mode == PI_SPARSE_THRESHOLD && hp->ffn_act == PI_FFN_RELU_BOTH)
         PI_FAIL(&c->err, PI_ERR_UNSUPPORTED, "sparse mode threshold does not run an FFN with "
                 "ReLU on both gate and up");
-    if (c->mode == PI_SPARSE_THRESHOLD && p->device != PI_DEVICE_NONE)
-        PI_FAIL(&c->err, PI_ERR_UNSUPPORTED, "sparse mode threshold runs on the CPU only "
-                "(hybrid execution of thresholded files is not implemented yet, issue 17); "
-                "use no device, or PI_SPARSE_DENSE");
+    if ((c->mode == PI_SPARSE_THRESHOLD || hp->sparsified) && p->device != PI_DEVICE_NONE)
+        PI_FAIL(&c->err, PI_ERR_UNSUPPORTED, "sparse mode threshold and sparsified files run "
+                "on the CPU only (hybrid execution of them is not implemented yet, issue 17): "
+                "use no device");
     if (c->mode != PI_SPARSE_DENSE && c->mode != PI_SPARSE_THRESHOLD && !hp->sparse)
         PI_FAIL(&c->err, PI_ERR_UNSUPPORTED, "sparse mode %s needs a PowerInfer model (magic "
                 "PWRI, with predictors and ffn_down_t); this file is dense: use "

@@ -21,7 +21,8 @@ Checks:
   3. --sparsity 0 gives thresholds 0 and the dense result;
   4. bad input fails cleanly (exit status, a message, no output file): a plain FFN
      (falcon), a post-FFN norm (gemma2), a missing file, a bad --sparsity, a sparsified
-     file given again; threshold mode on a dense file is refused.
+     file given again; threshold mode on a dense file, a wrong number of thresholds and a
+     device (hybrid execution, not implemented for these files yet) are refused.
 Exit status 0 when every check passes."""
 
 import os
@@ -230,6 +231,13 @@ try:
     check(False, "a wrong number of thresholds is refused")
 except pi.PowerInferError as ex:
     check("sparse_thresholds" in str(ex), f"a wrong number of thresholds is refused ({ex})")
+for mode in ("threshold", "dense"):
+    try:
+        pi.Context(m, n_ctx=16, sparse_mode=mode, device="cpu")
+        check(False, f"a device is refused for a sparsified file ({mode})")
+    except pi.PowerInferError as ex:
+        check("CPU only" in str(ex), f"a device is refused for a sparsified file ({mode}): CPU only "
+              "for now")
 m.close()
 
 # 3. S = 0: thresholds 0, the dense result
