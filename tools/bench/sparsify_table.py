@@ -35,14 +35,19 @@ def run(cmd):
 def ppl(build, model, text, threads, mode):
     out = run([os.path.join(build, "tools", "pi-perplexity"), "-m", model, "-f", text, "-c",
                "256", "--stride", "128", "-t", str(threads), "--sparse-mode", mode])
-    return float(re.search(r"PPL = ([0-9.]+)", out).group(1))
+    v = float(re.search(r"PPL = ([0-9.]+)", out).group(1))
+    print(f"ppl {os.path.basename(model)} {mode}: {v}", file=sys.stderr, flush=True)
+    return v
 
 
 def bench(build, model, threads, mode):
+    print(f"bench {os.path.basename(model)} {mode}", file=sys.stderr, flush=True)
     out = run([os.path.join(build, "tools", "pi-bench"), "-m", model, "-t", str(threads),
                "-p", "128", "-n", "64", "-r", "5", "--no-bandwidth", "--sparse-mode", mode])
     row = re.search(r"\|\s*\w+\s*\|\s*tg64\s*\|\s*([0-9.]+)\s*\|[^|]*\|[^|]*\|\s*([0-9.]+)\s*\|"
                     r"\s*([0-9.]+)%", out)
+    print(f"  tg64 {row.group(1)} t/s, {row.group(2)} MiB/token, {row.group(3)}% kept",
+          file=sys.stderr, flush=True)
     return float(row.group(1)), float(row.group(2)), float(row.group(3))
 
 
