@@ -17,7 +17,8 @@ Checks:
   2. the file in threshold mode (its default) equals the masked reference, position by
      position (one token per decode), for a whole prompt decoded in one call (the union
      of the tokens' sets, each token masked to its own), and for a batch keeping every
-     position's logits; dense mode of the same file equals the dense reference;
+     position's logits; dense mode of the same file equals the dense reference; the
+     statistics count the rows and bytes really read (whole gate, kept up/down_t rows);
   3. --sparsity 0 gives thresholds 0 and the dense result;
   4. bad input fails cleanly (exit status, a message, no output file): a plain FFN
      (falcon), a post-FFN norm (gemma2), a missing file, a bad --sparsity, a sparsified
@@ -226,6 +227,20 @@ with pi.Context(m, n_ctx=16, sparse_thresholds=clear, sparse_threshold_scale=2.0
     check(c.threshold_source == "params" and
           np.allclose(c.sparse_thresholds, np.float32(clear) * 2, rtol=1e-6, atol=0),
           "the override and its scale are reported (source params)")
+# telemetry counts what is read: the whole gate, up and ffn_down_t rows of the kept
+# neurons only (F16: 2 * n_embd bytes a row); one token, so kept = active = rows_down
+E, F = K0["qwen2.embedding_length"], K0["qwen2.feed_forward_length"]
+acts = forward(T0, K0, tokens[:1], clear, kv16=True)[2]
+with pi.Context(m, n_ctx=16, sparse_thresholds=clear, stats="on") as c:
+    c.decode(tokens[:1])
+    ok, got = True, []
+    for l, ls in enumerate(c.stats.layers()):
+        n = int((acts[l][0] > clear[l]).sum())
+        got.append((n, int(ls.active), int(ls.rows_down), int(ls.rows_gate_up), int(ls.bytes_ffn)))
+        ok &= (ls.active == n and ls.rows_down == n and ls.rows_gate_up == F
+               and ls.bytes_ffn == 2 * E * (F + 2 * n))
+    check(ok, f"telemetry of a thresholded token: kept = active = rows_down, the whole gate "
+          f"and kept rows of up and down_t in bytes_ffn (per layer {got})")
 try:
     pi.Context(m, n_ctx=16, sparse_thresholds=[0.1])
     check(False, "a wrong number of thresholds is refused")
