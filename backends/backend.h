@@ -55,6 +55,8 @@ enum pi_act {
     PI_ACT_RELU_RELU_MUL, /* g = relu(g) * relu(u) */
     PI_ACT_GELU_MUL,      /* g = gelu(g) * u  (tanh approximation) */
     PI_ACT_GELU_ERF_MUL,  /* g = gelu_erf(g) * u */
+    PI_ACT_SWIGLU_OAI,    /* gpt-oss: g' = min(g, 7), g = g' sigmoid(1.702 g') *
+                           * (clamp(u, -7, 7) + 1) */
     PI_ACT_SILU,          /* g = silu(g) */
     PI_ACT_GELU,          /* g = gelu(g) */
     PI_ACT_GELU_ERF,      /* g = gelu_erf(g) */
@@ -73,6 +75,7 @@ static inline int pi_act_gated(enum pi_act a) {
  * scaled for long contexts: plain and linear scaling use theta * freq_scale; YaRN
  * (ext_factor != 0) mixes the two per pair, theta_s = theta * freq_scale:
  *   lo = max(0, floor(c(beta_fast))), hi = min(n_rot - 1, ceil(c(beta_slow))),
+ *   (yarn_exact: c(beta_fast) and c(beta_slow) as they are, not rounded outwards),
  *   c(b) = n_rot * ln(n_ctx_orig / (2 pi b)) / (2 ln base),
  *   ramp = (1 - clamp((i - lo) / max(0.001, hi - lo), 0, 1)) * ext_factor,
  *   theta' = theta_s * (1 - ramp) + theta * ramp,
@@ -88,6 +91,7 @@ struct pi_rope {
     float ext_factor;     /* 0: no YaRN ramp */
     float beta_fast, beta_slow;
     int64_t n_ctx_orig;   /* YaRN: the context length the model was trained with */
+    int yarn_exact;       /* YaRN: 1 = the correction range unrounded (gpt-oss) */
 };
 
 /* Attention options of one layer (attention). */
@@ -95,6 +99,10 @@ struct pi_attn {
     float scale;    /* scores = q.k * scale; usually 1 / sqrt(head_dim_k) */
     float softcap;  /* > 0: scores = softcap * tanh(scores / softcap); 0: none */
     int64_t window; /* > 0: a query at position p sees only positions > p - window */
+    /* [n_head] in backend memory, or NULL: head h's sink logit s_h joins the softmax's
+     * denominator only, p_i = e^(x_i) / (e^(s_h) + sum_j e^(x_j)) (gpt-oss); never
+     * combined with softcap */
+    const float *sinks;
 };
 
 /* Geometry of a KV cache: n_layer x n_ctx positions of n_kv values (n_head_kv * head

@@ -151,9 +151,14 @@ enum {
     PI_TYPE_I32 = 26,
     PI_TYPE_I64 = 27,
     PI_TYPE_F64 = 28,
-    PI_TYPE_BF16 = 30
-    /* Files may carry further GGUF types (IQ*, TQ*, MXFP4, ...); they are read and
-     * reported by id and name but cannot be computed with. */
+    PI_TYPE_BF16 = 30,
+    /* OCP microscaling FP4: blocks of 32 E2M1 values with one shared E8M0 exponent,
+     * 17 bytes (gpt-oss's expert weights). Computed by the CPU and CUDA backends.
+     * Since: 0.1 */
+    PI_TYPE_MXFP4 = 39
+    /* Files may carry further GGUF types; IQ4_NL (20) and IQ4_XS (23) are computed as
+     * well, the others (IQ2*, IQ3*, IQ1*, TQ*, NVFP4, ...) are read and reported by id
+     * and name but cannot be computed with. */
 };
 
 /* The GGUF name of a tensor type id ("F16", "Q4_0", ...), or NULL for an id the
@@ -1289,6 +1294,17 @@ PI_API uint32_t pi_plan_layer_parts(const pi_plan *plan, int64_t layer);
 PI_API int64_t pi_plan_layer_neurons(const pi_plan *plan, int64_t layer, uint8_t *mask,
                                      size_t cap);
 
+/* Number of layer `layer`'s experts on the device (0 in a layer without experts, -1 if
+ * out of range); when mask is non-NULL and cap >= the model's expert count
+ * (pi_stats_n_expert of its statistics, the file's <arch>.expert_count), mask[e] = 1
+ * for those experts, else 0. A mixture-of-experts layer's FFN is placed by experts:
+ * the planner puts the most frequently chosen experts of all layers (the statistics'
+ * PI_EXPERT_SELECTED counts; uniform without) on the device after the dense parts,
+ * whose PI_PLAN_FFN_NORM part then also holds the layer's router and shared expert;
+ * the experts' bytes count in PI_PLAN_NEURONS. Since: 0.1 */
+PI_API int64_t pi_plan_layer_experts(const pi_plan *plan, int64_t layer, uint8_t *mask,
+                                     size_t cap);
+
 /* 1 if the output projection (resp. the KV cache) is on the device. Since: 0.1 */
 PI_API int pi_plan_output_on_device(const pi_plan *plan);
 PI_API int pi_plan_kv_on_device(const pi_plan *plan);
@@ -1481,7 +1497,8 @@ PI_API int pi_grammar_accept_text(pi_grammar *grammar, const char *text, size_t 
 typedef struct pi_quantize_params {
     uint32_t struct_size; /* set by pi_quantize_default_params */
     /* Target type of the weights: PI_TYPE_Q4_0 (default), PI_TYPE_Q4_1,
-     * PI_TYPE_Q5_0, PI_TYPE_Q5_1 or PI_TYPE_Q8_0. */
+     * PI_TYPE_Q5_0, PI_TYPE_Q5_1, PI_TYPE_Q8_0 or PI_TYPE_MXFP4 (every weight, not
+     * only the experts as llama-quantize's MXFP4_MOE does). */
     uint32_t type;
     /* Type of the FFN predictors of a PowerInfer file (blk.N.fc1.weight,
      * blk.N.fc2.weight). 0 (default): the same as `type`. Otherwise one of the

@@ -75,11 +75,13 @@ void pi_ctx_destroy(pi_ctx *c) {
     pi_free(&a, c->moe_xg);
     pi_free(&a, c->moe_yg);
     pi_free(&a, c->moe_acc);
+    pi_free(&a, c->moe_ye);
     pi_free(&a, c->layer_thr);
     pi_stats_destroy(c->stats);
     pi_free(&a, c->layers);
     pi_free(&a, c->exec);
     pi_free(&a, c->rope_factors);
+    pi_free(&a, c->sinks);
     pi_free(&a, c);
 }
 
@@ -144,9 +146,16 @@ static int setup_sparse(struct pi_ctx *c, const pi_ctx_params *p) {
     if (hp->sparsified && (c->mode == PI_SPARSE_PREDICTOR || c->mode == PI_SPARSE_ORACLE))
         PI_FAIL(&c->err, PI_ERR_UNSUPPORTED, "a sparsified file has no predictors and a "
                 "non-ReLU FFN: use PI_SPARSE_THRESHOLD or PI_SPARSE_DENSE");
-    if (c->mode == PI_SPARSE_THRESHOLD && hp->ffn_act == PI_FFN_RELU_BOTH)
-        PI_FAIL(&c->err, PI_ERR_UNSUPPORTED, "sparse mode threshold does not run an FFN with "
-                "ReLU on both gate and up");
+    if (c->mode == PI_SPARSE_THRESHOLD &&
+        ((hp->ffn_act != PI_FFN_SILU && hp->ffn_act != PI_FFN_GELU &&
+          hp->ffn_act != PI_FFN_GELU_ERF && hp->ffn_act != PI_FFN_RELU) ||
+         c->model->desc.n_moe_layers))
+        PI_FAIL(&c->err, PI_ERR_UNSUPPORTED, "sparse mode threshold runs gated FFNs with "
+                "SiLU, GELU or ReLU on the gate, without experts");
+    for (int64_t l = 0; c->mode == PI_SPARSE_THRESHOLD && l < hp->n_layer; l++)
+        if (!c->model->desc.layers[l].ffn_gate)
+            PI_FAIL(&c->err, PI_ERR_UNSUPPORTED, "sparse mode threshold needs a gated FFN; "
+                    "layer %lld has no ffn_gate", (long long)l);
     if ((c->mode == PI_SPARSE_THRESHOLD || hp->sparsified) && p->device != PI_DEVICE_NONE)
         PI_FAIL(&c->err, PI_ERR_UNSUPPORTED, "sparse mode threshold and sparsified files run "
                 "on the CPU only (hybrid execution of them is not implemented yet, issue 17): "
@@ -207,6 +216,10 @@ static int setup(struct pi_ctx *c, const pi_ctx_params *p) {
     c->n_batch = p->n_batch ? p->n_batch : DEFAULT_BATCH;
     if (c->n_batch > c->n_ctx)
         c->n_batch = c->n_ctx;
+    if (d->pos_embd && c->n_ctx > hp->n_ctx_train) /* learned positions end there */
+        PI_FAIL(&c->err, PI_ERR_INVALID_ARG, "n_ctx %lld is above the %lld positions this %s "
+                "model has learned embeddings for", (long long)c->n_ctx,
+                (long long)hp->n_ctx_train, hp->info->name);
     int n_threads = p->n_threads ? (int)p->n_threads : pi_os_n_cpus();
 
     c->layers = pi_calloc(a, (size_t)hp->n_layer, sizeof *c->layers);
@@ -242,8 +255,9 @@ static int setup(struct pi_ctx *c, const pi_ctx_params *p) {
         c->moe_xg = pi_calloc(a, (size_t)(B * E), sizeof(float));
         c->moe_yg = pi_calloc(a, (size_t)(B * E), sizeof(float));
         c->moe_acc = pi_calloc(a, (size_t)(B * E), sizeof(float));
+        c->moe_ye = pi_calloc(a, (size_t)(B * K * E), sizeof(float));
         if (!c->moe_prob || !c->moe_wt || !c->moe_sel || !c->moe_list || !c->moe_start ||
-            !c->moe_fill || !c->moe_xg || !c->moe_yg || !c->moe_acc)
+            !c->moe_fill || !c->moe_xg || !c->moe_yg || !c->moe_acc || !c->moe_ye)
             PI_FAIL(&c->err, PI_ERR_NOMEM, "out of memory for the experts' %lld-token scratch",
                     (long long)B);
     }
@@ -268,8 +282,8 @@ static int setup(struct pi_ctx *c, const pi_ctx_params *p) {
     PI_TRY(setup_sparse(c, p));
 
     /* every width an op sees: the file's (predictor ranks included) and the attention
-     * scores' row of up to n_ctx positions; the device backend gets the same */
-    struct pi_backend_config cfg = {a, n_threads, B, max64(d->max_width, c->n_ctx),
+     * scores' row of up to n_ctx positions and a sink; the device backend gets the same */
+    struct pi_backend_config cfg = {a, n_threads, B, max64(d->max_width, c->n_ctx + 1),
                                     p->f32_activations != 0, 0};
     c->be = pi_backend_cpu();
     int st = c->be->create(&c->b, &cfg);

@@ -31,7 +31,10 @@ uint64_t pi_plan_bytes(const pi_plan *pl, int part) {
         return pl->pl.total + pl->scratch;
     if (part < 0 || part > PI_PLAN_NEURONS)
         return 0;
-    /* PI_PLAN_ATTENTION ... PI_PLAN_NEURONS are PI_PART_ATTN ... PI_PART_FFN */
+    /* PI_PLAN_ATTENTION ... PI_PLAN_NEURONS are PI_PART_ATTN ... PI_PART_FFN; experts
+     * count as the FFN's units */
+    if (part == PI_PLAN_NEURONS)
+        return pl->pl.bytes[PI_PART_FFN] + pl->pl.bytes[PI_PART_EXPERTS];
     return pl->pl.bytes[part];
 }
 
@@ -57,6 +60,19 @@ int64_t pi_plan_layer_neurons(const pi_plan *pl, int64_t l, uint8_t *mask, size_
     if (mask && cap >= (size_t)pl->pl.n_ff)
         memcpy(mask, pl->pl.neuron + l * pl->pl.n_ff, (size_t)pl->pl.n_ff);
     return pl->pl.n_neurons[l];
+}
+
+int64_t pi_plan_layer_experts(const pi_plan *pl, int64_t l, uint8_t *mask, size_t cap) {
+    if (!pl || l < 0 || l >= pl->pl.n_layer)
+        return -1;
+    const int64_t X = pl->pl.n_expert;
+    if (mask && X && cap >= (size_t)X) {
+        if (pl->pl.moe[l])
+            memcpy(mask, pl->pl.expert + l * X, (size_t)X);
+        else
+            memset(mask, 0, (size_t)X);
+    }
+    return pl->pl.n_experts[l];
 }
 
 int pi_plan_output_on_device(const pi_plan *pl) {
@@ -119,15 +135,41 @@ int64_t pi_plan_describe(const pi_plan *pl, char *buf, size_t cap) {
         p->output ? "on the device" : "on the host");
     put(buf, cap, &len, "  %-10s %10.1f MiB  %s\n", "kv cache", (double)p->bytes[PI_PART_KV] / MIB,
         p->kv ? "on the device" : "on the host");
-    put(buf, cap, &len, "  %-10s %10.1f MiB  %lld/%lld neurons (%.1f%%)%s\n", "ffn",
-        (double)p->bytes[PI_PART_FFN] / MIB, (long long)neurons, (long long)(L * F),
-        100.0 * (double)neurons / (double)(L * F), pl->whole_layers ? ", whole layers" : "");
-    put(buf, cap, &len, "  layer  attn  pred  norm  neurons on the device\n");
-    for (int64_t l = 0; l < L; l++)
-        put(buf, cap, &len, "  %5lld  %-4s  %-4s  %-4s  %lld (%.1f%%)\n", (long long)l,
+    int64_t n_moe = 0, experts = 0;
+    for (int64_t l = 0; l < L; l++) {
+        n_moe += p->moe[l];
+        experts += p->n_experts[l];
+    }
+    const int64_t X = p->n_expert, Ld = L - n_moe; /* Ld: layers with neurons */
+    if (Ld)
+        put(buf, cap, &len, "  %-10s %10.1f MiB  %lld/%lld neurons (%.1f%%)%s\n", "ffn",
+            (double)p->bytes[PI_PART_FFN] / MIB, (long long)neurons, (long long)(Ld * F),
+            100.0 * (double)neurons / (double)(Ld * F), pl->whole_layers ? ", whole layers" : "");
+    if (n_moe)
+        put(buf, cap, &len, "  %-10s %10.1f MiB  %lld/%lld experts (%.1f%%)\n", "experts",
+            (double)p->bytes[PI_PART_EXPERTS] / MIB, (long long)experts, (long long)(n_moe * X),
+            100.0 * (double)experts / (double)(n_moe * X));
+    put(buf, cap, &len, "  layer  attn  pred  norm  %s on the device%s\n",
+        n_moe == L ? "experts" : n_moe ? "neurons or experts" : "neurons",
+        n_moe ? " (norm: with the router and shared expert)" : "");
+    for (int64_t l = 0; l < L; l++) {
+        put(buf, cap, &len, "  %5lld  %-4s  %-4s  %-4s  ", (long long)l,
             p->attn[l] ? "dev" : "host",
-            pl->whole_layers ? "-" : p->pred[l] ? "dev" : "host", p->norm[l] ? "dev" : "host",
-            (long long)p->n_neurons[l], 100.0 * (double)p->n_neurons[l] / (double)F);
+            pl->whole_layers ? "-" : p->pred[l] ? "dev" : "host", p->norm[l] ? "dev" : "host");
+        if (!p->moe[l]) {
+            put(buf, cap, &len, "%lld (%.1f%%)\n", (long long)p->n_neurons[l],
+                100.0 * (double)p->n_neurons[l] / (double)F);
+            continue;
+        }
+        put(buf, cap, &len, "%lld/%lld experts", (long long)p->n_experts[l], (long long)X);
+        const char *sep = ": ";
+        for (int64_t e = 0; e < X; e++)
+            if (p->expert[l * X + e]) {
+                put(buf, cap, &len, "%s%lld", sep, (long long)e);
+                sep = " ";
+            }
+        put(buf, cap, &len, "\n");
+    }
     return len;
 }
 

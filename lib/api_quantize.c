@@ -44,6 +44,7 @@ static uint32_t file_type_of(uint32_t type) {
     case PI_TYPE_Q8_0: return 7;
     case PI_TYPE_Q5_0: return 8;
     case PI_TYPE_Q5_1: return 9;
+    case PI_TYPE_MXFP4: return 38; /* MOSTLY_MXFP4_MOE: the nearest */
     default: return 0;
     }
 }

@@ -712,8 +712,12 @@ static void cpu_rope(struct pi_backend *b, float *x, int64_t n_tok, int64_t n_he
     struct rope_job j = {x, n_head, head_dim, pos0, r, 0.0, 0.0, (double)r->attn_factor};
     if (r->ext_factor != 0.0f) {
         const int64_t n_rot = r->n_rot;
-        j.lo = floor(yarn_corr(r, r->beta_fast));
-        j.hi = ceil(yarn_corr(r, r->beta_slow));
+        j.lo = yarn_corr(r, r->beta_fast);
+        j.hi = yarn_corr(r, r->beta_slow);
+        if (!r->yarn_exact) {
+            j.lo = floor(j.lo);
+            j.hi = ceil(j.hi);
+        }
         j.lo = j.lo > 0.0 ? j.lo : 0.0;
         j.hi = j.hi < (double)(n_rot - 1) ? j.hi : (double)(n_rot - 1);
         j.mscale *= 1.0 + 0.1 * log(1.0 / (double)r->freq_scale);
@@ -765,7 +769,10 @@ struct attn_job {
 };
 
 /* One (token, head) pair: scores against every visible position (dot_f16_rows), then
- * softmax and the weighted sum of V (axpy_f16), in the thread's scratch row. */
+ * softmax and the weighted sum of V (axpy_f16), in the thread's scratch row. A sink
+ * (struct pi_attn) is one more score after the positions, with no value: it takes
+ * part in the softmax's max and sum and is then dropped. It is stored divided by the
+ * scale that softmax_exp multiplies every score by (no soft-cap goes with sinks). */
 static void attn_pairs(void *arg, int64_t lo, int64_t hi, int ith) {
     struct attn_job *j = arg;
     const struct pi_kv *kv = j->kv;
@@ -783,7 +790,10 @@ static void attn_pairs(void *arg, int64_t lo, int64_t hi, int ith) {
         const float *q = j->q + (t * d->n_head + h) * d->head_dim_k;
         j->b->k.dot_f16_rows(scores, kl + (size_t)p0 * (size_t)kv->nk + (size_t)(hk * d->head_dim_k),
                              (size_t)kv->nk * 2, n_pos, q, d->head_dim_k);
-        const float sum = j->b->k.softmax_exp(scores, n_pos, inv, cap);
+        const int sink = j->a->sinks != NULL;
+        if (sink)
+            scores[n_pos] = j->a->sinks[h] / inv;
+        const float sum = j->b->k.softmax_exp(scores, n_pos + sink, inv, cap);
         const float norm = 1.0f / sum;
         float *o = j->out + (t * d->n_head + h) * d->head_dim_v;
         for (int64_t p = 0; p < n_pos; p++)
@@ -798,8 +808,11 @@ static void attn_pairs(void *arg, int64_t lo, int64_t hi, int ith) {
 static void cpu_attention(struct pi_backend *b, struct pi_kv *kv, int64_t layer, const float *q,
                           int64_t n_tok, int64_t pos0, const struct pi_attn *a, float *out) {
     struct attn_job j = {b, kv, layer, n_tok, pos0, q, a, out};
-    /* the scores of a pair span positions 0 .. pos0 + t in the thread's scratch row */
-    if (!kv_range_ok(kv, layer, pos0, n_tok) || refuse(b, pos0 + n_tok, n_tok)) {
+    /* the scores of a pair span positions 0 .. pos0 + t in the thread's scratch row,
+     * and a sink one more */
+    if (!kv_range_ok(kv, layer, pos0, n_tok) ||
+        refuse(b, pos0 + n_tok + (a->sinks != NULL), n_tok) ||
+        (a->sinks && (a->softcap > 0.0f || !(a->scale > 0.0f)))) {
         b->fault = PI_ERR_INTERNAL;
         return;
     }
@@ -849,6 +862,14 @@ static void act_range(void *arg, int64_t lo, int64_t hi, int ith) {
     case PI_ACT_RELU_SQR:
         for (int64_t i = 0; i < n; i++)
             g[i] = g[i] > 0.0f ? g[i] * g[i] : 0.0f;
+        return;
+    case PI_ACT_SWIGLU_OAI: /* scalar only: gpt-oss's experts, a few rows per token */
+        for (int64_t i = 0; i < n; i++) {
+            /* written so that a NaN stays NaN (as torch.clamp keeps it) */
+            const float x = g[i] > 7.0f ? 7.0f : g[i];
+            const float y = u[i] > 7.0f ? 7.0f : u[i] < -7.0f ? -7.0f : u[i];
+            g[i] = x / (1.0f + expf(-1.702f * x)) * (y + 1.0f);
+        }
         return;
     case PI_ACT_COUNT:
         return;

@@ -1,7 +1,7 @@
 /* gemm_pairs_avx512.h -- the prompt gemm on 512-bit vectors, two tokens per register:
- * the 32-block types (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL) and the K-quants but IQ4_XS
- * (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K), for full tiles of GEMM_TILE tokens. Included by kernels_avx2.c in
- * its AVX-512 build only (PI_VNNI); it uses that file's helpers.
+ * the 32-block types (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, MXFP4) and the K-quants but
+ * IQ4_XS (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K), for full tiles of GEMM_TILE tokens. Included
+ * by kernels_avx2.c in its AVX-512 build only (PI_VNNI); it uses that file's helpers.
  *
  * Why: on Intel cores with two 512-bit ports a zmm vpdpbusd does twice the work of a ymm
  * one at nearly the same rate (measured here on a Xeon: 1.7x the multiply-adds per
@@ -14,7 +14,7 @@
  * full tile's activations for one K-block are first interleaved into pairs on the stack
  * (pairs_gather: 20 KB, once per tile and K-block, reused by every row of the L2 block).
  *
- * Signed weights (Q8_0, IQ4_NL): AVX-512 has no vpsignb for the 256-bit code's sign
+ * Signed weights (Q8_0, IQ4_NL, MXFP4): AVX-512 has no vpsignb for the 256-bit code's sign
  * trick, so the roles turn round: the activations, made unsigned (x + 128, an xor of
  * 0x80 when they are gathered), times the signed weights, minus 128 times each block's
  * weight sum (computed once per group with vpdpbusd of ones). The block sums are exact
@@ -30,7 +30,8 @@
 
 INLINE int pairs_type(int type) {
     return type == PI_TYPE_Q4_0 || type == PI_TYPE_Q4_1 || type == PI_TYPE_Q5_0 ||
-           type == PI_TYPE_Q5_1 || type == PI_TYPE_Q8_0 || type == PI_TYPE_ID_IQ4_NL;
+           type == PI_TYPE_Q5_1 || type == PI_TYPE_Q8_0 || type == PI_TYPE_ID_IQ4_NL ||
+           type == PI_TYPE_MXFP4;
 }
 
 /* Groups g0 .. g0+ng-1 of the tile's GEMM_TILE vectors (vb bytes apart) into
@@ -71,7 +72,7 @@ INLINE __m512i loadu512(const void *p) {
 }
 
 INLINE int signed_type(int type) {
-    return type == PI_TYPE_Q8_0 || type == PI_TYPE_ID_IQ4_NL;
+    return type == PI_TYPE_Q8_0 || type == PI_TYPE_ID_IQ4_NL || type == PI_TYPE_MXFP4;
 }
 
 /* dot8_u4 / dot8_u8 / dot8_s8 for a pair: per 32-bit lane, one block of one token.

@@ -4,8 +4,8 @@
  * Dot products: a weight row of type T is multiplied with an activation vector that was
  * first converted to T's "vector format" (F32: a copy; Q8_0, Q8_K: k->quantize_q8_0, _q8_k):
  *   F32, F16, BF16             -> PI_VEC_F32  (the floats themselves)
- *   Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL -> PI_VEC_Q8_0 (int8 per 32 values, scale and
- *                                 block sum)
+ *   Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, MXFP4 -> PI_VEC_Q8_0 (int8 per 32 values,
+ *                                 scale and block sum)
  *   Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS -> PI_VEC_Q8_K (int8 per 256 values, scale,
  *                                 16-value sums)
  * Integer dot products then do the work; one activation vector serves every row of a
@@ -129,7 +129,7 @@ struct pi_cpu_kernels {
      * types y[i] = fmaf(a, w[i], y[i]). Fused multiply-adds (one rounding) everywhere,
      * so every implementation gives the reference's bytes; the float axpy is
      * compute-bound and the FMA saves a quarter of its vector operations. NULL for the
-     * K-quants and the IQ4 types (callers dequantize with to_float and use
+     * K-quants, the IQ4 types and MXFP4 (callers dequantize with to_float and use
      * axpy[PI_TYPE_F32]). */
     pi_axpy_fn axpy[PI_TYPE_ID_LIMIT];
     /* axpy(y, a[r], w[r], n) for r = 0 .. nrows-1 in that order, exactly (each value of

@@ -8,14 +8,17 @@
  * are dotted with up to GEMM_TILE activation vectors (prefill reuses each weight load;
  * decode is the same code with one vector):
  *
- * 32-blocks (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL): a unit is a group of 8 blocks, matching the
- *   block-transposed PI_VEC_Q8_0 layout (kernels.h). The weight quants of the 8 blocks
- *   are transposed into 8 "steps" of 32 bytes, dword j of step u = quants 4u..4u+3 of
- *   block j, exactly like the activation group. Then maddubs(weights, x) -> int16 pairs,
- *   madd(., 1) -> int32 lane j = block j's sum: no horizontal sums, and the 8 block
- *   scales are applied with one FMA on 8 lanes. Quants are used unsigned (Q4_0 without
- *   its -8, Q5_0 without -16); the offset goes through the activation block sums.
- *   IQ4_NL's nibbles index its grid with one pshufb and are then signed like Q8_0's.
+ * 32-blocks (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, MXFP4): a unit is a group of 8
+ *   blocks, matching the block-transposed PI_VEC_Q8_0 layout (kernels.h). The weight
+ *   quants of the 8 blocks are transposed into 8 "steps" of 32 bytes, dword j of step
+ *   u = quants 4u..4u+3 of block j, exactly like the activation group. Then
+ *   maddubs(weights, x) -> int16 pairs, madd(., 1) -> int32 lane j = block j's sum: no
+ *   horizontal sums, and the 8 block scales are applied with one FMA on 8 lanes. Quants
+ *   are used unsigned (Q4_0 without its -8, Q5_0 without -16); the offset goes through
+ *   the activation block sums.
+ *   IQ4_NL's nibbles index its grid with one pshufb and are then signed like Q8_0's;
+ *   MXFP4's index its grid of doubled E2M1 values (integers, |w| <= 12) the same way,
+ *   with the E8M0 exponents turned into the floats 2^(e-128) as block scales.
  *
  * K-quants (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS): a unit is a super-block, in value
  *   order: maddubs of 32 quants with 32 activations, madd with the sub-block scale, int32
@@ -26,12 +29,14 @@
  * maddubs saturates at +-32767: unsigned 4-bit quants times |x| <= 127 give pairs of at
  * most 3810, so 8 steps add up in int16 (30480); 5-bit ones are widened after 4 steps
  * (31496), 6-bit ones at once (16002); Q8_0 and IQ4_NL use the sign trick (|w| times x
- * with the sign of w) and widen every step (32512). In the K-quants each maddubs is
- * widened at once (IQ4_XS: 2 * 127 * 127 = 32258).
+ * with the sign of w) and widen every step (32512), MXFP4 too but after 8 steps
+ * (8 * 2 * 12 * 127 = 24384). In the K-quants each maddubs is widened at once (IQ4_XS:
+ * 2 * 127 * 127 = 32258).
  *
  * Rows are summed in K-blocks of 2048 values, each reduced to a float and added in
  * order, by dot and gemm alike: for quantized types they agree bit for bit. */
 #include "kernels.h"
+#include "runtime/fp16.h" /* pi_e8m0_half_to_fp32 */
 
 #include <float.h>
 #include <immintrin.h>
@@ -102,6 +107,34 @@ INLINE __m256i unpack_nibbles(const uint8_t *qs) {
 /* The IQ4 grid (pi_iq4_grid) in both lanes: pshufb of 4-bit indices gives the values. */
 INLINE __m256i iq4_grid256(void) {
     return _mm256_broadcastsi128_si256(loadu128(pi_iq4_grid));
+}
+
+/* MXFP4's grid (pi_mxfp4_grid) in both lanes. */
+INLINE __m256i mxfp4_grid256(void) {
+    return _mm256_broadcastsi128_si256(loadu128(pi_mxfp4_grid));
+}
+
+/* MXFP4 block scale at p: pi_e8m0_half_to_fp32 */
+INLINE float e8m0_at(const uint8_t *p) {
+    return pi_e8m0_half_to_fp32(*p);
+}
+
+/* The E8M0 bytes at p + bb*j (j < 8) -> 8 floats 2^(e-128): exponent field e - 1, or
+ * the subnormal 0x00200000 << e for e < 2. The bytes are gathered in a general
+ * register, as in halves8. */
+INLINE __m256 e8m0x8(const uint8_t *p, size_t bb) {
+    uint64_t w = 0;
+    UNROLL
+    for (int j = 0; j < 8; j++) {
+        uint64_t v = p[bb * (size_t)j];
+        __asm__("" : "+r"(v));
+        w |= v << (8 * j);
+    }
+    const __m256i e = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)w));
+    const __m256i norm = _mm256_slli_epi32(_mm256_sub_epi32(e, _mm256_set1_epi32(1)), 23);
+    const __m256i sub = _mm256_sllv_epi32(_mm256_set1_epi32(0x00200000), e);
+    const __m256i small = _mm256_cmpgt_epi32(_mm256_set1_epi32(2), e);
+    return _mm256_castsi256_ps(_mm256_blendv_epi8(norm, sub, small));
 }
 
 /* ---- activation quantization ---------------------------------------------------------- */
@@ -377,13 +410,26 @@ INLINE void load_group(int type, const uint8_t *p, struct wgroup *w) {
         w->d = halves8(p, 18);
         break;
     }
+    case PI_TYPE_MXFP4: {
+        const __m256i grid = mxfp4_grid256();
+        __m256i idx[8];
+        transpose16(p + 1, 17, t);
+        nibbles(t, idx);
+        UNROLL
+        for (int u = 0; u < 8; u++) {
+            w->s[u] = _mm256_shuffle_epi8(grid, idx[u]);
+            w->q[u] = _mm256_abs_epi8(w->s[u]);
+        }
+        w->d = e8m0x8(p, 17);
+        break;
+    }
     }
 }
 
-/* 1 for the 32-block types whose block sums enter the dot (an offset m): all but Q8_0
- * and IQ4_NL, whose quants are signed. */
+/* 1 for the 32-block types whose block sums enter the dot (an offset m): all but Q8_0,
+ * IQ4_NL and MXFP4, whose quants are signed. */
 INLINE int has_offset(int type) {
-    return type != PI_TYPE_Q8_0 && type != PI_TYPE_ID_IQ4_NL;
+    return type != PI_TYPE_Q8_0 && type != PI_TYPE_ID_IQ4_NL && type != PI_TYPE_MXFP4;
 }
 
 #if defined(PI_VNNI)
@@ -424,6 +470,7 @@ INLINE __m256i dot8_s8(const struct wgroup *w, const uint8_t *xg) {
     }
     return _mm256_add_epi32(a, b);
 }
+#  define dot8_s4 dot8_s8
 
 #else
 
@@ -459,6 +506,17 @@ INLINE __m256i dot8_s8(const struct wgroup *w, const uint8_t *xg) {
     return acc;
 }
 
+/* dot8_s8 for signed weights of at most 12 in magnitude (MXFP4): the pairs of 8 steps
+ * add up in int16 (8 * 2 * 12 * 127 = 24384) before one madd. */
+INLINE __m256i dot8_s4(const struct wgroup *w, const uint8_t *xg) {
+    __m256i p = _mm256_maddubs_epi16(w->q[0], _mm256_sign_epi8(loadu256(xg), w->s[0]));
+    UNROLL
+    for (int u = 1; u < 8; u++)
+        p = _mm256_add_epi16(
+            p, _mm256_maddubs_epi16(w->q[u], _mm256_sign_epi8(loadu256(xg + 32 * u), w->s[u])));
+    return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
+}
+
 #endif
 
 /* acc + the group's contribution to dot(row, x) for one activation group xg:
@@ -474,6 +532,9 @@ INLINE __m256 group_dot(int type, const struct wgroup *w, const uint8_t *xg, __m
     case PI_TYPE_Q5_0:
     case PI_TYPE_Q5_1:
         isum = dot8_u5(w->q, xg);
+        break;
+    case PI_TYPE_MXFP4:
+        isum = dot8_s4(w, xg);
         break;
     default:
         isum = dot8_s8(w, xg);
@@ -497,6 +558,8 @@ INLINE size_t block_bytes(int type) {
         return 24;
     case PI_TYPE_ID_IQ4_NL:
         return 18;
+    case PI_TYPE_MXFP4:
+        return 17;
     default:
         return 34;
     }
@@ -545,7 +608,7 @@ struct wblock {
 };
 
 INLINE void load_block(int type, const uint8_t *p, struct wblock *w) {
-    w->d = f16_at(p);
+    w->d = type == PI_TYPE_MXFP4 ? e8m0_at(p) : f16_at(p);
     switch (type) {
     case PI_TYPE_Q4_0:
         w->q = unpack_nibbles(p + 2);
@@ -565,6 +628,11 @@ INLINE void load_block(int type, const uint8_t *p, struct wblock *w) {
         break;
     case PI_TYPE_ID_IQ4_NL:
         w->s = _mm256_shuffle_epi8(iq4_grid256(), unpack_nibbles(p + 2));
+        w->q = _mm256_abs_epi8(w->s);
+        w->m = 0.0f;
+        break;
+    case PI_TYPE_MXFP4:
+        w->s = _mm256_shuffle_epi8(mxfp4_grid256(), unpack_nibbles(p + 1));
         w->q = _mm256_abs_epi8(w->s);
         w->m = 0.0f;
         break;
@@ -1182,6 +1250,7 @@ UNIT_KERNELS(iq4_nl, PI_TYPE_ID_IQ4_NL)
 UNIT_KERNELS(q2_k, PI_TYPE_Q2_K)
 UNIT_KERNELS(q3_k, PI_TYPE_Q3_K)
 UNIT_KERNELS(iq4_xs, PI_TYPE_ID_IQ4_XS)
+UNIT_KERNELS(mxfp4, PI_TYPE_MXFP4)
 /* clang-format on */
 #undef UNIT_KERNELS
 
@@ -1537,6 +1606,14 @@ static void NAME(to_float_iq4_nl)(const void *src, float *dst, int64_t n) {
                        dst);
 }
 
+static void NAME(to_float_mxfp4)(const void *src, float *dst, int64_t n) {
+    const uint8_t *b = src;
+    const __m256i grid = mxfp4_grid256();
+    for (int64_t i = 0; i < n / 32; i++, b += 17, dst += 32)
+        store_scaled32(_mm256_shuffle_epi8(grid, unpack_nibbles(b + 1)), _mm256_set1_ps(e8m0_at(b)),
+                       dst);
+}
+
 /* IQ4_XS: x = (d*ls)*grid[q] per sub-block of 32 (kb.sc[c] holds scale c in every word). */
 static void NAME(to_float_iq4_xs)(const void *src, float *dst, int64_t n) {
     const uint8_t *b = src;
@@ -1702,6 +1779,7 @@ void pi_cpu_kernels_avx2(struct pi_cpu_kernels *k) {
     set(k, PI_TYPE_Q2_K, NAME(dot_q2_k), NAME(gemm_q2_k));
     set(k, PI_TYPE_Q3_K, NAME(dot_q3_k), NAME(gemm_q3_k));
     set(k, PI_TYPE_ID_IQ4_XS, NAME(dot_iq4_xs), NAME(gemm_iq4_xs));
+    set(k, PI_TYPE_MXFP4, NAME(dot_mxfp4), NAME(gemm_mxfp4));
     k->gemv_idx[PI_TYPE_Q4_0] = NAME(gemv_idx_q4_0);
     k->gemv_idx[PI_TYPE_Q4_1] = NAME(gemv_idx_q4_1);
     k->gemv_idx[PI_TYPE_Q5_0] = NAME(gemv_idx_q5_0);
@@ -1714,6 +1792,7 @@ void pi_cpu_kernels_avx2(struct pi_cpu_kernels *k) {
     k->gemv_idx[PI_TYPE_Q2_K] = NAME(gemv_idx_q2_k);
     k->gemv_idx[PI_TYPE_Q3_K] = NAME(gemv_idx_q3_k);
     k->gemv_idx[PI_TYPE_ID_IQ4_XS] = NAME(gemv_idx_iq4_xs);
+    k->gemv_idx[PI_TYPE_MXFP4] = NAME(gemv_idx_mxfp4);
     k->quantize_q8_0 = NAME(quantize_q8_0);
     k->quantize_q8_k = NAME(quantize_q8_k);
     k->axpy_f16 = NAME(axpy_f16);
@@ -1739,4 +1818,5 @@ void pi_cpu_kernels_avx2(struct pi_cpu_kernels *k) {
     k->to_float[PI_TYPE_Q3_K] = NAME(to_float_q3_k);
     k->to_float[PI_TYPE_ID_IQ4_NL] = NAME(to_float_iq4_nl);
     k->to_float[PI_TYPE_ID_IQ4_XS] = NAME(to_float_iq4_xs);
+    k->to_float[PI_TYPE_MXFP4] = NAME(to_float_mxfp4);
 }

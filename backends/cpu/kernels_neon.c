@@ -1,4 +1,4 @@
-/* kernels_neon.c -- ARM64 NEON overrides: float, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL
+/* kernels_neon.c -- ARM64 NEON overrides: float, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, MXFP4
  * dots and gemms, the activation quantizers, axpy and the attention helpers.
  * Compiled twice (backends/cpu/meson.build): plain ARMv8-A, and with PI_NEON_DOTPROD
  * and +dotprod, where the integer dot products use SDOT. Both builds fill the same
@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "kernels.h"
+#include "runtime/fp16.h" /* pi_e8m0_half_to_fp32 */
 
 #if defined(PI_NEON_DOTPROD)
 #  define PI_NEON_ENTRY pi_cpu_kernels_neon_dotprod
@@ -247,6 +248,25 @@ static inline void unpack_iq4_nl(struct wq4 *w, const uint8_t *blk, int k) {
 #undef UNPACK_BEGIN
 #undef UNPACK_END
 
+/* MXFP4, 17 B: e | qs[16]; its scales are E8M0 bytes, not f16, hence no UNPACK_*. */
+static inline void unpack_mxfp4(struct wq4 *w, const uint8_t *blk, int k) {
+    const int8x16_t grid = vld1q_s8(pi_mxfp4_grid);
+    float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (int j = 0; j < 4; j++) {
+        if (j >= k) {
+            w->lo[j] = w->hi[j] = vdupq_n_s8(0);
+            continue;
+        }
+        const uint8_t *p = blk + 17 * j;
+        const uint8x16_t qs = vld1q_u8(p + 1);
+        d[j] = pi_e8m0_half_to_fp32(p[0]);
+        w->lo[j] = vqtbl1q_s8(grid, vandq_u8(qs, vdupq_n_u8(15)));
+        w->hi[j] = vqtbl1q_s8(grid, vshrq_n_u8(qs, 4));
+    }
+    w->d = vld1q_f32(d);
+    w->m = vdupq_n_f32(0.0f);
+}
+
 /* acc += the 4 blocks' d_w * d_x * isum (+ m_w * s_x); xg: the token's group, h: which half. */
 static inline float32x4_t blocks4(float32x4_t acc, const struct wq4 *w, const uint8_t *xg,
                                   int h, int has_m) {
@@ -323,6 +343,7 @@ Q8_0_KERNELS(q5_0, 22, 0)
 Q8_0_KERNELS(q5_1, 24, 1)
 Q8_0_KERNELS(q8_0, 34, 0)
 Q8_0_KERNELS(iq4_nl, 18, 0)
+Q8_0_KERNELS(mxfp4, 17, 0)
 #undef Q8_0_KERNELS
 
 /* ---- float dots -------------------------------------------------------------------------
@@ -408,6 +429,7 @@ GEMV_IDX(q5_0)
 GEMV_IDX(q5_1)
 GEMV_IDX(q8_0)
 GEMV_IDX(iq4_nl)
+GEMV_IDX(mxfp4)
 #undef GEMV_IDX
 
 /* ---- axpy, axpy_rows, to_float -----------------------------------------------------------
@@ -440,6 +462,7 @@ QBLOCK(q5_0, 22)
 QBLOCK(q5_1, 24)
 QBLOCK(q8_0, 34)
 QBLOCK(iq4_nl, 18)
+QBLOCK(mxfp4, 17)
 #undef QBLOCK
 
 #define AXPY_Q(name, bytes, has_m)                                                               \
@@ -500,6 +523,7 @@ TO_FLOAT_Q(q5_0, 22, 0)
 TO_FLOAT_Q(q5_1, 24, 1)
 TO_FLOAT_Q(q8_0, 34, 0)
 TO_FLOAT_Q(iq4_nl, 18, 0)
+TO_FLOAT_Q(mxfp4, 17, 0)
 #undef TO_FLOAT_Q
 
 /* Float rows: 8 values per step, the tail scalar with fmaf (also one rounding). */
@@ -754,6 +778,7 @@ void PI_NEON_ENTRY(struct pi_cpu_kernels *k) {
     SETQ(PI_TYPE_Q5_1, q5_1)
     SETQ(PI_TYPE_Q8_0, q8_0)
     SETQ(PI_TYPE_ID_IQ4_NL, iq4_nl)
+    SETQ(PI_TYPE_MXFP4, mxfp4)
     SETQ(PI_TYPE_F32, f32)
     SETQ(PI_TYPE_F16, f16)
     SETQ(PI_TYPE_BF16, bf16)
@@ -766,6 +791,7 @@ void PI_NEON_ENTRY(struct pi_cpu_kernels *k) {
     k->to_float[PI_TYPE_Q5_1] = to_float_q5_1_neon;
     k->to_float[PI_TYPE_Q8_0] = to_float_q8_0_neon;
     k->to_float[PI_TYPE_ID_IQ4_NL] = to_float_iq4_nl_neon;
+    k->to_float[PI_TYPE_MXFP4] = to_float_mxfp4_neon;
 #define SETA(T, name)                                                                      \
     k->axpy[T] = axpy_##name##_neon;                                                       \
     k->axpy_rows[T] = axpy_rows_##name##_neon;

@@ -576,6 +576,24 @@ static float dot_iq4_nl_ref(const void *w, const void *x, int64_t n) {
     return sum;
 }
 
+/* MXFP4, 17 B: e | qs[16], nibbles as Q4_0, w = d*grid[q] with d = 2^(e-128) and the
+ * grid twice the E2M1 values (integers): the block sum is exact in int, and d*dx is
+ * exact too (a power of two times a float) unless it falls below FLT_MIN. */
+static float dot_mxfp4_ref(const void *w, const void *x, int64_t n) {
+    const uint8_t *blk = w;
+    float sum = 0.0f;
+    for (int64_t b = 0; b < n / 32; b++, blk += 17) {
+        int q[32], isum = 0;
+        float dx, sx;
+        q8_0_block(x, b, q, &dx, &sx);
+        for (int v = 0; v < 16; v++)
+            isum +=
+                pi_mxfp4_grid[blk[1 + v] & 15] * q[v] + pi_mxfp4_grid[blk[1 + v] >> 4] * q[v + 16];
+        sum += pi_e8m0_half_to_fp32(blk[0]) * dx * (float)isum;
+    }
+    return sum;
+}
+
 /* ---- gemm by dots --------------------------------------------------------------------- */
 
 static void gemm_by_dot(pi_dot_fn dot, const void *W, size_t row_bytes, int64_t nr, const void *X,
@@ -608,6 +626,7 @@ GEMM_REF(q2_k)
 GEMM_REF(q3_k)
 GEMM_REF(iq4_xs)
 GEMM_REF(iq4_nl)
+GEMM_REF(mxfp4)
 /* clang-format on */
 #undef GEMM_REF
 
@@ -638,6 +657,7 @@ void pi_cpu_kernels_ref(struct pi_cpu_kernels *k) {
     set(k, PI_TYPE_Q3_K, PI_VEC_Q8_K, dot_q3_k_ref, gemm_q3_k_ref, pi_dequant_q3_k);
     set(k, PI_TYPE_ID_IQ4_XS, PI_VEC_Q8_K, dot_iq4_xs_ref, gemm_iq4_xs_ref, pi_dequant_iq4_xs);
     set(k, PI_TYPE_ID_IQ4_NL, PI_VEC_Q8_0, dot_iq4_nl_ref, gemm_iq4_nl_ref, pi_dequant_iq4_nl);
+    set(k, PI_TYPE_MXFP4, PI_VEC_Q8_0, dot_mxfp4_ref, gemm_mxfp4_ref, pi_dequant_mxfp4);
     k->quantize_q8_0 = quantize_q8_0_ref;
     k->quantize_q8_k = quantize_q8_k_ref;
     k->axpy_f16 = axpy_f16_ref;

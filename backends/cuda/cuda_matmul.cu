@@ -30,6 +30,7 @@ int pi_cuda_type_ok(uint32_t type) {
     case PI_TYPE_Q3_K:
     case PI_TYPE_ID_IQ4_NL:
     case PI_TYPE_ID_IQ4_XS:
+    case PI_TYPE_MXFP4:
         return 1;
     default:
         return 0;
@@ -203,6 +204,10 @@ int pi_cuda_check_weight(const struct pi_weight *w) {
         qk = 256;
         bytes = 136;
         break;
+    case PI_TYPE_MXFP4:
+        qk = 32;
+        bytes = 17;
+        break;
     default:
         qk = 256;
         bytes = 210;
@@ -210,8 +215,8 @@ int pi_cuda_check_weight(const struct pi_weight *w) {
     }
     if (w->n_in % qk != 0 || w->row_bytes < (size_t)(w->n_in / qk * bytes))
         return PI_ERR_INVALID_ARG;
-    /* the kernels read 16-bit words (F32: 32-bit) */
-    const size_t align = w->type == PI_TYPE_F32 ? 4 : 2;
+    /* the kernels read 16-bit words (F32: 32-bit; MXFP4: bytes) */
+    const size_t align = w->type == PI_TYPE_F32 ? 4 : w->type == PI_TYPE_MXFP4 ? 1 : 2;
     if ((uintptr_t)w->data % align != 0 || w->row_bytes % align != 0)
         return PI_ERR_INVALID_ARG;
     return PI_OK;

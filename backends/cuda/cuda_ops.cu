@@ -132,8 +132,12 @@ void pi_cuda_rope(struct pi_backend *b, float *x, int64_t n_tok, int64_t n_head,
     /* the YaRN corrections on the host, in double, as the CPU computes them */
     double lo = 0.0, hi = 0.0, mscale = (double)r->attn_factor;
     if (r->ext_factor != 0.0f) {
-        lo = floor(yarn_corr(r, r->beta_fast));
-        hi = ceil(yarn_corr(r, r->beta_slow));
+        lo = yarn_corr(r, r->beta_fast);
+        hi = yarn_corr(r, r->beta_slow);
+        if (!r->yarn_exact) {
+            lo = floor(lo);
+            hi = ceil(hi);
+        }
         lo = lo > 0.0 ? lo : 0.0;
         hi = hi < (double)(r->n_rot - 1) ? hi : (double)(r->n_rot - 1);
         mscale *= 1.0 + 0.1 * log(1.0 / (double)r->freq_scale);
@@ -189,12 +193,28 @@ int pi_cuda_attention_ok(const struct pi_backend *b, const struct pi_kv_desc *d)
  * the split with an online softmax (running max m, sum l, unnormalised output o in
  * DPL registers per lane), then the warps are merged in shared memory. One split:
  * out = o / l. Several: part [pair][split][2 + dv] = (m, l, o) for k_attn_merge.
- * K, V: the layer's [n_ctx][nk] and [n_ctx][nv] F16; q [n_tok][n_head][dk]. */
+ * K, V: the layer's [n_ctx][nk] and [n_ctx][nv] F16; q [n_tok][n_head][dk]. sinks
+ * [n_head] or NULL: where out is written, head h's sink joins the sum (sink_div). */
+/* The softmax's denominator for values O summed relative to the max M with sum L:
+ * out = O * rel / divisor. Without a sink rel = 1, divisor = L; with sink logit s both
+ * are taken relative to max(M, s): rel = e^(M - Mx), divisor = L rel + e^(s - Mx). */
+static __device__ __forceinline__ float sink_div(float M, float L, const float *sinks,
+                                                 int64_t h, float *rel) {
+    if (!sinks) {
+        *rel = 1.0f;
+        return L;
+    }
+    const float s = sinks[h], Mx = fmaxf(M, s);
+    *rel = expf(M - Mx);
+    return L * *rel + expf(s - Mx);
+}
+
 template <int DPL>
 __global__ void k_attention(const uint16_t *__restrict__ K, const uint16_t *__restrict__ V,
                             int64_t nk, int64_t nv, int64_t n_head, int64_t group, int64_t dk,
                             int64_t dv, const float *__restrict__ q, int64_t pos0, float inv,
-                            float cap, int64_t window, int64_t chunk, float *__restrict__ out,
+                            float cap, int64_t window, int64_t chunk,
+                            const float *__restrict__ sinks, float *__restrict__ out,
                             float *__restrict__ part) {
     extern __shared__ float sm[]; /* m[nw] | l[nw] | o[nw][dv] */
     const int64_t pair = blockIdx.x, t = pair / n_head, h = pair % n_head, hk = h / group;
@@ -271,6 +291,8 @@ __global__ void k_attention(const uint16_t *__restrict__ K, const uint16_t *__re
     for (int w = 0; w < nw; w++)
         if (sm_l[w] > 0.0f)
             L += sm_l[w] * expf(sm_m[w] - M);
+    float rel = 1.0f;
+    const float div = part ? 1.0f : sink_div(M, L, sinks, h, &rel);
     for (int64_t d = threadIdx.x; d < dv; d += blockDim.x) {
         float O = 0.0f;
         for (int w = 0; w < nw; w++)
@@ -279,7 +301,7 @@ __global__ void k_attention(const uint16_t *__restrict__ K, const uint16_t *__re
         if (part)
             part[(pair * gridDim.y + blockIdx.y) * (2 + dv) + 2 + d] = O;
         else
-            out[pair * dv + d] = O / L;
+            out[pair * dv + d] = O * rel / div;
     }
     if (part && threadIdx.x == 0) {
         float *ps = part + (pair * gridDim.y + blockIdx.y) * (2 + dv);
@@ -290,6 +312,7 @@ __global__ void k_attention(const uint16_t *__restrict__ K, const uint16_t *__re
 
 /* out [pair][dv] from the splits' (m, l, o): the same merge across splits. */
 __global__ void k_attn_merge(const float *__restrict__ part, int64_t n_split, int64_t dv,
+                             int64_t n_head, const float *__restrict__ sinks,
                              float *__restrict__ out) {
     const int64_t pair = blockIdx.x;
     const float *pp = part + pair * n_split * (2 + dv);
@@ -300,12 +323,14 @@ __global__ void k_attn_merge(const float *__restrict__ part, int64_t n_split, in
     for (int64_t s = 0; s < n_split; s++)
         if (pp[s * (2 + dv) + 1] > 0.0f)
             L += pp[s * (2 + dv) + 1] * expf(pp[s * (2 + dv)] - M);
+    float rel;
+    const float div = sink_div(M, L, sinks, pair % n_head, &rel);
     for (int64_t d = threadIdx.x; d < dv; d += blockDim.x) {
         float O = 0.0f;
         for (int64_t s = 0; s < n_split; s++)
             if (pp[s * (2 + dv) + 1] > 0.0f)
                 O = fmaf(pp[s * (2 + dv) + 2 + d], expf(pp[s * (2 + dv)] - M), O);
-        out[pair * dv + d] = O / L;
+        out[pair * dv + d] = O * rel / div;
     }
 }
 
@@ -335,10 +360,11 @@ static void attention_dpl(struct pi_backend *b, struct pi_kv *kv, int64_t layer,
     k_attention<DPL><<<dim3((unsigned)pairs, (unsigned)split), ATTN_THREADS, shmem, b->stream>>>(
         kv->k + cells * (size_t)kv->nk, kv->v + cells * (size_t)kv->nv, kv->nk, kv->nv, d->n_head,
         d->n_head / d->n_head_kv, d->head_dim_k, d->head_dim_v, q, pos0, a->scale, a->softcap,
-        a->window, chunk, out, part);
+        a->window, chunk, a->sinks, out, part);
     pi_cuda_launched(b);
     if (part) {
-        k_attn_merge<<<(unsigned)pairs, 128, 0, b->stream>>>(part, split, d->head_dim_v, out);
+        k_attn_merge<<<(unsigned)pairs, 128, 0, b->stream>>>(part, split, d->head_dim_v,
+                                                              d->n_head, a->sinks, out);
         pi_cuda_launched(b);
     }
 }
@@ -397,6 +423,11 @@ static __device__ __forceinline__ float act(int a, float g, const float *u, int6
         return gelu_tanh(g) * u[k];
     case PI_ACT_GELU_ERF_MUL:
         return gelu_erf(g) * u[k];
+    case PI_ACT_SWIGLU_OAI: { /* NaN stays NaN, as on the CPU */
+        const float x = g > 7.0f ? 7.0f : g;
+        const float y = u[k] > 7.0f ? 7.0f : u[k] < -7.0f ? -7.0f : u[k];
+        return x / (1.0f + expf(-1.702f * x)) * (y + 1.0f);
+    }
     case PI_ACT_SILU:
         return g / (1.0f + expf(-g));
     case PI_ACT_GELU:

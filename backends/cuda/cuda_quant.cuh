@@ -16,7 +16,8 @@
  * decode() is the scalar reference of lib/runtime/dequant.c, piece by piece, with every
  * product an unfused __fmul_rn, so the values are bit-exact (get_rows is tested for
  * equality). Weights must be 2-byte aligned (F32: 4-byte), which every row is when
- * w->data is (block sizes and row lengths are even): pi_cuda_check_weight checks it. */
+ * w->data is (block sizes and row lengths are even): pi_cuda_check_weight checks it.
+ * MXFP4 (17-byte blocks) is read bytewise and needs no alignment. */
 #ifndef PI_CUDA_QUANT_CUH
 #define PI_CUDA_QUANT_CUH
 
@@ -418,6 +419,39 @@ template <> struct qtype<PI_TYPE_ID_IQ4_XS> {
     }
 };
 
+/* MXFP4's grid (lib/runtime/dequant.c's pi_mxfp4_grid: doubled E2M1 values) as bytes
+ * of two words, as for IQ4. */
+#define PI_MXFP4_LO 0x0c08060403020100ull
+#define PI_MXFP4_HI 0xf4f8fafcfdfeff00ull
+static __device__ __forceinline__ float mxfp4f(uint32_t q) {
+    const unsigned long long w = (q & 8u) ? PI_MXFP4_HI : PI_MXFP4_LO;
+    return s8f((uint32_t)(w >> (8 * (q & 7u))) & 0xffu);
+}
+
+/* MXFP4, 17 B: e (E8M0) | qs[16], nibbles as Q4_0; x = 2^(e-128) * grid[q]
+ * (pi_e8m0_half_to_fp32). Blocks are 17 bytes, so rows and blocks may sit at odd
+ * addresses: bytes are read one at a time (pi_cuda_check_weight asks no alignment). */
+template <> struct qtype<PI_TYPE_MXFP4> {
+    static constexpr int QK = 32, BYTES = 17, NP = 4, SPLIT = 1, FLOAT = 0;
+    struct raw {
+        uint32_t e, qs;
+    };
+    static __device__ __forceinline__ raw load(const uint8_t *b, int p, int nv) {
+        const uint8_t *q = b + 1 + 4 * p;
+        return {(uint32_t)b[0], (uint32_t)q[0] | ((uint32_t)q[1] << 8) | ((uint32_t)q[2] << 16) |
+                                    ((uint32_t)q[3] << 24)};
+    }
+    static __device__ __forceinline__ void decode(const raw &r, int p, float v[8]) {
+        const float d = __uint_as_float(r.e < 2u ? 0x00200000u << r.e : (r.e - 1u) << 23);
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            const uint32_t q = (r.qs >> (8 * k)) & 0xffu;
+            v[k] = __fmul_rn(d, mxfp4f(q & 0x0fu));
+            v[k + 4] = __fmul_rn(d, mxfp4f(q >> 4));
+        }
+    }
+};
+
 /* Block position of value k of piece p. */
 template <uint32_t T> static __device__ __forceinline__ int qpos(int p, int k) {
     return qtype<T>::SPLIT ? (k < 4 ? 4 * p + k : 16 + 4 * p + (k - 4)) : 8 * p + k;
@@ -509,6 +543,9 @@ template <typename F> static void pi_cuda_dispatch(struct pi_backend *b, uint32_
         break;
     case PI_TYPE_ID_IQ4_XS:
         f(std::integral_constant<uint32_t, PI_TYPE_ID_IQ4_XS>());
+        break;
+    case PI_TYPE_MXFP4:
+        f(std::integral_constant<uint32_t, PI_TYPE_MXFP4>());
         break;
     default:
         pi_cuda_fail(b, PI_ERR_UNSUPPORTED);

@@ -43,11 +43,14 @@ struct pi_ctx {
     int64_t *seq_len;   /* [n_seq] positions decoded per sequence */
     int has_logits;     /* logits holds the last requested entry's logits */
     struct pi_weight tok_embd, output; /* {n_embd, n_vocab} */
+    struct pi_weight pos_embd;         /* {n_embd, n_pos} learned positions; data NULL: none */
     struct pi_norm_w output_norm;
     struct pi_layer_w *layers;         /* [n_layer] */
     struct pi_layer_exec *exec;        /* [n_layer] */
     float *rope_factors;               /* host [n_rot/2], owned: rope_freqs or LongRoPE's, or NULL */
     int rope_set;                      /* PI_ROPE_SET_*: which factors the cache was rotated with */
+    float *sinks;                      /* host [n_layer][n_head], owned: attention sinks as
+                                        * F32 (layers without: unused), or NULL */
     /* Scratch activations, [n_batch][width]; ya: a parallel block's attention output. */
     float *x, *xn, *q, *k, *v, *att, *g, *u, *ya;
     float *logits;                     /* [n_vocab] */
@@ -87,11 +90,12 @@ struct pi_ctx {
      * their weights [n_batch][n_expert_used]; the (token, choice) pairs bucketed by
      * expert: moe_start [n_expert + 1] offsets into moe_list [n_batch * n_expert_used]
      * (entries t * n_expert_used + j), moe_fill [n_expert] scratch; an expert's tokens
-     * gathered, its output, and the layer's sum [n_batch][n_embd]. */
+     * gathered, the shared expert's output, and the layer's sum [n_batch][n_embd];
+     * every expert's output, by bucket [n_batch * n_expert_used][n_embd]. */
     float *moe_prob, *moe_wt;
     int32_t *moe_sel, *moe_list;
     int64_t *moe_start, *moe_fill;
-    float *moe_xg, *moe_yg, *moe_acc;
+    float *moe_xg, *moe_yg, *moe_acc, *moe_ye;
     int stats_level;                   /* PI_STATS_* */
     int check_layers;                  /* PI_CHECK_LAYERS: NaN/Inf after each block */
     struct pi_stats *stats;            /* NULL when off */

@@ -67,6 +67,33 @@ static void experts_of(struct pi_layer_w *w, const struct pi_layer_desc *L,
     w->sh_up = weight_of(L->up_shexp);
     w->sh_down = weight_of(L->down_shexp);
     w->sh_gate_inp = weight_rows(L->gate_inp_shexp, 0, 1);
+    w->router_b = vector_of(L->router_b);
+    x->b_gate = vector_part(L->b_gate_exps, 0, Fe);
+    x->b_up = vector_part(L->b_up_exps, 0, Fe);
+    x->b_down = vector_part(L->b_down_exps, 0, E);
+}
+
+/* The attention sinks of every layer that has them, as F32 (the file's may be F16 or
+ * BF16, and its data may sit at any byte). */
+static int copy_sinks(struct pi_ctx *c) {
+    const struct pi_model_desc *d = &c->model->desc;
+    const int64_t H = d->hp.n_head, L = d->hp.n_layer;
+    int any = 0;
+    for (int64_t l = 0; l < L; l++)
+        any |= d->layers[l].attn_sinks != NULL;
+    if (!any)
+        return PI_OK;
+    c->sinks = pi_calloc(&c->alloc, (size_t)(L * H), sizeof(float));
+    if (!c->sinks)
+        PI_FAIL(&c->err, PI_ERR_NOMEM, "out of memory");
+    for (int64_t l = 0; l < L; l++) {
+        const struct gguf_tensor *t = d->layers[l].attn_sinks;
+        if (!t)
+            continue;
+        const struct pi_type_traits *tr = pi_type_traits(t->type);
+        tr->to_float(t->data, c->sinks + l * H, H);
+    }
+    return PI_OK;
 }
 
 int pi_exec_weights(struct pi_ctx *c) {
@@ -75,6 +102,7 @@ int pi_exec_weights(struct pi_ctx *c) {
     const int64_t F = hp->n_ff, qd = hp->n_head * hp->head_dim_k;
     const int64_t kd = hp->n_head_kv * hp->head_dim_k, vd = hp->n_head_kv * hp->head_dim_v;
     c->tok_embd = weight_of(d->token_embd);
+    c->pos_embd = weight_of(d->pos_embd);
     c->output = weight_of(d->output);
     c->output_norm = norm_of(&d->output_norm);
     for (int64_t l = 0; l < hp->n_layer; l++) {
@@ -123,6 +151,7 @@ int pi_exec_weights(struct pi_ctx *c) {
         if (L->router)
             experts_of(w, L, hp);
     }
+    PI_TRY(copy_sinks(c));
     /* LongRoPE: the long factors when a sequence may grow past the trained context.
      * Copied: a file's data may sit at any byte (general.alignment 1), floats may not. */
     const struct gguf_tensor *f = d->rope_freqs;
@@ -189,8 +218,12 @@ int pi_exec_resolve(struct pi_ctx *c) {
             .beta_fast = hp->yarn_beta_fast,
             .beta_slow = hp->yarn_beta_slow,
             .n_ctx_orig = hp->rope_ctx_orig,
+            .yarn_exact = (hp->info->flags & PI_AF_YARN_EXACT) != 0,
         };
-        x->attn = (struct pi_attn){hp->attn_scale, hp->attn_softcap, Ld->window};
+        const float *sinks = NULL;
+        if (Ld->attn_sinks)
+            sinks = (x->kv_dev ? hy->sinks : c->sinks) + l * hp->n_head;
+        x->attn = (struct pi_attn){hp->attn_scale, hp->attn_softcap, Ld->window, sinks};
     }
     if (hy && hy->plan->pl.output &&
         ((hp->info->norm == PI_NORM_LAYER && !hy->be->layernorm) ||

@@ -21,6 +21,7 @@
 
 #include "infer/ctx.h"
 #include "infer/slots.h"
+#include "runtime/fp16.h"
 #include "util/os.h"
 
 /* The backend activation of the model's FFN, gated (times up) or plain. */
@@ -36,6 +37,8 @@ static enum pi_act act_of(enum pi_ffn_act a, int gated) {
         return gated ? PI_ACT_GELU_ERF_MUL : PI_ACT_GELU_ERF;
     case PI_FFN_RELU_SQR:
         return PI_ACT_RELU_SQR; /* plain FFNs only (arch.c pairs it with no gate) */
+    case PI_FFN_SWIGLU_OAI:
+        return PI_ACT_SWIGLU_OAI; /* gated only (gpt-oss's experts) */
     case PI_FFN_SILU:
         break;
     }
@@ -47,6 +50,18 @@ static float relu_act(enum pi_ffn_act a, float g, float u) {
     if (a == PI_FFN_RELU_BOTH)
         return g > 0.0f && u > 0.0f ? g * u : 0.0f;
     return g > 0.0f ? g * u : 0.0f;
+}
+
+/* Value i of a host vector (F32, F16 or BF16: desc.c's norm and bias types). */
+static float vec_at(const struct pi_vector *v, int64_t i) {
+    if (v->type == PI_TYPE_F32) {
+        float f;
+        memcpy(&f, (const uint8_t *)v->data + 4 * i, 4);
+        return f;
+    }
+    uint16_t h;
+    memcpy(&h, (const uint8_t *)v->data + 2 * i, 2);
+    return v->type == PI_TYPE_F16 ? pi_fp16_to_fp32(h) : pi_bf16_to_fp32(h);
 }
 
 static uint64_t now(const struct pi_ctx *c) {
@@ -148,7 +163,11 @@ static int64_t ffn_sparse(struct pi_ctx *c, int64_t l, int64_t T, const uint8_t 
     const int64_t F = hp->n_ff;
     const int predictor = c->mode == PI_SPARSE_PREDICTOR;
     const int64_t dense_above = (int64_t)(PI_SPARSE_DENSE_UNION * (double)F);
-    int64_t n, rows_gate;
+    /* without a gate (Falcon, OPT) the activation is relu(up xn + b_up), computed in g */
+    const int gated = L->gate.data != NULL;
+    float *up = gated ? c->u : c->g;
+    int biased = 0; /* b_up already added (oracle mode without a gate) */
+    int64_t n, rows_gate, rows_up;
 
     if (predictor || c->mode == PI_SPARSE_DENSE) {
         if (predictor) {
@@ -159,18 +178,21 @@ static int64_t ffn_sparse(struct pi_ctx *c, int64_t l, int64_t T, const uint8_t 
                 if (!skip[r])
                     c->idx[n++] = (int32_t)r;
         }
-        rows_gate = n;
+        rows_up = n;
         if (n > dense_above) {
-            be->matmul(b, &L->gate, c->xn, T, c->g);
-            be->matmul(b, &L->up, c->xn, T, c->u);
-            rows_gate = F;
-        } else if (be->matmul_rows2) {
+            if (gated)
+                be->matmul(b, &L->gate, c->xn, T, c->g);
+            be->matmul(b, &L->up, c->xn, T, up);
+            rows_up = F;
+        } else if (gated && be->matmul_rows2) {
             be->matmul_rows2(b, &L->gate, &L->up, c->xn, T, c->idx, n, c->g, c->u);
         } else {
-            be->matmul_rows(b, &L->gate, c->xn, T, c->idx, n, c->g);
-            be->matmul_rows(b, &L->up, c->xn, T, c->idx, n, c->u);
+            if (gated)
+                be->matmul_rows(b, &L->gate, c->xn, T, c->idx, n, c->g);
+            be->matmul_rows(b, &L->up, c->xn, T, c->idx, n, up);
         }
-    } else if (c->mode == PI_SPARSE_THRESHOLD) {
+        rows_gate = gated ? rows_up : 0;
+    } else if (c->mode == PI_SPARSE_THRESHOLD) { /* gated (desc.c and api_ctx.c check) */
         /* the whole gate and its activation, then up where |a| > t_l (each token masked
          * to its own set below) */
         be->matmul(b, &L->gate, c->xn, T, c->g);                     /* g [T][F] */
@@ -180,22 +202,34 @@ static int64_t ffn_sparse(struct pi_ctx *c, int64_t l, int64_t T, const uint8_t 
             gate_hist(c, l, c->g, T);
         n = select_abs(c, c->g, T, c->layer_thr[l], skip);
         rows_gate = F;
+        rows_up = n > dense_above ? F : n;
         if (n > dense_above)
             be->matmul(b, &L->up, c->xn, T, c->u);
         else
             be->matmul_rows(b, &L->up, c->xn, T, c->idx, n, c->u);
-    } else { /* oracle: the whole gate, then up where it fired */
+    } else if (gated) { /* oracle: the whole gate, then up where it fired */
         be->matmul(b, &L->gate, c->xn, T, c->g);
         n = select_union(c, c->g, T, 0.0f, 1, skip);
         rows_gate = F;
+        rows_up = n > dense_above ? F : n;
         if (n > dense_above)
             be->matmul(b, &L->up, c->xn, T, c->u);
         else
             be->matmul_rows(b, &L->up, c->xn, T, c->idx, n, c->u);
+    } else { /* oracle without a gate: the whole up (+ bias), the neurons above 0 */
+        be->matmul(b, &L->up, c->xn, T, c->g);
+        if (L->b_up.data)
+            be->add_rows(b, c->g, &L->b_up, T);
+        be->sync(b);
+        biased = 1;
+        n = select_union(c, c->g, T, 0.0f, 1, skip);
+        rows_gate = 0;
+        rows_up = F;
     }
     be->sync(b);
     /* Activations of the union's neurons, each token masked to its own set (THRESHOLD:
      * g holds a = act(gate xn), kept where |a| > t_l). */
+    const int add_bias = !gated && !biased && L->b_up.data;
     const int thr_mode = c->mode == PI_SPARSE_THRESHOLD;
     const float thr = c->layer_thr[l];
     for (int64_t t = 0; t < T; t++) {
@@ -203,16 +237,24 @@ static int64_t ffn_sparse(struct pi_ctx *c, int64_t l, int64_t T, const uint8_t 
         const float *u = c->u + t * F, *s = c->score + t * F;
         for (int64_t i = 0; i < n; i++) {
             const int64_t r = c->idx[i];
-            g[r] = thr_mode ? (fabsf(g[r]) > thr ? g[r] * u[r] : 0.0f)
-                   : predictor && s[r] < c->threshold ? 0.0f
-                                                      : relu_act(hp->ffn_act, g[r], u[r]);
+            if (thr_mode) {
+                g[r] = fabsf(g[r]) > thr ? g[r] * u[r] : 0.0f;
+            } else if (predictor && s[r] < c->threshold) {
+                g[r] = 0.0f;
+            } else if (gated) {
+                g[r] = relu_act(hp->ffn_act, g[r], u[r]);
+            } else {
+                const float v = add_bias ? g[r] + vec_at(&L->b_up, r) : g[r];
+                g[r] = v > 0.0f ? v : 0.0f;
+            }
         }
     }
     const int64_t rows_down = be->matmul_t_rows(b, &L->down_t, c->g, T, c->idx, n, y);
+    if (!skip && L->b_down.data) /* a split layer's device part adds it (ffn_device) */
+        be->add_rows(b, y, &L->b_down, T);
     if (c->stats) {
         pi_layer_stats *ls = &c->stats->layer[l];
-        const int64_t rows_up = n > dense_above ? F : n;
-        ls->rows_gate_up += (uint64_t)rows_gate;
+        ls->rows_gate_up += (uint64_t)(gated ? rows_gate : rows_up);
         ls->rows_down += (uint64_t)rows_down;
         ls->bytes_ffn += (uint64_t)rows_gate * L->gate.row_bytes +
                          (uint64_t)rows_up * L->up.row_bytes +
@@ -225,6 +267,15 @@ static int64_t ffn_sparse(struct pi_ctx *c, int64_t l, int64_t T, const uint8_t 
  * neuron, in gfull, without touching the step's own buffers. */
 static void true_activations(struct pi_ctx *c, const struct pi_layer_w *L, int64_t T) {
     const int64_t F = c->hp->n_ff;
+    if (!L->gate.data) { /* relu(up xn + b_up) */
+        c->be->matmul(c->b, &L->up, c->xn, T, c->gfull);
+        if (L->b_up.data)
+            c->be->add_rows(c->b, c->gfull, &L->b_up, T);
+        c->be->sync(c->b);
+        for (int64_t i = 0; i < T * F; i++)
+            c->gfull[i] = c->gfull[i] > 0.0f ? c->gfull[i] : 0.0f;
+        return;
+    }
     c->be->matmul(c->b, &L->gate, c->xn, T, c->gfull);
     c->be->matmul(c->b, &L->up, c->xn, T, c->ufull);
     c->be->sync(c->b);
@@ -258,12 +309,22 @@ static void ffn_device(struct run *r, const struct pi_dev_layer *D) {
     const int64_t T = r->T, n = D->n_dev;
     const float *xn = in(r, &r->xn, DEV);
     const float *score = c->mode == PI_SPARSE_PREDICTOR ? in(r, &r->score, DEV) : NULL;
-    u->be->matmul(u->b, &D->gate, xn, T, h->gd);                       /* gd [T][n] */
-    u->be->matmul(u->b, &D->up, xn, T, h->ud);                         /* ud [T][n] */
     /* oracle and dense need no mask: relu zeroes the inactive neurons */
-    u->be->ffn_act_masked(u->b, act_of(c->hp->ffn_act, 1), h->gd, h->ud, T, n, score,
-                          c->hp->n_ff, D->map, c->threshold);
+    if (D->gate.data) {
+        u->be->matmul(u->b, &D->gate, xn, T, h->gd);                   /* gd [T][n] */
+        u->be->matmul(u->b, &D->up, xn, T, h->ud);                     /* ud [T][n] */
+        u->be->ffn_act_masked(u->b, act_of(c->hp->ffn_act, 1), h->gd, h->ud, T, n, score,
+                              c->hp->n_ff, D->map, c->threshold);
+    } else { /* relu(up xn + b_up) */
+        u->be->matmul(u->b, &D->up, xn, T, h->gd);                     /* gd [T][n] */
+        if (D->b_up.data)
+            u->be->add_rows(u->b, h->gd, &D->b_up, T);
+        u->be->ffn_act_masked(u->b, PI_ACT_RELU, h->gd, NULL, T, n, score, c->hp->n_ff,
+                              D->map, c->threshold);
+    }
     u->be->matmul_t(u->b, &D->down, h->gd, T, h->yd);                  /* yd [T][E] */
+    if (D->b_down.data)
+        u->be->add_rows(u->b, h->yd, &D->b_down, T);
 }
 
 /* The first non-finite value of v[0..n), or -1. */
@@ -360,8 +421,10 @@ static void attention_block(struct run *r, int64_t l, struct slot *ao) {
         for (i1 = i0 + 1; i1 < T && e[i1].seq == e[i0].seq && r->pos[i1] == r->pos[i1 - 1] + 1;)
             i1++;
         const int64_t n = i1 - i0, p0 = r->pos[i0], kslot = l * c->n_seq + e[i0].seq;
-        kvu->be->rope(kvu->b, q + i0 * qd, n, hp->n_head, hp->head_dim_k, p0, &X->rope);
-        kvu->be->rope(kvu->b, k + i0 * kd, n, hp->n_head_kv, hp->head_dim_k, p0, &X->rope);
+        if (X->rope.n_rot > 0) { /* none with learned positions */
+            kvu->be->rope(kvu->b, q + i0 * qd, n, hp->n_head, hp->head_dim_k, p0, &X->rope);
+            kvu->be->rope(kvu->b, k + i0 * kd, n, hp->n_head_kv, hp->head_dim_k, p0, &X->rope);
+        }
         kvu->be->kv_store(kvu->b, kv, kslot, p0, n, k + i0 * kd, v + i0 * vd);
         kvu->be->attention(kvu->b, kv, kslot, q + i0 * qd, n, p0, &X->attn,
                            att + i0 * ad);                          /* att [T][Hq*Dv] */
@@ -432,8 +495,10 @@ static const float *ffn_dense(struct run *r, int64_t l, const struct unit *u,
 /* The router's choice for each of T tokens: logits p [T][X] become the gating's
  * probabilities in place; sel/wt [T][K] the K largest (ties: the lower expert) and
  * their weights, renormalised to sum 1 (sum clamped to 2^-14, as llama.cpp) when
- * hp->moe_norm, times hp->moe_scale. A NaN logit still selects K distinct experts; the
- * NaN reaches the output, where the step's checks report it. */
+ * hp->moe_norm, times hp->moe_scale. Softmax-weight gating (gpt-oss) chooses by the
+ * logits themselves and takes the softmax over the K chosen as their weights. A NaN
+ * logit still selects K distinct experts; the NaN reaches the output, where the
+ * step's checks report it. */
 static void route(const struct pi_hparams *hp, float *p, int64_t T, int32_t *sel, float *wt) {
     const int64_t X = hp->n_expert, K = hp->n_expert_used;
     for (int64_t t = 0; t < T; t++) {
@@ -452,10 +517,10 @@ static void route(const struct pi_hparams *hp, float *p, int64_t T, int32_t *sel
         } else if (hp->moe_gating == PI_GATING_SIGMOID) {
             for (int64_t e = 0; e < X; e++)
                 z[e] = 1.0f / (1.0f + expf(-z[e]));
-        } else { /* sqrt(softplus) */
+        } else if (hp->moe_gating == PI_GATING_SQRT_SOFTPLUS) {
             for (int64_t e = 0; e < X; e++)
                 z[e] = sqrtf(z[e] > 20.0f ? z[e] : log1pf(expf(z[e])));
-        }
+        } /* PI_GATING_SOFTMAX_WEIGHT: the logits as they are, softmax after the top k */
         int32_t *s = sel + t * K;
         float *w = wt + t * K;
         double sum = 0.0;
@@ -472,10 +537,29 @@ static void route(const struct pi_hparams *hp, float *p, int64_t T, int32_t *sel
             w[j] = z[best];
             sum += w[j];
         }
+        if (hp->moe_gating == PI_GATING_SOFTMAX_WEIGHT) { /* w[0] is the largest */
+            sum = 0.0;
+            for (int64_t j = 0; j < K; j++) {
+                w[j] = expf(w[j] - z[s[0]]);
+                sum += w[j];
+            }
+            for (int64_t j = 0; j < K; j++)
+                w[j] = (float)(w[j] / sum);
+            sum = 1.0;
+        }
         const double div = hp->moe_norm ? (sum > 6.103515625e-5 ? sum : 6.103515625e-5) : 1.0;
         for (int64_t j = 0; j < K; j++)
             w[j] = (float)(w[j] / div * hp->moe_scale);
     }
+}
+
+/* Expert e's row of an expert bias tensor (struct pi_experts; data NULL: none): F32
+ * (type 0), F16 or BF16, as desc.c admits. */
+static struct pi_vector expert_bias(const struct pi_vector *v0, int64_t e) {
+    struct pi_vector v = *v0;
+    if (v.data)
+        v.data = (const uint8_t *)v0->data + (size_t)(e * v0->n) * (v0->type == 0 ? 4u : 2u);
+    return v;
 }
 
 /* Expert e's view of an expert tensor (struct pi_experts). */
@@ -485,21 +569,83 @@ static struct pi_weight expert(const struct pi_weight *w0, size_t stride, int64_
     return w;
 }
 
-/* y [T][E] = the mixture-of-experts FFN of layer l on the host's xn [T][E] (y may be
- * xn): the router picks each token's experts; each expert that some token chose runs
- * once, as a matrix product over its tokens (gathered), so a decode step reads only
- * the chosen experts' weights; the outputs are summed with the router's weights; then
- * the shared expert (times its sigmoid gate) is added. */
-static void ffn_moe(struct pi_ctx *c, int64_t l, int64_t T, const float *xn, float *y) {
+/* One expert on unit u: y [n][E] = down(act(gate xin, up xin)) for xin [n][E], with
+ * scratch g, up [n][Fe] on u; queued (the caller syncs before reading y). x holds the
+ * expert tensors in u's memory, `e` is the expert's index there. */
+static void expert_ffn(const struct unit *u, const struct pi_experts *x, int64_t e,
+                       enum pi_act act, const float *xin, int64_t n, int64_t Fe, float *g,
+                       float *up, float *y) {
+    const struct pi_weight wg = expert(&x->gate, x->gate_stride, e);
+    const struct pi_weight wu = expert(&x->up, x->up_stride, e);
+    const struct pi_weight wd = expert(&x->down, x->down_stride, e);
+    /* gpt-oss's expert biases, where the file has them (a device's: the placed
+     * experts' rows, packed like their weights, hybrid.c) */
+    const struct pi_vector bg = expert_bias(&x->b_gate, e), bu = expert_bias(&x->b_up, e);
+    const struct pi_vector bd = expert_bias(&x->b_down, e);
+    u->be->matmul(u->b, &wg, xin, n, g);                             /* g [n][Fe] */
+    u->be->matmul(u->b, &wu, xin, n, up);                            /* up [n][Fe] */
+    if (bg.data)
+        u->be->add_rows(u->b, g, &bg, n);
+    if (bu.data)
+        u->be->add_rows(u->b, up, &bu, n);
+    u->be->ffn_act(u->b, act, g, up, n * Fe);
+    u->be->matmul(u->b, &wd, g, n, y);                               /* y [n][E] */
+    if (bd.data)
+        u->be->add_rows(u->b, y, &bd, n);
+}
+
+/* The shared expert of W on unit u: y [T][E] = down(act(gate xn, up xn)) and, where
+ * it has a gate, that gate's logits p [T][1]; queued. */
+static void shared_ffn(const struct unit *u, const struct pi_layer_w *W, enum pi_act act,
+                       const float *xn, int64_t T, int64_t Fs, float *g, float *up, float *y,
+                       float *p) {
+    u->be->matmul(u->b, &W->sh_gate, xn, T, g);                      /* g [T][Fs] */
+    u->be->matmul(u->b, &W->sh_up, xn, T, up);
+    u->be->ffn_act(u->b, act, g, up, T * Fs);
+    u->be->matmul(u->b, &W->sh_down, g, T, y);                       /* y [T][E] */
+    if (W->sh_gate_inp.data)
+        u->be->matmul(u->b, &W->sh_gate_inp, xn, T, p);              /* p [T][1] */
+}
+
+/* xn [T][E] (slot, host) = the mixture-of-experts FFN of layer l on xn = ffn_norm(x):
+ * the router picks each token's experts; each expert that some token chose runs once,
+ * as a matrix product over its tokens (gathered), so a decode step reads only the
+ * chosen experts' weights; the outputs are summed with the router's weights; then the
+ * shared expert (times its sigmoid gate) is added.
+ * With a device (hybrid.h, pi_dev_layer): the router and shared expert run there when
+ * the layer's FFN-norm part is placed, and the device's experts run there on their
+ * gathered rows, queued before the host computes its own experts. Every expert output
+ * is kept ([T*K][E], by bucket) and summed at the end per token in ascending expert
+ * order, whichever unit computed it: with the same kernels on both units (the CPU as
+ * the device) the result is the CPU-only one bit for bit, at any placement. */
+static void ffn_moe(struct run *r, int64_t l) {
+    struct pi_ctx *c = r->c;
+    struct pi_hybrid *h = c->hy;
     const struct pi_hparams *hp = c->hp;
-    const struct pi_backend_vtable *be = c->be;
-    struct pi_backend *b = c->b;
+    const struct unit *host = &r->host, *dev = &r->dev;
     const struct pi_layer_w *W = &c->layers[l];
+    const struct pi_dev_layer *D = h ? &h->layers[l] : NULL;
     const struct pi_experts *x = &W->exps;
-    const int64_t E = hp->n_embd, X = hp->n_expert, K = hp->n_expert_used, Fe = hp->n_ff_exp;
+    const int64_t T = r->T, E = hp->n_embd, X = hp->n_expert, K = hp->n_expert_used;
+    const int64_t Fe = hp->n_ff_exp, Fs = hp->n_ff_shexp;
     const enum pi_act act = act_of(hp->ffn_act, 1);
-    be->matmul(b, &W->router, xn, T, c->moe_prob);                  /* [T][X] */
-    be->sync(b);
+    const int dense_dev = D && D->moe_dense;               /* router, shared expert */
+    const int32_t *slot = D && D->n_dev_exp ? D->exp_slot : NULL; /* expert -> device */
+    const float *xn = in(r, &r->xn, HOST);
+    const float *xd = dense_dev ? in(r, &r->xn, DEV) : NULL;
+    int st = PI_OK;
+    if (dense_dev) {
+        dev->be->matmul(dev->b, &D->w.router, xd, T, h->moe_prob);   /* [T][X] */
+        if (D->w.router_b.data)
+            dev->be->add_rows(dev->b, h->moe_prob, &D->w.router_b, T);
+        st = dev->be->download(dev->b, c->moe_prob, h->moe_prob,
+                               (size_t)(T * X) * sizeof(float));
+    } else {
+        host->be->matmul(host->b, &W->router, xn, T, c->moe_prob);   /* [T][X] */
+        if (W->router_b.data)
+            host->be->add_rows(host->b, c->moe_prob, &W->router_b, T);
+        host->be->sync(host->b);
+    }
     route(hp, c->moe_prob, T, c->moe_sel, c->moe_wt);
     /* bucket the (token, choice) pairs by expert, tokens ascending within one */
     int64_t *start = c->moe_start, *fill = c->moe_fill;
@@ -512,12 +658,36 @@ static void ffn_moe(struct pi_ctx *c, int64_t l, int64_t T, const float *xn, flo
     }
     for (int64_t i = 0; i < T * K; i++)
         c->moe_list[fill[c->moe_sel[i]]++] = (int32_t)i;
-    float *acc = c->moe_acc;
-    memset(acc, 0, (size_t)(T * E) * sizeof *acc);
     uint64_t experts_run = 0;
+    /* the device's experts first: their rows gathered (staged in moe_ye, which upload
+     * no longer needs when it returns), packed in ascending expert order */
+    int64_t nd = 0;
+    if (slot) {
+        for (int64_t e = 0; e < X; e++)
+            for (int64_t i = start[e]; slot[e] >= 0 && i < start[e + 1]; i++, nd++)
+                memcpy(c->moe_ye + nd * E, xn + (c->moe_list[i] / K) * E,
+                       (size_t)E * sizeof(float));
+        if (nd) {
+            int su = dev->be->upload(dev->b, h->moe_xg, c->moe_ye,
+                                     (size_t)(nd * E) * sizeof(float));
+            st = st < 0 ? st : su;
+        }
+        for (int64_t e = 0, at = 0; e < X; e++) {
+            const int64_t n = start[e + 1] - start[e];
+            if (!n || slot[e] < 0)
+                continue;
+            expert_ffn(dev, &D->w.exps, slot[e], act, h->moe_xg + at * E, n, Fe,
+                       h->moe_g + at * Fe, h->moe_u + at * Fe, h->moe_ye + at * E);
+            at += n;
+            experts_run++;
+        }
+    }
+    if (W->sh_up.data && dense_dev)
+        shared_ffn(dev, &D->w, act, xd, T, Fs, h->moe_g, h->moe_u, h->moe_ysh, h->moe_prob);
+    /* the host's experts, into their buckets' rows of moe_ye */
     for (int64_t e = 0; e < X; e++) {
         const int64_t n = start[e + 1] - start[e];
-        if (!n)
+        if (!n || (slot && slot[e] >= 0))
             continue;
         const int32_t *list = c->moe_list + start[e];
         /* every token chose e (an expert is chosen at most once per token): xn as is */
@@ -527,41 +697,59 @@ static void ffn_moe(struct pi_ctx *c, int64_t l, int64_t T, const float *xn, flo
                 memcpy(c->moe_xg + i * E, xn + (list[i] / K) * E, (size_t)E * sizeof(float));
             xin = c->moe_xg;
         }
-        const struct pi_weight g = expert(&x->gate, x->gate_stride, e);
-        const struct pi_weight u = expert(&x->up, x->up_stride, e);
-        const struct pi_weight d = expert(&x->down, x->down_stride, e);
-        be->matmul(b, &g, xin, n, c->g);                             /* [n][Fe] */
-        be->matmul(b, &u, xin, n, c->u);
-        be->ffn_act(b, act, c->g, c->u, n * Fe);
-        be->matmul(b, &d, c->g, n, c->moe_yg);                       /* [n][E] */
-        be->sync(b);
+        expert_ffn(host, x, e, act, xin, n, Fe, c->g, c->u, c->moe_ye + start[e] * E);
+        host->be->sync(host->b);
+        experts_run++;
+    }
+    const float *ysh = c->moe_yg; /* the shared expert's output [T][E] */
+    if (W->sh_up.data && !dense_dev) {
+        shared_ffn(host, W, act, xn, T, Fs, c->g, c->u, c->moe_yg, c->moe_prob);
+        host->be->sync(host->b);
+    }
+    /* the device's results (the layer's one wait for it) */
+    if (nd) {
+        int sd = dev->be->download(dev->b, h->moe_ydev, h->moe_ye,
+                                   (size_t)(nd * E) * sizeof(float));
+        st = st < 0 ? st : sd;
+    }
+    if (W->sh_up.data && dense_dev) {
+        int sd = dev->be->download(dev->b, h->yd_host, h->moe_ysh, (size_t)(T * E) * sizeof(float));
+        if (sd >= 0 && W->sh_gate_inp.data)
+            sd = dev->be->download(dev->b, c->moe_prob, h->moe_prob, (size_t)T * sizeof(float));
+        st = st < 0 ? st : sd;
+        ysh = h->yd_host;
+    }
+    if (st < 0 && r->st >= 0)
+        r->st = st;
+    /* the sum, per token in ascending expert order */
+    float *acc = c->moe_acc;
+    memset(acc, 0, (size_t)(T * E) * sizeof *acc);
+    for (int64_t e = 0, at = 0; e < X; e++) {
+        const int64_t n = start[e + 1] - start[e];
+        if (!n)
+            continue;
+        const int on_dev = slot && slot[e] >= 0;
+        const float *ye = on_dev ? h->moe_ydev + at * E : c->moe_ye + start[e] * E;
+        at += on_dev ? n : 0;
+        const int32_t *list = c->moe_list + start[e];
         for (int64_t i = 0; i < n; i++) {
             const float w = c->moe_wt[list[i]];
             float *a = acc + (list[i] / K) * E;
-            const float *v = c->moe_yg + i * E;
+            const float *v = ye + i * E;
             for (int64_t j = 0; j < E; j++)
                 a[j] += w * v[j];
         }
-        experts_run++;
     }
     if (W->sh_up.data) {
-        const int64_t Fs = hp->n_ff_shexp;
-        be->matmul(b, &W->sh_gate, xn, T, c->g);                     /* [T][Fs] */
-        be->matmul(b, &W->sh_up, xn, T, c->u);
-        be->ffn_act(b, act, c->g, c->u, T * Fs);
-        be->matmul(b, &W->sh_down, c->g, T, c->moe_yg);              /* [T][E] */
-        if (W->sh_gate_inp.data)
-            be->matmul(b, &W->sh_gate_inp, xn, T, c->moe_prob);     /* [T][1] */
-        be->sync(b);
         for (int64_t t = 0; t < T; t++) {
             const float s = W->sh_gate_inp.data ? 1.0f / (1.0f + expf(-c->moe_prob[t])) : 1.0f;
             float *a = acc + t * E;
-            const float *v = c->moe_yg + t * E;
+            const float *v = ysh + t * E;
             for (int64_t j = 0; j < E; j++)
                 a[j] += s * v[j];
         }
     }
-    memcpy(y, acc, (size_t)(T * E) * sizeof *y);
+    memcpy(out(&r->xn, HOST), acc, (size_t)(T * E) * sizeof *acc);
     if (c->stats) {
         double *nsel = pi_stats_expert_row(c->stats, l, PI_EXPERT_SELECTED);
         double *mass = pi_stats_expert_row(c->stats, l, PI_EXPERT_WEIGHT);
@@ -631,6 +819,12 @@ static int step(struct pi_ctx *c, const pi_batch_entry *e, const int32_t *pos, i
     c->be->get_rows(c->b, &c->tok_embd, c->step_tok, T, x0);        /* x [T][E] */
     if (hp->embd_scale != 1.0f)
         c->be->scale(c->b, x0, hp->embd_scale, T * E);
+    if (c->pos_embd.data) { /* learned positions: x[t] += pos_embd[pos[t] + offset] */
+        for (int64_t i = 0; i < T; i++)
+            c->step_tok[i] = pos[i] + PI_POS_EMBD_OFFSET;
+        c->be->get_rows(c->b, &c->pos_embd, c->step_tok, T, c->xn); /* [T][E] */
+        c->be->add(c->b, x0, c->xn, T * E);
+    }
     for (int64_t l = 0; l < hp->n_layer; l++) {
         const struct pi_layer_w *L = &c->layers[l];
         const struct pi_layer_exec *X = &c->exec[l];
@@ -686,7 +880,7 @@ static int step(struct pi_ctx *c, const pi_batch_entry *e, const int32_t *pos, i
                 truth = c->gfull;
             }
             if (L->router.data) {
-                ffn_moe(c, l, T, in(&r, &r.xn, HOST), out(&r.xn, HOST));
+                ffn_moe(&r, l);
             } else if (c->mode == PI_SPARSE_DENSE && !n_dev) {
                 truth = ffn_dense(&r, l, &r.host, L, &r.xn, &r.xn);
             } else {

@@ -7,6 +7,7 @@
 
 #include "infer/ctx.h"
 #include "plan/gpuidx.h"
+#include "runtime/fp16.h"
 #include "runtime/types.h"
 #include "util/hash.h"
 
@@ -31,13 +32,17 @@ uint64_t pi_model_identity(const struct pi_model *m) {
     return h;
 }
 
-/* The frequencies the planner ranks by (0: none). */
-static uint64_t stats_id(const double *const *freq, int64_t n_layer, int64_t n_ff) {
+/* The frequencies the planner ranks by (0: none): per layer n_ff neuron counts, or
+ * n_expert selection counts in a mixture-of-experts layer. */
+static uint64_t stats_id(const struct pi_model *m, const double *const *freq) {
     if (!freq)
         return 0;
+    const struct pi_hparams *hp = &m->desc.hp;
     uint64_t h = PI_FNV1A_INIT;
-    for (int64_t l = 0; l < n_layer; l++)
-        h = pi_fnv1a(h, freq[l], (size_t)n_ff * sizeof(double));
+    for (int64_t l = 0; l < hp->n_layer; l++) {
+        const int64_t n = m->desc.layers[l].router ? hp->n_expert : hp->n_ff;
+        h = pi_fnv1a(h, freq[l], (size_t)n * sizeof(double));
+    }
     return h ? h : 1;
 }
 
@@ -52,15 +57,55 @@ static uint64_t nb(const struct gguf_tensor *t) {
 static uint64_t attn_part_bytes(const struct pi_layer_desc *L) {
     return nb(L->norm_attn.w) + nb(L->norm_attn.b) + nb(L->wq) + nb(L->wk) + nb(L->wv) +
            nb(L->wqkv) + nb(L->bq) + nb(L->bk) + nb(L->bv) + nb(L->bqkv) + nb(L->q_norm) +
-           nb(L->k_norm) + nb(L->wo) + nb(L->bo) + nb(L->attn_post_norm);
+           nb(L->k_norm) + nb(L->wo) + nb(L->bo) + nb(L->attn_post_norm) + nb(L->attn_sinks);
 }
 
 static uint64_t ffn_small_bytes(const struct pi_layer_desc *L) {
     return nb(L->b_gate) + nb(L->b_up) + nb(L->b_down) + nb(L->ffn_post_norm);
 }
 
+/* Bytes one neuron of a sparse layer takes on the device: its rows of gate (none in
+ * Falcon and OPT), up and down_t, its up bias (OPT) and its id. */
+static uint64_t sparse_neuron_bytes(const struct pi_layer_desc *L, int64_t n_embd) {
+    return (L->ffn_gate ? pi_type_row_bytes(L->ffn_gate->type, n_embd) : 0) +
+           pi_type_row_bytes(L->ffn_up->type, n_embd) +
+           pi_type_row_bytes(L->ffn_down_t->type, n_embd) + (L->b_up ? 4 : 0) + 4;
+}
+
+/* A mixture-of-experts layer's part that every token runs: router and shared expert
+ * (with its gate). The planner places it with the FFN's norm. */
+static uint64_t moe_dense_bytes(const struct pi_layer_desc *L) {
+    return nb(L->router) + nb(L->router_b) + nb(L->gate_shexp) + nb(L->up_shexp) +
+           nb(L->down_shexp) + nb(L->gate_inp_shexp);
+}
+
+/* All experts of a mixture-of-experts layer (3-D tensors of n_expert equal slices). */
+static uint64_t experts_bytes(const struct pi_layer_desc *L) {
+    return nb(L->gate_exps) + nb(L->up_exps) + nb(L->gate_up_exps) + nb(L->down_exps) +
+           nb(L->b_gate_exps) + nb(L->b_up_exps) + nb(L->b_down_exps); /* gpt-oss's biases */
+}
+
 static int64_t max_rank(const struct pi_model *m) {
     return m->desc.max_rank > 1 ? m->desc.max_rank : 1;
+}
+
+/* A mixture-of-experts model's device scratch (struct pi_hybrid, moe_*): the router's
+ * logits [B][X], the gathered rows [B*K][E] and outputs [B*K][E] of the device's
+ * experts, their hidden rows gate and up [max(B*K*Fe, B*Fs)], the shared expert's
+ * output [B][E]. */
+static uint64_t moe_hidden(const struct pi_hparams *hp, uint64_t B) {
+    const uint64_t BK = B * (uint64_t)hp->n_expert_used, a = BK * (uint64_t)hp->n_ff_exp;
+    const uint64_t b = B * (uint64_t)hp->n_ff_shexp;
+    return a > b ? a : b;
+}
+
+static uint64_t moe_scratch_bytes(const struct pi_model *m, const struct pi_plan_shape *s) {
+    const struct pi_hparams *hp = &m->desc.hp;
+    if (!m->desc.n_moe_layers)
+        return 0;
+    const uint64_t B = (uint64_t)s->n_batch, E = (uint64_t)hp->n_embd;
+    const uint64_t BK = B * (uint64_t)hp->n_expert_used;
+    return 4 * (B * (uint64_t)hp->n_expert + 2 * BK * E + 2 * moe_hidden(hp, B) + B * E);
 }
 
 uint64_t pi_hybrid_scratch_bytes(const struct pi_model *m, const struct pi_plan_shape *s) {
@@ -74,7 +119,8 @@ uint64_t pi_hybrid_scratch_bytes(const struct pi_model *m, const struct pi_plan_
     /* x xn yd yc (ya) | q k v att | score gd ud | hid ones, and the logits */
     const uint64_t ya = hp->info->flags & PI_AF_PARALLEL ? E : 0;
     const uint64_t per_tok = 4 * E + ya + qd + kd + vd + ad + (hp->sparse ? 3 : 2) * F + 2 * R;
-    return 4 * (B * per_tok + PI_LOGIT_CHUNK * (uint64_t)hp->n_vocab + (uint64_t)hp->n_rot);
+    return 4 * (B * per_tok + PI_LOGIT_CHUNK * (uint64_t)hp->n_vocab + (uint64_t)hp->n_rot) +
+           moe_scratch_bytes(m, s);
 }
 
 static uint64_t kv_bytes(const struct pi_model *m, const struct pi_plan_shape *s) {
@@ -86,7 +132,8 @@ static uint64_t kv_bytes(const struct pi_model *m, const struct pi_plan_shape *s
 /* ---- planning ----------------------------------------------------------------------- */
 
 /* The frequencies of plan_stats per layer (active counts; predicted counts where a
- * layer observed none), or NULL for uniform. */
+ * layer observed none; in a mixture-of-experts layer how often each expert was
+ * chosen), or NULL for uniform. */
 static int stats_freq(const struct pi_model *m, const pi_ctx_params *p, const double **freq,
                       struct pi_error *err) {
     const struct pi_hparams *hp = &m->desc.hp;
@@ -97,9 +144,14 @@ static int stats_freq(const struct pi_model *m, const pi_ctx_params *p, const do
         PI_FAIL(err, PI_ERR_INVALID_ARG, "plan_stats has %lld layers of %lld neurons; the model "
                 "has %lld of %lld", (long long)st->n_layer, (long long)st->n_ff,
                 (long long)hp->n_layer, (long long)hp->n_ff);
+    if (m->desc.n_moe_layers && st->n_expert != hp->n_expert)
+        PI_FAIL(err, PI_ERR_INVALID_ARG, "plan_stats has %lld experts per layer; the model has "
+                "%lld", (long long)st->n_expert, (long long)hp->n_expert);
     for (int64_t l = 0; l < hp->n_layer; l++)
-        freq[l] = pi_stats_row(st, l, st->layer[l].tokens_observed ? PI_NEURON_ACTIVE
-                                                                   : PI_NEURON_PREDICTED);
+        freq[l] = m->desc.layers[l].router
+                      ? pi_stats_expert_row(st, l, PI_EXPERT_SELECTED)
+                      : pi_stats_row(st, l, st->layer[l].tokens_observed ? PI_NEURON_ACTIVE
+                                                                         : PI_NEURON_PREDICTED);
     return 1;
 }
 
@@ -117,16 +169,20 @@ static int plan_compute(const struct pi_model *m, const struct pi_plan_shape *s,
         const struct pi_layer_desc *ld = &d->layers[l];
         ls[l].attn_bytes = attn_part_bytes(ld);
         ls[l].pred_bytes = nb(ld->fc1) + nb(ld->fc2);
-        ls[l].norm_bytes = nb(ld->norm_ffn.w) + nb(ld->norm_ffn.b);
-        if (hp->sparse) /* one row each of gate, up, down_t, and its id */
-            ls[l].neuron_bytes = pi_type_row_bytes(ld->ffn_gate->type, hp->n_embd) +
-                                 pi_type_row_bytes(ld->ffn_up->type, hp->n_embd) +
-                                 pi_type_row_bytes(ld->ffn_down_t->type, hp->n_embd) + 4;
-        else /* whole layers: the matrices and biases, spread over the neurons */
+        /* with the norm: OPT's down bias, which a layer with device neurons holds */
+        ls[l].norm_bytes = nb(ld->norm_ffn.w) + nb(ld->norm_ffn.b) +
+                           (hp->sparse ? nb(ld->b_down) : 0);
+        if (ld->router) { /* units: experts, each its slice of the 3-D tensors */
+            ls[l].norm_bytes += moe_dense_bytes(ld);
+            ls[l].neuron_bytes = experts_bytes(ld) / (uint64_t)hp->n_expert;
+            ls[l].experts = 1;
+        } else if (hp->sparse) {
+            ls[l].neuron_bytes = sparse_neuron_bytes(ld, hp->n_embd);
+        } else { /* whole layers: the matrices and biases, spread over the neurons */
             ls[l].neuron_bytes = (nb(ld->ffn_gate) + nb(ld->ffn_up) + nb(ld->ffn_down) +
                                   ffn_small_bytes(ld) + (uint64_t)F - 1) / (uint64_t)F;
+        }
         ls[l].freq = freq ? freq[l] : NULL;
-        ls[l].host_ffn = ld->router != NULL; /* experts stay on the host (for now) */
     }
     pl->scratch = pi_hybrid_scratch_bytes(m, s);
     pl->whole_layers = !hp->sparse;
@@ -134,7 +190,8 @@ static int plan_compute(const struct pi_model *m, const struct pi_plan_shape *s,
                                              nb(d->output_norm.b),
                                kv_bytes(m, s),
                                budget > pl->scratch ? budget - pl->scratch : 0,
-                               hp->sparse ? (F < NEURON_GROUP ? F : NEURON_GROUP) : F};
+                               hp->sparse ? (F < NEURON_GROUP ? F : NEURON_GROUP) : F,
+                               d->n_moe_layers ? hp->n_expert : 0};
     int st = pi_placement_make(&in, a, &pl->pl, err);
     pi_free(a, ls);
     if (budget < pl->scratch) { /* nothing fits: not even the scratch */
@@ -143,7 +200,7 @@ static int plan_compute(const struct pi_model *m, const struct pi_plan_shape *s,
     return st;
 }
 
-/* Bytes the dense parts of pl leave for neurons under its budget. */
+/* Bytes the dense parts (and experts) of pl leave for neurons under its budget. */
 static uint64_t neuron_room(const struct pi_plan *pl) {
     const uint64_t dense = pl->pl.total - pl->pl.bytes[PI_PART_FFN] + pl->scratch;
     return pl->budget > dense ? pl->budget - dense : 0;
@@ -167,15 +224,12 @@ static int take_index(const struct pi_model *m, struct pi_plan *pl, const struct
         const struct pi_layer_desc *ld = &d->layers[l];
         if (n && ld->router)
             PI_FAIL(err, PI_ERR_RANGE, "%s: layer %lld places %lld FFN neurons, but it is a "
-                    "mixture-of-experts layer, whose experts stay on the host", path,
+                    "mixture-of-experts layer, placed by whole experts", path,
                     (long long)l, (long long)n);
         const uint64_t per = pl->whole_layers
                                  ? (nb(ld->ffn_gate) + nb(ld->ffn_up) + nb(ld->ffn_down) +
                                     (uint64_t)F - 1) / (uint64_t)F
-                                 : pi_type_row_bytes(ld->ffn_gate->type, m->desc.hp.n_embd) +
-                                       pi_type_row_bytes(ld->ffn_up->type, m->desc.hp.n_embd) +
-                                       pi_type_row_bytes(ld->ffn_down_t->type, m->desc.hp.n_embd) +
-                                       4;
+                                 : sparse_neuron_bytes(ld, m->desc.hp.n_embd);
         bytes += (uint64_t)n * per;
     }
     if (g->capacity > room || bytes > room)
@@ -219,7 +273,7 @@ int pi_hybrid_plan(const struct pi_model *m, const pi_ctx_params *p,
     int st = stats_freq(m, p, freq, err);
     const int have = st == 1;
     if (st >= 0) {
-        pl->stats_id = stats_id(have ? freq : NULL, hp->n_layer, hp->n_ff);
+        pl->stats_id = stats_id(m, have ? freq : NULL);
         st = plan_compute(m, s, budget, have ? freq : NULL, pl, err);
     }
     pi_free(a, freq);
@@ -303,7 +357,8 @@ uint64_t pi_hybrid_budget(const struct pi_model *m, const pi_ctx_params *p,
         const struct pi_layer_desc *ld = &d->layers[l];
         all += attn_part_bytes(ld) + ffn_small_bytes(ld) + nb(ld->fc1) + nb(ld->fc2) +
                nb(ld->norm_ffn.w) + nb(ld->norm_ffn.b) + nb(ld->ffn_gate) + nb(ld->ffn_up) +
-               nb(ld->ffn_down) + nb(ld->ffn_down_t) + (uint64_t)d->hp.n_ff;
+               nb(ld->ffn_down) + nb(ld->ffn_down_t) + (uint64_t)d->hp.n_ff +
+               moe_dense_bytes(ld) + experts_bytes(ld);
     }
     return all;
 }
@@ -321,7 +376,10 @@ void pi_hybrid_destroy(struct pi_hybrid *h) {
         h->be->destroy(h->b);
     }
     pi_free(&a, h->bufs);
+    for (int64_t l = 0; h->layers && l < h->plan->pl.n_layer; l++)
+        pi_free(&a, h->layers[l].exp_slot);
     pi_free(&a, h->layers);
+    pi_free(&a, h->moe_ydev);
     pi_free(&a, h->yc_host);
     pi_free(&a, h->yd_host);
     pi_plan_free(h->plan);
@@ -391,8 +449,103 @@ static int up_rows(struct pi_hybrid *h, const struct pi_weight *w, const int32_t
     return PI_OK;
 }
 
+/* Value i of a host vector (F32, F16 or BF16). */
+static float vec_value(const struct pi_vector *v, int64_t i) {
+    if (v->type == PI_TYPE_F32) {
+        float f;
+        memcpy(&f, (const uint8_t *)v->data + 4 * i, 4);
+        return f;
+    }
+    uint16_t u;
+    memcpy(&u, (const uint8_t *)v->data + 2 * i, 2);
+    return v->type == PI_TYPE_F16 ? pi_fp16_to_fp32(u) : pi_bf16_to_fp32(u);
+}
+
 static int supported(const struct pi_hybrid *h, uint32_t type) {
     return !h->be->supports || h->be->supports(h->b, type);
+}
+
+/* One expert tensor's slices of the experts marked in on_dev, packed into a device
+ * buffer: out = expert 0's view there, stride = one slice. */
+static int up_experts(struct pi_hybrid *h, const struct pi_weight *w, size_t stride,
+                      const uint8_t *on_dev, int64_t n_expert, int64_t n, struct pi_weight *out,
+                      size_t *out_stride) {
+    void *d;
+    const size_t slice = w->row_bytes * (size_t)w->n_out;
+    PI_TRY(dev_alloc(h, slice * (size_t)n, NULL, &d));
+    for (int64_t e = 0, s = 0; e < n_expert; e++)
+        if (on_dev[e])
+            PI_TRY(h->be->upload(h->b, (uint8_t *)d + slice * (size_t)s++,
+                                 (const uint8_t *)w->data + stride * (size_t)e, slice));
+    *out = *w;
+    out->data = d;
+    *out_stride = slice;
+    return PI_OK;
+}
+
+/* The placed experts' rows of an expert bias tensor (v: expert 0's row of v->n values,
+ * the others following; data NULL: none), packed in slot order like up_experts. */
+static int up_expert_bias(struct pi_hybrid *h, const struct pi_vector *v, const uint8_t *on_dev,
+                          int64_t n_expert, int64_t n, struct pi_vector *out) {
+    *out = *v;
+    if (!v->data)
+        return PI_OK;
+    const struct pi_type_traits *tr = pi_type_traits(v->type);
+    const size_t row = (size_t)(v->n / tr->block_size * tr->block_bytes);
+    void *d;
+    PI_TRY(dev_alloc(h, row * (size_t)n, NULL, &d));
+    for (int64_t e = 0, s = 0; e < n_expert; e++)
+        if (on_dev[e])
+            PI_TRY(h->be->upload(h->b, (uint8_t *)d + row * (size_t)s++,
+                                 (const uint8_t *)v->data + row * (size_t)e, row));
+    out->data = d;
+    return PI_OK;
+}
+
+/* A mixture-of-experts layer's device part: router and shared expert with the FFN
+ * norm, and the placed experts. */
+static int setup_experts(struct pi_ctx *c, struct pi_hybrid *h, int64_t l) {
+    const struct pi_placement *p = &h->plan->pl;
+    const struct pi_layer_w *L = &c->layers[l];
+    struct pi_dev_layer *D = &h->layers[l];
+    struct pi_layer_w *W = &D->w;
+    const int64_t X = c->hp->n_expert, n = p->n_experts[l];
+    const struct pi_weight *ws[] = {&L->router, &L->sh_gate, &L->sh_up, &L->sh_down,
+                                    &L->sh_gate_inp, &L->exps.gate, &L->exps.up,
+                                    &L->exps.down};
+    for (size_t i = 0; i < sizeof ws / sizeof *ws; i++)
+        if ((i < 5 ? D->norm : n > 0) && ws[i]->data && !supported(h, ws[i]->type))
+            PI_FAIL(&c->err, PI_ERR_UNSUPPORTED, "the %s backend cannot compute %s weights "
+                    "(layer %lld's experts)", h->be->name, pi_type_traits(ws[i]->type)->name,
+                    (long long)l);
+    D->moe_dense = D->norm;
+    if (D->moe_dense) {
+        const struct pi_weight *hw[] = {&L->router, &L->sh_gate, &L->sh_up, &L->sh_down,
+                                        &L->sh_gate_inp};
+        struct pi_weight *dw[] = {&W->router, &W->sh_gate, &W->sh_up, &W->sh_down,
+                                  &W->sh_gate_inp};
+        for (size_t i = 0; i < sizeof hw / sizeof *hw; i++)
+            PI_TRY(up_weight(h, hw[i], dw[i]));
+        PI_TRY(up_vector(h, &L->router_b, &W->router_b)); /* gpt-oss */
+    }
+    if (!n)
+        return PI_OK;
+    const uint8_t *on_dev = p->expert + l * X;
+    D->exp_slot = pi_malloc(&c->alloc, (size_t)X * sizeof *D->exp_slot);
+    if (!D->exp_slot)
+        PI_FAIL(&c->err, PI_ERR_NOMEM, "out of memory");
+    for (int64_t e = 0, s = 0; e < X; e++)
+        D->exp_slot[e] = on_dev[e] ? (int32_t)s++ : -1;
+    const struct pi_experts *x = &L->exps;
+    struct pi_experts *dx = &W->exps;
+    PI_TRY(up_experts(h, &x->gate, x->gate_stride, on_dev, X, n, &dx->gate, &dx->gate_stride));
+    PI_TRY(up_experts(h, &x->up, x->up_stride, on_dev, X, n, &dx->up, &dx->up_stride));
+    PI_TRY(up_experts(h, &x->down, x->down_stride, on_dev, X, n, &dx->down, &dx->down_stride));
+    PI_TRY(up_expert_bias(h, &x->b_gate, on_dev, X, n, &dx->b_gate)); /* gpt-oss */
+    PI_TRY(up_expert_bias(h, &x->b_up, on_dev, X, n, &dx->b_up));
+    PI_TRY(up_expert_bias(h, &x->b_down, on_dev, X, n, &dx->b_down));
+    D->n_dev_exp = n;
+    return PI_OK;
 }
 
 static int setup_layer(struct pi_ctx *c, struct pi_hybrid *h, int64_t l, int32_t *ids,
@@ -432,6 +585,8 @@ static int setup_layer(struct pi_ctx *c, struct pi_hybrid *h, int64_t l, int32_t
     }
     if (D->norm)
         PI_TRY(up_norm(h, &L->norm_ffn, &W->norm_ffn));
+    if (L->router.data)
+        return setup_experts(c, h, l);
     if (D->n_dev == 0)
         return PI_OK;
     if (L->has_down) { /* dense file: the whole layer */
@@ -455,6 +610,7 @@ static int setup_layer(struct pi_ctx *c, struct pi_hybrid *h, int64_t l, int32_t
     size_t need = (size_t)n * L->gate.row_bytes;
     need = need > (size_t)n * L->up.row_bytes ? need : (size_t)n * L->up.row_bytes;
     need = need > (size_t)n * L->down_t.row_bytes ? need : (size_t)n * L->down_t.row_bytes;
+    need = need > (size_t)n * sizeof(float) ? need : (size_t)n * sizeof(float);
     if (need > *stage_cap) {
         pi_free(&c->alloc, *stage);
         *stage = pi_malloc(&c->alloc, need);
@@ -463,9 +619,20 @@ static int setup_layer(struct pi_ctx *c, struct pi_hybrid *h, int64_t l, int32_t
             PI_FAIL(&c->err, PI_ERR_NOMEM, "out of memory staging layer %lld's rows",
                     (long long)l);
     }
-    PI_TRY(up_rows(h, &L->gate, ids, n, *stage, &D->gate));
+    if (L->gate.data)
+        PI_TRY(up_rows(h, &L->gate, ids, n, *stage, &D->gate));
     PI_TRY(up_rows(h, &L->up, ids, n, *stage, &D->up));
     PI_TRY(up_rows(h, &L->down_t, ids, n, *stage, &D->down));
+    if (L->b_up.data) { /* up's bias at the device's neurons, as F32 */
+        float *bv = (float *)(void *)*stage;
+        for (int64_t i = 0; i < n; i++)
+            bv[i] = vec_value(&L->b_up, ids[i]);
+        void *d;
+        PI_TRY(dev_alloc(h, (size_t)n * sizeof(float), bv, &d));
+        PI_TRY(h->be->sync(h->b));
+        D->b_up = (struct pi_vector){d, PI_TYPE_F32, n};
+    }
+    PI_TRY(up_vector(h, &L->b_down, &D->b_down));
     void *map;
     PI_TRY(dev_alloc(h, (size_t)n * sizeof(int32_t), ids, &map));
     PI_TRY(h->be->sync(h->b));
@@ -498,6 +665,24 @@ static int setup_device(struct pi_ctx *c, struct pi_hybrid *h) {
             PI_FAIL(&c->err, st, "out of device memory for scratch");
         *bufs[i].p = d;
     }
+    if (c->model->desc.n_moe_layers) {
+        const int64_t BK = B * hp->n_expert_used, HF = (int64_t)moe_hidden(hp, (uint64_t)B);
+        struct {
+            float **p;
+            int64_t n;
+        } mb[] = {{&h->moe_prob, B * hp->n_expert}, {&h->moe_xg, BK * E}, {&h->moe_ye, BK * E},
+                  {&h->moe_g, HF}, {&h->moe_u, HF}, {&h->moe_ysh, B * E}};
+        for (size_t i = 0; i < sizeof mb / sizeof *mb; i++) {
+            void *d;
+            int st = dev_alloc(h, (size_t)mb[i].n * sizeof(float), NULL, &d);
+            if (st < 0)
+                PI_FAIL(&c->err, st, "out of device memory for scratch");
+            *mb[i].p = d;
+        }
+        h->moe_ydev = pi_malloc(&c->alloc, (size_t)(BK * E) * sizeof(float));
+        if (!h->moe_ydev)
+            PI_FAIL(&c->err, PI_ERR_NOMEM, "out of memory");
+    }
     h->yc_host = pi_malloc(&c->alloc, (size_t)(B * E) * sizeof(float));
     h->yd_host = pi_malloc(&c->alloc, (size_t)(B * E) * sizeof(float));
     h->layers = pi_calloc(&c->alloc, (size_t)hp->n_layer, sizeof *h->layers);
@@ -520,6 +705,9 @@ static int setup_device(struct pi_ctx *c, struct pi_hybrid *h) {
         if (st < 0 && c->err.status >= 0)
             pi_error_set(&c->err, st, "cannot place layer %lld on the device", (long long)l);
     }
+    if (st >= 0 && p->output && !supported(h, c->output.type))
+        st = pi_error_set(&c->err, PI_ERR_UNSUPPORTED, "the %s backend cannot compute %s weights",
+                          h->be->name, pi_type_traits(c->output.type)->name);
     if (st >= 0 && p->output) {
         st = up_weight(h, &c->output, &h->output);
         if (st >= 0)
@@ -533,6 +721,13 @@ static int setup_device(struct pi_ctx *c, struct pi_hybrid *h) {
         h->rope_factors = f;
         if (st < 0)
             pi_error_set(&c->err, st, "cannot place the RoPE factors on the device");
+    }
+    if (st >= 0 && p->kv && c->sinks) { /* the attention runs where the cache is */
+        void *f;
+        st = dev_alloc(h, (size_t)(hp->n_layer * hp->n_head) * sizeof(float), c->sinks, &f);
+        h->sinks = f;
+        if (st < 0)
+            pi_error_set(&c->err, st, "cannot place the attention sinks on the device");
     }
     if (st >= 0 && p->kv) {
         struct pi_kv_desc kvd = {hp->n_layer * c->n_seq, c->n_ctx, hp->n_head, hp->n_head_kv,

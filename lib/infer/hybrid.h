@@ -66,10 +66,20 @@ uint64_t pi_hybrid_budget(const struct pi_model *m, const pi_ctx_params *p,
 struct pi_dev_layer {
     int attn, pred, norm, ffn_whole;    /* parts on the device */
     struct pi_layer_w w;
-    struct pi_weight gate, up, down;    /* sparse files: the device's neurons */
+    struct pi_weight gate, up, down;    /* sparse files: the device's neurons (gate
+                                         * data NULL: no gate, Falcon and OPT) */
+    struct pi_vector b_up, b_down;      /* OPT: up's bias at those neurons [n_dev] (F32)
+                                         * and down's [n_embd]; data NULL: none */
     int32_t *map;                       /* device [n_dev]: neuron ids */
     int64_t n_dev;
     const uint8_t *on_dev;              /* host [n_ff]: 1 = computed on the device */
+    /* Mixture-of-experts layers: moe_dense, the router and shared expert in w (placed
+     * with the FFN norm); the device's experts in w.exps, packed (index s = the s-th
+     * device expert in ascending id order); exp_slot [n_expert] host: an expert's index
+     * on the device, or -1 (NULL when none is there). */
+    int moe_dense;
+    int32_t *exp_slot;
+    int64_t n_dev_exp;
 };
 
 struct pi_hybrid {
@@ -81,10 +91,16 @@ struct pi_hybrid {
     struct pi_weight output;
     struct pi_norm_w output_norm;
     float *rope_factors;                /* device copy of the context's, or NULL */
+    float *sinks;                       /* device copy of the context's, or NULL */
     /* Device scratch, [n_batch][width] like the context's own. */
     float *x, *xn, *q, *k, *v, *att, *score, *hid, *gd, *ud, *yd, *yc, *ones, *logits, *ya;
-    /* Host scratch: the CPU part's FFN output and the device's, downloaded. */
-    float *yc_host, *yd_host;
+    /* Mixture-of-experts models (else NULL): the router's logits [n_batch][n_expert],
+     * the device experts' gathered rows and outputs [n_batch * n_expert_used][n_embd],
+     * their hidden rows moe_g, moe_u, the shared expert's output [n_batch][n_embd]. */
+    float *moe_prob, *moe_xg, *moe_ye, *moe_g, *moe_u, *moe_ysh;
+    /* Host scratch: the CPU part's FFN output and the device's, downloaded; the device
+     * experts' outputs, downloaded [n_batch * n_expert_used][n_embd]. */
+    float *yc_host, *yd_host, *moe_ydev;
     void **bufs;                        /* every device allocation, freed at the end */
     size_t n_bufs, cap_bufs;
     struct pi_allocator alloc;

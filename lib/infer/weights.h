@@ -35,7 +35,11 @@ struct pi_layer_w {
          * gate_up tensor is two views with a stride of both halves */
         struct pi_weight gate, up, down;
         size_t gate_stride, up_stride, down_stride;
+        /* gpt-oss: expert 0's biases [n_ff_exp], [n_ff_exp], [n_embd] (expert e's are the
+         * e-th rows of their tensors); data NULL: none */
+        struct pi_vector b_gate, b_up, b_down;
     } exps;
+    struct pi_vector router_b;                /* [n_expert] router bias; data NULL: none */
     struct pi_weight sh_gate, sh_up, sh_down; /* shared expert; data NULL: none */
     struct pi_weight sh_gate_inp;         /* {n_embd, 1}: its sigmoid gate; NULL: none */
 };

@@ -25,15 +25,26 @@ static const struct pi_arch_info arch_table[PI_ARCH_COUNT] = {
                       PI_AF_GATED | PI_AF_NEOX, 0, 0.0f},
     [PI_ARCH_STARCODER2] = {"starcoder2", PI_ARCH_STARCODER2, PI_NORM_LAYER, PI_FFN_GELU,
                             PI_AF_NEOX, 0, 0.0f},
-    /* Falcon's FFN is nn.GELU(), the exact one */
+    /* Falcon's FFN is nn.GELU(), the exact one; PowerInfer's sparse files (ReluFalcon)
+     * run relu(up) */
     [PI_ARCH_FALCON] = {"falcon", PI_ARCH_FALCON, PI_NORM_LAYER, PI_FFN_GELU_ERF,
-                        PI_AF_NEOX | PI_AF_PARALLEL, 0, 0.0f},
+                        PI_AF_NEOX | PI_AF_PARALLEL | PI_AF_SPARSE, 0, 0.0f},
     [PI_ARCH_QWEN2MOE] = {"qwen2moe", PI_ARCH_QWEN2MOE, PI_NORM_RMS, PI_FFN_SILU,
                           PI_AF_GATED | PI_AF_NEOX | PI_AF_MOE, 0, 0.0f, 0},
     [PI_ARCH_QWEN3MOE] = {"qwen3moe", PI_ARCH_QWEN3MOE, PI_NORM_RMS, PI_FFN_SILU,
                           PI_AF_GATED | PI_AF_NEOX | PI_AF_MOE, 0, 0.0f, 1},
     [PI_ARCH_OLMOE] = {"olmoe", PI_ARCH_OLMOE, PI_NORM_RMS, PI_FFN_SILU,
                        PI_AF_GATED | PI_AF_NEOX | PI_AF_MOE, 0, 0.0f, 0},
+    /* OPT (pre-LN, as PowerInfer's converter writes it): relu(up x + b) FFN */
+    [PI_ARCH_OPT] = {"opt", PI_ARCH_OPT, PI_NORM_LAYER, PI_FFN_RELU,
+                     PI_AF_POS_EMBD | PI_AF_SPARSE, 0, 0.0f},
+    /* gpt-oss: even layers local (llama.cpp's swa pattern 2, HF layer_types), top-k of
+     * the router logits then softmax over them, no renormalisation */
+    [PI_ARCH_GPT_OSS] = {"gpt-oss", PI_ARCH_GPT_OSS, PI_NORM_RMS, PI_FFN_SWIGLU_OAI,
+                         PI_AF_GATED | PI_AF_NEOX | PI_AF_MOE | PI_AF_SINKS |
+                             PI_AF_FFN_NORM_POST_ATTN | PI_AF_MOE_BIASES |
+                             PI_AF_SWA_KEEP_SCALE | PI_AF_YARN_EXACT,
+                         2, 0.0f, 0, PI_GATING_SOFTMAX_WEIGHT},
 };
 
 const struct pi_arch_info *pi_arch_find(const char *name, uint64_t len) {

@@ -10,8 +10,8 @@
 /* Architectures known to exist in GGUF/PowerInfer files but not run by this build:
  * they fail with PI_ERR_UNSUPPORTED rather than as unknown. */
 static const char *const known_unsupported[] = {
-    "opt", "gpt2", "gptj", "gptneox", "mpt", "starcoder", "persimmon", "refact", "bloom",
-    "stablelm", "baichuan", "qwen", "phi2", "phimoe", "gemma", "gpt-oss",
+    "gpt2", "gptj", "gptneox", "mpt", "starcoder", "persimmon", "refact", "bloom",
+    "stablelm", "baichuan", "qwen", "phi2", "phimoe", "gemma",
     "gemma3n", "mistral3", "deepseek", "deepseek2", "command-r", "cohere2", "olmo",
     "olmo2", "granite", "exaone", "mamba", "bert", "t5", "llama4", NULL,
 };
@@ -239,6 +239,8 @@ static int read_hparams(struct reader *r, struct pi_hparams *hp, const struct pi
     PI_TRY(get_int(r, "rope.dimension_count", hp->head_dim_k, 0, hp->head_dim_k, &hp->n_rot));
     if (hp->n_rot % 2)
         PI_FAIL(r->err, PI_ERR_FORMAT, "rope.dimension_count %lld is odd", (long long)hp->n_rot);
+    if (hp->info->flags & PI_AF_POS_EMBD) /* learned positions: nothing rotates */
+        hp->n_rot = 0;
     PI_TRY(get_arch_float(r, "rope.freq_base", 10000.0f, 1e-3f, 1e12f, &hp->rope_freq_base));
     const struct pi_arch_info *ai = hp->info;
     if (ai->norm == PI_NORM_LAYER)
@@ -279,17 +281,17 @@ static int read_hparams(struct reader *r, struct pi_hparams *hp, const struct pi
     if (hp->sparse) {
         if (!(ai->flags & PI_AF_SPARSE))
             PI_FAIL(r->err, PI_ERR_UNSUPPORTED, "PowerInfer (PWRI) files of architecture '%s' "
-                    "are not supported yet (llama, bamboo are)", ai->name);
+                    "are not supported yet (llama, bamboo, falcon, opt are)", ai->name);
         PI_TRY(get_float(r, "powerinfer.sparse_threshold", 0.0f, -1e30f, 1e30f,
                          &hp->sparse_threshold));
     } else if (gguf_find_kv(r->f, "powerinfer.sparse_threshold")) {
         pi_log(lg, PI_LOG_WARN,
                "powerinfer.sparse_threshold is ignored: the file has the dense GGUF magic");
     }
-    /* FFN activation: the architecture's; llama runs ReLU in PowerInfer's sparse files
-     * (ReLU-Llama). Our own optional key powerinfer.ffn_activation ("silu" or "relu")
-     * overrides it for llama. */
-    hp->ffn_act = hp->arch == PI_ARCH_LLAMA && hp->sparse ? PI_FFN_RELU : ai->act;
+    /* FFN activation: the architecture's; PowerInfer's sparse files run ReLU (ReLU-Llama,
+     * ReluFalcon; Bamboo's relu(gate) * relu(up) is its own). Our own optional key
+     * powerinfer.ffn_activation ("silu" or "relu") overrides it for llama. */
+    hp->ffn_act = hp->sparse && ai->act != PI_FFN_RELU_BOTH ? PI_FFN_RELU : ai->act;
     const char *stype;
     uint64_t slen;
     int st = get_str(r, "powerinfer.ffn_activation", &stype, &slen);
@@ -316,6 +318,7 @@ static int read_hparams(struct reader *r, struct pi_hparams *hp, const struct pi
 enum tensor_kind {
     K_NORM,   /* 1-D, F32/F16/BF16 */
     K_WEIGHT, /* 2-D, any computable type */
+    K_VEC2,   /* 2-D, F32/F16/BF16: rows of biases (gpt-oss's experts') */
 };
 
 /* Find "name", check dims and type. Optional tensors give *out = NULL when absent. */
@@ -346,7 +349,7 @@ static int want(struct reader *r, const char *name, enum tensor_kind kind, int64
                 got, (long long)ne0, (long long)ne1);
     }
     const struct pi_type_traits *tt = pi_type_traits(t->type);
-    if (kind == K_NORM && t->type != PI_TYPE_F32 && t->type != PI_TYPE_F16 &&
+    if (kind != K_WEIGHT && t->type != PI_TYPE_F32 && t->type != PI_TYPE_F16 &&
         t->type != PI_TYPE_BF16)
         PI_FAIL(r->err, PI_ERR_UNSUPPORTED, "tensor '%s' has type %s, expected F32, F16 or BF16",
                 name, tt->name);
@@ -410,7 +413,21 @@ static int build_moe(struct reader *r, const struct pi_hparams *hp, int64_t il,
     char n[GGUF_MAX_NAME + 32];
     const int64_t E = hp->n_embd, X = hp->n_expert, Fe = hp->n_ff_exp, Fs = hp->n_ff_shexp;
 #define NAME(s) (snprintf(n, sizeof n, "blk.%lld." s ".weight", (long long)il), n)
+#define BIAS(s) (snprintf(n, sizeof n, "blk.%lld." s ".bias", (long long)il), n)
     PI_TRY(want(r, NAME("ffn_gate_inp"), K_WEIGHT, E, X, 0, &L->router));
+    /* gpt-oss: biases of the router and of every expert's gate, up and down (required,
+     * as llama.cpp requires them; in other architectures' files they go unread, which
+     * check_tensors refuses) */
+    if (hp->info->flags & PI_AF_MOE_BIASES) {
+        PI_TRY(want(r, BIAS("ffn_gate_inp"), K_NORM, X, 0, 0, &L->router_b));
+        PI_TRY(want(r, BIAS("ffn_gate_exps"), K_VEC2, Fe, X, 0, &L->b_gate_exps));
+        PI_TRY(want(r, BIAS("ffn_up_exps"), K_VEC2, Fe, X, 0, &L->b_up_exps));
+        PI_TRY(want(r, BIAS("ffn_down_exps"), K_VEC2, E, X, 0, &L->b_down_exps));
+        if (gguf_find_tensor(r->f, NAME("ffn_gate_up_exps")) >= 0)
+            PI_FAIL(r->err, PI_ERR_UNSUPPORTED, "tensor '%s': fused gate_up experts in a %s "
+                    "file (its expert biases are per gate and up) are not supported", n,
+                    hp->info->name);
+    }
     if (gguf_find_tensor(r->f, NAME("ffn_gate_up_exps")) >= 0) {
         PI_TRY(want3(r, NAME("ffn_gate_up_exps"), E, 2 * Fe, X, 0, &L->gate_up_exps));
     } else {
@@ -429,6 +446,7 @@ static int build_moe(struct reader *r, const struct pi_hparams *hp, int64_t il,
             PI_TRY(want(r, n, K_WEIGHT, E, 1, 0, &L->gate_inp_shexp));
     }
 #undef NAME
+#undef BIAS
     return PI_OK;
 }
 
@@ -454,8 +472,13 @@ static int build_layer(struct reader *r, const struct pi_hparams *hp, int64_t il
             PI_TRY(want_norm(r, hp, BASE("attn_norm"), E, 0, &L->norm_attn));
         }
     } else {
+        /* gpt-oss names the FFN's input norm post_attention_norm (HF's
+         * post_attention_layernorm; llama.cpp's ATTN_POST_NORM) */
         PI_TRY(want_norm(r, hp, BASE("attn_norm"), E, 0, &L->norm_attn));
-        PI_TRY(want_norm(r, hp, BASE("ffn_norm"), E, 0, &L->norm_ffn));
+        if (flags & PI_AF_FFN_NORM_POST_ATTN)
+            PI_TRY(want_norm(r, hp, BASE("post_attention_norm"), E, 0, &L->norm_ffn));
+        else
+            PI_TRY(want_norm(r, hp, BASE("ffn_norm"), E, 0, &L->norm_ffn));
     }
     /* attention: q, k, v separate or fused, each with an optional bias */
     if (gguf_find_tensor(r->f, NAME("attn_qkv")) >= 0) {
@@ -478,7 +501,19 @@ static int build_layer(struct reader *r, const struct pi_hparams *hp, int64_t il
     PI_TRY(want(r, NAME("attn_k_norm"), K_NORM, kn, 0, 1, &L->k_norm));
     PI_TRY(want(r, NAME("attn_output"), K_WEIGHT, o, E, 0, &L->wo));
     PI_TRY(want(r, BIAS("attn_output"), K_NORM, E, 0, 1, &L->bo));
-    PI_TRY(want(r, NAME("post_attention_norm"), K_NORM, E, 0, 1, &L->attn_post_norm));
+    if (!(flags & PI_AF_FFN_NORM_POST_ATTN))
+        PI_TRY(want(r, NAME("post_attention_norm"), K_NORM, E, 0, 1, &L->attn_post_norm));
+    /* attention sinks: one logit per query head, in every layer of the architectures
+     * that have them (elsewhere the tensor goes unread, which check_tensors refuses) */
+    if (flags & PI_AF_SINKS)
+        PI_TRY(want(r, NAME("attn_sinks"), K_NORM, hp->n_head, 0, 0, &L->attn_sinks));
+    if (L->attn_sinks && hp->attn_softcap > 0.0f)
+        PI_FAIL(r->err, PI_ERR_UNSUPPORTED, "layer %lld has attention sinks and the file sets "
+                "attn_logit_softcapping: whether the sink is capped is not defined",
+                (long long)il);
+    if ((flags & PI_AF_MOE_BIASES) && gguf_find_tensor(r->f, NAME("ffn_gate_inp")) < 0)
+        PI_FAIL(r->err, PI_ERR_FORMAT, "tensor '%s' is missing (every %s layer is a "
+                "mixture-of-experts layer)", n, hp->info->name);
     if (gguf_find_tensor(r->f, NAME("ffn_gate_inp")) >= 0 && hp->sparsified)
         PI_FAIL(r->err, PI_ERR_UNSUPPORTED, "layer %lld of this sparsified file has experts, "
                 "which the thresholded FFN does not run", (long long)il);
@@ -516,11 +551,16 @@ static int build_layer(struct reader *r, const struct pi_hparams *hp, int64_t il
         return PI_OK;
     }
     /* PowerInfer layout: down stored transposed (one row per neuron), predictor
-     * fc2 . relu(fc1 . h) with a per-layer rank; the sparse FFN adds no biases. */
-    if (L->b_gate || L->b_up || L->ffn_post_norm)
-        PI_FAIL(r->err, PI_ERR_UNSUPPORTED, "layer %lld of this sparse (PWRI) file has FFN "
-                "biases or a post-FFN norm, which the sparse FFN does not apply yet",
-                (long long)il);
+     * fc2 . relu(fc1 . h) with a per-layer rank; OPT's biases: up's [n_ff] and down's
+     * [n_embd], which PowerInfer names ffn_down_t.bias. */
+    if (L->b_gate || (L->ffn_gate && L->b_up) || L->ffn_post_norm)
+        PI_FAIL(r->err, PI_ERR_UNSUPPORTED, "layer %lld of this sparse (PWRI) file has gate or "
+                "up biases beside a gate, or a post-FFN norm, which the sparse FFN does not "
+                "apply yet", (long long)il);
+    if (gguf_find_tensor(r->f, BIAS("ffn_down")) >= 0)
+        PI_FAIL(r->err, PI_ERR_FORMAT, "sparse (PWRI) model has '%s'; PowerInfer files name "
+                "the down projection's bias ffn_down_t.bias", n);
+    PI_TRY(want(r, BIAS("ffn_down_t"), K_NORM, E, 0, 1, &L->b_down));
     if (gguf_find_tensor(r->f, NAME("ffn_down")) >= 0)
         PI_FAIL(r->err, PI_ERR_FORMAT, "sparse (PWRI) model has '%s'; PowerInfer files store "
                 "the down projection transposed as ffn_down_t", n);
@@ -592,7 +632,9 @@ static int resolve_layers(struct reader *r, struct pi_model_desc *d) {
         }
         L->window = local ? hp->n_swa : 0;
         L->rope_base = local && interleaved ? swa_base : hp->rope_freq_base;
-        L->rope_scale = local && interleaved ? 1.0f : hp->rope_scale;
+        L->rope_scale = local && interleaved && !(ai->flags & PI_AF_SWA_KEEP_SCALE)
+                            ? 1.0f
+                            : hp->rope_scale;
     }
     return PI_OK;
 }
@@ -646,7 +688,7 @@ static int read_moe(struct reader *r, struct pi_hparams *hp) {
     if (!(hp->info->flags & PI_AF_MOE))
         PI_FAIL(r->err, PI_ERR_UNSUPPORTED, "mixture-of-experts files of architecture '%s' "
                 "(%sexpert_count = %lld) are not supported (llama/Mixtral, qwen2moe, qwen3moe, "
-                "olmoe are)", hp->info->name, r->prefix, (long long)hp->n_expert);
+                "olmoe, gpt-oss are)", hp->info->name, r->prefix, (long long)hp->n_expert);
     if (hp->sparse)
         PI_FAIL(r->err, PI_ERR_UNSUPPORTED, "PowerInfer (PWRI) files with experts are not "
                 "supported");
@@ -660,12 +702,17 @@ static int read_moe(struct reader *r, struct pi_hparams *hp) {
         PI_FAIL(r->err, PI_ERR_UNSUPPORTED, "metadata '%sexpert_group_count' = %lld: grouped "
                 "expert routing (DeepSeek-V3) is not supported", r->prefix, (long long)groups);
     int64_t gating;
-    PI_TRY(get_int(r, "expert_gating_func", PI_GATING_SOFTMAX, 0, 255, &gating));
+    const int64_t fixed = (int64_t)hp->info->moe_gating_fixed;
+    PI_TRY(get_int(r, "expert_gating_func", fixed ? fixed : PI_GATING_SOFTMAX, 0, 255, &gating));
+    if (fixed && gating != fixed)
+        PI_FAIL(r->err, PI_ERR_UNSUPPORTED, "metadata '%sexpert_gating_func' = %lld: %s routers "
+                "gate by %lld (the top k of the logits, then softmax over them)", r->prefix,
+                (long long)gating, hp->info->name, (long long)fixed);
     if (gating != PI_GATING_SOFTMAX && gating != PI_GATING_SIGMOID &&
-        gating != PI_GATING_SQRT_SOFTPLUS)
+        gating != PI_GATING_SQRT_SOFTPLUS && !(fixed && gating == fixed))
         PI_FAIL(r->err, PI_ERR_UNSUPPORTED, "metadata '%sexpert_gating_func' = %lld is not "
-                "supported (1 softmax, 2 sigmoid, 4 sqrt-softplus are)", r->prefix,
-                (long long)gating);
+                "supported (1 softmax, 2 sigmoid, 4 sqrt-softplus are; 3, softmax over the "
+                "top k, for gpt-oss)", r->prefix, (long long)gating);
     hp->moe_gating = (enum pi_moe_gating)gating;
     char key[128];
     snprintf(key, sizeof key, "%sexpert_weights_norm", r->prefix);
@@ -757,7 +804,7 @@ static int check_tensors(struct reader *r, struct pi_model_desc *d, const struct
         PI_FAIL(r->err, PI_ERR_NOMEM, "out of memory");
     const struct gguf_tensor *top[] = {d->token_embd,   d->output_norm.w, d->output_norm.b,
                                        d->output,       d->rope_freqs,    d->rope_long,
-                                       d->rope_short};
+                                       d->rope_short,   d->pos_embd};
     for (size_t i = 0; i < sizeof top / sizeof *top; i++)
         mark(used, f, top[i]);
     for (int64_t l = 0; l < hp->n_layer; l++) {
@@ -770,7 +817,8 @@ static int check_tensors(struct reader *r, struct pi_model_desc *d, const struct
             L->ffn_down_t,  L->b_gate,      L->b_up,     L->b_down,     L->ffn_post_norm,
             L->fc1,         L->fc2,         L->router,   L->gate_exps,  L->up_exps,
             L->gate_up_exps, L->down_exps,  L->gate_shexp, L->up_shexp, L->down_shexp,
-            L->gate_inp_shexp};
+            L->gate_inp_shexp, L->attn_sinks,  L->router_b, L->b_gate_exps, L->b_up_exps,
+            L->b_down_exps};
         for (size_t i = 0; i < sizeof ts / sizeof *ts; i++)
             mark(used, f, ts[i]);
     }
@@ -810,8 +858,8 @@ int pi_model_desc_build(struct pi_model_desc *d, const struct gguf_file *f,
             shown[i] = (unsigned char)arch[i] < 0x20 || arch[i] == 0x7f ? '?' : arch[i];
         shown[n] = 0;
         PI_FAIL(err, PI_ERR_UNSUPPORTED, "%s architecture '%s' is not supported (llama, "
-                "bamboo, qwen2, qwen3, qwen2moe, qwen3moe, olmoe, gemma2, gemma3, phi3, starcoder2, "
-                "falcon are)",
+                "bamboo, qwen2, qwen3, qwen2moe, qwen3moe, olmoe, gpt-oss, gemma2, gemma3, phi3, "
+                "starcoder2, falcon, opt are)",
                 known ? "the" : "unknown", shown);
     }
     hp->sparse = f->magic == GGUF_MAGIC_PWRI;
@@ -866,6 +914,19 @@ int pi_model_desc_build(struct pi_model_desc *d, const struct gguf_file *f,
         }
     }
     PI_TRY(want(&r, "output.weight", K_WEIGHT, hp->n_embd, hp->n_vocab, 1, &d->output));
+    if (hp->info->flags & PI_AF_POS_EMBD) {
+        /* rows PI_POS_EMBD_OFFSET.. are positions 0..: the usable context is the rows
+         * past the offset, and no more than the file's context_length */
+        const int64_t pi = gguf_find_tensor(f, "position_embd.weight");
+        const int64_t rows = pi >= 0 && f->tensors[pi].n_dims == 2 ? f->tensors[pi].ne[1] : 0;
+        if (rows <= PI_POS_EMBD_OFFSET)
+            PI_FAIL(err, PI_ERR_FORMAT, "tensor 'position_embd.weight' must have shape "
+                    "{%lld, n_pos} with n_pos > %d (%s's learned positions)",
+                    (long long)hp->n_embd, PI_POS_EMBD_OFFSET, hp->info->name);
+        PI_TRY(want(&r, "position_embd.weight", K_WEIGHT, hp->n_embd, rows, 0, &d->pos_embd));
+        if (hp->n_ctx_train > rows - PI_POS_EMBD_OFFSET)
+            hp->n_ctx_train = rows - PI_POS_EMBD_OFFSET;
+    }
     if (!d->output)
         d->output = d->token_embd; /* tied embeddings */
 

@@ -22,6 +22,8 @@ enum pi_arch {
     PI_ARCH_QWEN2MOE,   /* Qwen1.5-MoE, Qwen2-MoE: experts + a gated shared expert */
     PI_ARCH_QWEN3MOE,   /* Qwen3-30B-A3B, 235B-A22B: experts, per-head q/k norms */
     PI_ARCH_OLMOE,      /* OLMoE: experts, q/k norms over the whole q/k row */
+    PI_ARCH_OPT,        /* OPT: learned positions, LayerNorm, biases, relu(up) FFN */
+    PI_ARCH_GPT_OSS,    /* OpenAI gpt-oss: sinks, biased router and experts, clamped SwiGLU */
     PI_ARCH_COUNT
 };
 
@@ -33,6 +35,8 @@ enum pi_ffn_act {
     PI_FFN_GELU,      /* gelu, tanh approximation */
     PI_FFN_GELU_ERF,  /* gelu, exact (erf) */
     PI_FFN_RELU_SQR,  /* relu(x)^2 */
+    PI_FFN_SWIGLU_OAI, /* gpt-oss: (clamp(u, -7, 7) + 1) * g' * sigmoid(1.702 g'),
+                        * g' = min(g, 7) */
 };
 
 enum pi_norm_kind {
@@ -49,12 +53,25 @@ enum {
     PI_AF_EMBD_SCALE = 1u << 3, /* embeddings multiplied by sqrt(n_embd) */
     PI_AF_SPARSE = 1u << 4,     /* PowerInfer (PWRI) files of it run */
     PI_AF_MOE = 1u << 5,        /* its files may have mixture-of-experts layers */
+    PI_AF_POS_EMBD = 1u << 6,   /* learned absolute positions (position_embd), no RoPE */
+    /* gpt-oss: every layer has attention sinks (attn_sinks, [n_head]: a learned logit
+     * per head that joins the softmax's denominator only), its FFN input norm is the
+     * file's post_attention_norm (HF post_attention_layernorm), the router and the
+     * experts have biases, local layers keep the global RoPE scaling, and YaRN's
+     * correction range is not rounded to whole dimensions (HF "truncate": false) */
+    PI_AF_SINKS = 1u << 7,
+    PI_AF_FFN_NORM_POST_ATTN = 1u << 8,
+    PI_AF_MOE_BIASES = 1u << 9,
+    PI_AF_SWA_KEEP_SCALE = 1u << 10,
+    PI_AF_YARN_EXACT = 1u << 11,
 };
 
 /* How a mixture-of-experts router turns its logits into expert weights. */
 enum pi_moe_gating {
     PI_GATING_SOFTMAX = 1, /* softmax over all experts, then the top k (llama.cpp's 1) */
     PI_GATING_SIGMOID = 2, /* sigmoid per expert, then the top k (llama.cpp's 2) */
+    PI_GATING_SOFTMAX_WEIGHT = 3, /* the top k of the logits, then softmax over those k
+                                   * (llama.cpp's 3; gpt-oss) */
     PI_GATING_SQRT_SOFTPLUS = 4, /* sqrt(softplus(x)) per expert, then the top k (4) */
 };
 
@@ -73,6 +90,10 @@ struct pi_arch_info {
      * when the file has no <arch>.expert_weights_norm (llama.cpp's choice per
      * architecture: Mixtral and Qwen3-MoE do, Qwen2-MoE and OLMoE do not). */
     int moe_norm_default;
+    /* The gating an architecture's routers use whatever the file says (llama.cpp
+     * hard-codes it; a file's expert_gating_func that differs is refused); 0: the
+     * file's key, default softmax. */
+    enum pi_moe_gating moe_gating_fixed;
 };
 
 /* The table entry for general.architecture = name[0..len), or NULL. */
@@ -144,6 +165,7 @@ struct pi_layer_desc {
     const struct gguf_tensor *wo;         /* {n_head*head_dim_v, n_embd} */
     const struct gguf_tensor *bo;
     const struct gguf_tensor *attn_post_norm; /* RMSNorm of the attention output (Gemma) */
+    const struct gguf_tensor *attn_sinks; /* [n_head] F32/F16/BF16 sink logits, or NULL */
     /* FFN: norm_ffn(x) (parallel blocks: NULL = the attention's normed input) */
     struct pi_norm_desc norm_ffn;
     const struct gguf_tensor *ffn_gate;   /* {n_embd, n_ff}: row r = neuron r; NULL: plain
@@ -152,6 +174,8 @@ struct pi_layer_desc {
     int up_fused;                         /* ffn_up holds gate rows, then up rows */
     const struct gguf_tensor *ffn_down;   /* {n_ff, n_embd}, dense files; else NULL */
     const struct gguf_tensor *ffn_down_t; /* {n_embd, n_ff}, sparse files; else NULL */
+    /* biases; in sparse files (OPT) b_up [n_ff] is added on the active rows and b_down
+     * [n_embd] (PowerInfer's ffn_down_t.bias) once */
     const struct gguf_tensor *b_gate, *b_up, *b_down;
     const struct gguf_tensor *ffn_post_norm; /* RMSNorm of the FFN output (Gemma) */
     const struct gguf_tensor *fc1;        /* {n_embd, rank}: predictor, sparse files */
@@ -164,6 +188,10 @@ struct pi_layer_desc {
      * n_expert}; a shared expert {n_embd, n_ff_shexp} x2 and {n_ff_shexp, n_embd}, with
      * an optional sigmoid gate {n_embd} or {n_embd, 1}. */
     const struct gguf_tensor *router;
+    const struct gguf_tensor *router_b;   /* [n_expert] router bias (gpt-oss), or NULL */
+    /* expert biases (gpt-oss), or NULL: gate and up {n_ff_exp, n_expert}, down
+     * {n_embd, n_expert}, row e = expert e's */
+    const struct gguf_tensor *b_gate_exps, *b_up_exps, *b_down_exps;
     const struct gguf_tensor *gate_exps, *up_exps, *gate_up_exps, *down_exps;
     const struct gguf_tensor *gate_shexp, *up_shexp, *down_shexp, *gate_inp_shexp;
     /* resolved per layer */
@@ -178,6 +206,9 @@ struct pi_model_desc {
     const struct gguf_tensor *output;      /* {n_embd, n_vocab}; == token_embd if tied */
     const struct gguf_tensor *rope_freqs;  /* [n_rot/2] Llama 3 frequency factors, or NULL */
     const struct gguf_tensor *rope_long, *rope_short; /* [n_rot/2] LongRoPE, or NULL */
+    /* {n_embd, n_pos}: learned positions (PI_AF_POS_EMBD), position p at row p +
+     * PI_POS_EMBD_OFFSET (OPT's offset of 2); NULL for the others */
+    const struct gguf_tensor *pos_embd;
     struct pi_layer_desc *layers;          /* [n_layer] */
     int64_t max_rank;  /* the largest pred_rank (0: dense file) */
     /* powerinfer.sparsify.thresholds (sparsified files; checked: F32[n_layer], each
@@ -193,6 +224,8 @@ struct pi_model_desc {
 };
 
 #define PI_MAX_LAYERS 512
+/* OPT's learned position table starts at row 2 (OPTLearnedPositionalEmbedding). */
+#define PI_POS_EMBD_OFFSET 2
 /* The most experts a mixture-of-experts layer may have. */
 #define PI_MAX_EXPERTS 4096
 /* The largest width a file may give anything that becomes an activation row (n_embd,

@@ -29,6 +29,10 @@
  *   qwen35:                      as qwen2, with combining marks (\p{M}) inside words
  *   tekken:                      Mistral's Tekken regex (case-aware words), single
  *                                digits, ignore_merges
+ *   gpt-4o:                      OpenAI's o200k regex (GPT-4o, gpt-oss):
+ *                                Tekken's words, each with an optional contraction
+ *                                ('s 't 're 've 'm 'll 'd, any case), numbers in runs
+ *                                of up to three digits
  *   falcon:                      Falcon's sequence: runs of punctuation (Unicode P and
  *                                ASCII punctuation), the GPT-2 regex, then two steps on
  *                                the byte-level text: runs of "numeric" byte-level
@@ -94,6 +98,12 @@ static const char PAT_TEKKEN[] = "[^\\r\\n" L_ N_ "]?[" TEK_UP "]*[" TEK_LO "]+|
                                  "]?[" TEK_UP "]+[" TEK_LO "]*|[" N_ "]| ?[^" WS L_ N_
                                  "]+[\\r\\n/]*|[" WS "]*[\\r\\n]+|[" WS "]+(?![^" WS "])|[" WS
                                  "]+";
+/* OpenAI's o200k (GPT-4o, gpt-oss): Tekken's words with an optional contraction
+ * (any case) after each, numbers in runs of up to three digits. */
+static const char PAT_GPT4O[] = "[^\\r\\n" L_ N_ "]?[" TEK_UP "]*[" TEK_LO "]+(?i:" CONTRACTIONS
+                                ")?|[^\\r\\n" L_ N_ "]?[" TEK_UP "]+[" TEK_LO "]*(?i:"
+                                CONTRACTIONS ")?|[" N_ "]{1,3}| ?[^" WS L_ N_ "]+[\\r\\n/]*|["
+                                WS "]*[\\r\\n]+|[" WS "]+(?![^" WS "])|[" WS "]+";
 /* Hugging Face's Punctuation: Unicode P, and the ASCII punctuation that is S there. */
 static const char PAT_PUNCT[] = "[" P_ "$+<=>^`|~]+";
 
@@ -117,6 +127,7 @@ static const struct pre_def pre_defs[] = {
     {"megrez stablelm2", "stablelm2", {PAT_QWEN2}, 0, 0, 0, 0},
     {"qwen35", "qwen35", {PAT_QWEN35}, 0, 0, 0, 1},
     {"tekken", "tekken", {PAT_TEKKEN}, 1, 0, 1, 0},
+    {"gpt-4o", "gpt-4o", {PAT_GPT4O}, 0, 0, 0, 0},
     {"falcon", "falcon", {PAT_PUNCT, PAT_GPT2}, 0, 1, 0, 0},
 };
 

@@ -41,6 +41,9 @@ void pi_placement_free(struct pi_placement *p) {
     pi_free(&p->alloc, p->norm);
     pi_free(&p->alloc, p->neuron);
     pi_free(&p->alloc, p->n_neurons);
+    pi_free(&p->alloc, p->expert);
+    pi_free(&p->alloc, p->n_experts);
+    pi_free(&p->alloc, p->moe);
     memset(p, 0, sizeof *p);
 }
 
@@ -56,31 +59,59 @@ static int take(struct pi_placement *p, const struct pi_plan_input *in, int part
     return 1;
 }
 
+/* Layer l's FFN units: how many, per group, and the mask they are marked in. */
+static int64_t units_of(const struct pi_plan_input *in, int64_t l) {
+    return in->layers[l].experts ? in->n_expert : in->n_ff;
+}
+
+static int64_t group_of(const struct pi_plan_input *in, int64_t l) {
+    return in->layers[l].experts ? 1 : in->group;
+}
+
+static uint8_t *mask_of(struct pi_placement *p, const struct pi_plan_input *in, int64_t l) {
+    return in->layers[l].experts ? p->expert + l * in->n_expert : p->neuron + l * in->n_ff;
+}
+
 int pi_placement_make(const struct pi_plan_input *in, const struct pi_allocator *a,
                  struct pi_placement *out, struct pi_error *err) {
     memset(out, 0, sizeof *out);
     if (!in || in->n_layer < 1 || in->n_ff < 1 || in->group < 1 || !in->layers ||
-        in->n_layer > (1 << 16) || in->n_ff > (1 << 24))
+        in->n_layer > (1 << 16) || in->n_ff > (1 << 24) || in->n_expert < 0 ||
+        in->n_expert > (1 << 16))
         PI_FAIL(err, PI_ERR_INVALID_ARG, "plan: bad shape (layers, neurons or group size)");
-    const int64_t L = in->n_layer, F = in->n_ff, G = in->group, ng = (F + G - 1) / G;
-    for (int64_t l = 0; l < L; l++)
-        for (int64_t r = 0; in->layers[l].freq && r < F; r++)
+    const int64_t L = in->n_layer, F = in->n_ff, X = in->n_expert;
+    int64_t n_keys = 0, n_groups = 0;
+    for (int64_t l = 0; l < L; l++) {
+        if (in->layers[l].experts && X < 1)
+            PI_FAIL(err, PI_ERR_INVALID_ARG, "plan: layer %lld places experts, but the model "
+                    "has none", (long long)l);
+        const int64_t U = units_of(in, l), G = group_of(in, l);
+        for (int64_t r = 0; in->layers[l].freq && r < U; r++)
             if (!(in->layers[l].freq[r] >= 0.0) || isinf(in->layers[l].freq[r]))
-                PI_FAIL(err, PI_ERR_INVALID_ARG, "plan: layer %lld neuron %lld has a negative "
+                PI_FAIL(err, PI_ERR_INVALID_ARG, "plan: layer %lld unit %lld has a negative "
                         "or non-finite frequency", (long long)l, (long long)r);
+        n_keys += U;
+        n_groups += (U + G - 1) / G;
+    }
     out->alloc = *a;
     out->n_layer = L;
     out->n_ff = F;
+    out->n_expert = X;
     out->attn = pi_calloc(a, (size_t)L, 1);
     out->pred = pi_calloc(a, (size_t)L, 1);
     out->norm = pi_calloc(a, (size_t)L, 1);
     out->neuron = pi_calloc(a, (size_t)(L * F), 1);
     out->n_neurons = pi_calloc(a, (size_t)L, sizeof *out->n_neurons);
-    struct key *keys = pi_malloc(a, (size_t)(L * F) * sizeof *keys);
-    struct group *groups = pi_malloc(a, (size_t)(L * ng) * sizeof *groups);
+    out->expert = X ? pi_calloc(a, (size_t)(L * X), 1) : NULL;
+    out->n_experts = pi_calloc(a, (size_t)L, sizeof *out->n_experts);
+    out->moe = pi_calloc(a, (size_t)L, 1);
+    struct key *keys = pi_malloc(a, (size_t)n_keys * sizeof *keys);
+    struct group *groups = pi_malloc(a, (size_t)n_groups * sizeof *groups);
+    int64_t *koff = pi_malloc(a, (size_t)L * sizeof *koff);
+    int64_t *next = pi_calloc(a, (size_t)L, sizeof *next); /* groups taken per layer */
     int st = PI_OK;
-    if (!out->attn || !out->pred || !out->norm || !out->neuron || !out->n_neurons || !keys ||
-        !groups) {
+    if (!out->attn || !out->pred || !out->norm || !out->neuron || !out->n_neurons ||
+        (X && !out->expert) || !out->n_experts || !out->moe || !keys || !groups || !koff || !next) {
         st = pi_error_set(err, PI_ERR_NOMEM, "plan: out of memory");
         goto done;
     }
@@ -94,47 +125,58 @@ int pi_placement_make(const struct pi_plan_input *in, const struct pi_allocator 
         out->norm[l] = (uint8_t)take(out, in, PI_PART_NORM, in->layers[l].norm_bytes, &stopped);
     out->output = take(out, in, PI_PART_OUTPUT, in->output_bytes, &stopped);
     out->kv = take(out, in, PI_PART_KV, in->kv_bytes, &stopped);
-    /* 2. neuron groups by descending summed frequency */
-    for (int64_t l = 0; l < L; l++) {
-        struct key *k = keys + l * F;
-        for (int64_t r = 0; r < F; r++)
+    /* 2. unit groups by descending summed frequency */
+    int64_t ng_all = 0;
+    for (int64_t l = 0, k0 = 0; l < L; l++) {
+        const int64_t U = units_of(in, l), G = group_of(in, l), ng = (U + G - 1) / G;
+        struct key *k = keys + k0;
+        koff[l] = k0;
+        k0 += U;
+        for (int64_t r = 0; r < U; r++)
             k[r] = (struct key){in->layers[l].freq ? in->layers[l].freq[r] : 1.0, r};
-        qsort(k, (size_t)F, sizeof *k, by_freq);
+        qsort(k, (size_t)U, sizeof *k, by_freq);
         for (int64_t g = 0; g < ng; g++) {
             double v = 0.0;
-            for (int64_t r = g * G; r < F && r < (g + 1) * G; r++)
+            for (int64_t r = g * G; r < U && r < (g + 1) * G; r++)
                 v += k[r].f;
-            groups[l * ng + g] = (struct group){v, l, g};
+            groups[ng_all++] = (struct group){v, l, g};
         }
     }
-    qsort(groups, (size_t)(L * ng), sizeof *groups, by_value);
+    qsort(groups, (size_t)ng_all, sizeof *groups, by_value);
     /* Within a layer the groups' values are non-increasing, so the order above takes a
      * layer's groups in order, except among equal values, where `index` breaks the tie
      * the same way. A group that does not fit is skipped (a smaller last group of
      * another layer still may); a layer never skips one of its own groups. */
-    int64_t *next = out->n_neurons; /* reused as "next group" count, then fixed up */
-    for (int64_t i = 0; i < L * ng; i++) {
+    for (int64_t i = 0; i < ng_all; i++) {
         const struct group *g = &groups[i];
-        if (next[g->layer] != g->index || in->layers[g->layer].host_ffn)
+        const int64_t l = g->layer, U = units_of(in, l), G = group_of(in, l);
+        if (next[l] != g->index || in->layers[l].host_ffn)
             continue; /* an earlier group of this layer did not fit, or none may */
-        const int64_t lo = g->index * G, hi = lo + G < F ? lo + G : F;
-        const uint64_t cost = (uint64_t)(hi - lo) * in->layers[g->layer].neuron_bytes;
+        const int64_t lo = g->index * G, hi = lo + G < U ? lo + G : U;
+        const uint64_t cost = (uint64_t)(hi - lo) * in->layers[l].neuron_bytes;
         if (cost > in->budget - out->total)
             continue;
         out->total += cost;
-        out->bytes[PI_PART_FFN] += cost;
+        out->bytes[in->layers[l].experts ? PI_PART_EXPERTS : PI_PART_FFN] += cost;
+        uint8_t *mask = mask_of(out, in, l);
         for (int64_t r = lo; r < hi; r++)
-            out->neuron[g->layer * F + keys[g->layer * F + r].i] = 1;
-        next[g->layer]++;
+            mask[keys[koff[l] + r].i] = 1;
+        next[l]++;
     }
     for (int64_t l = 0; l < L; l++) {
-        const int64_t groups_taken = next[l];
-        const int64_t hi = groups_taken * G < F ? groups_taken * G : F;
-        out->n_neurons[l] = hi;
+        const int64_t U = units_of(in, l), G = group_of(in, l);
+        const int64_t n = next[l] * G < U ? next[l] * G : U;
+        out->moe[l] = (uint8_t)(in->layers[l].experts != 0);
+        if (in->layers[l].experts)
+            out->n_experts[l] = n;
+        else
+            out->n_neurons[l] = n;
     }
 done:
     pi_free(a, keys);
     pi_free(a, groups);
+    pi_free(a, koff);
+    pi_free(a, next);
     if (st < 0)
         pi_placement_free(out);
     return st;

@@ -296,3 +296,20 @@ void pi_dequant_iq4_xs(const void *src, float *dst, int64_t n) {
         }
     }
 }
+
+const int8_t pi_mxfp4_grid[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
+/* MXFP4, 17 B: e (E8M0) | qs[16], nibbles as Q4_0 (low nibbles are weights 0..15);
+ * x = d * grid[q] with d = 2^(e - 128), half the block scale, as the grid holds twice
+ * the E2M1 values. Products of a power of two and a small integer: exact. */
+void pi_dequant_mxfp4(const void *src, float *dst, int64_t n) {
+    const uint8_t *b = src;
+    for (int64_t i = 0; i < n / QK; i++, b += 17, dst += QK) {
+        float d = pi_e8m0_half_to_fp32(b[0]);
+        const uint8_t *qs = b + 1;
+        for (int j = 0; j < QK / 2; j++) {
+            dst[j] = d * (float)pi_mxfp4_grid[qs[j] & 0x0f];
+            dst[j + QK / 2] = d * (float)pi_mxfp4_grid[qs[j] >> 4];
+        }
+    }
+}

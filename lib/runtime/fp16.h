@@ -8,7 +8,8 @@
  *    its sign and the top 10 payload bits (a payload that would vanish becomes the
  *    quiet bit), so half -> float -> half is the identity on all 65536 patterns.
  *  - bf16 -> float is a 16-bit shift; float -> bf16 rounds to nearest even and
- *    turns a NaN into a quiet NaN with the same sign. */
+ *    turns a NaN into a quiet NaN with the same sign.
+ *  - E8M0 (MXFP4's shared block exponent) -> half its power of two as a float. */
 #ifndef PI_RUNTIME_FP16_H
 #define PI_RUNTIME_FP16_H
 
@@ -101,6 +102,15 @@ static inline uint16_t pi_fp32_to_bf16(float f) {
     if ((x & 0x7fffffffu) > 0x7f800000u)
         return (uint16_t)((x >> 16) | 0x40u); /* quiet NaN */
     return (uint16_t)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
+}
+
+/* MXFP4's block scale: the E8M0 byte e stands for 2^(e - 127), and MXFP4's 4-bit codes
+ * are kept as twice their E2M1 values (integers), so the scale used is half of it,
+ * 2^(e - 128): the float with exponent field e - 1 for e >= 2, the subnormals 2^-127
+ * and 2^-128 for e = 1 and 0. Exact for every byte; e = 255 (NaN in the OCP MX
+ * specification) gives 2^127, as ggml and the gguf package read it. */
+static inline float pi_e8m0_half_to_fp32(uint8_t e) {
+    return pi_bits_to_fp32(e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23);
 }
 
 #endif

@@ -231,6 +231,56 @@ void pi_quantize_q8_0(const float *src, void *dst, int64_t n) {
     }
 }
 
+/* np.log2 on a float32 array, then np.floor: log2 is taken in double and rounded to
+ * float32, which is correctly rounded where it matters (near the powers of two, where
+ * a float32 log2 may round up to the integer: floor then gives that integer, as numpy
+ * does; numpy's own float32 log2 is not correctly rounded elsewhere, but only its floor
+ * is used, and that agrees on every value tried, tests/format/test_quantize.py). */
+static float floor_log2(float d) {
+    return floorf((float)log2((double)d));
+}
+
+/* MXFP4, 17 B: e | qs[16], q[j] in the low nibble of qs[j], q[j+16] in the high.
+ *   d = abs(blocks).max()
+ *   e = where(d > 0, floor(log2(d)) - 2 + 127, 0).astype(uint8)
+ *   d = e8m0_to_fp32_half(e)
+ *   q = argmin(abs(d * kvalues - blocks))  (the first of equal errors)
+ * d * kvalues is exact (a power of two times a small integer); the subtraction is
+ * rounded in float32 as numpy's is, which decides ties. For max |x| below 2^-125 the
+ * exponent is negative and wraps to its low byte as numpy's cast does on x86-64
+ * (np_byte): a huge scale, and every quant 0. A NaN in the block gives e = 0 and NaN
+ * errors, so quants 0 (argmin takes the first NaN); an infinity gives e = 0 (np_byte
+ * of inf). */
+void pi_quantize_mxfp4(const float *src, void *dst, int64_t n) {
+    uint8_t *b = dst;
+    for (int64_t i = 0; i < n / QK; i++, src += QK, b += 17) {
+        float amax = fabsf(src[0]);
+        for (int j = 1; j < QK && !isnan(amax); j++) {
+            float a = fabsf(src[j]);
+            if (isnan(a) || a > amax)
+                amax = a;
+        }
+        const uint8_t e = amax > 0.0f ? np_byte(floor_log2(amax) - 2.0f + 127.0f) : 0;
+        const float d = pi_e8m0_half_to_fp32(e);
+        uint8_t q[QK];
+        for (int j = 0; j < QK; j++) {
+            int best = 0;
+            float err = fabsf(d * (float)pi_mxfp4_grid[0] - src[j]);
+            for (int k = 1; k < 16 && !isnan(err); k++) {
+                const float ek = fabsf(d * (float)pi_mxfp4_grid[k] - src[j]);
+                if (isnan(ek) || ek < err) {
+                    err = ek;
+                    best = k;
+                }
+            }
+            q[j] = (uint8_t)best;
+        }
+        b[0] = e;
+        for (int j = 0; j < QK / 2; j++)
+            b[1 + j] = (uint8_t)(q[j] | (q[j + QK / 2] << 4));
+    }
+}
+
 int pi_quantize_supported(uint32_t type) {
     switch (type) {
     case PI_TYPE_F32:
@@ -241,6 +291,7 @@ int pi_quantize_supported(uint32_t type) {
     case PI_TYPE_Q5_0:
     case PI_TYPE_Q5_1:
     case PI_TYPE_Q8_0:
+    case PI_TYPE_MXFP4:
         return 1;
     default:
         return 0;
@@ -257,6 +308,7 @@ void pi_quantize_row(uint32_t type, const float *src, void *dst, int64_t n) {
     case PI_TYPE_Q5_0: pi_quantize_q5_0(src, dst, n); break;
     case PI_TYPE_Q5_1: pi_quantize_q5_1(src, dst, n); break;
     case PI_TYPE_Q8_0: pi_quantize_q8_0(src, dst, n); break;
+    case PI_TYPE_MXFP4: pi_quantize_mxfp4(src, dst, n); break;
     default: break; /* callers check pi_quantize_supported */
     }
 }

@@ -6,7 +6,8 @@
  * for Q4_1 / Q5_1 the min and max, the later of equal zeros winning as numpy's
  * reductions do), the same float32 operations in the same order (no FMA
  * contraction), the same rounding (trunc(x + 8.5) for Q4_0, round half away from
- * zero for Q8_0), scales rounded to f16 to nearest even, and the same conversion of
+ * zero for Q8_0, the nearest grid value, the first of equals, for MXFP4), scales
+ * rounded to f16 to nearest even, and the same conversion of
  * out-of-range values to bytes (the low byte of a truncating conversion to int32,
  * 0 for NaN, infinities and values beyond int32, which is what numpy does on
  * x86-64). tests/format/test_quantize.c checks them against a fixture made by
@@ -18,7 +19,7 @@
 #include <stdint.h>
 
 /* 1 if pi_quantize_row can produce `type`: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1,
- * Q8_0. */
+ * Q8_0, MXFP4. */
 int pi_quantize_supported(uint32_t type);
 
 /* Quantize the n floats at src (n a multiple of the type's block size) into dst,
@@ -33,5 +34,6 @@ void pi_quantize_q4_1(const float *src, void *dst, int64_t n);
 void pi_quantize_q5_0(const float *src, void *dst, int64_t n);
 void pi_quantize_q5_1(const float *src, void *dst, int64_t n);
 void pi_quantize_q8_0(const float *src, void *dst, int64_t n);
+void pi_quantize_mxfp4(const float *src, void *dst, int64_t n);
 
 #endif

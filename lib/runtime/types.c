@@ -36,7 +36,7 @@ static const struct pi_type_traits traits[PI_TYPE_ID_LIMIT] = {
     [30] = {"BF16", 1, 2, pi_dequant_bf16},
     [34] = {"TQ1_0", 256, 54, 0},
     [35] = {"TQ2_0", 256, 66, 0},
-    [39] = {"MXFP4", 32, 17, 0},
+    [39] = {"MXFP4", 32, 17, pi_dequant_mxfp4},
     [40] = {"NVFP4", 64, 36, 0},
     [41] = {"Q1_0", 128, 18, 0},
 };

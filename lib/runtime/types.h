@@ -52,9 +52,15 @@ void pi_dequant_q5_k(const void *src, float *dst, int64_t n);
 void pi_dequant_q6_k(const void *src, float *dst, int64_t n);
 void pi_dequant_iq4_nl(const void *src, float *dst, int64_t n);
 void pi_dequant_iq4_xs(const void *src, float *dst, int64_t n);
+void pi_dequant_mxfp4(const void *src, float *dst, int64_t n);
 
 /* The 16 values of the non-linear 4-bit grid of IQ4_NL and IQ4_XS: a weight's 4-bit
  * quant q stands for pi_iq4_grid[q] times its block scale. */
 extern const int8_t pi_iq4_grid[16];
+
+/* MXFP4's 16 codes as twice their E2M1 values (0, 0.5, 1, 1.5, 2, 3, 4, 6 and their
+ * negatives, bit 3 the sign): a weight is pi_mxfp4_grid[q] times
+ * pi_e8m0_half_to_fp32(e) (runtime/fp16.h), e the block's exponent byte. */
+extern const int8_t pi_mxfp4_grid[16];
 
 #endif

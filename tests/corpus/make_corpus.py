@@ -461,6 +461,10 @@ def model_files():
         "model_llama_moe_gating_3.gguf": tiny_moe(extra_kvs=[("llama.expert_gating_func", U32, 3)]),
         "model_llama_moe_router_bias.gguf": tiny_moe(
             extra_tensors=[("blk.0.ffn_gate_inp.bias", [4], T_F32, zero(16))]),
+        # gpt-oss with another gating function than its own, and sinks with a soft-cap
+        "model_gptoss_gating_1.gguf": tiny_gptoss(extra_kvs=[("gpt-oss.expert_gating_func", U32, 1)]),
+        "model_gptoss_softcap.gguf": tiny_gptoss(
+            extra_kvs=[("gpt-oss.attn_logit_softcapping", F32, 30.0)]),
     }
     return valid, unsupported
 
@@ -492,7 +496,22 @@ def tiny_moe(arch="llama", n_expert=4, used=2, Fe=16, extra_kvs=(), extra_tensor
                ("blk.0.ffn_gate_inp_shexp.weight", [E], T_F32, f32s(E, 58, 1.0))]
     ts = [t for t in ts if t[0] not in drop]
     return tiny_llama(arch=arch, prefix=arch, extra_kvs=list(kvs) + list(extra_kvs),
-                      drop=MOE_DENSE, extra_tensors=ts + list(extra_tensors))
+                      drop=MOE_DENSE + tuple(drop), extra_tensors=ts + list(extra_tensors))
+
+
+def tiny_gptoss(drop=(), extra_kvs=(), extra_tensors=()):
+    """tiny_moe as gpt-oss: attention sinks (2 heads), post_attention_norm as the FFN's
+    norm instead of ffn_norm, router and expert biases."""
+    ones = struct.pack("<8f", *([1.0] * 8))
+    ts = [("blk.0.attn_sinks.weight", [2], T_F32, f32s(2, 70, 1.0)),
+          ("blk.0.post_attention_norm.weight", [8], T_F32, ones),
+          ("blk.0.ffn_gate_inp.bias", [4], T_F32, f32s(4, 71)),
+          ("blk.0.ffn_gate_exps.bias", [16, 4], T_F32, f32s(64, 72)),
+          ("blk.0.ffn_up_exps.bias", [16, 4], T_F32, f32s(64, 73)),
+          ("blk.0.ffn_down_exps.bias", [8, 4], T_F32, f32s(32, 74))]
+    ts = [t for t in ts if t[0] not in drop]
+    return tiny_moe(arch="gpt-oss", drop=("blk.0.ffn_norm.weight",) + tuple(drop),
+                    extra_kvs=extra_kvs, extra_tensors=ts + list(extra_tensors))
 
 
 def moe_files():
@@ -513,6 +532,13 @@ def moe_files():
         # OLMoE's q/k norms over the whole row (n_embd 8 = 2 heads of 4)
         "model_olmoe.gguf": tiny_moe(arch="olmoe", extra_tensors=qk(8, 59)),
         "model_qwen3moe.gguf": tiny_moe(arch="qwen3moe", extra_tensors=qk(4, 61)),
+        # gpt-oss: sinks, biases, softmax over the top k; with a window of 2 and YaRN
+        "model_gptoss.gguf": tiny_gptoss(),
+        "model_gptoss_swa_yarn.gguf": tiny_gptoss(extra_kvs=[
+            ("gpt-oss.attention.sliding_window", U32, 2),
+            ("gpt-oss.rope.scaling.type", STRING, "yarn"),
+            ("gpt-oss.rope.scaling.factor", F32, 32.0),
+            ("gpt-oss.rope.scaling.original_context_length", U32, 16)]),
     }
     refused = {
         # k above the expert count, or missing
@@ -532,6 +558,17 @@ def moe_files():
             extra_tensors=[("blk.0.ffn_gate_inp_shexp.weight", [7], T_F32, f32s(7, 60))]),
         "model_llama_exps_without_count.gguf": tiny_llama(extra_tensors=[
             ("blk.0.ffn_up_exps.weight", [8, 16, 4], T_F32, f32s(8 * 16 * 4, 60))]),
+        # gpt-oss without its sinks, with sinks of the wrong width, without the router's
+        # bias, with an expert bias of the wrong expert count, with ffn_norm in place of
+        # post_attention_norm
+        "model_gptoss_no_sinks.gguf": tiny_gptoss(drop=("blk.0.attn_sinks.weight",)),
+        "model_gptoss_sinks_width.gguf": tiny_gptoss(drop=("blk.0.attn_sinks.weight",),
+            extra_tensors=[("blk.0.attn_sinks.weight", [3], T_F32, f32s(3, 75))]),
+        "model_gptoss_no_router_bias.gguf": tiny_gptoss(drop=("blk.0.ffn_gate_inp.bias",)),
+        "model_gptoss_down_bias_shape.gguf": tiny_gptoss(drop=("blk.0.ffn_down_exps.bias",),
+            extra_tensors=[("blk.0.ffn_down_exps.bias", [8, 3], T_F32, f32s(24, 76))]),
+        "model_gptoss_ffn_norm.gguf": tiny_gptoss(drop=("blk.0.post_attention_norm.weight",),
+            extra_tensors=[("blk.0.ffn_norm.weight", [8], T_F32, f32s(8, 77, 1.0))]),
     }
     return valid, refused
 

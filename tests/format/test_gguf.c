@@ -90,6 +90,15 @@ static uint8_t *sample(uint64_t *size, uint32_t alignment) {
                      PI_ERR_INVALID_ARG);
     assert_int_equal(gguf_writer_add_tensor(w, "w.f32", PI_TYPE_F32, 2, ne, f),
                      PI_ERR_INVALID_ARG);
+    /* MXFP4 last: every truncation of its 68 bytes (4 blocks of 17) is refused */
+    uint8_t mx[4 * 17];
+    for (int i = 0; i < (int)sizeof mx; i++)
+        mx[i] = (uint8_t)(i * 13 + 1);
+    int64_t ne3[2] = {64, 2};
+    assert_int_equal(gguf_writer_add_tensor(w, "w.mxfp4", PI_TYPE_MXFP4, 2, ne3, mx), PI_OK);
+    int64_t bad3[2] = {48, 2};
+    assert_int_equal(gguf_writer_add_tensor(w, "w.bad3", PI_TYPE_MXFP4, 2, bad3, mx),
+                     PI_ERR_INVALID_ARG);
     const char *path = tmp_path("pi_test_gguf_sample.gguf");
     assert_int_equal(gguf_writer_write_file(w, path, GGUF_MAGIC_GGUF, NULL), PI_OK);
     gguf_writer_destroy(w);
@@ -159,7 +168,7 @@ static void test_roundtrip(void **state) {
     assert_int_equal(gguf_kv_str(&f, arr, 0, &s, &len), PI_ERR_TYPE);
     assert_null(gguf_find_kv(&f, "t.missing"));
 
-    assert_int_equal(f.n_tensors, 2);
+    assert_int_equal(f.n_tensors, 3);
     int64_t i = gguf_find_tensor(&f, "w.q8");
     assert_int_equal(i, 1);
     const struct gguf_tensor *t = &f.tensors[i];
@@ -175,6 +184,10 @@ static void test_roundtrip(void **state) {
     float x;
     memcpy(&x, t->data + 4 * 14, 4);
     assert_true(x == 7.0f);
+    t = &f.tensors[gguf_find_tensor(&f, "w.mxfp4")];
+    assert_int_equal(t->type, PI_TYPE_MXFP4);
+    assert_int_equal(t->nbytes, 68);
+    assert_int_equal(t->data[17], (uint8_t)(17 * 13 + 1));
     assert_int_equal(gguf_find_tensor(&f, "w.none"), -1);
     gguf_close(&f);
     free(buf);

@@ -93,7 +93,8 @@ static void test_fixture(void **state) {
     assert_true(size >= 12);
     assert_int_equal(le32(buf), FIXTURE_MAGIC);
     assert_int_equal(le32(buf + 4), 1);
-    uint32_t n_records = le32(buf + 8), types_seen = 0;
+    uint32_t n_records = le32(buf + 8);
+    uint64_t types_seen = 0;
     size_t off = 12;
     for (uint32_t r = 0; r < n_records; r++) {
         assert_true(off + 12 <= size);
@@ -121,14 +122,15 @@ static void test_fixture(void **state) {
                 fail();
             }
         }
-        types_seen |= 1u << type;
+        types_seen |= 1ull << type;
         off += 4ull * n + nb;
         free(in);
         free(out);
     }
     assert_int_equal(off, size);
-    uint32_t want_types = 1u << PI_TYPE_F16 | 1u << PI_TYPE_Q4_0 | 1u << PI_TYPE_Q4_1 |
-                          1u << PI_TYPE_Q5_0 | 1u << PI_TYPE_Q5_1 | 1u << PI_TYPE_Q8_0;
+    uint64_t want_types = 1ull << PI_TYPE_F16 | 1ull << PI_TYPE_Q4_0 | 1ull << PI_TYPE_Q4_1 |
+                          1ull << PI_TYPE_Q5_0 | 1ull << PI_TYPE_Q5_1 | 1ull << PI_TYPE_Q8_0 |
+                          1ull << PI_TYPE_MXFP4;
     assert_int_equal(types_seen & want_types, want_types);
     free(buf);
 }
@@ -140,11 +142,13 @@ static void test_roundtrip_error(void **state) {
     uint8_t q[256];
     for (int i = 0; i < 64; i++)
         x[i] = (float)((i * 37) % 64 - 31) / 8.0f;
-    static const uint32_t types[] = {PI_TYPE_Q4_0, PI_TYPE_Q4_1, PI_TYPE_Q5_0, PI_TYPE_Q5_1,
-                                     PI_TYPE_Q8_0, PI_TYPE_F16, PI_TYPE_BF16, PI_TYPE_F32};
-    /* one step: Q4_0 / Q5_0 clip the end opposite to the largest magnitude */
+    static const uint32_t types[] = {PI_TYPE_Q4_0, PI_TYPE_Q4_1, PI_TYPE_Q5_0,
+                                     PI_TYPE_Q5_1, PI_TYPE_Q8_0, PI_TYPE_F16,
+                                     PI_TYPE_BF16, PI_TYPE_F32,  PI_TYPE_MXFP4};
+    /* one step: Q4_0 / Q5_0 clip the end opposite to the largest magnitude; MXFP4 keeps
+     * magnitudes up to 1.5 * 2^floor(log2 max): a block max of 3.875 clips to 3 */
     static const float steps[] = {4.0f / 8, 7.875f / 15, 4.0f / 16, 7.875f / 31, 4.0f / 127,
-                                  2e-3f, 1.6e-2f, 0.0f};
+                                  2e-3f,    1.6e-2f,     0.0f,      0.875f};
     for (size_t t = 0; t < sizeof types / sizeof *types; t++) {
         pi_quantize_row(types[t], x, q, 64);
         pi_type_traits(types[t])->to_float(q, y, 64);

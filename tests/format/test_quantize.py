@@ -5,7 +5,8 @@
                      --writer PATH/write_test_model --models DIR --corpus DIR --tmp DIR
 
 Inputs: the committed tiny-silu-gqa f32 / f16 models, the tied tiny-relu-mha-tied
-f32 model, a PowerInfer (PWRI) F32 model made by write_test_model, and a file written
+f32 model, the mixtral architecture fixture (3-D F16 expert tensors; to MXFP4, the type
+of gpt-oss's experts), a PowerInfer (PWRI) F32 model made by write_test_model, and a file written
 here with gguf.GGUFWriter holding every kind of tensor the selection rule tells apart
 (BF16, 3-D, 1-D, not ".weight", ne0 not a multiple of 32, already quantized, I32).
 For each input and target type, with GGUFReader (on a copy whose PWRI magic is
@@ -52,8 +53,8 @@ except ImportError as e:  # pragma: no cover
 from checks import Mismatches, finish, run_check  # noqa: E402
 
 TYPES = {"q4_0": QT.Q4_0, "q4_1": QT.Q4_1, "q5_0": QT.Q5_0, "q5_1": QT.Q5_1,
-         "q8_0": QT.Q8_0, "f16": QT.F16, "bf16": QT.BF16}
-FILE_TYPE = {QT.Q4_0: 2, QT.Q4_1: 3, QT.Q8_0: 7, QT.Q5_0: 8, QT.Q5_1: 9}
+         "q8_0": QT.Q8_0, "mxfp4": QT.MXFP4, "f16": QT.F16, "bf16": QT.BF16}
+FILE_TYPE = {QT.Q4_0: 2, QT.Q4_1: 3, QT.Q8_0: 7, QT.Q5_0: 8, QT.Q5_1: 9, QT.MXFP4: 38}
 FLOATS = {QT.F32, QT.F16, QT.BF16}
 UPDATED = {"general.file_type", "general.quantization_version"}
 
@@ -102,6 +103,8 @@ def expected_type(t, target, pred, keep_output, requant=False):
         return t.tensor_type
     if keep_output and t.name == "output.weight":
         return t.tensor_type
+    if t.name.endswith((".ffn_gate_inp.weight", ".ffn_gate_inp_shexp.weight")):
+        return t.tensor_type  # MoE routers are copied, as llama.cpp does
     to = target
     if pred is not None and t.name.startswith("blk.") and (
             t.name.endswith(".fc1.weight") or t.name.endswith(".fc2.weight")):
@@ -288,19 +291,22 @@ def main():
     models = [os.path.join(args.models, n) for n in (
         "tiny-silu-gqa.f32.gguf", "tiny-silu-gqa.f16.gguf", "tiny-relu-mha-tied.f32.gguf")]
     for src in models + [pwri]:
-        for tname in ("q4_0", "q4_1", "q5_0", "q5_1", "q8_0"):
+        for tname in ("q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "mxfp4"):
             run_check(f"{os.path.basename(src)} -> {tname}", check_file, args, src, tname, [])
     for tname, pred in (("q4_0", "q5_0"), ("q8_0", "f16"), ("q4_1", "bf16"), ("q4_0", "q8_0")):
         for src in (pwri, pwri16):
             run_check(f"{os.path.basename(src)} -> {tname}, predictors {pred}", check_file,
                       args, src, tname, ["--predictor-type", pred], pred)
+    moe = os.path.join(os.path.dirname(os.path.abspath(args.models)), "archs", "mixtral.f16.gguf")
+    for tname in ("mxfp4", "q8_0"):
+        run_check(f"mixtral.f16 (3-D experts) -> {tname}", check_file, args, moe, tname, [])
     run_check("tiny-silu-gqa.f16 -> q4_0 --keep-output", check_file, args, models[1], "q4_0",
               ["--keep-output"], None, True)
     # h.weight is Q8_0 already: copied to q8_0; to another type only with
     # --allow-requantize (then gguf.quants of its dequantized values), else refused
     run_check("mixed tensor kinds -> q8_0", check_file, args, mixed, "q8_0", [], None,
               False, False)
-    for tname in ("q4_0", "q5_1"):
+    for tname in ("q4_0", "q5_1", "mxfp4"):
         run_check(f"mixed tensor kinds -> {tname} --allow-requantize", check_file, args, mixed,
                   tname, ["--allow-requantize"], None, False, False)
         run_check(f"mixed tensor kinds -> {tname} refused", lambda a, t=tname: expect_failure(

@@ -1,10 +1,12 @@
 #!/bin/sh
-# tests/gpu/pack.sh BUILD OUT -- copy what tests/gpu/run.sh needs from a GPU build
-# (-Dcuda=enabled) into the flat directory OUT, with the shared libraries a bare GPU
-# machine may lack (cmocka, pcre2), so the checks run where no build tools are:
+# tests/gpu/pack.sh BUILD OUT [LLAMACPP] -- copy what tests/gpu/run.sh needs from a GPU
+# build (-Dcuda=enabled) into the flat directory OUT, with the shared libraries a bare
+# GPU machine may lack (cmocka, pcre2), so the checks run where no build tools are:
 #   sh tests/gpu/pack.sh build-gpu .gpubin && (copy the tree) && sh tests/gpu/run.sh .gpubin
+# LLAMACPP: tests/gpu/build_llamacpp.sh's output, copied to OUT/llamacpp for
+# tests/gpu/compare.sh. The device tool carries at most 64 MiB: the total is checked.
 set -eu
-B=$1 O=$2
+B=$1 O=$2 LL=${3:-}
 mkdir -p "$O"
 cp "$B/tests/gpu/test_gpu_kernels" "$B/tests/gpu/test_gpu_archs" "$B/tests/test_hybrid" "$B/tests/test_batch" "$B/tools/pi-bench" "$B/tools/pi-run" "$O/"
 for f in "$B"/lib/libpowerinfer.so*; do
@@ -14,5 +16,14 @@ for lib in libcmocka.so.0 libpcre2-8.so.0; do
     p=$(ldconfig -p | awk -v l="$lib" '$1 == l && /x86-64/ { print $NF; exit }')
     [ -n "$p" ] && cp -L "$p" "$O/$lib"
 done
+if [ -n "$LL" ]; then
+    mkdir -p "$O/llamacpp"
+    cp -P "$LL"/* "$O/llamacpp/"
+fi
 # the binaries look for libpowerinfer in $ORIGIN/../lib; run.sh sets LD_LIBRARY_PATH
 du -sh "$O"
+kib=$(du -sk "$O" | cut -f1)
+if [ "$kib" -gt $((64 * 1024)) ]; then
+    echo "pack.sh: $O holds $kib KiB, over the 64 MiB a device run carries" >&2
+    exit 1
+fi

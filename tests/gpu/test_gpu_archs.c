@@ -89,15 +89,16 @@ static void run(const pi_model *m, const struct fixture *f, const pi_ctx_params 
     }
     const pi_plan *p = pi_ctx_plan(c);
     if (p) { /* what ran on the device */
-        int64_t attn = 0, ffn = 0;
+        int64_t attn = 0, ffn = 0, ex = 0;
         for (int64_t l = 0; l < pi_plan_n_layer(p); l++) {
             attn += (pi_plan_layer_parts(p, l) >> PI_PLAN_ATTENTION) & 1;
             ffn += pi_plan_layer_neurons(p, l, NULL, 0) > 0;
+            ex += pi_plan_layer_experts(p, l, NULL, 0);
         }
         printf("#   %s: attention of %lld and FFN of %lld of %lld layers on the device, KV cache "
-               "%s, output %s\n", what, (long long)attn, (long long)ffn,
+               "%s, output %s, %lld experts\n", what, (long long)attn, (long long)ffn,
                (long long)pi_plan_n_layer(p), pi_plan_kv_on_device(p) ? "there" : "on the host",
-               pi_plan_output_on_device(p) ? "there" : "on the host");
+               pi_plan_output_on_device(p) ? "there" : "on the host", (long long)ex);
     }
     pi_ctx_destroy(c);
 }

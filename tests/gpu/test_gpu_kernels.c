@@ -117,7 +117,7 @@ static float *rnd_floats(size_t n, float scale) {
 static const uint32_t k_types[] = {
     PI_TYPE_F32,  PI_TYPE_F16,  PI_TYPE_BF16, PI_TYPE_Q4_0, PI_TYPE_Q4_1, PI_TYPE_Q5_0,
     PI_TYPE_Q5_1, PI_TYPE_Q8_0, PI_TYPE_Q4_K, PI_TYPE_Q5_K, PI_TYPE_Q6_K, PI_TYPE_Q2_K,
-    PI_TYPE_Q3_K, PI_TYPE_ID_IQ4_NL, PI_TYPE_ID_IQ4_XS,
+    PI_TYPE_Q3_K, PI_TYPE_ID_IQ4_NL, PI_TYPE_ID_IQ4_XS, PI_TYPE_MXFP4,
 };
 #define N_TYPES (sizeof k_types / sizeof k_types[0])
 
@@ -520,12 +520,21 @@ static void attention_case(const struct pi_kv_desc *d, const int64_t *chunks, in
         C->kv_store(cb, ckv, layer, pos, n_tok, k, v);
         G->kv_store(gb, gkv, layer, pos, n_tok, dk, dv);
         if (attend) {
-            const struct pi_attn def = {1.0f / sqrtf((float)d->head_dim_k), 0.0f, 0};
+            const struct pi_attn def = {1.0f / sqrtf((float)d->head_dim_k), 0.0f, 0, NULL};
             const struct pi_attn *ao = a ? a : &def;
+            struct pi_attn go = *ao; /* the device's copy of the sinks */
+            float *dsinks = NULL;
+            if (ao->sinks) {
+                dsinks = dev_from(ao->sinks, (size_t)d->n_head * sizeof(float));
+                go.sinks = dsinks;
+            }
             C->attention(cb, ckv, layer, q, n_tok, pos, ao, want);
-            G->attention(gb, gkv, layer, dq, n_tok, pos, ao, dout);
+            G->attention(gb, gkv, layer, dq, n_tok, pos, &go, dout);
             dev_to(got, dout, (size_t)(n_tok * no) * sizeof *got);
-            const char *what = ao->window > 0 && ao->softcap > 0.0f ? "window, softcap"
+            if (dsinks)
+                G->buf_free(gb, dsinks);
+            const char *what = ao->sinks                             ? "sinks"
+                               : ao->window > 0 && ao->softcap > 0.0f ? "window, softcap"
                                : ao->window > 0                      ? "window"
                                : ao->softcap > 0.0f                  ? "softcap"
                                : a                                   ? "scale"
@@ -601,9 +610,12 @@ static void test_attention_options(void **state) {
     {
         const struct pi_kv_desc d = {2, 160, 6, 2, 64, 64};
         const int64_t chunks[] = {7, 1, 33, 1, 64, 1}; /* 107 positions */
+        /* gpt-oss's sinks: near the scores, far above and far below them */
+        static const float sinks[6] = {0.5f, -2.0f, 3.0f, 60.0f, -60.0f, 0.0f};
         static const struct pi_attn opts[] = {
-            {0.3f, 0.0f, 0},    {0.3f, 1.5f, 0},    {0.125f, 0.0f, 16}, {0.125f, 0.0f, 107},
-            {0.125f, 0.0f, 1000}, {0.125f, 0.0f, 1}, {0.3f, 1.5f, 8},
+            {0.3f, 0.0f, 0, NULL},    {0.3f, 1.5f, 0, NULL},    {0.125f, 0.0f, 16, NULL},
+            {0.125f, 0.0f, 107, NULL}, {0.125f, 0.0f, 1000, NULL}, {0.125f, 0.0f, 1, NULL},
+            {0.3f, 1.5f, 8, NULL},    {0.125f, 0.0f, 0, sinks}, {0.125f, 0.0f, 16, sinks},
         };
         for (size_t i = 0; i < sizeof opts / sizeof opts[0]; i++)
             attention_case(&d, chunks, 6, 1, 0, &opts[i]);
@@ -617,14 +629,14 @@ static void test_attention_options(void **state) {
         chunks[n++] = 7;
         chunks[n++] = 1;
         chunks[n++] = 1;
-        const struct pi_attn wide = {0.0884f, 0.0f, 700}, narrow = {0.0884f, 2.0f, 40};
+        const struct pi_attn wide = {0.0884f, 0.0f, 700, NULL}, narrow = {0.0884f, 2.0f, 40, NULL};
         attention_case(&d, chunks, n, 0, 4, &wide);
         attention_case(&d, chunks, n, 0, 0, &narrow);
     }
     { /* the widest heads, a window and a cap */
         const struct pi_kv_desc d = {1, 300, 2, 2, 256, 256};
         const int64_t chunks[] = {33, 1, 64, 64, 64, 1};
-        const struct pi_attn o = {0.0625f, 1.0f, 100};
+        const struct pi_attn o = {0.0625f, 1.0f, 100, NULL};
         attention_case(&d, chunks, 6, 0, 0, &o);
     }
 }
@@ -635,6 +647,7 @@ static const char *const k_act_names[PI_ACT_COUNT] = {
     [PI_ACT_GELU_ERF_MUL] = "gelu_erf*u", [PI_ACT_SILU] = "silu",
     [PI_ACT_GELU] = "gelu",             [PI_ACT_GELU_ERF] = "gelu_erf",
     [PI_ACT_RELU] = "relu",             [PI_ACT_RELU_SQR] = "relu^2",
+    [PI_ACT_SWIGLU_OAI] = "swiglu_oai",
 };
 
 /* Tolerance of one activation against the CPU's, g and u the inputs. The ReLU family
@@ -650,6 +663,8 @@ static double act_tol(enum pi_act act, float g, float u, double want) {
     case PI_ACT_SILU_MUL:
     case PI_ACT_SILU:
         return 1e-6 * fabs(want) + 1e-30;
+    case PI_ACT_SWIGLU_OAI: /* SiLU's operations and one more add and product */
+        return 2e-6 * fabs(want) + 1e-30;
     case PI_ACT_GELU_MUL:
     case PI_ACT_GELU_ERF_MUL:
     case PI_ACT_GELU:
@@ -1027,7 +1042,7 @@ static void bench_run(const struct bench_op *o) {
         G->matmul_t(gb, o->w, o->x, o->n_tok, o->y);
         break;
     case B_ATTENTION: {
-        const struct pi_attn ao = {0.125f, 0.0f, 0};
+        const struct pi_attn ao = {0.125f, 0.0f, 0, NULL};
         G->attention(gb, o->kv, 0, o->x, o->n_tok, o->pos0, &ao, o->y);
         break;
     }
@@ -1053,7 +1068,7 @@ static void test_bench(void **state) {
     (void)state;
     static const uint32_t types[] = {PI_TYPE_F16,  PI_TYPE_Q8_0, PI_TYPE_Q4_0,      PI_TYPE_Q4_K,
                                      PI_TYPE_Q6_K, PI_TYPE_Q2_K, PI_TYPE_Q3_K,      PI_TYPE_ID_IQ4_NL,
-                                     PI_TYPE_ID_IQ4_XS};
+                                     PI_TYPE_ID_IQ4_XS, PI_TYPE_MXFP4};
     const int64_t n_in = 4096, n_out = MAX_WIDTH;
     printf("\n%-6s %-9s %5s %10s %9s %9s\n", "type", "op", "n_tok", "us", "GB/s", "GFLOP/s");
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {

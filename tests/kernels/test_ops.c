@@ -66,10 +66,12 @@ static double rope_angle(const struct pi_rope *r, double pos, int i, double *msc
     double t_s = theta * r->freq_scale, m = r->attn_factor;
     if (r->ext_factor != 0.0f) {
         const double two_pi = 6.283185307179586;
-        double lo = floor(r->n_rot * log(r->n_ctx_orig / (two_pi * r->beta_fast)) /
-                          (2 * log(r->base)));
-        double hi = ceil(r->n_rot * log(r->n_ctx_orig / (two_pi * r->beta_slow)) /
-                         (2 * log(r->base)));
+        double lo = r->n_rot * log(r->n_ctx_orig / (two_pi * r->beta_fast)) / (2 * log(r->base));
+        double hi = r->n_rot * log(r->n_ctx_orig / (two_pi * r->beta_slow)) / (2 * log(r->base));
+        if (!r->yarn_exact) {
+            lo = floor(lo);
+            hi = ceil(hi);
+        }
         lo = lo < 0 ? 0 : lo;
         hi = hi > r->n_rot - 1 ? r->n_rot - 1 : hi;
         double y = (i - lo) / (hi - lo > 0.001 ? hi - lo : 0.001);
@@ -97,6 +99,10 @@ static void test_rope(void **state) {
          .attn_factor = 1.19f},
         {.n_rot = R, .base = 10000.0f, .freq_scale = 0.25f, .attn_factor = 1.0f,
          .ext_factor = 1.0f, .beta_fast = 32.0f, .beta_slow = 1.0f, .n_ctx_orig = 4096},
+        /* gpt-oss: the correction range unrounded (2.2 .. 5.6 here) */
+        {.n_rot = R, .base = 150000.0f, .freq_scale = 1.0f / 32, .attn_factor = 1.0f,
+         .ext_factor = 1.0f, .beta_fast = 32.0f, .beta_slow = 1.0f, .n_ctx_orig = 4096,
+         .yarn_exact = 1},
     };
     for (size_t ci = 0; ci < sizeof cases / sizeof *cases; ci++)
         for (int neox = 0; neox <= 1; neox++) {
@@ -126,15 +132,19 @@ static void test_rope(void **state) {
 
 /* Attention for T new tokens at positions P..P+T-1 after P cached ones, 4 query heads
  * sharing 2 KV heads, head dims 6 (K) and 5 (V); with the standard scale, with another
- * scale and soft-capping (Gemma 2), and within a sliding window of 3 positions. */
+ * scale and soft-capping (Gemma 2), within a sliding window of 3 positions, and with
+ * attention sinks (gpt-oss; one far above the scores, one far below), also windowed. */
 static void test_attention(void **state) {
     (void)state;
     const struct pi_backend_vtable *be = pi_backend_cpu();
     enum { L = 2, CTX = 16, HQ = 4, HKV = 2, DK = 6, DV = 5, P = 4, T = 3 };
+    static const float sinks[HQ] = {0.7f, -1.3f, 40.0f, -40.0f};
     const struct pi_attn opts[] = {
-        {1.0f / sqrtf((float)DK), 0.0f, 0},
-        {0.9f, 1.5f, 0},
-        {1.0f / sqrtf((float)DK), 0.0f, 3},
+        {1.0f / sqrtf((float)DK), 0.0f, 0, NULL},
+        {0.9f, 1.5f, 0, NULL},
+        {1.0f / sqrtf((float)DK), 0.0f, 3, NULL},
+        {1.0f / sqrtf((float)DK), 0.0f, 0, sinks},
+        {0.45f, 0.0f, 3, sinks},
     };
     for (size_t oi = 0; oi < sizeof opts / sizeof *opts; oi++)
         for (int threads = 1; threads <= 3; threads += 2) {
@@ -169,8 +179,12 @@ static void test_attention(void **state) {
                             s[p] = ao->softcap * tanh(s[p] / ao->softcap);
                         mx = s[p] > mx ? s[p] : mx;
                     }
+                    const double sk = ao->sinks ? ao->sinks[h] : -1e300;
+                    mx = sk > mx ? sk : mx;
                     for (int p = p0; p < n; p++)
                         sum += (s[p] = exp(s[p] - mx));
+                    if (ao->sinks) /* in the sum, with no value */
+                        sum += exp(sk - mx);
                     for (int i = 0; i < DV; i++) {
                         double o = 0;
                         for (int p = p0; p < n; p++)
@@ -379,6 +393,10 @@ static void test_ffn_act(void **state) {
         g0[i] = rnd() * 4;
         u[i] = rnd() * 4;
     }
+    g0[0] = 9.0f; /* past the SwiGLU-OAI clamps, above and below */
+    u[0] = 8.5f;
+    g0[1] = -9.0f;
+    u[1] = -9.5f;
     for (int a = 0; a < PI_ACT_COUNT; a++) {
         memcpy(g, g0, sizeof g);
         /* a plain activation must not read u: pass none */
@@ -395,6 +413,11 @@ static void test_ffn_act(void **state) {
             case PI_ACT_RELU_RELU_MUL: want = x > 0 && u[i] > 0 ? x * u[i] : 0; break;
             case PI_ACT_GELU_MUL: want = gelu * u[i]; break;
             case PI_ACT_GELU_ERF_MUL: want = gelu_erf * u[i]; break;
+            case PI_ACT_SWIGLU_OAI: { /* gpt-oss: gate clamped above, up both ways, at 7 */
+                const double xc = x > 7 ? 7 : x, uc = u[i] > 7 ? 7 : u[i] < -7 ? -7 : u[i];
+                want = xc / (1 + exp(-1.702 * xc)) * (uc + 1);
+                break;
+            }
             case PI_ACT_SILU: want = silu; break;
             case PI_ACT_GELU: want = gelu; break;
             case PI_ACT_GELU_ERF: want = gelu_erf; break;
@@ -454,7 +477,7 @@ static void test_refuses_wider_than_configured(void **state) {
     /* attention over more positions than the scores row holds */
     struct pi_backend *b = make(1, 8);
     struct pi_kv_desc d = {1, 16, 1, 1, 4, 4};
-    const struct pi_attn std = {0.5f, 0.0f, 0};
+    const struct pi_attn std = {0.5f, 0.0f, 0, NULL};
     struct pi_kv *kv;
     assert_int_equal(be->kv_create(b, &d, &kv), PI_OK);
     be->kv_store(b, kv, 0, 0, 8, x, x);

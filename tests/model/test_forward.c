@@ -162,7 +162,9 @@ static void test_against_reference(void **state) {
 /* Hybrid execution with a second CPU backend as the device gives the CPU-only logits
  * bit for bit (dense files place whole layers: the same kernels, in the same order),
  * with everything on the device and with a budget that holds only part of the model;
- * prompt and decode. */
+ * mixture-of-experts models also with no expert, 3, all but 3 and all on the device
+ * (layers split between the units; each expert the same kernels on either unit,
+ * summed in one order); prompt and decode. */
 static void test_cpu_device_equals_cpu(void **state) {
     (void)state;
     for (int i = 0; i < g_n_refs; i++) {
@@ -170,8 +172,34 @@ static void test_cpu_device_equals_cpu(void **state) {
         pi_model *m = open_model(r);
         const size_t V = r->n_vocab, n = r->n_tok;
         float *want = malloc(4 * V * 2), *got = malloc(4 * V * 2);
-        uint64_t budgets[] = {PI_DEVICE_BUDGET_AUTO, pi_model_size_bytes(m) / 2};
-        for (int b = -1; b < 2; b++) {
+        uint64_t budgets[7] = {PI_DEVICE_BUDGET_AUTO, pi_model_size_bytes(m) / 2};
+        int64_t want_ex[7] = {-1, -1}; /* experts on the device; -1: not checked */
+        int nb = 2;
+        { /* mixture-of-experts models: no expert on the device, 3 (layer 0 split
+           * between the units), all but 3 (the last layer split), all */
+            pi_ctx_params cp;
+            pi_ctx_default_params(&cp);
+            cp.f32_activations = r->f32_activations;
+            cp.n_ctx = 64;
+            cp.device = PI_DEVICE_CPU;
+            pi_plan *all;
+            assert_int_equal(pi_model_plan(m, &cp, &all), PI_OK);
+            int64_t ex = 0;
+            for (int64_t l = 0; l < pi_plan_n_layer(all); l++)
+                ex += pi_plan_layer_experts(all, l, NULL, 0);
+            const uint64_t tot = pi_plan_bytes(all, PI_PLAN_N_PARTS);
+            const uint64_t eb = pi_plan_bytes(all, PI_PLAN_NEURONS);
+            if (ex) {
+                const uint64_t per = eb / (uint64_t)ex; /* one expert */
+                budgets[nb] = 0, want_ex[nb++] = 0;
+                budgets[nb] = tot - eb, want_ex[nb++] = 0;
+                budgets[nb] = tot - eb + 3 * per, want_ex[nb++] = ex > 3 ? 3 : ex;
+                budgets[nb] = tot - 3 * per, want_ex[nb++] = ex > 3 ? ex - 3 : 0;
+                budgets[nb] = tot, want_ex[nb++] = ex;
+            }
+            pi_plan_free(all);
+        }
+        for (int b = -1; b < nb; b++) {
             pi_ctx_params cp;
             pi_ctx_default_params(&cp);
             cp.f32_activations = r->f32_activations;
@@ -186,14 +214,25 @@ static void test_cpu_device_equals_cpu(void **state) {
             cp.errbuf_cap = sizeof err;
             if (pi_ctx_create(m, &cp, &c) != PI_OK)
                 fail_msg("%s: device budget %d: %s", r->model_path, b, err);
+            if (b >= 0 && want_ex[b] != -1) {
+                const pi_plan *p = pi_ctx_plan(c);
+                int64_t ex = 0;
+                for (int64_t l = 0; l < pi_plan_n_layer(p); l++)
+                    ex += pi_plan_layer_experts(p, l, NULL, 0);
+                if (ex != want_ex[b])
+                    fail_msg("%s: budget %llu places %lld experts", r->model_path,
+                             (unsigned long long)budgets[b], (long long)ex);
+                printf("# %s: CPU device, budget %llu: %lld experts on the device\n",
+                       r->model_path, (unsigned long long)budgets[b], (long long)ex);
+            }
             float *dst = b < 0 ? want : got;
             assert_int_equal(pi_ctx_decode(c, r->tokens, (int64_t)n - 1), PI_OK);
             memcpy(dst, pi_ctx_logits(c), 4 * V);
             assert_int_equal(pi_ctx_decode(c, r->tokens + n - 1, 1), PI_OK);
             memcpy(dst + V, pi_ctx_logits(c), 4 * V);
             if (b >= 0 && memcmp(want, got, 4 * V * 2) != 0)
-                fail_msg("%s: CPU device (budget %s) differs from CPU only", r->model_path,
-                         b ? "half" : "all");
+                fail_msg("%s: CPU device (budget %llu) differs from CPU only", r->model_path,
+                         (unsigned long long)budgets[b]);
             pi_ctx_destroy(c);
         }
         free(want);

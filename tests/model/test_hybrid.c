@@ -32,6 +32,7 @@ enum { NTOK = 7, MAXV = 64, NSTEP = 3 };
 static const int32_t TOKS[NTOK] = {1, 7, 3, 22, 9, 31, 5};
 
 static int g_gpu;        /* --gpu: the device is the GPU */
+static const char *g_fix; /* --fixtures DIR: tests/fixtures/sparse (Falcon, OPT files) */
 static char g_dir[256];  /* scratch directory */
 
 static void model_path(char *out, size_t cap, const char *name) {
@@ -218,6 +219,22 @@ static void test_sweep_dense(void **state) {
     model_path(p, sizeof p, "hy-dense-f32");
     write_model("llama", PI_TYPE_F32, 0, p);
     sweep(p, PI_SPARSE_DENSE);
+}
+
+/* The committed PowerInfer files without a gate (tests/fixtures/make_sparse_models.py
+ * --families): Falcon of both layouts and OPT (biases, learned positions), every mode. */
+static void test_sweep_families(void **state) {
+    (void)state;
+    if (!g_fix)
+        skip();
+    static const char *const names[] = {"relu-falcon-7b.f16", "relu-falcon-40b.f16",
+                                        "opt.f16"};
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+        char p[600];
+        snprintf(p, sizeof p, "%s/%s.gguf", g_fix, names[i]);
+        for (int mode = PI_SPARSE_DENSE; mode <= PI_SPARSE_ORACLE; mode++)
+            sweep(p, mode);
+    }
 }
 
 /* A budget that holds the dense parts and about half the neurons. */
@@ -481,6 +498,8 @@ int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--gpu"))
             g_gpu = 1;
+        else if (!strcmp(argv[i], "--fixtures") && i + 1 < argc)
+            g_fix = argv[++i];
     const char *t = getenv("TMPDIR");
     snprintf(g_dir, sizeof g_dir, "%s/pi-hybrid-XXXXXX", t && *t ? t : "/tmp");
     if (!mkdtemp(g_dir)) {
@@ -491,12 +510,13 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_sweep_llama),  cmocka_unit_test(test_sweep_bamboo),
         cmocka_unit_test(test_sweep_dense),  cmocka_unit_test(test_plan_files),
         cmocka_unit_test(test_plan_stats),   cmocka_unit_test(test_bad_params),
-        cmocka_unit_test(test_alloc_failure),
+        cmocka_unit_test(test_alloc_failure), cmocka_unit_test(test_sweep_families),
     };
     const struct CMUnitTest gpu[] = {
         cmocka_unit_test(test_sweep_llama),
         cmocka_unit_test(test_sweep_bamboo),
         cmocka_unit_test(test_sweep_dense),
+        cmocka_unit_test(test_sweep_families),
     };
     int rc = g_gpu ? cmocka_run_group_tests(gpu, NULL, NULL)
                    : cmocka_run_group_tests(all, NULL, NULL);

@@ -414,7 +414,7 @@ static void test_bad_hparams(void **state) {
 
 static void test_unsupported_arch(void **state) {
     (void)state;
-    const char *archs[] = {"opt", "gpt2", "mamba", "zzz-unknown"};
+    const char *archs[] = {"gptj", "gpt2", "mamba", "zzz-unknown"};
     for (size_t i = 0; i < 4; i++) {
         struct tm_spec s;
         tm_default(&s);

@@ -18,9 +18,12 @@
  * alone moves the exact logits at that position (the distance between the two
  * references) plus the same tolerance.
  *
+ * And a dense GGUF converted from the same weights (an OPT file, which llama.cpp's
+ * converter does not make) against the dense reference.
+ *
  * argv: triples GGUF SREF TOL (TOL relative to max |logit|), then optional triples
  * after "--fast": GGUF SREF TOL, then optional quadruples after "--fast-vs-f16":
- * GGUF SREF SREF_OF_F16 TOL. */
+ * GGUF SREF SREF_OF_F16 TOL, then optional triples after "--dense-file": GGUF SREF TOL. */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
 #include <setjmp.h>
@@ -204,6 +207,50 @@ static void test_against_reference(void **state) {
         assert_true(e <= g_tol);
         pi_ctx_destroy(c);
     }
+    /* statistics: in the diagnostic mode the predicted counts are the reference's sets,
+     * and layer 0's truly active counts (the full FFN beside the sparse one) equal what
+     * the oracle mode sees (later layers see the sparse or the dense model's inputs) */
+    double act_diag[64] = {0};
+    for (int pass = 0; pass < 2 && r.n_layer <= 64; pass++) {
+        pi_ctx_params cp;
+        pi_ctx_default_params(&cp);
+        cp.n_ctx = 64;
+        cp.n_threads = 2;
+        cp.sparse_mode = pass ? PI_SPARSE_ORACLE : PI_SPARSE_PREDICTOR;
+        cp.f32_activations = 1;
+        cp.stats = pass ? PI_STATS_ON : PI_STATS_DIAGNOSTIC;
+        assert_int_equal(pi_ctx_create(m, &cp, &c), PI_OK);
+        for (int64_t t = 0; t < T; t++)
+            assert_int_equal(pi_ctx_decode(c, r.tokens + t, 1), PI_OK);
+        for (uint32_t l = 0; l < r.n_layer; l++) {
+            pi_layer_stats ls;
+            assert_int_equal(pi_stats_layer(pi_ctx_stats(c), l, &ls), PI_OK);
+            if (pass == 0) {
+                double want = 0;
+                for (size_t i = 0; i < (size_t)T * r.n_ff; i++)
+                    want += r.predicted[(size_t)l * T * r.n_ff + i];
+                assert_true(ls.predicted == want);
+                assert_true(ls.both <= ls.predicted && ls.both <= ls.active && ls.active > 0);
+                act_diag[l] = ls.active;
+            } else if (l == 0 && ls.active != act_diag[l]) {
+                fail_msg("%s layer %u: oracle saw %g active neurons, the diagnostic %g",
+                         g_model, l, ls.active, act_diag[l]);
+            }
+        }
+        pi_ctx_destroy(c);
+    }
+    /* learned positions (OPT) end at the table: a longer context is refused */
+    if (!strcmp(pi_model_arch(m), "opt")) {
+        pi_ctx_params cp;
+        pi_ctx_default_params(&cp);
+        cp.n_ctx = (uint32_t)pi_model_n_ctx_train(m) + 1;
+        char msg[256] = "";
+        cp.errbuf = msg;
+        cp.errbuf_cap = sizeof msg;
+        assert_int_equal(pi_ctx_create(m, &cp, &c), PI_ERR_INVALID_ARG);
+        assert_null(c);
+        assert_non_null(strstr(msg, "learned"));
+    }
     /* the predictor really is sparse and not exact: sparse and dense references differ */
     assert_true(logit_err(r.logits_sparse + (T - 1) * V, r.logits_dense + (T - 1) * V, V) > g_tol);
     pi_model_close(m);
@@ -270,6 +317,28 @@ static void test_fast_vs_f16(void **state) {
     free(rawf);
 }
 
+/* A dense file of the reference's weights: its logits against the dense reference. */
+static void test_dense_file(void **state) {
+    use_case(state);
+    struct sref r;
+    uint8_t *raw;
+    load_sref(g_ref, &r, &raw);
+    pi_model *m = tf_open_model(g_model);
+    assert_int_equal(pi_model_is_sparse(m), 0);
+    const int64_t V = r.n_vocab, T = r.n_tokens;
+    pi_ctx *c = make_ctx(m, PI_SPARSE_AUTO, 1);
+    double e = 0;
+    for (int64_t t = 0; t < T; t++) {
+        assert_int_equal(pi_ctx_decode(c, r.tokens + t, 1), PI_OK);
+        e = fmax(e, logit_err(pi_ctx_logits(c), r.logits_dense + t * V, V));
+    }
+    print_message("# %s (dense file) vs %s's dense logits: %.2e\n", g_model, g_ref, e);
+    assert_true(e <= g_tol);
+    pi_ctx_destroy(c);
+    pi_model_close(m);
+    free(raw);
+}
+
 int main(int argc, char **argv) {
     enum { MAX_CASES = 32 };
     static struct case_ cases[MAX_CASES];
@@ -278,6 +347,10 @@ int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--fast") || !strcmp(argv[i], "--fast-vs-f16")) {
             fast = argv[i][6] == '-' ? 2 : 1;
+            continue;
+        }
+        if (!strcmp(argv[i], "--dense-file")) {
+            fast = 3;
             continue;
         }
         const int k = fast == 2 ? 4 : 3;
@@ -289,10 +362,10 @@ int main(int argc, char **argv) {
         c->ref_f16 = fast == 2 ? argv[i + 2] : NULL;
         c->tol = atof(argv[i + k - 1]);
         const char *base = strrchr(c->model, '/');
-        static const char *const kind[] = {"reference", "fast", "fast-vs-f16"};
+        static const char *const kind[] = {"reference", "fast", "fast-vs-f16", "dense-file"};
         snprintf(c->name, sizeof c->name, "%s %s", kind[fast], base ? base + 1 : c->model);
         static const CMUnitTestFunction fn[] = {test_against_reference, test_fast_mode,
-                                                test_fast_vs_f16};
+                                                test_fast_vs_f16, test_dense_file};
         tests[n] = (struct CMUnitTest){c->name, fn[fast], NULL, NULL, c};
         n++;
         i += k - 1;

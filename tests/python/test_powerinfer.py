@@ -836,6 +836,75 @@ def test_requantize(tmp_path):
         assert "Q4_0" in {t.type_name for t in q.tensors}
 
 
+def test_quantize_mxfp4_moe(tmp_path):
+    """MXFP4 (gpt-oss's expert type) through the library, on the qwen3moe-all fixture
+    (3-D F16 experts, every expert chosen, so no rounding can flip a routing choice):
+      - pi.quantize's MXFP4 tensors are gguf.quants.quantize of the same values, bit
+        for bit (tests/unit/test_types.c checks the dequantizer the same way);
+      - the model, every matrix MXFP4, against a copy whose weights are
+        gguf.quants.dequantize of them as F32: with f32_activations (the library's
+        MXFP4 rows dequantized, then float dots) the logits agree to float rounding;
+        with 8-bit activations (the MXFP4 x Q8_0 integer kernels) to the rounding of
+        the activations, far below what a wrong kernel or scale would give."""
+    import gguf
+    import numpy as np
+    from gguf.quants import dequantize, quantize
+    MX = gguf.GGMLQuantizationType.MXFP4
+    src = os.path.join(ROOT, "tests", "fixtures", "archs", "qwen3moe-all.f16.gguf")
+    out = tmp_path / "moe.mxfp4.gguf"
+    pi.quantize(src, out, "mxfp4", n_threads=2)
+    rin, rout = gguf.GGUFReader(src), gguf.GGUFReader(str(out))
+    n_mx = 0
+    for ti, to in zip(rin.tensors, rout.tensors):
+        assert ti.name == to.name
+        if to.tensor_type != MX:
+            continue
+        n_mx += 1
+        want = np.asarray(quantize(dequantize(ti.data, ti.tensor_type), MX)).view(np.uint8)
+        assert np.asarray(to.data).view(np.uint8).tobytes() == want.tobytes(), to.name
+    names = {t.name for t in rout.tensors if t.tensor_type == MX}
+    assert n_mx > 0 and any(n.endswith("ffn_gate_exps.weight") for n in names)
+    # the same model with the MXFP4 weights dequantized by the package, as F32
+    w = gguf.GGUFWriter(str(tmp_path / "moe.deq.gguf"), arch="qwen3moe")
+    for name, field in rout.fields.items():
+        if name.startswith("GGUF.") or name == "general.architecture":
+            continue
+        vt = field.types[0]
+        if vt == gguf.GGUFValueType.ARRAY:
+            w.add_key_value(name, field.contents(), vt, sub_type=field.types[-1])
+        else:
+            w.add_key_value(name, field.contents(), vt)
+    for t in rout.tensors:
+        if t.tensor_type == MX:
+            w.add_tensor(t.name, dequantize(t.data, MX).astype(np.float32),
+                         raw_dtype=gguf.GGMLQuantizationType.F32)
+        else:
+            w.add_tensor(t.name, np.asarray(t.data), raw_dtype=t.tensor_type)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    with pi.Model(out, log=None) as q:
+        assert q.metadata["general.file_type"] == 38  # llama.cpp MOSTLY_MXFP4_MOE
+    tokens = [1, 17, 200, 45, 9, 300, 77]
+
+    def logits(path, f32):
+        with pi.Model(path, log=None) as m, \
+                pi.Context(m, n_ctx=16, n_threads=1, f32_activations=f32) as ctx:
+            ctx.decode(tokens[:-1])  # prompt (gemm), then one token (matvec)
+            ctx.decode(tokens[-1:])
+            return np.array(ctx.logits(), dtype=np.float64)
+    ref = logits(tmp_path / "moe.deq.gguf", True)
+    scale = np.abs(ref).max()
+    err_f32 = np.abs(logits(out, True) - ref).max() / scale
+    err_q8 = np.abs(logits(out, False) - ref).max() / scale
+    # measured: 0 (the same float dots on the same values) and 1.5e-2 of max |logit|;
+    # the 4-bit rounding itself moves these logits by 0.5 (against transformers on the
+    # F16 weights, archs-mxfp4), a wrong scale or kernel by as much or more
+    assert err_f32 < 1e-6, err_f32
+    assert err_q8 < 5e-2, err_q8
+
+
 # ---- hybrid execution: placement plans -------------------------------------------------
 # The committed fixtures (no tokenizer: fed token ids): a PowerInfer ReLU-Llama with
 # predictors, and a dense Llama. Device "cpu" is a second CPU backend acting as the
@@ -952,6 +1021,75 @@ def test_plan_with_statistics():
                         plan_stats=prof.stats) as p:
                 assert p.bytes() <= m.size_bytes // 3
                 assert p.n_ff == m.n_ff
+
+
+def test_expert_placement_follows_statistics():
+    """In mixture-of-experts layers the planner's unit is an expert: with room for k
+    experts beyond the dense parts, the device holds the k most chosen experts of all
+    layers by the profiled counts (ties: lower layer, then lower expert), and a context
+    with that plan and a CPU device decodes the CPU-only tokens."""
+    path = os.path.join(ROOT, "tests", "fixtures", "archs", "qwen3moe.f16.gguf")
+    with pi.Model(path, log=None) as m:
+        X = m.meta_int("qwen3moe.expert_count")
+        with pi.Context(m, n_ctx=64, n_threads=2, stats="on") as prof:
+            ref = greedy_ids(prof, PROMPT_IDS, 8)
+            counts = [list(prof.stats.experts(x)) for x in range(m.n_layer)]
+            kw = dict(device="cpu", n_ctx=64, plan_stats=prof.stats)
+            with m.plan(device_budget="auto", **kw) as full:
+                n_all = sum(full.layer_experts(x) for x in range(m.n_layer))
+                total, eb = full.bytes(), full.bytes("neurons")
+            assert n_all == m.n_layer * X and eb % n_all == 0
+            order = sorted((-counts[x][e], x, e) for x in range(m.n_layer) for e in range(X))
+            for k in (0, 1, 3, 7, n_all - 1, n_all):
+                with m.plan(device_budget=total - eb + k * (eb // n_all), **kw) as p:
+                    want = sorted((x, e) for _, x, e in order[:k])
+                    got = [(x, e) for x in range(m.n_layer) for e in p.layer_experts(x, X)]
+                    assert got == want, (k, got, want)
+            with pi.Context(m, n_threads=2, device_budget=total - eb // 2, **kw) as c:
+                assert 0 < sum(c.plan.layer_experts(x) for x in range(m.n_layer)) < n_all
+                assert greedy_ids(c, PROMPT_IDS, 8) == ref
+
+
+def test_device_experts_of_a_layer_whose_router_stays_on_the_host(tmp_path):
+    """Dense parts stop at the first that does not fit, but experts still take what is
+    left: with layer 1's router and shared expert (qwen2moe: 77 KiB) too big for the
+    rest of the budget and one of its experts (48 KiB) ranked first by the statistics
+    (a side file rewritten with the gguf package), that expert runs on the device while
+    its layer routes on the host; the tokens are the CPU-only ones."""
+    import gguf
+    import numpy as np
+    path = os.path.join(ROOT, "tests", "fixtures", "archs", "qwen2moe.f16.gguf")
+    with pi.Model(path, log=None) as m:
+        X = m.meta_int("qwen2moe.expert_count")
+        with pi.Context(m, n_ctx=64, n_threads=2, stats="on") as prof:
+            ref = greedy_ids(prof, PROMPT_IDS, 8)
+            prof.stats.save(tmp_path / "a.gguf")
+        r = gguf.GGUFReader(str(tmp_path / "a.gguf"))
+        w = gguf.GGUFWriter(str(tmp_path / "b.gguf"), arch=r.fields["general.architecture"].contents())
+        for name, field in r.fields.items():
+            if name.startswith("GGUF.") or name == "general.architecture":
+                continue
+            w.add_key_value(name, field.contents(), field.types[0])
+        for t in r.tensors:
+            data = np.array(t.data, dtype=np.float64)
+            if t.name == "blk.1.expert_selected":
+                data[3] = 1e6
+            w.add_tensor(t.name, data)
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.write_tensors_to_file()
+        w.close()
+        stats = pi.Stats.load(tmp_path / "b.gguf")
+        kw = dict(device="cpu", n_ctx=64, plan_stats=stats)
+        with m.plan(device_budget="auto", **kw) as full:
+            per = full.bytes("neurons") // (m.n_layer * X)
+            norm = full.bytes("ffn_norm") // m.n_layer
+            budget = full.bytes("scratch") + full.bytes("attention") + norm + per + 16
+        assert norm > per + 16
+        with pi.Context(m, n_threads=2, device_budget=budget, **kw) as c:
+            assert "ffn_norm" in c.plan.layer_parts(0) and "ffn_norm" not in c.plan.layer_parts(1)
+            assert c.plan.layer_experts(0, X) == [] and c.plan.layer_experts(1, X) == [3]
+            assert greedy_ids(c, PROMPT_IDS, 8) == ref
 
 
 @pytest.mark.parametrize("path", HYBRID_MODELS, ids=["pwri", "dense"])

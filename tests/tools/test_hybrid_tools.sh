@@ -12,6 +12,8 @@
 #    --reset-plan rewrites it, another budget replans;
 #  - --plan of a missing or garbage file fails with a message and a non-zero exit;
 #    bad options exit 2; --device gpu either runs or fails cleanly;
+#  - a mixture-of-experts fixture: experts placed by --profile statistics, the same
+#    text at any budget, --print-plan's expert lists, the plan cache;
 #  - pi-bench --device cpu --vram-budget 0,1 runs one row per budget;
 #  - pi-perplexity and pi-batched take the same options: the same perplexity and the
 #    same texts at any budget, their plan line, --dry-run, bad options exit 2.
@@ -170,6 +172,50 @@ else
     bad "--vram-budget (gpu) exits $rc"
     sed 's/^/#   /' "$work/gpu.err"
 fi
+
+# ---- mixture of experts: experts as the planner's units ------------------------------
+# The qwen3moe fixture (2 layers of 8 experts, 2 chosen): statistics from --profile rank
+# the experts; the same greedy text at budgets with no, some and all experts on the
+# device; --print-plan lists each layer's device experts; the plan cache is keyed by
+# the expert statistics.
+cp "$root/tests/fixtures/archs/qwen3moe.f16.gguf" "$work/moe.gguf"
+"$pirun" -m "$work/moe.gguf" -p "a b c" -n 8 --temp 0 -t 2 > "$work/moe.ref.txt" 2> "$work/moe.ref.err"
+status "moe: CPU-only run" 0 $? "$work/moe.ref.err"
+"$pirun" -m "$work/moe.gguf" -f "$work/prompt.txt" -n 4 -t 2 --profile "$work/moe-act.gguf" \
+    > /dev/null 2> "$work/moe-profile.err"
+status "moe: --profile" 0 $? "$work/moe-profile.err"
+for b in 0 0.003 1000; do
+    "$pirun" -m "$work/moe.gguf" -p "a b c" -n 8 --temp 0 -t 2 --device cpu --vram-budget $b \
+        --no-plan-cache --plan-stats "$work/moe-act.gguf" > "$work/moe.$b.txt" 2> "$work/moe.$b.err"
+    status "moe: --device cpu --vram-budget $b" 0 $? "$work/moe.$b.err"
+    cmp -s "$work/moe.ref.txt" "$work/moe.$b.txt" && ok "moe: budget $b gives the CPU-only text" \
+        || { bad "moe: budget $b text differs"; diff "$work/moe.ref.txt" "$work/moe.$b.txt" | sed 's/^/#   /'; }
+done
+expect "moe budget 1000" "$work/moe.1000.err" "| experts 16 on the device"
+expect "moe some" "$work/moe.0.003.err" "| experts [1-9][0-9]* on the device"
+if grep -q "| experts 16 on the device" "$work/moe.0.003.err"; then bad "moe: budget 0.003 places every expert"; else ok "moe: budget 0.003 places some experts"; fi
+"$pirun" -m "$work/moe.gguf" --device cpu --vram-budget 0.003 --plan-stats "$work/moe-act.gguf" \
+    --no-plan-cache --print-plan --dry-run > "$work/moe.plan" 2> "$work/moe.plan.err"
+status "moe: --print-plan --dry-run" 0 $? "$work/moe.plan.err"
+expect "moe plan" "$work/moe.plan" "experts .* MiB  [0-9]*/16 experts"
+expect "moe plan" "$work/moe.plan" "layer  attn  pred  norm  experts on the device"
+expect "moe plan" "$work/moe.plan" "^      0  dev   -     dev   [0-9]/8 experts"
+mkdir -p "$work/moecache"
+cp "$work/moe.gguf" "$work/moecache/m.gguf"
+for run in first second; do
+    "$pirun" -m "$work/moecache/m.gguf" --device cpu --vram-budget 0.003 --plan-stats "$work/moe-act.gguf" \
+        --dry-run > "$work/moecache/$run.plan" 2> "$work/moecache/$run.err"
+    status "moe plan cache: $run" 0 $? "$work/moecache/$run.err"
+done
+expect "moe plan cache" "$work/moecache/first.err" "planned now, written to"
+expect "moe plan cache" "$work/moecache/second.err" "neurons read from"
+tail -n +2 "$work/moecache/first.plan" > "$work/moecache/first.body"
+tail -n +2 "$work/moecache/second.plan" > "$work/moecache/second.body"
+cmp -s "$work/moecache/first.body" "$work/moecache/second.body" && ok "moe plan cache: the same experts" \
+    || bad "moe plan cache: the plans differ"
+"$pirun" -m "$work/moecache/m.gguf" --device cpu --vram-budget 0.003 --dry-run \
+    > /dev/null 2> "$work/moecache/nostats.err"
+expect "moe plan cache without statistics" "$work/moecache/nostats.err" "planned now, written to"
 
 # ---- pi-bench -------------------------------------------------------------------------
 "$bench" -m "$work/m.powerinfer.gguf" -t 2 -p 8 -n 4 -r 1 --no-bandwidth --device cpu --vram-budget 0,1 \

@@ -37,16 +37,16 @@ expect sparse "$work/sparse.txt" "kind:           sparse (PowerInfer GGUF, magic
 expect sparse "$work/sparse.txt" "predictor rank: 8..9"
 expect sparse "$work/sparse.txt" "blk.1.ffn_down_t.weight"
 
-"$writer" "$work/opt.gguf" opt dense f32
-"$pirun" --info "$work/opt.gguf" > "$work/opt.txt" 2>&1 && ok "opt exits 0" || bad "opt exits 0"
-expect opt "$work/opt.txt" "runnable:       no: .*architecture 'opt' is not supported"
+"$writer" "$work/gptj.gguf" gptj dense f32
+"$pirun" --info "$work/gptj.gguf" > "$work/gptj.txt" 2>&1 && ok "gptj exits 0" || bad "gptj exits 0"
+expect gptj "$work/gptj.txt" "runnable:       no: .*architecture 'gptj' is not supported"
 
 # a file's strings reach the terminal without their control bytes (ESC sequences could
 # retitle the window, clear the screen or forge lines)
 python3 - "$work/esc.gguf" <<'PY' && ok "wrote a model with escape sequences" || bad "esc model"
 import sys
 import gguf
-w = gguf.GGUFWriter(sys.argv[1], arch="opt")  # unsupported: --info shows its metadata
+w = gguf.GGUFWriter(sys.argv[1], arch="gptj")  # unsupported: --info shows its metadata
 w.add_string("general.name", "\x1b]0;pwned\x07\x1b[2Jname\rforged: line")
 w.add_string("x\x1b[31m.key", "red\x1b[0m")
 w.add_block_count(1)

@@ -1,6 +1,7 @@
 /* The neuron-placement planner (lib/plan): budget never exceeded, the optimum against
  * brute force on small instances, monotone in the budget, deterministic under ties,
- * PowerInfer's dense priority order, bad input, allocation failures. */
+ * PowerInfer's dense priority order, experts of mixture-of-experts layers as units,
+ * bad input, allocation failures. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -58,9 +59,9 @@ static void test_budget_and_order(void **state) {
     struct pi_plan_layer ls[L];
     for (int l = 0; l < L; l++) {
         fill_freq(freq[l], F);
-        ls[l] = (struct pi_plan_layer){1000, 300, 10, 7, freq[l], 0};
+        ls[l] = (struct pi_plan_layer){1000, 300, 10, 7, freq[l], 0, 0};
     }
-    struct pi_plan_input in = {L, F, ls, 500, 800, 0, 8};
+    struct pi_plan_input in = {L, F, ls, 500, 800, 0, 8, 0};
     struct pi_error err;
     for (uint64_t budget = 0; budget <= 8000; budget += 97) {
         in.budget = budget;
@@ -113,7 +114,7 @@ static void test_optimal(void **state) {
         struct pi_plan_layer ls[L];
         for (int l = 0; l < L; l++) {
             fill_freq(freq[l], F);
-            ls[l] = (struct pi_plan_layer){0, 0, 0, 5, freq[l], 0};
+            ls[l] = (struct pi_plan_layer){0, 0, 0, 5, freq[l], 0, 0};
         }
         /* group values from each layer's sorted frequencies */
         double gv[NG];
@@ -141,7 +142,7 @@ static void test_optimal(void **state) {
                         v += gv[g];
                 best = fmax(best, v);
             }
-            struct pi_plan_input in = {L, F, ls, 0, 0, budget, G};
+            struct pi_plan_input in = {L, F, ls, 0, 0, budget, G, 0};
             struct pi_placement p;
             struct pi_error err;
             assert_int_equal(pi_placement_make(&in, &pi_default_allocator, &p, &err), PI_OK);
@@ -164,9 +165,9 @@ static void test_monotone_and_ties(void **state) {
         fill_freq(freq[l], F);
         for (int r = 0; r < F; r += 3)
             freq[l][r] = 5; /* many ties */
-        ls[l] = (struct pi_plan_layer){50, 20, 2, 3, freq[l], 0};
+        ls[l] = (struct pi_plan_layer){50, 20, 2, 3, freq[l], 0, 0};
     }
-    struct pi_plan_input in = {L, F, ls, 40, 60, 0, 4};
+    struct pi_plan_input in = {L, F, ls, 40, 60, 0, 4, 0};
     struct pi_placement prev;
     struct pi_error err;
     memset(&prev, 0, sizeof prev);
@@ -201,7 +202,7 @@ static void test_monotone_and_ties(void **state) {
     /* uniform frequencies (no statistics): earlier layers first, lower indices first */
     for (int l = 0; l < L; l++)
         ls[l].freq = NULL;
-    struct pi_plan_input u = {L, F, ls, 0, 0, 0, 4};
+    struct pi_plan_input u = {L, F, ls, 0, 0, 0, 4, 0};
     for (int l = 0; l < L; l++)
         ls[l].attn_bytes = ls[l].pred_bytes = ls[l].norm_bytes = 0;
     u.budget = (uint64_t)(F + 8) * 3;
@@ -215,7 +216,7 @@ static void test_monotone_and_ties(void **state) {
     pi_placement_free(&p);
 }
 
-/* A layer whose FFN stays on the host (mixture-of-experts layers) gets no neuron
+/* A layer whose FFN stays on the host (host_ffn) gets no neuron
  * however large the budget, its dense parts still move, and the other layers' neurons
  * are placed as if it had none. */
 static void test_host_ffn_layers(void **state) {
@@ -225,9 +226,9 @@ static void test_host_ffn_layers(void **state) {
     struct pi_plan_layer ls[L];
     for (int l = 0; l < L; l++) {
         fill_freq(freq[l], F);
-        ls[l] = (struct pi_plan_layer){100, 0, 4, 2, freq[l], l == 1};
+        ls[l] = (struct pi_plan_layer){100, 0, 4, 2, freq[l], l == 1, 0};
     }
-    struct pi_plan_input in = {L, F, ls, 10, 20, 1u << 20, 4};
+    struct pi_plan_input in = {L, F, ls, 10, 20, 1u << 20, 4, 0};
     struct pi_placement p;
     struct pi_error err;
     assert_int_equal(pi_placement_make(&in, &pi_default_allocator, &p, &err), PI_OK);
@@ -241,11 +242,116 @@ static void test_host_ffn_layers(void **state) {
     pi_placement_free(&p);
 }
 
+/* Mixture-of-experts layers: experts are the units (groups of one). Dense parts come
+ * first; then experts by descending selection count across all layers (ties: lower
+ * layer, lower expert), so with equal costs the chosen set is the top-k of all counts,
+ * which brute force over every subset confirms; more budget never removes an expert
+ * once the dense parts are fixed; a dense layer of the same model keeps its neurons. */
+static void test_experts(void **state) {
+    (void)state;
+    enum { L = 3, F = 16, X = 4, COST = 100 };
+    static double freq[L][X];
+    struct pi_plan_layer ls[L];
+    struct pi_error err;
+    for (int trial = 0; trial < 30; trial++) {
+        for (int l = 0; l < L; l++) {
+            for (int e = 0; e < X; e++)
+                freq[l][e] = floor(20.0 * rnd()); /* many ties */
+            ls[l] = (struct pi_plan_layer){7, 0, 3, COST, freq[l], 0, 1};
+        }
+        struct pi_plan_input in = {L, F, ls, 11, 13, 0, 4, X};
+        const uint64_t dense = L * 7 + L * 3 + 11 + 13;
+        struct pi_placement prev;
+        memset(&prev, 0, sizeof prev);
+        for (uint64_t budget = 0; budget <= dense + L * X * COST + 50; budget += 37) {
+            in.budget = budget;
+            struct pi_placement p;
+            assert_int_equal(pi_placement_make(&in, &pi_default_allocator, &p, &err), PI_OK);
+            check_consistent(&p, &in);
+            uint64_t ex = 0;
+            int64_t k = 0;
+            for (int l = 0; l < L; l++) {
+                int64_t n = 0;
+                for (int e = 0; e < X; e++)
+                    n += p.expert[l * X + e];
+                assert_int_equal(n, p.n_experts[l]);
+                assert_int_equal(p.n_neurons[l], 0);
+                assert_true(p.moe[l]);
+                k += n;
+                ex += (uint64_t)n * COST;
+            }
+            assert_true(ex == p.bytes[PI_PART_EXPERTS]);
+            assert_true(p.bytes[PI_PART_FFN] == 0);
+            if (budget < dense) {
+                assert_int_equal(k, 0); /* the dense parts come first */
+            } else {
+                assert_true(p.kv && p.output);
+                /* as many as fit, and their value is the best over every subset of k */
+                const int64_t fit = (int64_t)((budget - dense) / COST);
+                assert_int_equal(k, fit < L * X ? fit : L * X);
+                double got = 0.0, best = 0.0;
+                for (int l = 0; l < L; l++)
+                    for (int e = 0; e < X; e++)
+                        got += p.expert[l * X + e] ? freq[l][e] : 0.0;
+                for (uint32_t m = 0; m < (1u << (L * X)); m++) {
+                    if (__builtin_popcount(m) != k)
+                        continue;
+                    double v = 0.0;
+                    for (int i = 0; i < L * X; i++)
+                        v += (m >> i) & 1u ? freq[i / X][i % X] : 0.0;
+                    best = v > best ? v : best;
+                }
+                assert_true(fabs(got - best) < 1e-9);
+                /* ties: a device expert is never colder than a host one, and among
+                 * equal counts the earlier (layer, expert) is on the device */
+                for (int i = 0; i < L * X; i++)
+                    for (int j = 0; j < L * X; j++)
+                        if (p.expert[i] && !p.expert[j]) {
+                            const double fi = freq[i / X][i % X], fj = freq[j / X][j % X];
+                            assert_true(fi > fj || (fi == fj && i < j));
+                        }
+                if (prev.expert && prev.kv)
+                    for (int i = 0; i < L * X; i++)
+                        assert_true(p.expert[i] >= prev.expert[i]); /* monotone */
+            }
+            pi_placement_free(&prev);
+            prev = p;
+        }
+        pi_placement_free(&prev);
+    }
+    /* no statistics: uniform, so lower layers' lower experts first */
+    for (int l = 0; l < L; l++)
+        ls[l] = (struct pi_plan_layer){0, 0, 0, COST, NULL, 0, 1};
+    /* a dense layer in the same model keeps placing neurons (in groups of 4) */
+    static double nf[F];
+    fill_freq(nf, F);
+    ls[1] = (struct pi_plan_layer){0, 0, 0, 2, nf, 0, 0};
+    struct pi_plan_input in = {L, F, ls, 0, 0, 6 * COST + F * 2, 4, X};
+    struct pi_placement p;
+    assert_int_equal(pi_placement_make(&in, &pi_default_allocator, &p, &err), PI_OK);
+    check_consistent(&p, &in);
+    assert_int_equal(p.n_neurons[1], F);
+    assert_int_equal(p.n_experts[0], X); /* uniform: layer 0's, then layer 2's first */
+    assert_int_equal(p.n_experts[2], 2);
+    assert_false(p.moe[1]);
+    for (int e = 0; e < X; e++)
+        assert_int_equal(p.expert[2 * X + e], e < 2);
+    assert_true(p.bytes[PI_PART_EXPERTS] == 6 * COST && p.bytes[PI_PART_FFN] == F * 2);
+    pi_placement_free(&p);
+    /* experts without n_expert, a NaN expert count */
+    in.n_expert = 0;
+    assert_int_equal(pi_placement_make(&in, &pi_default_allocator, &p, &err), PI_ERR_INVALID_ARG);
+    in.n_expert = X;
+    double bad[X] = {1, 2, NAN, 0};
+    ls[0].freq = bad;
+    assert_int_equal(pi_placement_make(&in, &pi_default_allocator, &p, &err), PI_ERR_INVALID_ARG);
+}
+
 static void test_bad_input_and_alloc(void **state) {
     (void)state;
     double f[4] = {1, NAN, 2, 3};
-    struct pi_plan_layer ls[1] = {{0, 0, 0, 1, f, 0}};
-    struct pi_plan_input in = {1, 4, ls, 0, 0, 100, 2};
+    struct pi_plan_layer ls[1] = {{0, 0, 0, 1, f, 0, 0}};
+    struct pi_plan_input in = {1, 4, ls, 0, 0, 100, 2, 0};
     struct pi_placement p;
     struct pi_error err;
     assert_int_equal(pi_placement_make(&in, &pi_default_allocator, &p, &err), PI_ERR_INVALID_ARG);
@@ -276,7 +382,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_budget_and_order), cmocka_unit_test(test_optimal),
         cmocka_unit_test(test_monotone_and_ties), cmocka_unit_test(test_host_ffn_layers),
-        cmocka_unit_test(test_bad_input_and_alloc),
+        cmocka_unit_test(test_experts), cmocka_unit_test(test_bad_input_and_alloc),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -3,7 +3,11 @@
 # through llama-cpp-python) on the same GGUF files, thread counts and -p/-n/-r.
 #
 # usage: tools/bench/compare.sh [-t "1 2 ..."] [-p 128] [-n 64] [-r 5] MODEL.gguf...
+#        tools/bench/compare.sh --anchors ../shared/anchors/run [--rounds 3] [...] MODEL.gguf...
 #   -t   space-separated thread counts (default: all processors)
+#   --anchors RUN  instead: pi-bench against the prebuilt anchors (ik_llama.cpp plain and
+#        with -rtr 1), round robin over --rounds rounds, medians with min-max
+#        (tools/bench/roundrobin.py; RUN is ../shared/anchors/run)
 #   env  PI_BENCH (default build/tools/pi-bench), PYTHON (default python3),
 #        KEEP_LOGS=DIR keeps each run's full output there.
 #
@@ -20,7 +24,7 @@ root=$(cd "$here/../.." && pwd)
 PI_BENCH=${PI_BENCH:-$root/build/tools/pi-bench}
 PYTHON=${PYTHON:-python3}
 threads=$(nproc 2>/dev/null || echo 1)
-p=128 n=64 r=5
+p=128 n=64 r=5 anchors="" rounds=3
 
 while [ $# -gt 0 ]; do
     case $1 in
@@ -28,13 +32,23 @@ while [ $# -gt 0 ]; do
         -p) p=$2; shift 2 ;;
         -n) n=$2; shift 2 ;;
         -r) r=$2; shift 2 ;;
-        -h|--help) sed -n 2,15p "$0"; exit 0 ;;
+        --anchors) anchors=$2; shift 2 ;;
+        --rounds) rounds=$2; shift 2 ;;
+        -h|--help) sed -n 2,19p "$0"; exit 0 ;;
         -*) echo "compare.sh: unknown option $1" >&2; exit 2 ;;
         *) break ;;
     esac
 done
-[ $# -ge 1 ] || { sed -n 4,8p "$0" >&2; exit 2; }
+[ $# -ge 1 ] || { sed -n 4,12p "$0" >&2; exit 2; }
 [ -x "$PI_BENCH" ] || { echo "compare.sh: $PI_BENCH not built (meson compile -C build)" >&2; exit 1; }
+if [ -n "$anchors" ]; then
+    st=0
+    for t in $threads; do
+        "$PYTHON" "$here/roundrobin.py" --anchors "$anchors" --rounds "$rounds" --pi-bench "$PI_BENCH" \
+            -t "$t" -p "$p" -n "$n" -r "$r" ${KEEP_LOGS:+--logs "$KEEP_LOGS"} "$@" || st=$?
+    done
+    exit $st
+fi
 if [ ! -x /usr/bin/time ]; then
     echo "compare.sh: installing GNU time" >&2
     (apt-get update -qq && apt-get install -y -qq time) >/dev/null 2>&1 ||

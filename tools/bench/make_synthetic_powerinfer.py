@@ -49,8 +49,14 @@ shapes, types and byte counts as a real conversion, values equal up to quantizat
 Tensors are generated, quantized and written one at a time (memory: a few of the
 largest float matrices, ~1.5 GB for 7b); both files are written in one pass.
 
+--unique-layers K builds only K layers that way and repeats their bytes for the others
+(layer l is layer l mod K): the file has the full shape and the same per-layer sparsity,
+in the time of K layers (the 7B pair in about a minute: for benchmarks on a machine
+whose time is short, such as tests/gpu/compare.sh's GPU runs). Statistics cover the K.
+
 Examples:
     make_synthetic_powerinfer.py --preset 1b -o /work/bench-models/synth-1b
+    make_synthetic_powerinfer.py --preset 13b --unique-layers 2 -o /tmp/synth-13b
     make_synthetic_powerinfer.py --preset tiny --type f16 -o /tmp/synth-tiny
 """
 import argparse
@@ -73,6 +79,8 @@ PRESETS = {
     "1b": dict(msl.PRESETS["1b"]),
     "7b": dict(n_embd=4096, n_layer=32, n_ff=11008, n_head=32, n_head_kv=32, n_vocab=32000,
                n_ctx=4096, rope_base=10000.0, rms_eps=1e-5),
+    "13b": dict(n_embd=5120, n_layer=40, n_ff=13824, n_head=40, n_head_kv=40, n_vocab=32000,
+                n_ctx=4096, rope_base=10000.0, rms_eps=1e-5),
 }
 TYPES = {k: msl.TYPES[k] for k in ("q4_0", "q8_0", "f16")}
 W_STD = 0.02  # q, k, v, up, output, gate rows
@@ -146,6 +154,7 @@ class Out:
             w.write_kv_data_to_file()
             w.write_ti_data_to_file()
         self.next = 0
+        self.keep = None  # {name: encoded data} of the layers to repeat
 
     def _plan(self):
         """(name, numpy shape [rows, cols], type, writers) in file order."""
@@ -179,7 +188,19 @@ class Out:
         data = x if qt == QT.F32 else msl.encode(np.ascontiguousarray(x, np.float32), qt)
         for i in which:
             self.w[i].write_tensor_data(data)
+        if self.keep is not None and name.startswith("blk."):
+            self.keep[name] = data
         return data, qt
+
+    def repeat_layer(self, li, src):
+        """Write layer li's tensors as the bytes of layer src (kept by write)."""
+        pre, spre = f"blk.{li}.", f"blk.{src}."
+        while self.next < len(self.plan) and self.plan[self.next][0].startswith(pre):
+            pname, _, _, which = self.plan[self.next]
+            self.next += 1
+            data = self.keep[spre + pname[len(pre):]]
+            for i in which:
+                self.w[i].write_tensor_data(data)
 
     def close(self):
         assert self.next == len(self.plan)
@@ -215,6 +236,8 @@ def main():
                     help="std of attn_output and ffn_down weights (default 0.4/sqrt(n_embd))")
     ap.add_argument("--sim-tokens", type=int, default=128,
                     help="simulated tokens for calibration, and again for validation (default 128)")
+    ap.add_argument("--unique-layers", type=int, default=0, metavar="K",
+                    help="build K layers and repeat them (layer l = layer l mod K; default: all distinct)")
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--name", default=None, help="general.name")
     a = ap.parse_args()
@@ -222,6 +245,8 @@ def main():
     h = dict(PRESETS[a.preset])
     if a.n_layer:
         h["n_layer"] = a.n_layer
+    if a.unique_layers < 0:
+        sys.exit("--unique-layers must be >= 0")
     e, F, V, L = h["n_embd"], h["n_ff"], h["n_vocab"], h["n_layer"]
     R = h["rank"] = a.rank or e // 8
     if R < 3:
@@ -258,7 +283,16 @@ def main():
     print(f"[{time.time() - t0:6.1f} s] embeddings written")
 
     stats = []
+    K = a.unique_layers if 0 < a.unique_layers < L else L
+    if K < L:
+        out.keep = {}
     for li in range(L):
+        if li >= K:
+            out.repeat_layer(li, li % K)
+            if li == K or li == L - 1:
+                print(f"[{time.time() - t0:6.1f} s] layer {li}: the bytes of layer {li % K}"
+                      + (f" (to layer {L - 1})" if li == K else ""), flush=True)
+            continue
         rng = np.random.default_rng([a.seed, 1 + li])
         b = f"blk.{li}."
         n_kv = e // h["n_head"] * h["n_head_kv"]
@@ -365,7 +399,7 @@ def main():
         c = np.cumsum(f_) / max(f_.sum(), 1e-12)
         cover.append([c[int(F * q) - 1] for q in (0.01, 0.1, 0.2, 0.5)])
     cover = np.mean(cover, axis=0)
-    print(f"validation ({T} held-out simulated tokens x {L} layers, stored weights):")
+    print(f"validation ({T} held-out simulated tokens x {len(stats)} layers, stored weights):")
     print(f"  predicted-active fraction {mean('frac'):.4f} (target {a.active}), "
           f"gate>0 fraction {mean('frac_gate'):.4f}")
     print(f"  P(gate>0 | predicted) {mean('p_gate_pred'):.4f}, "

@@ -8,25 +8,36 @@
 # the ratios sparse / each dense, then pi-bench's telemetry and eta lines.
 #
 # usage: tools/bench/sparse_compare.sh [-t 2] [-p 64] [-n 64] [-r 3] MODEL.powerinfer.gguf MODEL.dense.gguf
+#        tools/bench/sparse_compare.sh --anchors ../shared/anchors/run [--rounds 3] [...] PWRI DENSE
+#   --anchors RUN: instead, ours (sparse on the PowerInfer file, dense on the twin) against
+#   PowerInfer (-ngl 0) on the PowerInfer file and ik_llama.cpp (plain, -rtr 1) on the twin,
+#   round robin over --rounds rounds, medians with min-max (tools/bench/roundrobin.py).
+#   PowerInfer reads sparse files correctly only as F16 or Q4_0.
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 PI_BENCH=${PI_BENCH:-$root/build/tools/pi-bench}
 PYTHON=${PYTHON:-python3}
-t=$(nproc 2>/dev/null || echo 1) p=64 n=64 r=3
+t=$(nproc 2>/dev/null || echo 1) p=64 n=64 r=3 anchors="" rounds=3
 while [ $# -gt 0 ]; do
     case $1 in
         -t) t=$2; shift 2 ;;
         -p) p=$2; shift 2 ;;
         -n) n=$2; shift 2 ;;
         -r) r=$2; shift 2 ;;
-        -h|--help) sed -n 2,11p "$0"; exit 0 ;;
+        --anchors) anchors=$2; shift 2 ;;
+        --rounds) rounds=$2; shift 2 ;;
+        -h|--help) sed -n 2,16p "$0"; exit 0 ;;
         -*) echo "sparse_compare.sh: unknown option $1" >&2; exit 2 ;;
         *) break ;;
     esac
 done
-[ $# -eq 2 ] || { sed -n 11p "$0" >&2; exit 2; }
+[ $# -eq 2 ] || { sed -n 11,12p "$0" >&2; exit 2; }
 sp=$1 dn=$2
+if [ -n "$anchors" ]; then
+    exec "$PYTHON" "$here/roundrobin.py" --anchors "$anchors" --rounds "$rounds" --pi-bench "$PI_BENCH" \
+        -t "$t" -p "$p" -n "$n" -r "$r" --sparse "$sp" "$dn"
+fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 rss_mib() { awk -F: '/Maximum resident set size/ { printf "%.1f", $2 / 1024; exit }' "$1"; }

@@ -205,6 +205,11 @@ void cli_placement_of(const pi_plan *pl, const pi_ctx_params *cp, struct cli_pla
     out->neurons_total = (double)out->n_layer * (double)pi_plan_n_ff(pl);
     out->output = pi_plan_output_on_device(pl);
     out->kv = pi_plan_kv_on_device(pl);
+    out->experts_on = 0;
+    for (int64_t l = 0; l < out->n_layer; l++) {
+        const int64_t k = pi_plan_layer_experts(pl, l, NULL, 0);
+        out->experts_on += k > 0 ? k : 0;
+    }
 }
 
 void cli_plan_line(FILE *out, const pi_plan *pl, const pi_ctx_params *cp) {
@@ -238,11 +243,14 @@ void cli_plan_line(FILE *out, const pi_plan *pl, const pi_ctx_params *cp) {
     fprintf(out,
             "%s: plan (device %s %u): %s | on device %s of %s budget | FFN neurons "
             "%.0f/%.0f (%.1f%%) | attention %" PRId64 "/%" PRId64
-            " layers, output %s, KV cache %s\n",
+            " layers, output %s, KV cache %s",
             cli_prog, cli_device_name(cp->device), cp->device_index, src, used, budget,
             p.neurons_on, p.neurons_total,
             p.neurons_total > 0 ? 100.0 * p.neurons_on / p.neurons_total : 0.0, p.attn_layers,
             p.n_layer, p.output ? "yes" : "no", p.kv ? "yes" : "no");
+    if (p.experts_on)
+        fprintf(out, " | experts %" PRId64 " on the device", p.experts_on);
+    fputc('\n', out);
 }
 
 int cli_plan_print(FILE *out, const pi_plan *pl) {

@@ -60,11 +60,13 @@ struct cli_placement {
     int64_t n_layer, attn_layers;
     double neurons_on, neurons_total; /* FFN neurons on the device / of the model */
     int output, kv;
+    int64_t experts_on; /* mixture-of-experts layers: experts on the device */
 };
 void cli_placement_of(const pi_plan *pl, const pi_ctx_params *cp, struct cli_placement *out);
 
 /* "PROG: plan (device D I): SOURCE | on device X of Y budget | FFN neurons a/b (p%) |
- * attention l/L layers, output yes|no, KV cache yes|no" to out. */
+ * attention l/L layers, output yes|no, KV cache yes|no[ | experts E on the device]"
+ * to out. */
 void cli_plan_line(FILE *out, const pi_plan *pl, const pi_ctx_params *cp);
 
 /* pi_plan_describe's text to out. 0, or 1 after printing why. */
@@ -98,7 +100,8 @@ int cli_device_dry_run_model(struct cli_device *d, const pi_model *m, const char
     "  --device-index N        which GPU (default 0)\n"                                   \
     "  --plan-stats FILE       activation statistics (pi-run --profile, or\n"             \
     "                          tools/convert_activation_stats.py) ranking the neurons\n" \
-    "                          (default: all equally hot)\n"                              \
+    "                          (and experts: how often each was chosen; default: all\n"  \
+    "                          equally hot)\n"                                            \
     "  --plan FILE             take the FFN neurons from a GPU index file\n"              \
     "                          (PowerInfer's .gpuidx, or one these tools wrote)\n"       \
     "  --reset-plan            plan again and rewrite the plan file\n"                    \
@@ -106,7 +109,7 @@ int cli_device_dry_run_model(struct cli_device *d, const pi_model *m, const char
     "                          MODEL.generated.gpuidx and reused while the model,\n"     \
     "                          statistics and budget are the same\n"                      \
     "  --print-plan            print the plan (budget, bytes per part, each layer's\n"    \
-    "                          parts and neurons) to stderr before starting\n"           \
+    "                          parts and neurons or experts) to stderr before starting\n" \
     "  --dry-run               print the plan to stdout and exit: nothing is loaded\n"    \
     "                          onto the device\n"
 

@@ -22,7 +22,7 @@ static void usage(FILE *out) {
             "F16 and BF16 weights quantized to TYPE; everything else is kept as it is. A\n"
             "weight already quantized to another type is refused unless --allow-requantize.\n"
             "\n"
-            "  TYPE                    q4_0, q4_1, q5_0, q5_1 or q8_0 (any case)\n"
+            "  TYPE                    q4_0, q4_1, q5_0, q5_1, q8_0 or mxfp4 (any case)\n"
             "  --predictor-type T      type of the PowerInfer predictors (fc1, fc2):\n"
             "                          one of the above, f16 or bf16 (default: TYPE)\n"
             "  --keep-output           leave output.weight as it is\n"
@@ -40,8 +40,8 @@ static int parse_type(const char *s, int allow_float) {
         int type, is_float;
     } types[] = {
         {"q4_0", PI_TYPE_Q4_0, 0}, {"q4_1", PI_TYPE_Q4_1, 0}, {"q5_0", PI_TYPE_Q5_0, 0},
-        {"q5_1", PI_TYPE_Q5_1, 0}, {"q8_0", PI_TYPE_Q8_0, 0}, {"f16", PI_TYPE_F16, 1},
-        {"bf16", PI_TYPE_BF16, 1},
+        {"q5_1", PI_TYPE_Q5_1, 0}, {"q8_0", PI_TYPE_Q8_0, 0}, {"mxfp4", PI_TYPE_MXFP4, 0},
+        {"f16", PI_TYPE_F16, 1},   {"bf16", PI_TYPE_BF16, 1},
     };
     for (size_t i = 0; i < sizeof types / sizeof *types; i++) {
         const char *a = s, *b = types[i].name;
@@ -133,7 +133,8 @@ int main(int argc, char **argv) {
     }
     int type = parse_type(pos[2], 0);
     if (type < 0) {
-        fprintf(stderr, "pi-quantize: unknown type '%s'; use q4_0, q4_1, q5_0, q5_1 or q8_0\n",
+        fprintf(stderr, "pi-quantize: unknown type '%s'; use q4_0, q4_1, q5_0, q5_1, q8_0 or "
+                "mxfp4\n",
                 pos[2]);
         return 2;
     }
@@ -142,7 +143,7 @@ int main(int argc, char **argv) {
         int pt = parse_type(pred, 1);
         if (pt < 0) {
             fprintf(stderr, "pi-quantize: unknown predictor type '%s'; use q4_0, q4_1, q5_0, "
-                    "q5_1, q8_0, f16 or bf16\n", pred);
+                    "q5_1, q8_0, mxfp4, f16 or bf16\n", pred);
             return 2;
         }
         qp.predictor_type = (uint32_t)pt;

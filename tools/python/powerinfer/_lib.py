@@ -307,6 +307,7 @@ _PROTOTYPES = {
     "pi_plan_n_ff": (c_int64, [_H]),
     "pi_plan_layer_parts": (c_uint32, [_H, c_int64]),
     "pi_plan_layer_neurons": (c_int64, [_H, c_int64, POINTER(c_uint8), c_size_t]),
+    "pi_plan_layer_experts": (c_int64, [_H, c_int64, POINTER(c_uint8), c_size_t]),
     "pi_plan_output_on_device": (c_int, [_H]),
     "pi_plan_kv_on_device": (c_int, [_H]),
     "pi_plan_source": (c_int, [_H]),

@@ -156,6 +156,18 @@ class Plan(Owner):
             return _np.frombuffer(bytes(mask), dtype=_np.uint8, count=n).astype(bool)
         return [bool(v) for v in mask[:n]]
 
+    def layer_experts(self, layer, n_expert=None):
+        """How many of `layer`'s experts are on the device (0 in a layer without
+        experts); with n_expert (the model's <arch>.expert_count), the list of their
+        ids instead, ascending."""
+        layer = self._layer(layer)
+        if n_expert is None:
+            return check(self._q("pi_plan_layer_experts", layer, None, 0),
+                         "pi_plan_layer_experts")
+        mask = (ctypes.c_uint8 * max(n_expert, 1))()
+        check(self._q("pi_plan_layer_experts", layer, mask, n_expert), "pi_plan_layer_experts")
+        return [e for e in range(n_expert) if mask[e]]
+
     def describe(self):
         """The library's description: budget, bytes per part, each layer's parts and
         neuron count."""

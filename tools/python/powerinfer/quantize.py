@@ -7,7 +7,8 @@ from ._errors import check
 from ._util import c_int, decode, errbuf, fspath
 from .model import _Progress
 
-QUANT_TYPES = {"q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q8_0": 8, "f16": 1, "bf16": 30}
+QUANT_TYPES = {"q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q8_0": 8, "mxfp4": 39, "f16": 1,
+               "bf16": 30}
 
 
 def _type_id(t):
@@ -23,7 +24,7 @@ def _type_id(t):
 def quantize(in_path, out_path, type="q4_0", *, predictor_type=None, keep_output=False,
              n_threads=0, progress=None, allow_requantize=False):
     """pi_model_quantize: write in_path's weights as `type` ("q4_0", "q4_1", "q5_0",
-    "q5_1", "q8_0" or a PI_TYPE_* id) into out_path, written to a temporary file and
+    "q5_1", "q8_0", "mxfp4" or a PI_TYPE_* id) into out_path, written to a temporary file and
     renamed only when complete.
 
     predictor_type: type of a PowerInfer file's FFN predictors (one of the above, or

@@ -603,6 +603,12 @@ extern "C" {
         mask: *mut u8,
         cap: usize,
     ) -> i64;
+    pub fn pi_plan_layer_experts(
+        plan: *const pi_plan,
+        layer: i64,
+        mask: *mut u8,
+        cap: usize,
+    ) -> i64;
     pub fn pi_plan_output_on_device(plan: *const pi_plan) -> c_int;
     pub fn pi_plan_kv_on_device(plan: *const pi_plan) -> c_int;
     pub fn pi_plan_source(plan: *const pi_plan) -> c_int;
