@@ -710,9 +710,10 @@ typedef struct pi_ctx_params {
      * it to check a model against another implementation. Default 0. */
     uint32_t f32_activations;
     /* How the FFN of a PowerInfer (PWRI) model is computed, PI_SPARSE_*. Default
-     * PI_SPARSE_AUTO: predictor-driven sparse for PowerInfer files, dense otherwise.
-     * Other modes need a PowerInfer file (PI_ERR_UNSUPPORTED otherwise), except
-     * PI_SPARSE_DENSE, which every model accepts. Since: 0.1 */
+     * PI_SPARSE_AUTO: predictor-driven sparse for PowerInfer files, thresholded for
+     * pi_model_sparsify's files, dense otherwise. PREDICTOR and ORACLE need a
+     * PowerInfer file, THRESHOLD a file with ffn_down_t (PI_ERR_UNSUPPORTED
+     * otherwise); PI_SPARSE_DENSE every model accepts. Since: 0.1 */
     uint32_t sparse_mode;
     /* Non-zero: use sparse_threshold instead of the file's powerinfer.sparse_threshold
      * (neuron r is computed iff its predictor score >= the threshold). Since: 0.1 */
@@ -768,7 +769,32 @@ typedef struct pi_ctx_params {
      * PI_EMBD_OFF. Since: 0.1 */
     uint32_t embeddings;
     uint32_t reserved2; /* zero (fills what would be padding, see ABI.md) */
+    /* PI_SPARSE_THRESHOLD: per-layer thresholds t_l on |act(gate . x)| that replace the
+     * file's (powerinfer.sparsify.thresholds): NULL (default) keeps the file's; else
+     * n_sparse_thresholds floats, exactly the model's n_layer (PI_ERR_INVALID_ARG
+     * otherwise; each finite; a negative one keeps every neuron of its layer).
+     * Borrowed for the call. Since: 0.1 */
+    const float *sparse_thresholds;
+    uint64_t n_sparse_thresholds;
+    /* PI_SPARSE_THRESHOLD: every threshold used (the file's or the override) is
+     * multiplied by this (finite, >= 0). Default 1. Since: 0.1 */
+    float sparse_threshold_scale;
+    /* Non-zero (with stats != PI_STATS_OFF): also collect, per layer, the histogram
+     * of |act(gate . x)| over every neuron and token the FFN computes the gate for
+     * (pi_stats_gate_histogram, pi_stats_gate_quantile: the calibration of
+     * PI_SPARSE_THRESHOLD), in PI_SPARSE_DENSE and PI_SPARSE_THRESHOLD mode (not
+     * counted in the others). Gated FFNs without experts only (PI_ERR_UNSUPPORTED
+     * otherwise); CPU-only contexts. Default 0. Since: 0.1 */
+    uint32_t gate_histogram;
 } pi_ctx_params;
+
+/* What pi_ctx_sparse_threshold_source reports. */
+enum {
+    PI_THRESHOLDS_NONE = 0,   /* not PI_SPARSE_THRESHOLD mode */
+    PI_THRESHOLDS_FILE = 1,   /* the file's powerinfer.sparsify.thresholds */
+    PI_THRESHOLDS_PARAMS = 2, /* pi_ctx_params.sparse_thresholds */
+    PI_THRESHOLDS_ZERO = 3    /* a file without thresholds (a PowerInfer file): all 0 */
+};
 
 /* pi_ctx_params.embeddings:
  * - OFF: no hidden states are kept.
@@ -828,13 +854,23 @@ enum {
  * - ORACLE: the gate is computed for every neuron and exactly the neurons whose
  *   activation is non-zero are used: the same logits as DENSE up to rounding, at the
  *   cost of a full gate projection; the upper bound of any predictor's quality.
+ * - THRESHOLD (training-free, CATS-style; files with ffn_down_t: pi_model_sparsify's
+ *   and PowerInfer's): the gate is computed for every neuron, a = act(gate . xn), and
+ *   token t uses the neurons with |a| > t_l, the layer's threshold (the file's
+ *   powerinfer.sparsify.thresholds, or pi_ctx_params.sparse_thresholds, times
+ *   sparse_threshold_scale; pi_ctx_sparse_threshold_source says which); up and down
+ *   only for those. The result equals the dense FFN with the other neurons' a set to
+ *   0, up to rounding; thresholds below 0 give the dense result. The default
+ *   (AUTO) for pi_model_sparsify's files. Not with a device (PI_ERR_UNSUPPORTED; nor
+ *   does a pi_model_sparsify file run with one in any mode, for now).
  * A prompt (many tokens in one step) is computed on the union of its tokens' active
  * sets, each token still using only its own neurons (docs/design.md). */
 enum {
     PI_SPARSE_AUTO = 0,
     PI_SPARSE_DENSE = 1,
     PI_SPARSE_PREDICTOR = 2,
-    PI_SPARSE_ORACLE = 3
+    PI_SPARSE_ORACLE = 3,
+    PI_SPARSE_THRESHOLD = 4
 };
 
 /* pi_ctx_params.stats. */
@@ -1065,6 +1101,15 @@ PI_API int pi_ctx_sparse_mode(const pi_ctx *ctx);
 /* The predictor threshold the context uses (the file's, or the override). */
 PI_API float pi_ctx_sparse_threshold(const pi_ctx *ctx);
 
+/* PI_SPARSE_THRESHOLD: where the per-layer thresholds came from, PI_THRESHOLDS_*
+ * (PI_THRESHOLDS_NONE in other modes), or PI_ERR_INVALID_ARG. Since: 0.1 */
+PI_API int pi_ctx_sparse_threshold_source(const pi_ctx *ctx);
+
+/* Copy the per-layer thresholds the context applies (scale included; 0 in other
+ * modes) into out[0 .. min(cap, n_layer)). Returns n_layer (call with cap 0 to size),
+ * or PI_ERR_INVALID_ARG (NULL ctx, out NULL with cap > 0). Since: 0.1 */
+PI_API int64_t pi_ctx_sparse_thresholds(const pi_ctx *ctx, float *out, size_t cap);
+
 /* =================================================================================
  * Activation statistics
  *
@@ -1147,6 +1192,29 @@ PI_API int pi_stats_experts(const pi_stats *stats, int64_t layer, int kind, doub
  * complete). errbuf (may be NULL) receives the message on failure. PI_OK,
  * PI_ERR_INVALID_ARG, PI_ERR_IO (also when `path` is a directory, FIFO or device, which
  * is left as it is), PI_ERR_NOMEM. Since: 0.1 */
+/* Gate histograms (pi_ctx_params.gate_histogram): per layer, counts of
+ * |act(gate . x)| in PI_GATE_HIST_BINS log-spaced bins: bin 0 holds values below
+ * 2^PI_GATE_HIST_MIN_LOG2 (zero included), bin i (1 .. BINS-2) holds
+ * [2^(MIN_LOG2 + (i-1)/PER_OCTAVE), 2^(MIN_LOG2 + i/PER_OCTAVE)), the last bin
+ * the rest (infinity and NaN included). In memory only: pi_stats_save does not
+ * write them, and loaded statistics have none (all zero). */
+#define PI_GATE_HIST_BINS 514
+#define PI_GATE_HIST_MIN_LOG2 (-20)
+#define PI_GATE_HIST_PER_OCTAVE 16
+
+/* Copy the PI_GATE_HIST_BINS counts of `layer` into out (n must be at least
+ * PI_GATE_HIST_BINS). PI_OK, PI_ERR_INVALID_ARG, PI_ERR_RANGE (layer). Since: 0.1 */
+PI_API int pi_stats_gate_histogram(const pi_stats *stats, int64_t layer, uint64_t *out,
+                                   size_t n);
+
+/* *out = the q-quantile (0 <= q <= 1) of |act(gate . x)| of `layer`: the value below
+ * which a fraction q of the counted activations lie, interpolated log-linearly inside
+ * its bin (0 when q is 0 or every value sits in bin 0). Thresholding at it keeps about
+ * a fraction 1 - q of the neurons. PI_OK, PI_ERR_INVALID_ARG (NULL, q outside [0, 1]
+ * or NaN), PI_ERR_RANGE (layer), PI_ERR_NOT_FOUND (nothing counted for the layer).
+ * Since: 0.1 */
+PI_API int pi_stats_gate_quantile(const pi_stats *stats, int64_t layer, double q, float *out);
+
 PI_API int pi_stats_save(const pi_stats *stats, const char *path, char *errbuf,
                          size_t errbuf_cap);
 
@@ -1487,6 +1555,69 @@ PI_API int pi_quantize_default_params(pi_quantize_params *params);
  * Thread-safe: calls on different files may run at once. Since: 0.1 */
 PI_API int pi_model_quantize(const char *in_path, const char *out_path,
                              const pi_quantize_params *params);
+
+/* =================================================================================
+ * Activation sparsity for ordinary models (pi-sparsify)
+ *
+ * pi_model_sparsify rewrites a dense GGUF file with a gated FFN (ffn_gate, ffn_up,
+ * ffn_down in every layer; no experts, no FFN biases or post-FFN norm) into a
+ * sparse-capable GGUF file (docs/formats.md, "Sparsified files"): every tensor is
+ * copied except blk.N.ffn_down.weight, replaced by blk.N.ffn_down_t.weight, the
+ * transposed down projection (one row of n_embd per neuron); metadata gains the keys
+ * powerinfer.sparsify.*, the per-layer thresholds among them. Such a file runs in
+ * PI_SPARSE_THRESHOLD mode by default and exactly in PI_SPARSE_DENSE. The thresholds
+ * come from a calibration (pi_ctx_params.gate_histogram and pi_stats_gate_quantile;
+ * tools/pi-sparsify does both).
+ * ================================================================================= */
+typedef struct pi_sparsify_params {
+    uint32_t struct_size; /* set by pi_sparsify_default_params */
+    /* Type of ffn_down_t. 0 (default): ffn_down's own type when it is F32, F16 or BF16
+     * (an exact transpose) or Q8_0; Q8_0 for other quantized types (dequantized,
+     * transposed, quantized again: requantizing a 4-bit down to 4 bits along the
+     * other axis costs far more, docs/formats.md); F16 when Q8_0's block does not
+     * divide n_embd. Otherwise one of F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0
+     * (PI_ERR_INVALID_ARG; PI_TYPE_F32 is 0, "the same", so F32 is kept only from an
+     * F32 source), PI_ERR_UNSUPPORTED when its block does not divide n_embd. */
+    uint32_t down_type;
+    /* The per-layer thresholds to record, n_thresholds = the model's n_layer floats,
+     * each finite. Required. Borrowed for the call. */
+    const float *thresholds;
+    uint64_t n_thresholds;
+    /* The target sparsity the thresholds were calibrated for, in [0, 1) (recorded). */
+    float sparsity;
+    /* Threads; 0 (default): the processors available. The output does not depend on
+     * it. */
+    uint32_t n_threads;
+    /* Where the calibration text came from and how many tokens it had (recorded;
+     * NULL: ""). Borrowed for the call. */
+    const char *calibration;
+    uint64_t calibration_tokens;
+    pi_progress_fn progress_fn;
+    void *progress_user;
+    /* Optional caller buffer that receives the error message on failure. */
+    char *errbuf;
+    size_t errbuf_cap;
+    /* Optional: receives per layer the relative RMS error of ffn_down_t against the
+     * dequantized ffn_down, sqrt(sum (d' - d)^2 / sum d^2) (0 for an exact copy);
+     * n_thresholds doubles. Borrowed for the call. */
+    double *down_error;
+} pi_sparsify_params;
+
+/* Fill `params` with the defaults. PI_OK or PI_ERR_INVALID_ARG. Since: 0.1 */
+PI_API int pi_sparsify_default_params(pi_sparsify_params *params);
+
+/* Write the sparse-capable copy of the model file at in_path to out_path (both
+ * borrowed for the call), through a temporary file renamed into place when complete
+ * (as pi_model_quantize). Memory: the metadata, and one layer's down projection as
+ * floats twice. Returns PI_OK; PI_ERR_INVALID_ARG (NULL path, out_path naming the
+ * input, no thresholds or not n_layer of them, a non-finite one, sparsity outside
+ * [0, 1), a down_type not listed); PI_ERR_UNSUPPORTED (a PowerInfer or already
+ * sparsified file, an FFN that is not gated, experts, FFN biases or a post-FFN norm,
+ * a down type that cannot be read, a down_type whose block does not divide n_embd);
+ * PI_ERR_FORMAT (malformed input, or not a model this library runs); PI_ERR_IO;
+ * PI_ERR_NOMEM; PI_ERR_INTERNAL; PI_ERR_ABORTED. Since: 0.1 */
+PI_API int pi_model_sparsify(const char *in_path, const char *out_path,
+                             const pi_sparsify_params *params);
 
 #ifdef __cplusplus
 }

@@ -25,6 +25,7 @@ int pi_ctx_default_params(pi_ctx_params *p) {
     memset(p, 0, sizeof *p);
     p->struct_size = (uint32_t)sizeof *p;
     p->device_budget = PI_DEVICE_BUDGET_AUTO;
+    p->sparse_threshold_scale = 1.0f;
     return PI_OK;
 }
 
@@ -75,12 +76,57 @@ void pi_ctx_destroy(pi_ctx *c) {
     pi_free(&a, c->moe_yg);
     pi_free(&a, c->moe_acc);
     pi_free(&a, c->moe_ye);
+    pi_free(&a, c->layer_thr);
     pi_stats_destroy(c->stats);
     pi_free(&a, c->layers);
     pi_free(&a, c->exec);
     pi_free(&a, c->rope_factors);
     pi_free(&a, c->sinks);
     pi_free(&a, c);
+}
+
+/* THRESHOLD mode's per-layer thresholds (the override, the file's, or zeros) times
+ * the scale, and whether gate histograms are collected. */
+static int setup_thresholds(struct pi_ctx *c, const pi_ctx_params *p) {
+    const struct pi_hparams *hp = c->hp;
+    const int64_t L = hp->n_layer;
+    c->layer_thr = pi_calloc(&c->alloc, (size_t)L, sizeof *c->layer_thr);
+    if (!c->layer_thr)
+        PI_FAIL(&c->err, PI_ERR_NOMEM, "out of memory");
+    c->gate_hist = p->gate_histogram && p->stats != PI_STATS_OFF;
+    if (c->gate_hist && (c->model->desc.n_moe_layers || !(hp->info->flags & PI_AF_GATED) ||
+                         p->device != PI_DEVICE_NONE))
+        PI_FAIL(&c->err, PI_ERR_UNSUPPORTED, "gate_histogram needs a gated FFN without experts "
+                "(ffn_gate in every layer) and a CPU-only context");
+    if (c->gate_hist)
+        for (int64_t l = 0; l < L; l++)
+            if (!c->model->desc.layers[l].ffn_gate)
+                PI_FAIL(&c->err, PI_ERR_UNSUPPORTED, "gate_histogram: layer %lld has no "
+                        "separate ffn_gate", (long long)l);
+    if (p->sparse_thresholds && p->n_sparse_thresholds != (uint64_t)L)
+        PI_FAIL(&c->err, PI_ERR_INVALID_ARG, "pi_ctx_params: %llu sparse_thresholds for a "
+                "model of %lld layers", (unsigned long long)p->n_sparse_thresholds,
+                (long long)L);
+    if (c->mode != PI_SPARSE_THRESHOLD) {
+        c->thr_source = PI_THRESHOLDS_NONE;
+        return PI_OK;
+    }
+    const struct gguf_kv *kv = c->model->desc.sparsify_thresholds;
+    c->thr_source = p->sparse_thresholds ? PI_THRESHOLDS_PARAMS
+                    : kv                 ? PI_THRESHOLDS_FILE
+                                         : PI_THRESHOLDS_ZERO;
+    for (int64_t l = 0; l < L; l++) {
+        double v = 0.0;
+        if (p->sparse_thresholds)
+            v = p->sparse_thresholds[l];
+        else if (kv && gguf_kv_float(&c->model->gguf, kv, (uint64_t)l, &v) < 0)
+            PI_FAIL(&c->err, PI_ERR_INTERNAL, "cannot read the file's thresholds");
+        if (!isfinite(v))
+            PI_FAIL(&c->err, PI_ERR_INVALID_ARG, "pi_ctx_params: sparse_thresholds[%lld] is "
+                    "not finite", (long long)l);
+        c->layer_thr[l] = (float)(v * (double)p->sparse_threshold_scale);
+    }
+    return PI_OK;
 }
 
 /* Mode, threshold, statistics and the sparse path's scratch. */
@@ -90,15 +136,39 @@ static int setup_sparse(struct pi_ctx *c, const pi_ctx_params *p) {
     const int64_t F = hp->n_ff, B = c->n_batch;
     c->mode = (int)p->sparse_mode;
     if (c->mode == PI_SPARSE_AUTO)
-        c->mode = hp->sparse ? PI_SPARSE_PREDICTOR : PI_SPARSE_DENSE;
-    if (c->mode != PI_SPARSE_DENSE && !hp->sparse)
+        c->mode = hp->sparse        ? PI_SPARSE_PREDICTOR
+                  : hp->sparsified ? PI_SPARSE_THRESHOLD
+                                   : PI_SPARSE_DENSE;
+    if (c->mode == PI_SPARSE_THRESHOLD && !hp->sparse && !hp->sparsified)
+        PI_FAIL(&c->err, PI_ERR_UNSUPPORTED, "sparse mode threshold needs a file with "
+                "ffn_down_t (made by pi_model_sparsify / pi-sparsify, or a PowerInfer file); "
+                "this file is dense: use PI_SPARSE_DENSE");
+    if (hp->sparsified && (c->mode == PI_SPARSE_PREDICTOR || c->mode == PI_SPARSE_ORACLE))
+        PI_FAIL(&c->err, PI_ERR_UNSUPPORTED, "a sparsified file has no predictors and a "
+                "non-ReLU FFN: use PI_SPARSE_THRESHOLD or PI_SPARSE_DENSE");
+    if (c->mode == PI_SPARSE_THRESHOLD &&
+        ((hp->ffn_act != PI_FFN_SILU && hp->ffn_act != PI_FFN_GELU &&
+          hp->ffn_act != PI_FFN_GELU_ERF && hp->ffn_act != PI_FFN_RELU) ||
+         c->model->desc.n_moe_layers))
+        PI_FAIL(&c->err, PI_ERR_UNSUPPORTED, "sparse mode threshold runs gated FFNs with "
+                "SiLU, GELU or ReLU on the gate, without experts");
+    for (int64_t l = 0; c->mode == PI_SPARSE_THRESHOLD && l < hp->n_layer; l++)
+        if (!c->model->desc.layers[l].ffn_gate)
+            PI_FAIL(&c->err, PI_ERR_UNSUPPORTED, "sparse mode threshold needs a gated FFN; "
+                    "layer %lld has no ffn_gate", (long long)l);
+    if ((c->mode == PI_SPARSE_THRESHOLD || hp->sparsified) && p->device != PI_DEVICE_NONE)
+        PI_FAIL(&c->err, PI_ERR_UNSUPPORTED, "sparse mode threshold and sparsified files run "
+                "on the CPU only (hybrid execution of them is not implemented yet, issue 17): "
+                "use no device");
+    if (c->mode != PI_SPARSE_DENSE && c->mode != PI_SPARSE_THRESHOLD && !hp->sparse)
         PI_FAIL(&c->err, PI_ERR_UNSUPPORTED, "sparse mode %s needs a PowerInfer model (magic "
                 "PWRI, with predictors and ffn_down_t); this file is dense: use "
                 "PI_SPARSE_DENSE", c->mode == PI_SPARSE_ORACLE ? "oracle" : "predictor");
     c->threshold = p->sparse_threshold_set ? p->sparse_threshold : hp->sparse_threshold;
     c->stats_level = (int)p->stats;
     c->check_layers = p->check_numerics == PI_CHECK_LAYERS;
-    if (hp->sparse) {
+    PI_TRY(setup_thresholds(c, p));
+    if (hp->sparse || hp->sparsified) {
         const int64_t rmax = max64(c->model->desc.max_rank, 1);
         c->score = pi_calloc(a, (size_t)(B * F), sizeof(float));
         c->hid = pi_calloc(a, (size_t)(B * rmax), sizeof(float));
@@ -123,8 +193,15 @@ static int setup_sparse(struct pi_ctx *c, const pi_ctx_params *p) {
             c->stats->name[0] = '\0';
         snprintf(c->stats->source, sizeof c->stats->source, "libpowerinfer %s, %s mode",
                  pi_version_string(), c->mode == PI_SPARSE_DENSE       ? "dense"
-                                   : c->mode == PI_SPARSE_ORACLE ? "oracle"
-                                                                 : "predictor");
+                                   : c->mode == PI_SPARSE_ORACLE    ? "oracle"
+                                   : c->mode == PI_SPARSE_THRESHOLD ? "threshold"
+                                                                    : "predictor");
+        if (c->gate_hist) {
+            c->stats->gate_hist = pi_calloc(a, (size_t)hp->n_layer * PI_GATE_HIST_BINS,
+                                            sizeof *c->stats->gate_hist);
+            if (!c->stats->gate_hist)
+                PI_FAIL(&c->err, PI_ERR_NOMEM, "out of memory for the gate histograms");
+        }
     }
     return PI_OK;
 }
@@ -243,7 +320,9 @@ static const char *bad_params(const pi_ctx_params *pp) {
     return p.n_ctx > MAX_CTX           ? "n_ctx is above 1<<20"
            : p.n_threads > MAX_THREADS  ? "n_threads is above 512"
            : p.n_batch > MAX_CTX        ? "n_batch is above 1<<20"
-           : p.sparse_mode > PI_SPARSE_ORACLE ? "sparse_mode is not a PI_SPARSE_* value"
+           : p.sparse_mode > PI_SPARSE_THRESHOLD ? "sparse_mode is not a PI_SPARSE_* value"
+           : !isfinite(p.sparse_threshold_scale) || p.sparse_threshold_scale < 0.0f
+               ? "sparse_threshold_scale is not a finite number >= 0"
            : p.stats > PI_STATS_DIAGNOSTIC    ? "stats is not a PI_STATS_* value"
            : p.sparse_threshold_set && !isfinite(p.sparse_threshold)
                ? "sparse_threshold is not finite"
@@ -690,6 +769,19 @@ int pi_ctx_sparse_mode(const pi_ctx *c) {
 
 float pi_ctx_sparse_threshold(const pi_ctx *c) {
     return c ? c->threshold : 0.0f;
+}
+
+int pi_ctx_sparse_threshold_source(const pi_ctx *c) {
+    return c ? c->thr_source : PI_ERR_INVALID_ARG;
+}
+
+int64_t pi_ctx_sparse_thresholds(const pi_ctx *c, float *out, size_t cap) {
+    if (!c || (!out && cap))
+        return PI_ERR_INVALID_ARG;
+    const int64_t L = c->hp->n_layer;
+    for (int64_t l = 0; l < L && (size_t)l < cap; l++)
+        out[l] = c->layer_thr[l];
+    return L;
 }
 
 const pi_stats *pi_ctx_stats(const pi_ctx *c) {

@@ -47,6 +47,7 @@ void pi_stats_destroy(struct pi_stats *s) {
     pi_free(&a, s->count);
     pi_free(&a, s->layer);
     pi_free(&a, s->expert);
+    pi_free(&a, s->gate_hist);
     pi_free(&a, s);
 }
 
@@ -55,8 +56,68 @@ void pi_stats_clear(struct pi_stats *s) {
     memset(s->layer, 0, (size_t)s->n_layer * sizeof *s->layer);
     if (s->expert)
         memset(s->expert, 0, (size_t)(s->n_layer * 2 * s->n_expert) * sizeof *s->expert);
+    if (s->gate_hist)
+        memset(s->gate_hist, 0, (size_t)s->n_layer * PI_GATE_HIST_BINS * sizeof *s->gate_hist);
     for (int64_t l = 0; l < s->n_layer; l++)
         s->layer[l].struct_size = (uint32_t)sizeof(pi_layer_stats);
+}
+
+/* Bins of 2^(1/PER_OCTAVE): floor(PER_OCTAVE * (log2|a| - MIN_LOG2)) + 1, clamped. */
+int pi_stats_gate_bin(float a) {
+    const float v = fabsf(a);
+    if (!(v < INFINITY))
+        return PI_GATE_HIST_BINS - 1; /* infinity, NaN */
+    if (v < ldexpf(1.0f, PI_GATE_HIST_MIN_LOG2))
+        return 0;
+    const double b = floor(PI_GATE_HIST_PER_OCTAVE * (log2((double)v) - PI_GATE_HIST_MIN_LOG2));
+    return b >= PI_GATE_HIST_BINS - 2 ? PI_GATE_HIST_BINS - 1 : (int)b + 1;
+}
+
+int pi_stats_gate_histogram(const pi_stats *s, int64_t layer, uint64_t *out, size_t n) {
+    if (!s || !out || n < PI_GATE_HIST_BINS)
+        return PI_ERR_INVALID_ARG;
+    if (layer < 0 || layer >= s->n_layer)
+        return PI_ERR_RANGE;
+    if (s->gate_hist)
+        memcpy(out, s->gate_hist + (size_t)layer * PI_GATE_HIST_BINS,
+               PI_GATE_HIST_BINS * sizeof *out);
+    else
+        memset(out, 0, PI_GATE_HIST_BINS * sizeof *out);
+    return PI_OK;
+}
+
+int pi_stats_gate_quantile(const pi_stats *s, int64_t layer, double q, float *out) {
+    if (!s || !out || !(q >= 0.0 && q <= 1.0))
+        return PI_ERR_INVALID_ARG;
+    if (layer < 0 || layer >= s->n_layer)
+        return PI_ERR_RANGE;
+    const uint64_t *h = s->gate_hist ? s->gate_hist + (size_t)layer * PI_GATE_HIST_BINS : NULL;
+    double total = 0.0;
+    for (int i = 0; h && i < PI_GATE_HIST_BINS; i++)
+        total += (double)h[i];
+    if (total == 0.0)
+        return PI_ERR_NOT_FOUND;
+    const double want = q * total;
+    double below = 0.0;
+    *out = 0.0f;
+    if (want <= 0.0)
+        return PI_OK;
+    for (int i = 0; i < PI_GATE_HIST_BINS; i++) {
+        const double c = (double)h[i];
+        if (below + c < want && i < PI_GATE_HIST_BINS - 1) {
+            below += c;
+            continue;
+        }
+        if (i == 0)
+            return PI_OK; /* inside the bin of (near) zeros */
+        const int j = i < PI_GATE_HIST_BINS - 1 ? i : PI_GATE_HIST_BINS - 2;
+        const double frac = c > 0.0 ? (want - below) / c : 1.0;
+        const double e = PI_GATE_HIST_MIN_LOG2 + ((double)(j - 1) + (frac < 1.0 ? frac : 1.0)) /
+                                                     PI_GATE_HIST_PER_OCTAVE;
+        *out = (float)exp2(e);
+        return PI_OK;
+    }
+    return PI_OK;
 }
 
 void pi_stats_free(pi_stats *s) {

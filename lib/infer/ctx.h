@@ -75,8 +75,11 @@ struct pi_ctx {
     int32_t *step_tok;                 /* [n_batch] tokens of a step */
     int64_t *next_pos;                 /* [n_seq] scratch: next position per sequence */
     /* Sparse FFN (PowerInfer files). */
-    int mode;                          /* PI_SPARSE_DENSE, _PREDICTOR or _ORACLE */
+    int mode;                          /* PI_SPARSE_DENSE, _PREDICTOR, _ORACLE, _THRESHOLD */
     float threshold;
+    float *layer_thr;                  /* [n_layer] THRESHOLD mode's t_l (else 0) */
+    int thr_source;                    /* PI_THRESHOLDS_* */
+    int gate_hist;                     /* collect stats->gate_hist */
     float *score;                      /* [n_batch][n_ff] predictor scores */
     float *hid;                        /* [n_batch][max rank] predictor hidden layer */
     float *gfull, *ufull;              /* [n_batch][n_ff] diagnostic full projections */

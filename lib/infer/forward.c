@@ -11,6 +11,8 @@
  *   predictor  s = fc2 relu(fc1 x) (x: the residual after attention, before ffn_norm);
  *              token t uses the neurons with s[t][r] >= threshold
  *   oracle     g0 = gate xn for every neuron; token t uses the neurons with g0 > 0
+ *   threshold  a = act(gate xn) for every neuron; token t uses the neurons with
+ *              |a| > t_l (CATS-style, files with ffn_down_t)
  * A step of T tokens computes gate/up rows for the union U of its tokens' sets (all
  * rows, densely, when |U| > PI_SPARSE_DENSE_UNION * F) and masks each token to its own
  * set, so a prompt gives what T one-token steps would give (up to rounding order). */
@@ -76,6 +78,31 @@ static int64_t select_union(struct pi_ctx *c, const float *src, int64_t T, float
         const float *s = src + t * F;
         for (int64_t r = 0; r < F; r++)
             c->mark[r] |= strict ? s[r] > thr : s[r] >= thr;
+    }
+    int64_t n = 0;
+    for (int64_t r = 0; r < F; r++)
+        if (c->mark[r] && !(skip && skip[r]))
+            c->idx[n++] = (int32_t)r;
+    return n;
+}
+
+/* Gate histograms (pi_ctx_params.gate_histogram): a [T][F] = act(gate xn) of layer l. */
+static void gate_hist(struct pi_ctx *c, int64_t l, const float *a, int64_t T) {
+    uint64_t *h = c->stats->gate_hist + (size_t)l * PI_GATE_HIST_BINS;
+    for (int64_t i = 0; i < T * c->hp->n_ff; i++)
+        h[pi_stats_gate_bin(a[i])]++;
+}
+
+/* THRESHOLD mode: idx = the neurons whose |a| > thr for some token (a [T][F] =
+ * act(gate xn)), except those marked in skip (NULL: none). */
+static int64_t select_abs(struct pi_ctx *c, const float *a, int64_t T, float thr,
+                          const uint8_t *skip) {
+    const int64_t F = c->hp->n_ff;
+    memset(c->mark, 0, (size_t)F);
+    for (int64_t t = 0; t < T; t++) {
+        const float *s = a + t * F;
+        for (int64_t r = 0; r < F; r++)
+            c->mark[r] |= fabsf(s[r]) > thr;
     }
     int64_t n = 0;
     for (int64_t r = 0; r < F; r++)
@@ -165,6 +192,21 @@ static int64_t ffn_sparse(struct pi_ctx *c, int64_t l, int64_t T, const uint8_t 
             be->matmul_rows(b, &L->up, c->xn, T, c->idx, n, up);
         }
         rows_gate = gated ? rows_up : 0;
+    } else if (c->mode == PI_SPARSE_THRESHOLD) { /* gated (desc.c and api_ctx.c check) */
+        /* the whole gate and its activation, then up where |a| > t_l (each token masked
+         * to its own set below) */
+        be->matmul(b, &L->gate, c->xn, T, c->g);                     /* g [T][F] */
+        be->ffn_act(b, act_of(hp->ffn_act, 0), c->g, NULL, T * F);   /* a = act(g) */
+        be->sync(b);
+        if (c->gate_hist)
+            gate_hist(c, l, c->g, T);
+        n = select_abs(c, c->g, T, c->layer_thr[l], skip);
+        rows_gate = F;
+        rows_up = n > dense_above ? F : n;
+        if (n > dense_above)
+            be->matmul(b, &L->up, c->xn, T, c->u);
+        else
+            be->matmul_rows(b, &L->up, c->xn, T, c->idx, n, c->u);
     } else if (gated) { /* oracle: the whole gate, then up where it fired */
         be->matmul(b, &L->gate, c->xn, T, c->g);
         n = select_union(c, c->g, T, 0.0f, 1, skip);
@@ -185,14 +227,19 @@ static int64_t ffn_sparse(struct pi_ctx *c, int64_t l, int64_t T, const uint8_t 
         rows_up = F;
     }
     be->sync(b);
-    /* Activations of the union's neurons, each token masked to its own set. */
+    /* Activations of the union's neurons, each token masked to its own set (THRESHOLD:
+     * g holds a = act(gate xn), kept where |a| > t_l). */
     const int add_bias = !gated && !biased && L->b_up.data;
+    const int thr_mode = c->mode == PI_SPARSE_THRESHOLD;
+    const float thr = c->layer_thr[l];
     for (int64_t t = 0; t < T; t++) {
         float *g = c->g + t * F;
         const float *u = c->u + t * F, *s = c->score + t * F;
         for (int64_t i = 0; i < n; i++) {
             const int64_t r = c->idx[i];
-            if (predictor && s[r] < c->threshold) {
+            if (thr_mode) {
+                g[r] = fabsf(g[r]) > thr ? g[r] * u[r] : 0.0f;
+            } else if (predictor && s[r] < c->threshold) {
                 g[r] = 0.0f;
             } else if (gated) {
                 g[r] = relu_act(hp->ffn_act, g[r], u[r]);
@@ -409,7 +456,15 @@ static const float *ffn_dense(struct run *r, int64_t l, const struct unit *u,
         u->be->matmul(u->b, &W->up, xn, T, g);
         bias(u, g, &W->b_up, T);
     }
-    u->be->ffn_act(u->b, act_of(hp->ffn_act, gated), g, gated ? up : NULL, T * F);
+    if (c->gate_hist && gated && u->at == HOST) { /* calibration: a = act(gate xn) */
+        u->be->ffn_act(u->b, act_of(hp->ffn_act, 0), g, NULL, T * F);
+        u->be->sync(u->b);
+        gate_hist(c, l, g, T);
+        for (int64_t i = 0; i < T * F; i++)
+            g[i] *= up[i];
+    } else {
+        u->be->ffn_act(u->b, act_of(hp->ffn_act, gated), g, gated ? up : NULL, T * F);
+    }
     float *y = out(y_s, u->at);
     if (W->has_down)
         u->be->matmul(u->b, &W->down, g, T, y);                     /* y [T][E] */
@@ -832,7 +887,8 @@ static int step(struct pi_ctx *c, const pi_batch_entry *e, const int32_t *pos, i
                 const int64_t n = ffn_sparse(c, l, T, n_dev ? D->on_dev : NULL, y);
                 if (!n_dev)
                     out(&r.xn, HOST);
-                if (c->mode == PI_SPARSE_ORACLE && !n_dev) { /* g valid on the selected rows */
+                if ((c->mode == PI_SPARSE_ORACLE || c->mode == PI_SPARSE_THRESHOLD) && !n_dev) {
+                    /* g valid on the selected rows */
                     truth = c->g;
                     tidx = c->idx;
                     tn = n;

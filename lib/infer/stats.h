@@ -18,6 +18,7 @@ struct pi_stats {
     int64_t n_expert;         /* mixture-of-experts models; else 0 */
     double *expert;           /* [n_layer][2][n_expert]: PI_EXPERT_SELECTED, _WEIGHT */
     pi_layer_stats *layer;    /* [n_layer]; neuron sums are derived from count */
+    uint64_t *gate_hist;      /* [n_layer][PI_GATE_HIST_BINS] |act(gate x)|, or NULL */
     char name[128];           /* model name (general.name), may be empty */
     char source[128];         /* what produced the counts */
 };
@@ -36,6 +37,9 @@ void pi_stats_clear(struct pi_stats *s);
 static inline double *pi_stats_row(struct pi_stats *s, int64_t layer, int kind) {
     return s->count + ((size_t)layer * 3 + (size_t)kind) * (size_t)s->n_ff;
 }
+
+/* The histogram bin of |a| (powerinfer.h, PI_GATE_HIST_BINS). */
+int pi_stats_gate_bin(float a);
 
 static inline double *pi_stats_expert_row(struct pi_stats *s, int64_t layer, int kind) {
     return s->expert + ((size_t)layer * 2 + (size_t)kind) * (size_t)s->n_expert;

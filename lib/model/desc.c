@@ -111,6 +111,48 @@ static int refuse_unsupported_keys(const struct reader *r) {
     return PI_OK;
 }
 
+
+/* pi_model_sparsify's keys (docs/formats.md, "Sparsified files"): a dense-magic file
+ * with powerinfer.sparsify.method "cats" stores ffn_down_t instead of ffn_down and
+ * per-layer thresholds for PI_SPARSE_THRESHOLD; its FFN must be gated with an
+ * activation the thresholded path computes. */
+static int read_sparsify(struct reader *r, struct pi_hparams *hp) {
+    const struct gguf_kv *mk = gguf_find_kv(r->f, "powerinfer.sparsify.method");
+    hp->sparsified = 0;
+    if (!mk)
+        return PI_OK;
+    if (hp->sparse)
+        PI_FAIL(r->err, PI_ERR_FORMAT, "a PowerInfer (PWRI) file with powerinfer.sparsify "
+                "keys: a file is one or the other");
+    const char *s;
+    uint64_t n;
+    if (mk->type != PI_META_STRING || gguf_kv_str(r->f, mk, 0, &s, &n) < 0)
+        PI_FAIL(r->err, PI_ERR_FORMAT, "metadata 'powerinfer.sparsify.method' must be a string");
+    if (n != 4 || memcmp(s, "cats", 4) != 0)
+        PI_FAIL(r->err, PI_ERR_UNSUPPORTED, "powerinfer.sparsify.method '%.*s' is not "
+                "supported (cats is)", (int)(n > 32 ? 32 : n), s);
+    if (!(hp->info->flags & PI_AF_GATED))
+        PI_FAIL(r->err, PI_ERR_UNSUPPORTED, "powerinfer.sparsify needs a gated FFN; "
+                "architecture '%s' has none", hp->info->name);
+    if (hp->ffn_act != PI_FFN_SILU && hp->ffn_act != PI_FFN_GELU &&
+        hp->ffn_act != PI_FFN_GELU_ERF && hp->ffn_act != PI_FFN_RELU)
+        PI_FAIL(r->err, PI_ERR_UNSUPPORTED, "powerinfer.sparsify: this FFN activation is not "
+                "thresholded (silu, gelu, relu are)");
+    const struct gguf_kv *tk = gguf_find_kv(r->f, "powerinfer.sparsify.thresholds");
+    if (!tk || tk->type != PI_META_ARRAY || tk->elem_type != PI_META_F32 ||
+        tk->n != (uint64_t)hp->n_layer)
+        PI_FAIL(r->err, PI_ERR_FORMAT, "metadata 'powerinfer.sparsify.thresholds' must be an "
+                "array of %lld F32 (one per layer)", (long long)hp->n_layer);
+    for (uint64_t i = 0; i < tk->n; i++) {
+        double v;
+        if (gguf_kv_float(r->f, tk, i, &v) < 0 || !isfinite(v) || fabs(v) > 1e30)
+            PI_FAIL(r->err, PI_ERR_FORMAT, "powerinfer.sparsify.thresholds[%llu] is not a "
+                    "finite number", (unsigned long long)i);
+    }
+    hp->sparsified = 1;
+    return PI_OK;
+}
+
 /* rope.scaling.*: none, linear, YaRN or LongRoPE (the latter also when the file has
  * LongRoPE factor tensors and no type, as Phi-3 conversions do). */
 static int read_rope_scaling(struct reader *r, struct pi_hparams *hp) {
@@ -270,7 +312,7 @@ static int read_hparams(struct reader *r, struct pi_hparams *hp, const struct pi
     if (hp->sparse && hp->ffn_act == PI_FFN_SILU)
         PI_FAIL(r->err, PI_ERR_FORMAT, "a sparse (PWRI) model needs a ReLU FFN, the file says "
                 "silu");
-    return PI_OK;
+    return read_sparsify(r, hp);
 }
 
 enum tensor_kind {
@@ -472,6 +514,9 @@ static int build_layer(struct reader *r, const struct pi_hparams *hp, int64_t il
     if ((flags & PI_AF_MOE_BIASES) && gguf_find_tensor(r->f, NAME("ffn_gate_inp")) < 0)
         PI_FAIL(r->err, PI_ERR_FORMAT, "tensor '%s' is missing (every %s layer is a "
                 "mixture-of-experts layer)", n, hp->info->name);
+    if (gguf_find_tensor(r->f, NAME("ffn_gate_inp")) >= 0 && hp->sparsified)
+        PI_FAIL(r->err, PI_ERR_UNSUPPORTED, "layer %lld of this sparsified file has experts, "
+                "which the thresholded FFN does not run", (long long)il);
     if (gguf_find_tensor(r->f, NAME("ffn_gate_inp")) >= 0)
         return build_moe(r, hp, il, L);
     /* FFN: gated with gate and up, gated with up holding both (Phi-3), or plain */
@@ -489,6 +534,17 @@ static int build_layer(struct reader *r, const struct pi_hparams *hp, int64_t il
         PI_TRY(want(r, BIAS("ffn_gate"), K_NORM, F, 0, 1, &L->b_gate));
     PI_TRY(want(r, BIAS("ffn_up"), K_NORM, L->up_fused ? 2 * F : F, 0, 1, &L->b_up));
     PI_TRY(want(r, NAME("post_ffw_norm"), K_NORM, E, 0, 1, &L->ffn_post_norm));
+    if (hp->sparsified) { /* pi_model_sparsify's file: ffn_down_t, no predictors */
+        if (!L->ffn_gate || L->b_gate || L->b_up || L->ffn_post_norm ||
+            gguf_find_tensor(r->f, BIAS("ffn_down")) >= 0)
+            PI_FAIL(r->err, PI_ERR_UNSUPPORTED, "layer %lld of this sparsified file has a fused "
+                    "gate, FFN biases or a post-FFN norm, which the thresholded FFN does not "
+                    "apply", (long long)il);
+        if (gguf_find_tensor(r->f, NAME("ffn_down")) >= 0)
+            PI_FAIL(r->err, PI_ERR_FORMAT, "sparsified file has '%s'; it stores the down "
+                    "projection transposed as ffn_down_t", n);
+        return want(r, NAME("ffn_down_t"), K_WEIGHT, E, F, 0, &L->ffn_down_t);
+    }
     if (!hp->sparse) {
         PI_TRY(want(r, NAME("ffn_down"), K_WEIGHT, F, E, 0, &L->ffn_down));
         PI_TRY(want(r, BIAS("ffn_down"), K_NORM, E, 0, 1, &L->b_down));
@@ -810,6 +866,8 @@ int pi_model_desc_build(struct pi_model_desc *d, const struct gguf_file *f,
     snprintf(r.prefix, sizeof r.prefix, "%s.", pi_arch_name(hp->arch));
     PI_TRY(read_hparams(&r, hp, lg));
     PI_TRY(read_moe(&r, hp));
+    d->sparsify_thresholds =
+        hp->sparsified ? gguf_find_kv(f, "powerinfer.sparsify.thresholds") : NULL;
 
     int64_t ti = gguf_find_tensor(f, "token_embd.weight");
     if (ti < 0)

@@ -111,6 +111,7 @@ struct pi_hparams {
     enum pi_arch arch;
     const struct pi_arch_info *info;
     int sparse;           /* PowerInfer file: predictors and ffn_down_t */
+    int sparsified;       /* pi_model_sparsify's file: ffn_down_t and thresholds */
     int64_t n_layer;
     int64_t n_embd;
     int64_t n_ff;
@@ -210,6 +211,9 @@ struct pi_model_desc {
     const struct gguf_tensor *pos_embd;
     struct pi_layer_desc *layers;          /* [n_layer] */
     int64_t max_rank;  /* the largest pred_rank (0: dense file) */
+    /* powerinfer.sparsify.thresholds (sparsified files; checked: F32[n_layer], each
+     * finite), else NULL */
+    const struct gguf_kv *sparsify_thresholds;
     int64_t n_moe_layers; /* layers with experts (0: not a mixture-of-experts model) */
     int64_t max_ff;    /* the widest FFN hidden row: n_ff, n_ff_exp, n_ff_shexp */
     /* The widest activation row the forward pass hands an op: the largest of n_embd,

@@ -32,7 +32,11 @@ _Static_assert(sizeof(void *) != 8 || offsetof(pi_ctx_params, plan_file) == 104,
 _Static_assert(sizeof(void *) != 8 || offsetof(pi_ctx_params, n_seq_max) == 112, "n_seq_max");
 _Static_assert(sizeof(void *) != 8 || offsetof(pi_ctx_params, check_numerics) == 116, "check");
 _Static_assert(sizeof(void *) != 8 || offsetof(pi_ctx_params, embeddings) == 120, "embeddings");
-_Static_assert(sizeof(void *) != 8 || sizeof(pi_ctx_params) == 128, "pi_ctx_params size");
+_Static_assert(sizeof(void *) != 8 || offsetof(pi_ctx_params, sparse_thresholds) == 128, "thr");
+_Static_assert(sizeof(void *) != 8 || offsetof(pi_ctx_params, gate_histogram) == 148, "hist");
+_Static_assert(sizeof(void *) != 8 || sizeof(pi_ctx_params) == 152, "pi_ctx_params size");
+_Static_assert(sizeof(void *) != 8 || offsetof(pi_sparsify_params, down_error) == 80, "down_err");
+_Static_assert(sizeof(void *) != 8 || sizeof(pi_sparsify_params) == 88, "sparsify size");
 _Static_assert(sizeof(pi_layer_stats) == 104, "pi_layer_stats size");
 _Static_assert(offsetof(pi_layer_stats, ns_ffn) == 96, "ns_ffn");
 

@@ -274,3 +274,19 @@ int cli_pooling_of(const pi_model *m, int pooling) {
     const int p = pi_model_pooling(m);
     return p == PI_POOL_MEAN || p == PI_POOL_CLS ? p : PI_POOL_LAST;
 }
+
+int cli_sparse_mode(const char *opt, const char *name) {
+    static const struct {
+        const char *name;
+        int mode;
+    } modes[] = {
+        {"auto", PI_SPARSE_AUTO},   {"sparse", PI_SPARSE_PREDICTOR}, {"predictor", PI_SPARSE_PREDICTOR},
+        {"dense", PI_SPARSE_DENSE}, {"oracle", PI_SPARSE_ORACLE},    {"threshold", PI_SPARSE_THRESHOLD},
+    };
+    for (size_t i = 0; i < sizeof modes / sizeof *modes; i++)
+        if (!strcmp(name, modes[i].name))
+            return modes[i].mode;
+    fprintf(stderr, "%s: %s wants auto, " CLI_SPARSE_MODE_NAMES ", not '%s'\n", cli_prog, opt,
+            name);
+    return -1;
+}

@@ -43,6 +43,14 @@ int cli_load_option(const char *a);
  * "PROG: OPT wants ..." with every name. */
 int cli_chat_format(const char *opt, const char *name);
 
+/* --sparse-mode NAME (opt names the option in the message): auto, sparse (or
+ * predictor), dense, oracle, threshold as PI_SPARSE_*, or -1 after printing
+ * "PROG: OPT wants ...". */
+int cli_sparse_mode(const char *opt, const char *name);
+
+/* Those names, for --help. */
+#define CLI_SPARSE_MODE_NAMES "sparse, dense, oracle, threshold"
+
 /* --pooling NAME: PI_POOL_MEAN, _LAST or _CLS; -2 after printing what it wants. */
 int cli_pooling(const char *name);
 /* The pooling to use: `pooling` when set (>= 0), else the file's when the library pools

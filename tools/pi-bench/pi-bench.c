@@ -163,9 +163,10 @@ static void usage(void) {
             "                [--telemetry] [--device gpu|cpu] [--vram-budget LIST]\n"
             "                [--device-index N] [--plan-stats FILE] [--no-mmap] [--mlock]\n"
             "  Defaults: -p 128 -n 64 -r 5, threads = all processors, modes: the model's\n"
-            "  default (sparse for PowerInfer files, dense otherwise), CPU only.\n"
+            "  default (sparse for PowerInfer files, threshold for pi-sparsify's, dense\n"
+            "  otherwise), CPU only.\n"
             "  --sparse-mode LIST  comma-separated modes to run one after another on the\n"
-            "                      same weights: sparse, dense, oracle\n"
+            "                      same weights: sparse, dense, oracle, threshold\n"
             "  --telemetry         print the per-layer table of each mode's decode run\n"
             "  --vram-budget LIST  hybrid CPU/device runs: comma-separated device budgets in\n"
             "                      GiB ('auto' or negative: free memory minus 256 MiB); each\n"
@@ -249,13 +250,18 @@ static int parse_mode(const char *s, size_t n) {
         return PI_SPARSE_DENSE;
     if (n == 6 && !strncmp(s, "oracle", 6))
         return PI_SPARSE_ORACLE;
+    if (n == 9 && !strncmp(s, "threshold", 9))
+        return PI_SPARSE_THRESHOLD;
     if (n == 4 && !strncmp(s, "auto", 4))
         return PI_SPARSE_AUTO;
     return -1;
 }
 
 static const char *mode_name(int mode) {
-    return mode == PI_SPARSE_PREDICTOR ? "sparse" : mode == PI_SPARSE_ORACLE ? "oracle" : "dense";
+    return mode == PI_SPARSE_PREDICTOR   ? "sparse"
+           : mode == PI_SPARSE_ORACLE    ? "oracle"
+           : mode == PI_SPARSE_THRESHOLD ? "threshold"
+                                         : "dense";
 }
 
 /* Time prompt processing and decoding of one mode; then one more decode run with
@@ -500,7 +506,10 @@ int main(int argc, char **argv) {
     printf("model:       %s\n", path);
     printf("arch:        %s, %s, %" PRId64 " layers, n_embd %" PRId64 ", n_ff %" PRId64
            ", %.1f MiB of weights\n",
-           pi_model_arch(m), pi_model_is_sparse(m) ? "PowerInfer (sparse)" : "dense",
+           pi_model_arch(m), pi_model_is_sparse(m) ? "PowerInfer (sparse)"
+           : pi_model_meta_str(m, "powerinfer.sparsify.method", NULL, 0) >= 0
+               ? "sparsified (pi-sparsify, thresholded)"
+               : "dense",
            pi_model_n_layer(m), pi_model_n_embd(m), pi_model_n_ff(m),
            (double)pi_model_size_bytes(m) / 1048576.0);
     printf("threads:     %u, load %.1f ms\n", nt, load_ms);

@@ -58,6 +58,9 @@ static void usage(FILE *out) {
             "                          (default: N_CTX, at most 256)\n"
             "  -t, --threads N         worker threads (default: all processors)\n"
             "  --chunks K              score only the first K chunks (windows)\n"
+            "  --sparse-mode M         FFN mode: " CLI_SPARSE_MODE_NAMES "\n"
+            "                          (default: the file's: sparse for PowerInfer files,\n"
+            "                          threshold for pi-sparsify's, else dense)\n"
             "  --f32-activations       float activations in products with quantized weights\n"
             "                          (slower; closer to a float reference) instead of 8-bit\n"
             "\n", out);
@@ -207,6 +210,11 @@ static int parse_args(int argc, char **argv, struct opts *o) {
             if (cli_parse_long(a, v, 10, 0, 512, &n))
                 return 2;
             o->cp.n_threads = (uint32_t)n;
+        } else if (IS("--sparse-mode")) {
+            const int mode = cli_sparse_mode(a, v);
+            if (mode < 0)
+                return 2;
+            o->cp.sparse_mode = (uint32_t)mode;
         } else if (IS("--chunks")) {
             if (cli_parse_long(a, v, 10, 1, INT32_MAX, &o->chunks))
                 return 2;

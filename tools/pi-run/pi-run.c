@@ -67,8 +67,8 @@ static void usage(FILE *out) {
             "  --pooling P             --embedding's pooling: mean, last or cls (first\n"
             "                          token); default: the file's pooling_type, else last\n"
             "  --sparse-mode M         FFN of PowerInfer models: sparse (default for them:\n"
-            "                          predictor-driven), dense, or oracle (exactly the\n"
-            "                          neurons that fire; needs the full gate)\n"
+            "                          predictor-driven), dense, oracle (exactly the neurons\n"
+            "                          that fire), threshold (pi-sparsify files' default)\n"
             "  --sparse-threshold X    predictor threshold (default: the file's, else 0)\n"
             "  --stats                 print per-layer telemetry at the end: predicted-active\n"
             "                          ratio, weight bytes read per token, time split\n"
@@ -555,11 +555,15 @@ static int generate(struct opts *o) {
         goto done;
     {
         int mode = pi_ctx_sparse_mode(ctx);
-        if (pi_model_is_sparse(m) || o->verbose)
+        if (pi_model_is_sparse(m) || mode == PI_SPARSE_THRESHOLD || o->verbose)
             fprintf(stderr, "pi-run: %s model, %s FFN%s", pi_model_is_sparse(m) ? "PowerInfer" : "dense",
                     mode == PI_SPARSE_PREDICTOR ? "sparse (predictor-driven)"
                     : mode == PI_SPARSE_ORACLE  ? "sparse (oracle: exactly the neurons that fire)"
-                                                : "dense",
+                    : mode == PI_SPARSE_THRESHOLD
+                        ? (pi_ctx_sparse_threshold_source(ctx) == PI_THRESHOLDS_FILE
+                               ? "thresholded (the file's per-layer thresholds)"
+                               : "thresholded (per-layer thresholds given)")
+                        : "dense",
                     mode == PI_SPARSE_PREDICTOR ? "" : "\n");
         if (mode == PI_SPARSE_PREDICTOR)
             fprintf(stderr, ", threshold %g\n", (double)pi_ctx_sparse_threshold(ctx));
@@ -785,17 +789,10 @@ int main(int argc, char **argv) {
         } else if (IS("--profile")) {
             o.profile = v;
         } else if (IS("--sparse-mode")) {
-            if (!strcmp(v, "sparse") || !strcmp(v, "predictor"))
-                o.cp.sparse_mode = PI_SPARSE_PREDICTOR;
-            else if (!strcmp(v, "dense"))
-                o.cp.sparse_mode = PI_SPARSE_DENSE;
-            else if (!strcmp(v, "oracle"))
-                o.cp.sparse_mode = PI_SPARSE_ORACLE;
-            else {
-                fprintf(stderr, "pi-run: --sparse-mode wants sparse, dense or oracle, not '%s'\n",
-                        v);
+            const int mode = cli_sparse_mode(a, v);
+            if (mode < 0)
                 return 2;
-            }
+            o.cp.sparse_mode = (uint32_t)mode;
         } else if (IS("--sparse-threshold")) {
             if (cli_parse_float(a, v, -INFINITY, INFINITY, &o.cp.sparse_threshold))
                 return 2;

@@ -69,7 +69,8 @@ static void usage(FILE *out) {
             "  --chat-format F         " CLI_CHAT_FORMAT_NAMES "\n"
             "  --chat-template-file F  run this Jinja chat template instead of the model's\n"
             "                          (at most 64 MiB; its tool-call syntax is used too)\n"
-            "  --sparse-mode M         FFN of PowerInfer models: sparse, dense or oracle\n"
+            "  --sparse-mode M         FFN of PowerInfer models: sparse, dense or oracle;\n"
+            "                          threshold (default for pi-sparsify's files)\n"
             "  --no-prompt-cache       decode every prompt whole (by default a slot keeps its\n"
             "                          tokens and a new prompt decodes only what differs)\n"
             "  --pooling P             /v1/embeddings: mean, last or cls (first token) pooling\n"
@@ -408,16 +409,10 @@ int main(int argc, char **argv) {
             if (o.chat_format < 0)
                 return 2;
         } else if (IS("--sparse-mode")) {
-            if (!strcmp(v, "sparse") || !strcmp(v, "predictor"))
-                o.sparse_mode = PI_SPARSE_PREDICTOR;
-            else if (!strcmp(v, "dense"))
-                o.sparse_mode = PI_SPARSE_DENSE;
-            else if (!strcmp(v, "oracle"))
-                o.sparse_mode = PI_SPARSE_ORACLE;
-            else {
-                fprintf(stderr, "pi-server: --sparse-mode wants sparse, dense or oracle\n");
+            const int mode = cli_sparse_mode(a, v);
+            if (mode < 0)
                 return 2;
-            }
+            o.sparse_mode = (uint32_t)mode;
         } else if (IS("--pooling")) {
             o.pooling = cli_pooling(v);
             if (o.pooling == -2)

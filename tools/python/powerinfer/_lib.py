@@ -85,6 +85,11 @@ class CtxParams(Structure):
         # embeddings
         ("embeddings", c_uint32),
         ("reserved2", c_uint32),
+        # thresholded sparsity (PI_SPARSE_THRESHOLD) and its calibration
+        ("sparse_thresholds", POINTER(c_float)),
+        ("n_sparse_thresholds", c_uint64),
+        ("sparse_threshold_scale", c_float),
+        ("gate_histogram", c_uint32),
     ]
 
 
@@ -152,6 +157,25 @@ class QuantizeParams(Structure):
         ("errbuf_cap", c_size_t),
         ("allow_requantize", c_uint32),
         ("reserved0", c_uint32),
+    ]
+
+
+class SparsifyParams(Structure):
+    """pi_sparsify_params."""
+    _fields_ = [
+        ("struct_size", c_uint32),
+        ("down_type", c_uint32),
+        ("thresholds", POINTER(c_float)),
+        ("n_thresholds", c_uint64),
+        ("sparsity", c_float),
+        ("n_threads", c_uint32),
+        ("calibration", c_char_p),
+        ("calibration_tokens", c_uint64),
+        ("progress_fn", PROGRESS_FN),
+        ("progress_user", c_void_p),
+        ("errbuf", POINTER(c_char)),
+        ("errbuf_cap", c_size_t),
+        ("down_error", POINTER(c_double)),
     ]
 
 
@@ -258,6 +282,8 @@ _PROTOTYPES = {
     "pi_ctx_n_threads": (c_uint32, [_H]),
     "pi_ctx_sparse_mode": (c_int, [_H]),
     "pi_ctx_sparse_threshold": (c_float, [_H]),
+    "pi_ctx_sparse_threshold_source": (c_int, [_H]),
+    "pi_ctx_sparse_thresholds": (c_int64, [_H, POINTER(c_float), c_size_t]),
     # statistics
     "pi_ctx_stats": (c_void_p, [_H]),
     "pi_ctx_stats_reset": (c_int, [_H]),
@@ -265,6 +291,8 @@ _PROTOTYPES = {
     "pi_stats_n_ff": (c_int64, [_H]),
     "pi_stats_layer": (c_int, [_H, c_int64, POINTER(LayerStats)]),
     "pi_stats_neurons": (c_int, [_H, c_int64, c_int, POINTER(c_double), c_size_t]),
+    "pi_stats_gate_histogram": (c_int, [_H, c_int64, POINTER(c_uint64), c_size_t]),
+    "pi_stats_gate_quantile": (c_int, [_H, c_int64, c_double, POINTER(c_float)]),
     "pi_stats_n_expert": (c_int64, [_H]),
     "pi_stats_experts": (c_int, [_H, c_int64, c_int, POINTER(c_double), c_size_t]),
     "pi_stats_save": (c_int, [_H, c_char_p, POINTER(c_char), c_size_t]),
@@ -308,6 +336,8 @@ _PROTOTYPES = {
     # quantization
     "pi_quantize_default_params": (c_int, [POINTER(QuantizeParams)]),
     "pi_model_quantize": (c_int, [c_char_p, c_char_p, POINTER(QuantizeParams)]),
+    "pi_sparsify_default_params": (c_int, [POINTER(SparsifyParams)]),
+    "pi_model_sparsify": (c_int, [c_char_p, c_char_p, POINTER(SparsifyParams)]),
 }
 
 

@@ -17,8 +17,10 @@ from ._util import (Handle, Owner, c_float, c_int, decode, errbuf, float_array, 
                     new_float_buffer, token_array)
 
 # PI_SPARSE_*
-SPARSE_MODES = {"auto": 0, "dense": 1, "predictor": 2, "oracle": 3}
+SPARSE_MODES = {"auto": 0, "dense": 1, "predictor": 2, "oracle": 3, "threshold": 4}
 _SPARSE_NAMES = {v: k for k, v in SPARSE_MODES.items()}
+# PI_THRESHOLDS_*
+THRESHOLD_SOURCES = {0: "none", 1: "file", 2: "params", 3: "zero"}
 # PI_STATS_*
 STATS_MODES = {"off": 0, "on": 1, "diagnostic": 2}
 # PI_NEURON_*
@@ -48,7 +50,8 @@ def _enum(value, table, what):
 def ctx_params(*, n_ctx=0, n_threads=0, n_batch=0, f32_activations=False,
                sparse_mode="auto", sparse_threshold=None, stats="off", device="none",
                device_index=0, device_budget=None, plan_stats=None, plan_path=None,
-               plan_file=None, n_seq_max=1, check_numerics=False, embeddings="off"):
+               plan_file=None, n_seq_max=1, check_numerics=False, embeddings="off",
+               sparse_thresholds=None, sparse_threshold_scale=1.0):
     """A CtxParams filled by pi_ctx_default_params, then from the keyword arguments
     (see Context). Used by Context and Model.plan; the errbuf is left to the caller."""
     lib = _lib.lib()
@@ -66,6 +69,12 @@ def ctx_params(*, n_ctx=0, n_threads=0, n_batch=0, f32_activations=False,
     if sparse_threshold is not None:
         params.sparse_threshold_set = 1
         params.sparse_threshold = c_float(sparse_threshold, "sparse_threshold")
+    if sparse_thresholds is not None:
+        arr = (ctypes.c_float * max(len(sparse_thresholds), 1))(*sparse_thresholds)
+        params._thresholds = arr  # borrowed for pi_ctx_create: kept with the params
+        params.sparse_thresholds = ctypes.cast(arr, ctypes.POINTER(ctypes.c_float))
+        params.n_sparse_thresholds = len(sparse_thresholds)
+    params.sparse_threshold_scale = float(sparse_threshold_scale)
     params.stats = _enum(stats, STATS_MODES, "stats mode")
     params.device = _enum(device, DEVICES, "device")
     params.device_index = c_int(device_index, "uint32_t", "device_index")
@@ -108,6 +117,9 @@ class Context(Owner):
     sparse_mode:      "auto" (predictor for a PowerInfer file, dense otherwise),
                       "dense", "predictor" or "oracle" (or a SPARSE_* id).
     sparse_threshold: a float to override the file's powerinfer.sparse_threshold.
+    sparse_thresholds: "threshold" mode: n_layer floats replacing the file's per-layer
+                      thresholds on |act(gate . x)|; sparse_threshold_scale multiplies
+                      whichever are used (default 1).
     stats:            "off", "on" or "diagnostic" (or True for "on"): collect
                       activation statistics (see the `stats` property).
     abort:            callable() polled between layers during decode; a truthy return
@@ -147,7 +159,7 @@ class Context(Owner):
                  sparse_mode="auto", sparse_threshold=None, stats="off", abort=None,
                  device="none", device_index=0, device_budget=None, plan_stats=None,
                  plan_path=None, plan_file=None, n_seq_max=1, check_numerics=False,
-                 embeddings="off"):
+                 embeddings="off", sparse_thresholds=None, sparse_threshold_scale=1.0):
         self._handle = None
         lib = _lib.lib()
         params = ctx_params(n_ctx=n_ctx, n_threads=n_threads, n_batch=n_batch,
@@ -156,7 +168,8 @@ class Context(Owner):
                             device_index=device_index, device_budget=device_budget,
                             plan_stats=plan_stats, plan_path=plan_path, plan_file=plan_file,
                             n_seq_max=n_seq_max, check_numerics=check_numerics,
-                            embeddings=embeddings)
+                            embeddings=embeddings, sparse_thresholds=sparse_thresholds,
+                            sparse_threshold_scale=sparse_threshold_scale)
         self._abort_error = None
         self._abort_fn = None
         if abort is not None:
@@ -281,7 +294,8 @@ class Context(Owner):
 
     @property
     def sparse_mode(self):
-        """The FFN mode the context runs: "dense", "predictor" or "oracle"."""
+        """The FFN mode the context runs: "dense", "predictor", "oracle" or
+        "threshold"."""
         st = check(_lib.lib().pi_ctx_sparse_mode(self._ptr()), "pi_ctx_sparse_mode",
                    self._errmsg)
         return _SPARSE_NAMES.get(st, st)
@@ -290,6 +304,21 @@ class Context(Owner):
     def sparse_threshold(self):
         """The predictor threshold in use (the file's or the override)."""
         return _lib.lib().pi_ctx_sparse_threshold(self._ptr())
+
+    @property
+    def threshold_source(self):
+        """"threshold" mode: where the per-layer thresholds came from: "file",
+        "params" or "zero" ("none" in other modes)."""
+        return THRESHOLD_SOURCES.get(_lib.lib().pi_ctx_sparse_threshold_source(self._ptr()))
+
+    @property
+    def sparse_thresholds(self):
+        """The per-layer thresholds applied (scale included; zeros in other modes)."""
+        lib = _lib.lib()
+        n = lib.pi_ctx_sparse_thresholds(self._ptr(), None, 0)
+        arr = (ctypes.c_float * max(n, 1))()
+        lib.pi_ctx_sparse_thresholds(self._ptr(), arr, n)
+        return list(arr[:n])
 
     # ---- statistics -----------------------------------------------------------------
     @property

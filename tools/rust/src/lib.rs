@@ -279,6 +279,7 @@ pub enum SparseMode {
     Dense = 1,
     Predictor = 2,
     Oracle = 3,
+    Threshold = 4,
 }
 
 /// Whether a context keeps final hidden states (`PI_EMBD_*`): `On` keeps them
@@ -1423,6 +1424,7 @@ impl<'m> Context<'m> {
             sys::PI_SPARSE_DENSE => Ok(SparseMode::Dense),
             sys::PI_SPARSE_PREDICTOR => Ok(SparseMode::Predictor),
             sys::PI_SPARSE_ORACLE => Ok(SparseMode::Oracle),
+            sys::PI_SPARSE_THRESHOLD => Ok(SparseMode::Threshold),
             sys::PI_SPARSE_AUTO => Ok(SparseMode::Auto),
             s if s < 0 => Err(self.error(s, "sparse mode")),
             s => Err(Error::new(sys::PI_ERR_INTERNAL, format!("unknown sparse mode {s}"))),

@@ -191,6 +191,10 @@ pub struct pi_ctx_params {
     pub check_numerics: u32,
     pub embeddings: u32,
     pub reserved2: u32,
+    pub sparse_thresholds: *const f32,
+    pub n_sparse_thresholds: u64,
+    pub sparse_threshold_scale: f32,
+    pub gate_histogram: u32,
 }
 
 #[repr(C)]
@@ -226,6 +230,7 @@ pub const PI_SPARSE_AUTO: c_int = 0;
 pub const PI_SPARSE_DENSE: c_int = 1;
 pub const PI_SPARSE_PREDICTOR: c_int = 2;
 pub const PI_SPARSE_ORACLE: c_int = 3;
+pub const PI_SPARSE_THRESHOLD: c_int = 4;
 
 pub const PI_STATS_OFF: c_int = 0;
 pub const PI_STATS_ON: c_int = 1;
@@ -305,6 +310,26 @@ pub struct pi_quantize_params {
     pub errbuf_cap: usize,
     pub allow_requantize: u32,
     pub reserved0: u32,
+}
+
+// ---- Sparsified files ---------------------------------------------------------------
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct pi_sparsify_params {
+    pub struct_size: u32,
+    pub down_type: u32,
+    pub thresholds: *const f32,
+    pub n_thresholds: u64,
+    pub sparsity: f32,
+    pub n_threads: u32,
+    pub calibration: *const c_char,
+    pub calibration_tokens: u64,
+    pub progress_fn: pi_progress_fn,
+    pub progress_user: *mut c_void,
+    pub errbuf: *mut c_char,
+    pub errbuf_cap: usize,
+    pub down_error: *mut f64,
 }
 
 // ---- Functions ----------------------------------------------------------------------
@@ -514,6 +539,8 @@ extern "C" {
     pub fn pi_ctx_n_threads(ctx: *const pi_ctx) -> u32;
     pub fn pi_ctx_sparse_mode(ctx: *const pi_ctx) -> c_int;
     pub fn pi_ctx_sparse_threshold(ctx: *const pi_ctx) -> f32;
+    pub fn pi_ctx_sparse_threshold_source(ctx: *const pi_ctx) -> c_int;
+    pub fn pi_ctx_sparse_thresholds(ctx: *const pi_ctx, out: *mut f32, cap: usize) -> i64;
 
     // Activation statistics
     pub fn pi_ctx_stats(ctx: *const pi_ctx) -> *const pi_stats;
@@ -536,6 +563,14 @@ extern "C" {
         out: *mut f64,
         n: usize,
     ) -> c_int;
+    pub fn pi_stats_gate_histogram(
+        stats: *const pi_stats,
+        layer: i64,
+        out: *mut u64,
+        n: usize,
+    ) -> c_int;
+    pub fn pi_stats_gate_quantile(stats: *const pi_stats, layer: i64, q: f64, out: *mut f32)
+        -> c_int;
     pub fn pi_stats_save(
         stats: *const pi_stats,
         path: *const c_char,
@@ -629,6 +664,14 @@ extern "C" {
         out_path: *const c_char,
         params: *const pi_quantize_params,
     ) -> c_int;
+
+    // Sparsified files
+    pub fn pi_sparsify_default_params(params: *mut pi_sparsify_params) -> c_int;
+    pub fn pi_model_sparsify(
+        in_path: *const c_char,
+        out_path: *const c_char,
+        params: *const pi_sparsify_params,
+    ) -> c_int;
 }
 
 #[cfg(test)]
@@ -661,7 +704,7 @@ mod tests {
         assert_eq!(offset_of!(pi_model_params, load_mode), 64);
         assert_eq!(offset_of!(pi_model_params, lock_memory), 68);
 
-        assert_eq!(size_of::<pi_ctx_params>(), 128);
+        assert_eq!(size_of::<pi_ctx_params>(), 152);
         assert_eq!(align_of::<pi_ctx_params>(), 8);
         assert_eq!(offset_of!(pi_ctx_params, f32_activations), 32);
         assert_eq!(offset_of!(pi_ctx_params, sparse_mode), 36);

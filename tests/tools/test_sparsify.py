@@ -1,0 +1,293 @@
+#!/usr/bin/env python3
+"""pi-sparsify and PI_SPARSE_THRESHOLD against an independent float64 reference.
+
+    test_sparsify.py PI_SPARSIFY LIBPOWERINFER SOURCE_ROOT WORK_DIR
+
+Fixture: tests/fixtures/archs/qwen2.f16.gguf (a tiny random Qwen2 with a SiLU-gated FFN,
+made by tests/fixtures/make_arch_models.py with llama.cpp's converter; its .ref.bin holds
+transformers' float64 logits). The reference here is a float64 numpy forward of the
+GGUF as stored (read with the gguf package): it is first checked against transformers'
+logits (dense), then run with each layer's FFN masked as the thresholded mode defines it,
+a = silu(gate . h), keep a neuron iff |a| > t_l, y = down((a * keep) * (up . h)).
+
+Checks:
+  1. pi-sparsify on the fixture (calibrated on the first half of the committed
+     perplexity text) writes ffn_down_t = ffn_down transposed, bit for bit (F16 source),
+     no ffn_down, and the powerinfer.sparsify.* keys;
+  2. the file in threshold mode (its default) equals the masked reference, position by
+     position (one token per decode), for a whole prompt decoded in one call (the union
+     of the tokens' sets, each token masked to its own), and for a batch keeping every
+     position's logits; dense mode of the same file equals the dense reference; the
+     statistics count the rows and bytes really read (whole gate, kept up/down_t rows);
+  3. --sparsity 0 gives thresholds 0 and the dense result;
+  4. bad input fails cleanly (exit status, a message, no output file): a plain FFN
+     (falcon), a post-FFN norm (gemma2), a missing file, a bad --sparsity, a sparsified
+     file given again; threshold mode on a dense file, a wrong number of thresholds and a
+     device (hybrid execution, not implemented for these files yet) are refused.
+Exit status 0 when every check passes."""
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+
+TOOL, LIB, ROOT, WORK = sys.argv[1:5]
+os.environ["PI_LIBRARY"] = LIB
+sys.path.insert(0, os.path.join(ROOT, "tools", "python"))
+import gguf  # noqa: E402
+import powerinfer as pi  # noqa: E402
+
+ARCHS = os.path.join(ROOT, "tests", "fixtures", "archs")
+FIX = os.path.join(ARCHS, "qwen2.f16.gguf")
+TEXT = os.path.join(ROOT, "tests", "fixtures", "perplexity", "text.txt")
+os.makedirs(WORK, exist_ok=True)
+FAILS = []
+
+
+def check(ok, what):
+    print(("ok    " if ok else "FAIL  ") + what)
+    if not ok:
+        FAILS.append(what)
+
+
+def read_ref(path):
+    raw = open(path, "rb").read()
+    n, v = np.frombuffer(raw[:8], "<u4")
+    toks = np.frombuffer(raw[8:8 + 4 * n], "<i4").tolist()
+    return toks, np.frombuffer(raw[8 + 4 * n:], "<f4").reshape(n, v).astype(np.float64)
+
+
+def tensors(path):
+    from gguf.quants import dequantize
+    r = gguf.GGUFReader(path)
+    T = {t.name: dequantize(t.data, t.tensor_type).astype(np.float64).reshape(
+        [int(x) for x in reversed(t.shape)]) for t in r.tensors}
+    K = {k: f.contents() for k, f in r.fields.items() if not k.startswith("GGUF.")}
+    return T, K
+
+
+def forward(T, K, tokens, thresholds=None, kv16=False):
+    """Float64 forward of a qwen2 GGUF as stored (NEOX RoPE, q/k/v biases), the FFN
+    masked at |silu(gate h)| > t_l when thresholds are given; also returns the smallest
+    relative margin | |a| - t | / t over every (layer, token, neuron) (inf if none), and
+    each layer's |a|. kv16 rounds K (after RoPE) and V to float16, as the engine's F16
+    KV cache does, so that its activations agree with the engine's to float32 rounding."""
+    g = lambda k, d=None: K.get("qwen2." + k, d)  # noqa: E731
+    n_head, n_kv, E = g("attention.head_count"), g("attention.head_count_kv"), g("embedding_length")
+    hd, eps, base = E // n_head, g("attention.layer_norm_rms_epsilon"), g("rope.freq_base", 10000.0)
+
+    def rms(x, w):
+        return x / np.sqrt((x * x).mean(-1, keepdims=True) + eps) * w
+
+    def rope(x, pos):
+        inv = base ** (-np.arange(0, hd, 2, dtype=np.float64) / hd)
+        ang = (pos[:, None] * inv[None, :])[:, None, :]
+        c, s = np.cos(ang), np.sin(ang)
+        a, b = x[..., :hd // 2], x[..., hd // 2:]
+        return np.concatenate([a * c - b * s, a * s + b * c], -1)
+
+    x = T["token_embd.weight"][tokens]
+    n = len(tokens)
+    pos = np.arange(n, dtype=np.float64)
+    margin, acts = np.inf, []
+    for il in range(g("block_count")):
+        p = f"blk.{il}."
+        h = rms(x, T[p + "attn_norm.weight"])
+        q, k, v = (h @ T[p + f"attn_{w}.weight"].T + T[p + f"attn_{w}.bias"] for w in "qkv")
+        q, k, v = q.reshape(n, n_head, hd), k.reshape(n, n_kv, hd), v.reshape(n, n_kv, hd)
+        q, k = rope(q, pos), rope(k, pos)
+        if kv16:
+            k, v = k.astype(np.float16).astype(np.float64), v.astype(np.float16).astype(np.float64)
+        k, v = np.repeat(k, n_head // n_kv, axis=1), np.repeat(v, n_head // n_kv, axis=1)
+        sc = np.einsum("thd,uhd->htu", q, k) / np.sqrt(hd)
+        sc = np.where(np.tril(np.ones((n, n), bool))[None], sc, -np.inf)
+        sc = np.exp(sc - sc.max(-1, keepdims=True))
+        sc /= sc.sum(-1, keepdims=True)
+        x = x + np.einsum("htu,uhd->thd", sc, v).reshape(n, n_head * hd) @ T[p + "attn_output.weight"].T
+        h = rms(x, T[p + "ffn_norm.weight"])
+        z = h @ T[p + "ffn_gate.weight"].T
+        a = z / (1.0 + np.exp(-z))
+        acts.append(np.abs(a))
+        if thresholds is not None:
+            t = float(thresholds[il])
+            if t > 0:
+                margin = min(margin, float((np.abs(np.abs(a) - t) / t).min()))
+            a = np.where(np.abs(a) > t, a, 0.0)
+        down = T[p + "ffn_down.weight"] if p + "ffn_down.weight" in T else T[p + "ffn_down_t.weight"].T
+        x = x + (a * (h @ T[p + "ffn_up.weight"].T)) @ down.T
+    x = rms(x, T["output_norm.weight"])
+    return x @ T.get("output.weight", T["token_embd.weight"]).T, margin, acts
+
+
+def clear_thresholds(T, K, tokens, thr):
+    """thr moved, layer by layer, to the middle of the widest gap between the 64 sorted
+    |a| values of the reference nearest to it: a threshold float32 rounding cannot cross
+    (the kept fraction barely changes)."""
+    out = list(thr)
+    for il in range(len(out)):
+        acts = forward(T, K, tokens, out, kv16=True)[2][il].ravel()
+        v = np.sort(acts)
+        i = int(np.searchsorted(v, out[il]))
+        lo, hi = max(i - 32, 0), min(i + 32, len(v) - 1)
+        gaps = v[lo + 1:hi + 1] - v[lo:hi]
+        j = lo + int(np.argmax(gaps))
+        out[il] = float(np.float32((v[j] + v[j + 1]) / 2))
+    return out
+
+
+def rel(a, b):
+    return float(np.abs(a - b).max() / np.abs(b).max())
+
+
+def sparsify(out, sparsity, src=FIX, extra=()):
+    return subprocess.run([TOOL, "-m", src, "-o", out, "--sparsity", str(sparsity), "--calib",
+                           calib, "-t", "2", "-q", *extra], capture_output=True, text=True)
+
+
+def engine_logits(path, tokens, mode, **kw):
+    """Logits [n][V]: one token per decode; the last row of one whole-prompt decode; and
+    every row of one batch."""
+    m = pi.Model(path)
+    steps = []
+    with pi.Context(m, n_ctx=64, n_threads=2, sparse_mode=mode, **kw) as c:
+        for t in tokens:
+            c.decode([t])
+            steps.append(np.array(c.logits(), np.float64))
+        c.reset()
+        c.decode(tokens)
+        whole = np.array(c.logits(), np.float64)
+        c.reset()
+        c.decode_batch([(t, 0, i, 1) for i, t in enumerate(tokens)])
+        batch = np.stack([np.array(c.batch_logits(i), np.float64) for i in range(len(tokens))])
+    m.close()
+    return np.stack(steps), whole, batch
+
+
+lines = open(TEXT, encoding="utf-8").read().splitlines(True)
+calib = os.path.join(WORK, "calib.txt")
+with open(calib, "w", encoding="utf-8") as f:
+    f.writelines(lines[:len(lines) // 2])
+
+tokens, ref = read_ref(os.path.join(ARCHS, "qwen2.ref.bin"))
+T0, K0 = tensors(FIX)
+dense_ref = forward(T0, K0, tokens)[0]
+e = rel(dense_ref, ref)
+check(e < 1e-5, f"float64 numpy forward = transformers' logits (max err {e:.2e} of max |logit|)")
+
+# 1. the file
+out = os.path.join(WORK, "qwen2.s50.gguf")
+r = sparsify(out, 0.5)
+check(r.returncode == 0, f"pi-sparsify --sparsity 0.5 succeeds ({r.stderr.strip()[:200]})")
+T1, K1 = tensors(out)
+L = K0["qwen2.block_count"]
+same = all(np.array_equal(T1[f"blk.{l}.ffn_down_t.weight"], T0[f"blk.{l}.ffn_down.weight"].T)
+           for l in range(L))
+check(same and not any(f"blk.{l}.ffn_down.weight" in T1 for l in range(L)),
+      "ffn_down_t is ffn_down transposed bit for bit; ffn_down is gone")
+thr = np.array(K1["powerinfer.sparsify.thresholds"], np.float64)
+check(K1["powerinfer.sparsify.method"] == "cats" and len(thr) == L and (thr > 0).all()
+      and abs(K1["powerinfer.sparsify.sparsity"] - 0.5) < 1e-7
+      and K1["powerinfer.sparsify.calibration"] == "calib.txt"
+      and K1["powerinfer.sparsify.calibration_tokens"] > 100,
+      f"powerinfer.sparsify keys (thresholds {np.round(thr, 4).tolist()})")
+
+# 2. thresholded = masked reference: the file's thresholds moved into a clear gap (so
+# that no activation of this prompt lies within float32 rounding of one), given as the
+# override; then the file's own, on the whole prompt's last position
+clear = clear_thresholds(T0, K0, tokens, thr)
+masked_ref, margin, _ = forward(T0, K0, tokens, clear, kv16=True)
+check(margin > 1e-4, f"thresholds {np.round(clear, 5).tolist()}: no activation within 1e-4 "
+      f"(relative) of one (closest {margin:.1e})")
+steps, whole, batch = engine_logits(out, tokens, "auto", sparse_thresholds=clear)
+for name, got, want in (("one token per decode", steps, masked_ref),
+                        ("whole prompt, last position", whole, masked_ref[-1]),
+                        ("batch, every position", batch, masked_ref)):
+    e = rel(got, want)
+    check(e < 5e-4, f"threshold mode ({name}) = masked float64 reference: {e:.2e} of max |logit|")
+file_ref = forward(T0, K0, tokens, thr, kv16=True)[0]
+_, whole, _ = engine_logits(out, tokens, "auto")
+e = rel(whole, file_ref[-1])
+check(e < 5e-4, f"threshold mode with the file's thresholds = masked reference (last "
+      f"position): {e:.2e}")
+d = rel(masked_ref, forward(T0, K0, tokens, kv16=True)[0])
+check(d > 1e-2, f"the mask matters: masked reference differs from dense by {d:.2e}")
+steps, _, batch = engine_logits(out, tokens, "dense")
+e = max(rel(steps, dense_ref), rel(batch, dense_ref))
+check(e < 2e-3, f"dense mode of the sparsified file = dense reference: {e:.2e}")
+
+# the context reports the threshold source (pi_ctx_sparse_threshold_source)
+m = pi.Model(out)
+with pi.Context(m, n_ctx=16) as c:
+    got = c.sparse_thresholds
+    check(c.sparse_mode == "threshold" and c.threshold_source == "file"
+          and np.allclose(got, thr, rtol=0, atol=0),
+          f"the file runs in threshold mode by default, the file's thresholds ({c.threshold_source})")
+with pi.Context(m, n_ctx=16, sparse_thresholds=clear, sparse_threshold_scale=2.0) as c:
+    check(c.threshold_source == "params" and
+          np.allclose(c.sparse_thresholds, np.float32(clear) * 2, rtol=1e-6, atol=0),
+          "the override and its scale are reported (source params)")
+# telemetry counts what is read: the whole gate, up and ffn_down_t rows of the kept
+# neurons only (F16: 2 * n_embd bytes a row); one token, so kept = active = rows_down
+E, F = K0["qwen2.embedding_length"], K0["qwen2.feed_forward_length"]
+acts = forward(T0, K0, tokens[:1], clear, kv16=True)[2]
+with pi.Context(m, n_ctx=16, sparse_thresholds=clear, stats="on") as c:
+    c.decode(tokens[:1])
+    ok, got = True, []
+    for l, ls in enumerate(c.stats.layers()):
+        n = int((acts[l][0] > clear[l]).sum())
+        got.append((n, int(ls.active), int(ls.rows_down), int(ls.rows_gate_up), int(ls.bytes_ffn)))
+        ok &= (ls.active == n and ls.rows_down == n and ls.rows_gate_up == F
+               and ls.bytes_ffn == 2 * E * (F + 2 * n))
+    check(ok, f"telemetry of a thresholded token: kept = active = rows_down, the whole gate "
+          f"and kept rows of up and down_t in bytes_ffn (per layer {got})")
+try:
+    pi.Context(m, n_ctx=16, sparse_thresholds=[0.1])
+    check(False, "a wrong number of thresholds is refused")
+except pi.PowerInferError as ex:
+    check("sparse_thresholds" in str(ex), f"a wrong number of thresholds is refused ({ex})")
+for mode in ("threshold", "dense"):
+    try:
+        pi.Context(m, n_ctx=16, sparse_mode=mode, device="cpu")
+        check(False, f"a device is refused for a sparsified file ({mode})")
+    except pi.PowerInferError as ex:
+        check("CPU only" in str(ex), f"a device is refused for a sparsified file ({mode}): CPU only "
+              "for now")
+m.close()
+
+# 3. S = 0: thresholds 0, the dense result
+out0 = os.path.join(WORK, "qwen2.s0.gguf")
+r = sparsify(out0, 0)
+_, K2 = tensors(out0)
+check(r.returncode == 0 and all(t == 0.0 for t in K2["powerinfer.sparsify.thresholds"]),
+      "--sparsity 0 records thresholds 0")
+steps, whole, batch = engine_logits(out0, tokens, "auto")
+e = max(rel(steps, ref), rel(batch, ref), rel(whole, ref[-1]))
+check(e < 2e-3, f"threshold mode at sparsity 0 = transformers' dense logits: {e:.2e}")
+
+# 4. bad input
+bad = os.path.join(WORK, "bad.gguf")
+for what, args, status, msg in (
+        ("a plain (ungated) FFN", [os.path.join(ARCHS, "falcon-7b.f16.gguf"), 0.5], 1, "gated"),
+        ("a post-FFN norm", [os.path.join(ARCHS, "gemma2.f16.gguf"), 0.5], 1, "post-FFN norm"),
+        ("a missing file", [os.path.join(WORK, "nope.gguf"), 0.5], 1, "nope.gguf"),
+        ("sparsity 1", [FIX, 1.0], 2, "--sparsity"),
+        ("sparsity -0.1", [FIX, -0.1], 2, "--sparsity"),
+        ("sparsity abc", [FIX, "abc"], 2, "--sparsity"),
+        ("an already sparsified file", [out, 0.5], 1, "already sparsified")):
+    if os.path.exists(bad):
+        os.remove(bad)
+    r = sparsify(bad, args[1], src=args[0])
+    check(r.returncode == status and msg in r.stderr and not os.path.exists(bad)
+          and not any(f.startswith("bad.gguf.tmp") for f in os.listdir(WORK)),
+          f"pi-sparsify refuses {what} (exit {r.returncode}: {r.stderr.strip()[:160]})")
+m = pi.Model(FIX)
+try:
+    pi.Context(m, n_ctx=16, sparse_mode="threshold")
+    check(False, "threshold mode on a dense file is refused")
+except pi.PowerInferError as ex:
+    check("ffn_down_t" in str(ex), f"threshold mode on a dense file is refused ({ex})")
+m.close()
+
+print(f"{len(FAILS)} failed" if FAILS else "all passed")
+sys.exit(1 if FAILS else 0)
