@@ -223,7 +223,7 @@ static void test_against_reference(void **state) {
         for (int64_t t = 0; t < T; t++)
             assert_int_equal(pi_ctx_decode(c, r.tokens + t, 1), PI_OK);
         for (uint32_t l = 0; l < r.n_layer; l++) {
-            pi_layer_stats ls;
+            pi_layer_stats ls = {.struct_size = sizeof ls};
             assert_int_equal(pi_stats_layer(pi_ctx_stats(c), l, &ls), PI_OK);
             if (pass == 0) {
                 double want = 0;
