@@ -239,6 +239,23 @@ struct pi_backend_vtable {
     void (*scale)(struct pi_backend *b, float *x, float s, int64_t n);
     /* x[i] = cap * tanh(x[i] / cap) (logit soft-capping); NULL: none. */
     void (*softcap)(struct pi_backend *b, float *x, float cap, int64_t n);
+
+    /* Graph regions (optional, both or neither; NULL: ops are submitted one by one).
+     * graph_begin opens a region: until graph_end, the ops queued between two host
+     * interactions (upload, download, sync, kv_get, kv_set, buf_*, device_info, or
+     * graph_end itself) form a segment that the backend may record and submit as one
+     * graph, run when that interaction comes, not when the op is queued; so inside a
+     * region the host must not count on queued ops running while it computes. key
+     * names the region's shape (the same key: the same segments in the same order, so
+     * the backend reuses what it recorded, updating only the ops' arguments); a new
+     * key drops what was recorded. graph_begin returns 1 when the region is open, 0
+     * when graphs are off (none compiled, or an earlier failure). graph_end closes the
+     * region and returns 0, or 1 when a segment could not be submitted as a graph:
+     * its ops did not run, the region's results are not to be used, graphs are off for
+     * this backend from then on, and the caller runs the same work again op by op
+     * (which reports any error the ops themselves meet). */
+    int (*graph_begin)(struct pi_backend *b, uint64_t key);
+    int (*graph_end)(struct pi_backend *b);
 };
 
 /* The backends compiled into this library (backends/registry.c, the only file with

@@ -786,7 +786,27 @@ typedef struct pi_ctx_params {
      * counted in the others). Gated FFNs without experts only (PI_ERR_UNSUPPORTED
      * otherwise); CPU-only contexts. Default 0. Since: 0.1 */
     uint32_t gate_histogram;
+    /* How a device step is submitted, PI_GRAPHS_*. PI_GRAPHS_AUTO (default): where
+     * the device backend has graphs (CUDA; not HIP) and no layer splits its work
+     * between the device and the CPU (so the CPU never waits on device work it could
+     * overlap), the device ops of a step of up to PI_GRAPHS_MAX_TOKENS tokens between
+     * two transfers are recorded once and submitted as one CUDA graph, updated in
+     * place at each later step; the results are the same bits as op by op. Not with
+     * stats, PI_CHECK_LAYERS or a device that failed to run one (the step is then
+     * run again op by op, and graphs stay off for that context). PI_GRAPHS_OFF: op
+     * by op. Since: 0.1 */
+    uint32_t device_graphs;
+    uint32_t reserved3; /* zero (fills what would be padding, see ABI.md) */
 } pi_ctx_params;
+
+/* pi_ctx_params.device_graphs. */
+enum {
+    PI_GRAPHS_AUTO = 0,
+    PI_GRAPHS_OFF = 1
+};
+/* The largest step (tokens) submitted as graphs: decode steps and small batches,
+ * whose ops are too short for launch overhead to hide. */
+#define PI_GRAPHS_MAX_TOKENS 8
 
 /* What pi_ctx_sparse_threshold_source reports. */
 enum {

@@ -167,6 +167,7 @@ static int setup_sparse(struct pi_ctx *c, const pi_ctx_params *p) {
     c->threshold = p->sparse_threshold_set ? p->sparse_threshold : hp->sparse_threshold;
     c->stats_level = (int)p->stats;
     c->check_layers = p->check_numerics == PI_CHECK_LAYERS;
+    c->graphs = p->device_graphs == PI_GRAPHS_AUTO;
     PI_TRY(setup_thresholds(c, p));
     if (hp->sparse || hp->sparsified) {
         const int64_t rmax = max64(c->model->desc.max_rank, 1);
@@ -333,7 +334,8 @@ static const char *bad_params(const pi_ctx_params *pp) {
            : p.n_seq_max > MAX_SEQ ? "n_seq_max is above 256"
            : p.check_numerics > PI_CHECK_LAYERS ? "check_numerics is not a PI_CHECK_* value"
            : p.embeddings > PI_EMBD_ONLY ? "embeddings is not a PI_EMBD_* value"
-           : p.reserved0 || p.reserved2 ? "reserved fields are not zero"
+           : p.device_graphs > PI_GRAPHS_OFF ? "device_graphs is not a PI_GRAPHS_* value"
+           : p.reserved0 || p.reserved2 || p.reserved3 ? "reserved fields are not zero"
            : NULL;
 }
 

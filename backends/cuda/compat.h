@@ -35,6 +35,7 @@
 #  define cudaErrorNoDevice               hipErrorNoDevice
 #  define cudaErrorNoKernelImageForDevice hipErrorNoBinaryForGpu
 #  define cudaFree                        hipFree
+#  define cudaGraphExec_t                 hipGraphExec_t
 #  define cudaGetDeviceCount              hipGetDeviceCount
 #  define cudaGetDeviceProperties         hipGetDeviceProperties
 #  define cudaGetErrorString              hipGetErrorString

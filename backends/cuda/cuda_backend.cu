@@ -39,15 +39,157 @@ void pi_cuda_fail(struct pi_backend *b, int status) {
         b->err = status;
 }
 
+/* A runtime error met while a segment is being captured (a launch into a capture the
+ * runtime gave up) loses the segment, not the backend: the caller runs the work again
+ * op by op, where a real error is met again and kept. */
 void pi_cuda_note(struct pi_backend *b, cudaError_t e) {
+    if (e != cudaSuccess && b->capturing) {
+        b->lost = 1;
+        return;
+    }
     pi_cuda_fail(b, pi_cuda_status(e));
 }
 
-/* Make the backend's device current; a failure is recorded. */
+/* Make the backend's device current; a failure is recorded. During a capture the
+ * capturing thread made it current already (and a capture allows no other calls). */
 static int use(struct pi_backend *b) {
+    if (b->capturing)
+        return 1;
     const cudaError_t e = cudaSetDevice(b->device);
     pi_cuda_note(b, e);
     return e == cudaSuccess;
+}
+
+/* ---- graph regions (backend.h: graph_begin, graph_end) -------------------------------
+ *
+ * Inside a region the first op after a host interaction opens segment `seg`: a stream
+ * capture (cudaStreamCaptureModeThreadLocal, so a call that would make the recording
+ * wrong invalidates it instead), unless direct[seg] says the segment is too short to
+ * gain. The next host interaction ends it (flush): the recording updates graph[seg]
+ * in place (cudaGraphExecUpdate: the same kernels, their new arguments; the decode
+ * position changes every step) or is instantiated afresh when it cannot, then is
+ * launched on the stream, so it runs in order with everything else queued there. Any
+ * failure loses the segment (its ops did not run), which graph_end reports; graphs are
+ * then off for good. HIP builds have no regions (ROCm's graph API is not tried). */
+#if !PI_GPU_HIP
+static void graph_drop(struct pi_backend *b) {
+    for (int s = 0; s < PI_GRAPH_SEGS; s++) {
+        if (b->graph[s])
+            (void)cudaGraphExecDestroy(b->graph[s]);
+        b->graph[s] = NULL;
+        b->direct[s] = 0;
+    }
+}
+
+/* Before an op: open its segment if it is the first since a host interaction. */
+static void graph_op(struct pi_backend *b) {
+    if (!b->region)
+        return;
+    if (b->in_seg) {
+        b->seg_ops++;
+        return;
+    }
+    b->in_seg = 1;
+    b->seg_ops = 1;
+    if (b->lost || b->seg >= PI_GRAPH_SEGS || b->direct[b->seg])
+        return;
+    if (cudaStreamBeginCapture(b->stream, cudaStreamCaptureModeThreadLocal) == cudaSuccess) {
+        b->capturing = 1;
+    } else { /* nothing recorded, nothing lost: this segment runs op by op */
+        (void)cudaGetLastError();
+        b->graphs_off = 1;
+    }
+}
+
+/* A host interaction: end the open segment and run it. */
+static void graph_flush(struct pi_backend *b) {
+    if (!b->in_seg)
+        return;
+    b->in_seg = 0;
+    const int s = b->seg++;
+    if (!b->capturing)
+        return; /* its ops ran as they were queued */
+    b->capturing = 0;
+    cudaGraph_t g = NULL;
+    cudaError_t e = cudaStreamEndCapture(b->stream, &g);
+    if (e == cudaSuccess && !g)
+        e = cudaErrorStreamCaptureInvalidated;
+    if (e == cudaSuccess && b->lost)
+        e = cudaErrorStreamCaptureInvalidated; /* a launch inside it failed */
+    if (e == cudaSuccess && b->graph[s]) {
+        cudaGraphExecUpdateResultInfo info;
+        if (cudaGraphExecUpdate(b->graph[s], g, &info) != cudaSuccess) {
+            (void)cudaGetLastError(); /* another shape: record it afresh */
+            (void)cudaGraphExecDestroy(b->graph[s]);
+            b->graph[s] = NULL;
+        }
+    }
+    if (e == cudaSuccess && !b->graph[s])
+        e = cudaGraphInstantiate(&b->graph[s], g, 0);
+    if (e == cudaSuccess)
+        e = cudaGraphLaunch(b->graph[s], b->stream);
+    if (g)
+        (void)cudaGraphDestroy(g);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        b->lost = 1;
+    } else if (b->seg_ops < PI_GRAPH_MIN_OPS) {
+        b->direct[s] = 1;
+    }
+}
+
+static int cuda_graph_begin(struct pi_backend *b, uint64_t key) {
+    if (b->graphs_off || b->region || b->err != PI_OK || cudaSetDevice(b->device) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    if (key != b->graph_key) {
+        graph_drop(b);
+        b->graph_key = key;
+    }
+    b->region = 1;
+    b->seg = 0;
+    b->in_seg = 0;
+    b->lost = 0;
+    return 1;
+}
+
+static int cuda_graph_end(struct pi_backend *b) {
+    if (!b->region)
+        return 0;
+    graph_flush(b);
+    b->region = 0;
+    b->seg = 0;
+    const int lost = b->lost;
+    b->lost = 0;
+    if (lost) {
+        b->graphs_off = 1;
+        graph_drop(b);
+    }
+    return lost;
+}
+#else
+static void graph_op(struct pi_backend *b) {
+    (void)b;
+}
+
+static void graph_flush(struct pi_backend *b) {
+    (void)b;
+}
+#endif
+
+/* Before an op: the device current and, inside a graph region, its segment open. */
+static int op(struct pi_backend *b) {
+    if (!use(b))
+        return 0;
+    graph_op(b);
+    return 1;
+}
+
+/* Before a host interaction: make the device current, and end an open segment. */
+static int host(struct pi_backend *b) {
+    graph_flush(b);
+    return use(b);
 }
 
 /* ---- life cycle ------------------------------------------------------------------ */
@@ -56,6 +198,15 @@ static void cuda_destroy(struct pi_backend *b) {
     if (!b)
         return;
     if (cudaSetDevice(b->device) == cudaSuccess) {
+#if !PI_GPU_HIP
+        if (b->capturing) { /* a region left open: discard what it recorded */
+            cudaGraph_t g = NULL;
+            if (cudaStreamEndCapture(b->stream, &g) == cudaSuccess && g)
+                (void)cudaGraphDestroy(g);
+            b->capturing = 0;
+        }
+        graph_drop(b);
+#endif
         if (b->stream) {
             (void)cudaStreamSynchronize(b->stream);
             (void)cudaStreamDestroy(b->stream);
@@ -134,7 +285,7 @@ static int cuda_n_threads(const struct pi_backend *b) {
 
 static int cuda_buf_alloc(struct pi_backend *b, size_t size, void **out) {
     *out = NULL;
-    if (!use(b))
+    if (!host(b))
         return b->err;
     void *p = NULL;
     const cudaError_t e = cudaMalloc(&p, size ? size : 1);
@@ -148,7 +299,7 @@ static int cuda_buf_alloc(struct pi_backend *b, size_t size, void **out) {
 
 /* cudaFree waits for the device, so queued ops that still read the buffer finish. */
 static void cuda_buf_free(struct pi_backend *b, void *buf) {
-    if (!buf || !use(b))
+    if (!buf || !host(b))
         return;
     pi_cuda_note(b, cudaFree(buf));
 }
@@ -158,7 +309,7 @@ static void cuda_buf_free(struct pi_backend *b, void *buf) {
  * (pi_gpu_upload_needs_sync: page-locked memory, or any memory under HIP) the copy is
  * waited for. */
 static int cuda_upload(struct pi_backend *b, void *dst, const void *src, size_t size) {
-    if (!use(b))
+    if (!host(b))
         return b->err;
     if (size == 0)
         return b->err;
@@ -170,7 +321,7 @@ static int cuda_upload(struct pi_backend *b, void *dst, const void *src, size_t 
 }
 
 static int cuda_download(struct pi_backend *b, void *dst, const void *src, size_t size) {
-    if (!use(b))
+    if (!host(b))
         return b->err;
     cudaError_t e = cudaSuccess;
     if (size)
@@ -182,7 +333,7 @@ static int cuda_download(struct pi_backend *b, void *dst, const void *src, size_
 }
 
 static int cuda_sync(struct pi_backend *b) {
-    if (!use(b))
+    if (!host(b))
         return b->err;
     pi_cuda_note(b, cudaStreamSynchronize(b->stream));
     pi_cuda_note(b, cudaGetLastError());
@@ -191,7 +342,7 @@ static int cuda_sync(struct pi_backend *b) {
 
 static int cuda_device_info(struct pi_backend *b, struct pi_device_info *out) {
     memset(out, 0, sizeof *out);
-    if (!use(b))
+    if (!host(b))
         return b->err;
     cudaDeviceProp prop;
     size_t free_b = 0, total_b = 0;
@@ -230,7 +381,7 @@ static int cuda_kv_create(struct pi_backend *b, const struct pi_kv_desc *d, stru
     const size_t cells = (size_t)d->n_ctx * (size_t)d->n_layer;
     if ((size_t)nk > SIZE_MAX / 2 / cells || (size_t)nv > SIZE_MAX / 2 / cells)
         return PI_ERR_NOMEM;
-    if (!use(b))
+    if (!host(b))
         return b->err;
     struct pi_kv *kv = (struct pi_kv *)pi_calloc(b->alloc, 1, sizeof *kv);
     if (!kv)
@@ -255,7 +406,7 @@ static int cuda_kv_create(struct pi_backend *b, const struct pi_kv_desc *d, stru
 static void cuda_kv_destroy(struct pi_backend *b, struct pi_kv *kv) {
     if (!kv)
         return;
-    if (use(b)) {
+    if (host(b)) {
         pi_cuda_note(b, cudaFree(kv->k));
         pi_cuda_note(b, cudaFree(kv->v));
     }
@@ -273,7 +424,7 @@ static int cuda_kv_get(struct pi_backend *b, struct pi_kv *kv, int64_t layer, in
                        int64_t n, uint16_t *k, uint16_t *v) {
     if (!kv_range_ok(kv, layer, pos0, n))
         return PI_ERR_INVALID_ARG;
-    if (!use(b))
+    if (!host(b))
         return b->err;
     const size_t cell = (size_t)layer * (size_t)kv->d.n_ctx + (size_t)pos0;
     pi_cuda_note(b, cudaMemcpyAsync(k, kv->k + cell * (size_t)kv->nk, (size_t)(n * kv->nk) * 2,
@@ -288,7 +439,7 @@ static int cuda_kv_set(struct pi_backend *b, struct pi_kv *kv, int64_t layer, in
                        int64_t n, const uint16_t *k, const uint16_t *v) {
     if (!kv_range_ok(kv, layer, pos0, n))
         return PI_ERR_INVALID_ARG;
-    if (!use(b))
+    if (!host(b))
         return b->err;
     const size_t cell = (size_t)layer * (size_t)kv->d.n_ctx + (size_t)pos0;
     pi_cuda_note(b, cudaMemcpyAsync(kv->k + cell * (size_t)kv->nk, k, (size_t)(n * kv->nk) * 2,
@@ -303,84 +454,84 @@ static int cuda_kv_set(struct pi_backend *b, struct pi_kv *kv, int64_t layer, in
 
 static void cuda_matmul(struct pi_backend *b, const struct pi_weight *w, const float *x,
                         int64_t n_tok, float *y) {
-    if (use(b))
+    if (op(b))
         pi_cuda_matmul(b, w, x, n_tok, y);
 }
 
 static void cuda_matmul_t(struct pi_backend *b, const struct pi_weight *w, const float *x,
                           int64_t n_tok, float *y) {
-    if (use(b))
+    if (op(b))
         pi_cuda_matmul_t(b, w, x, n_tok, y);
 }
 
 static void cuda_get_rows(struct pi_backend *b, const struct pi_weight *w, const int32_t *ids,
                           int64_t n_tok, float *y) {
-    if (use(b))
+    if (op(b))
         pi_cuda_get_rows(b, w, ids, n_tok, y);
 }
 
 static void cuda_rmsnorm(struct pi_backend *b, const float *x, const struct pi_vector *g, float eps,
                          int64_t n_tok, float *y) {
-    if (use(b))
+    if (op(b))
         pi_cuda_rmsnorm(b, x, g, eps, n_tok, y);
 }
 
 static void cuda_layernorm(struct pi_backend *b, const float *x, const struct pi_vector *g,
                            const struct pi_vector *bias, int64_t n, float eps, int64_t n_tok,
                            float *y) {
-    if (use(b))
+    if (op(b))
         pi_cuda_layernorm(b, x, g, bias, n, eps, n_tok, y);
 }
 
 static void cuda_rope(struct pi_backend *b, float *x, int64_t n_tok, int64_t n_head,
                       int64_t head_dim, int64_t pos0, const struct pi_rope *r) {
-    if (use(b))
+    if (op(b))
         pi_cuda_rope(b, x, n_tok, n_head, head_dim, pos0, r);
 }
 
 static void cuda_kv_store(struct pi_backend *b, struct pi_kv *kv, int64_t layer, int64_t pos0,
                           int64_t n_tok, const float *k, const float *v) {
-    if (use(b))
+    if (op(b))
         pi_cuda_kv_store(b, kv, layer, pos0, n_tok, k, v);
 }
 
 static void cuda_attention(struct pi_backend *b, struct pi_kv *kv, int64_t layer, const float *q,
                            int64_t n_tok, int64_t pos0, const struct pi_attn *a, float *out) {
-    if (use(b))
+    if (op(b))
         pi_cuda_attention(b, kv, layer, q, n_tok, pos0, a, out);
 }
 
 static void cuda_ffn_act(struct pi_backend *b, enum pi_act act, float *g, const float *u,
                          int64_t n) {
-    if (use(b))
+    if (op(b))
         pi_cuda_ffn_act(b, act, g, u, n);
 }
 
 static void cuda_ffn_act_masked(struct pi_backend *b, enum pi_act act, float *g, const float *u,
                                 int64_t n_tok, int64_t n, const float *score, int64_t score_stride,
                                 const int32_t *map, float thr) {
-    if (use(b))
+    if (op(b))
         pi_cuda_ffn_act_masked(b, act, g, u, n_tok, n, score, score_stride, map, thr);
 }
 
 static void cuda_add(struct pi_backend *b, float *y, const float *x, int64_t n) {
-    if (use(b))
+    if (op(b))
         pi_cuda_add(b, y, x, n);
 }
 
 static void cuda_add_rows(struct pi_backend *b, float *y, const struct pi_vector *v,
                           int64_t n_tok) {
-    if (use(b))
+    if (op(b))
         pi_cuda_add_rows(b, y, v, n_tok);
 }
 
 static void cuda_scale(struct pi_backend *b, float *x, float s, int64_t n) {
-    if (use(b))
+    if (op(b))
         pi_cuda_scale(b, x, s, n);
 }
 
 static void cuda_softcap(struct pi_backend *b, float *x, float cap, int64_t n) {
-    if (use(b))
+    if (op(b))
         pi_cuda_softcap(b, x, cap, n);
 }
 
@@ -420,6 +571,13 @@ static const struct pi_backend_vtable cuda_vtable = {
     .add_rows = cuda_add_rows,
     .scale = cuda_scale,
     .softcap = cuda_softcap,
+#if !PI_GPU_HIP
+    .graph_begin = cuda_graph_begin,
+    .graph_end = cuda_graph_end,
+#else
+    .graph_begin = NULL,
+    .graph_end = NULL,
+#endif
 };
 
 extern "C" const struct pi_backend_vtable *pi_backend_cuda_vtable(void) {

@@ -14,6 +14,11 @@ extern "C" {
 #include "powerinfer.h"
 }
 
+/* Segments of a graph region a backend records (later ones run op by op), and the
+ * fewest ops worth recording. */
+#define PI_GRAPH_SEGS    8
+#define PI_GRAPH_MIN_OPS 8
+
 /* One device, one stream. Ops are queued on `stream` and return at once; a failed
  * launch or an invalid argument is recorded in `err` (the first one wins) and
  * reported by sync and download, since ops return nothing. */
@@ -27,6 +32,20 @@ struct pi_backend {
     float *scratch; /* split-K partial sums (matmul_t, attention) */
     size_t scratch_floats;
     int err; /* PI_OK or the first error met */
+    /* Graph regions (backend.h, graph_begin): segment s of a region is recorded by
+     * stream capture and run as graph[s], updated in place while the region's key
+     * stays the same; a segment of fewer than PI_GRAPH_MIN_OPS ops is run op by op
+     * the next times (direct[s]), as recording it costs more than it saves. */
+    int region;     /* between graph_begin and graph_end */
+    int capturing;  /* a capture is open on the stream (this thread made the device current) */
+    int in_seg;     /* ops were queued since the last host interaction */
+    int seg;        /* the segment those ops belong to */
+    int seg_ops;    /* how many */
+    int lost;       /* a segment of this region did not run */
+    int graphs_off; /* after a failure: no more regions */
+    uint64_t graph_key;
+    cudaGraphExec_t graph[PI_GRAPH_SEGS];
+    unsigned char direct[PI_GRAPH_SEGS];
 };
 
 /* K and V: F16 [n_layer][n_ctx][n_head_kv * head_dim], the CPU backend's layout. */

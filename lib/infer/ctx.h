@@ -98,6 +98,9 @@ struct pi_ctx {
     float *moe_xg, *moe_yg, *moe_acc, *moe_ye;
     int stats_level;                   /* PI_STATS_* */
     int check_layers;                  /* PI_CHECK_LAYERS: NaN/Inf after each block */
+    int graphs;                        /* PI_GRAPHS_AUTO, and no device failed one */
+    int graph_layers;                  /* pi_exec_resolve: no layer overlaps host and
+                                        * device work (graph regions allowed) */
     struct pi_stats *stats;            /* NULL when off */
     struct pi_hybrid *hy;              /* device side; NULL: CPU only */
     pi_trace_fn trace_fn;              /* internal (tests); not called for layers split

@@ -186,6 +186,30 @@ static const char *missing_op(const struct pi_backend_vtable *be, const struct p
     return NULL;
 }
 
+/* Whether a step overlaps host and device work in some layer: its FFN split between
+ * the two (neurons, or a mixture-of-experts layer with anything on the device), or a
+ * parallel block with its attention on one and its FFN on the other. Graph regions
+ * (backend.h) run a segment only at the next transfer, so they would serialise the
+ * overlap; everywhere else the host waits for the device's result anyway. */
+static int overlapped(const struct pi_ctx *c) {
+    const struct pi_hparams *hp = c->hp;
+    const int parallel = (hp->info->flags & PI_AF_PARALLEL) != 0;
+    for (int64_t l = 0; l < hp->n_layer; l++) {
+        const struct pi_layer_exec *x = &c->exec[l];
+        const struct pi_dev_layer *D = &c->hy->layers[l];
+        const int moe = c->layers[l].router.data != NULL;
+        if (moe && (D->moe_dense || D->n_dev_exp))
+            return 1;
+        const int dev_ffn = x->ffn_whole_dev || x->n_dev > 0;
+        const int host_ffn = moe || (!x->ffn_whole_dev && x->n_dev < hp->n_ff);
+        if (dev_ffn && host_ffn)
+            return 1;
+        if (parallel && x->attn_dev != dev_ffn)
+            return 1;
+    }
+    return 0;
+}
+
 int pi_exec_resolve(struct pi_ctx *c) {
     const struct pi_hparams *hp = c->hp;
     const struct pi_hybrid *hy = c->hy;
@@ -225,6 +249,7 @@ int pi_exec_resolve(struct pi_ctx *c) {
             sinks = (x->kv_dev ? hy->sinks : c->sinks) + l * hp->n_head;
         x->attn = (struct pi_attn){hp->attn_scale, hp->attn_softcap, Ld->window, sinks};
     }
+    c->graph_layers = hy && hy->be->graph_begin && hy->be->graph_end && !overlapped(c);
     if (hy && hy->plan->pl.output &&
         ((hp->info->norm == PI_NORM_LAYER && !hy->be->layernorm) ||
          (hp->final_softcap > 0.0f && !hy->be->softcap)))

@@ -1010,6 +1010,32 @@ static void pool_add(struct pi_ctx *c, const pi_batch_entry *e, const int32_t *p
     }
 }
 
+/* A step, its device ops in a graph region (backend.h) when the context allows: steps
+ * of up to PI_GRAPHS_MAX_TOKENS tokens, no layer overlapping host and device work, and
+ * nothing that reads the device between ops (statistics, layer checks, the trace).
+ * The region's key is the step's shape: its tokens, the logit rows and whether hidden
+ * states are kept. When the device could not run a segment as a graph, the step is run
+ * again op by op (what it wrote, the KV cache at these positions included, is written
+ * again from the same inputs) and the context submits op by op from then on. */
+static int step_submit(struct pi_ctx *c, const pi_batch_entry *e, const int32_t *pos, int64_t T,
+                       float *rows, float *hs) {
+    struct pi_hybrid *hy = c->hy;
+    int64_t n_rows = 0;
+    for (int64_t i = 0; i < T; i++)
+        n_rows += wants_logits(c, &e[i]);
+    const uint64_t key = (uint64_t)T | (uint64_t)n_rows << 16 | (uint64_t)(hs != NULL) << 32;
+    const int region = c->graphs && c->graph_layers && T <= PI_GRAPHS_MAX_TOKENS && !c->stats &&
+                       !c->check_layers && !c->trace_fn && hy->be->graph_begin(hy->b, key);
+    int st = step(c, e, pos, T, rows, hs);
+    if (!region)
+        return st;
+    if (hy->be->graph_end(hy->b) == 0 || st == PI_ERR_ABORTED)
+        return st;
+    c->graphs = 0;
+    pi_error_clear(&c->err);
+    return step(c, e, pos, T, rows, hs);
+}
+
 int pi_forward(struct pi_ctx *c, const pi_batch_entry *e, const int32_t *pos, int64_t n) {
     const int spare = !c->cur;
     const int64_t V = c->hp->n_vocab, E = c->hp->n_embd;
@@ -1026,7 +1052,7 @@ int pi_forward(struct pi_ctx *c, const pi_batch_entry *e, const int32_t *pos, in
             first++;
         /* no row asked in this step: rows may be NULL (a batch without logits) */
         float *dst = first < T ? rows + (size_t)row_of[done + first] * (size_t)V : rows;
-        PI_TRY(step(c, e + done, pos + done, T, dst, hs ? hs + done * E : NULL));
+        PI_TRY(step_submit(c, e + done, pos + done, T, dst, hs ? hs + done * E : NULL));
         done += T;
     }
     /* the hidden states are checked too: without logits (PI_EMBD_ONLY, or entries that

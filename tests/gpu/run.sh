@@ -3,8 +3,10 @@
 # H200): the kernel conformance table (each GPU op and weight type against the CPU
 # scalar reference on random shapes), the hybrid equality tests on the GPU (every
 # budget gives the CPU-only logits), the architecture fixtures (tests/fixtures/archs)
-# as GPU hybrid contexts against CPU only, and pi-bench at a few budgets on a synthetic
-# 1B-shape PowerInfer model. A summary table comes last.
+# as GPU hybrid contexts against CPU only, graph submission against op by op
+# (test_graphs --gpu: the same logits bit for bit, no graph failed), and pi-bench at a
+# few budgets on a synthetic 1B-shape PowerInfer model, the whole-model budget also
+# with --no-graphs (what CUDA graphs gain in decode). A summary table comes last.
 #
 #   sh tests/gpu/run.sh [BUILD]
 #
@@ -28,10 +30,10 @@ if [ -f "$B/build.ninja" ] || [ ! -e "$B" ]; then
     fi
     ninja -C "$B" || exit 1
     kernels=$B/tests/gpu/test_gpu_kernels hybrid=$B/tests/test_hybrid bench=$B/tools/pi-bench
-    batch=$B/tests/test_batch archs=$B/tests/gpu/test_gpu_archs
+    batch=$B/tests/test_batch archs=$B/tests/gpu/test_gpu_archs graphs=$B/tests/test_graphs
 else
     kernels=$B/test_gpu_kernels hybrid=$B/test_hybrid bench=$B/pi-bench batch=$B/test_batch
-    archs=$B/test_gpu_archs
+    archs=$B/test_gpu_archs graphs=$B/test_graphs
     export LD_LIBRARY_PATH="$B${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 fi
 
@@ -49,6 +51,14 @@ grep -E '^#|ERROR|FAILED|PASSED' "$log/hybrid.txt"
 "$batch" --gpu >"$log/batch.txt" 2>&1
 s_rc=$?
 grep -E '^#|ERROR|FAILED|PASSED' "$log/batch.txt"
+g_rc=77
+if [ -x "$graphs" ]; then
+    "$graphs" --gpu >"$log/graphs.txt" 2>&1
+    g_rc=$?
+    grep -E '^#|ERROR|FAILED|PASSED' "$log/graphs.txt"
+else
+    echo "test_graphs: not in $B, skipped"
+fi
 # every architecture fixture with the reference that gives its tokens
 a_rc=77
 if [ -x "$archs" ]; then
@@ -84,6 +94,8 @@ if [ -n "$model" ]; then
     "$bench" -m "$model" -t "$threads" -p 64 -n 64 -r 3 --no-bandwidth --device gpu \
         --vram-budget "${PI_GPU_BUDGETS:-0,0.1,0.25,0.5,auto}" >"$log/bench.txt" 2>&1
     b_rc=$?
+    "$bench" -m "$model" -t "$threads" -p 64 -n 64 -r 3 --no-bandwidth --device gpu \
+        --vram-budget auto --no-graphs >"$log/bench-nographs.txt" 2>&1
     "$bench" -m "$model" -t "$threads" -p 64 -n 64 -r 3 --no-bandwidth \
         >"$log/bench-cpu.txt" 2>&1
 fi
@@ -95,11 +107,14 @@ echo "== pi-bench, CPU only =="
 [ -f "$log/bench-cpu.txt" ] && cat "$log/bench-cpu.txt"
 echo "== pi-bench, hybrid =="
 [ -f "$log/bench.txt" ] && cat "$log/bench.txt"
+echo "== pi-bench, whole budget, --no-graphs (op by op) =="
+[ -f "$log/bench-nographs.txt" ] && cat "$log/bench-nographs.txt"
 echo
 echo "| check | result | seconds |"
 echo "|---|---|--:|"
 echo "| kernel conformance (test_gpu_kernels) | $(word $k_rc) | $((t1 - t0)) |"
 echo "| hybrid = CPU-only logits (test_hybrid --gpu), batches and states with the KV cache on the GPU (test_batch --gpu), architecture fixtures on the GPU = CPU only (test_gpu_archs) | $(word $h_rc), $(word $s_rc), $(word $a_rc) | $((t2 - t1)) |"
+echo "| graphs = op by op, bit for bit (test_graphs --gpu) | $(word $g_rc) | |"
 echo "| pi-bench at budgets | $(word $b_rc) | $((t3 - t2)) |"
-[ $k_rc -eq 0 ] && [ $h_rc -eq 0 ] && [ $s_rc -eq 0 ] &&
+[ $k_rc -eq 0 ] && [ $h_rc -eq 0 ] && [ $s_rc -eq 0 ] && { [ $g_rc -eq 0 ] || [ ! -x "$graphs" ]; } &&
     { [ $a_rc -eq 0 ] || [ ! -x "$archs" ]; } && { [ $b_rc -eq 0 ] || [ "${PI_GPU_BUDGETS:-}" = none ]; }

@@ -54,8 +54,9 @@ static int parse_budget(const char *v, uint64_t *out) {
 
 int cli_device_option(struct cli_device *d, const char *a, const char *v, int *takes) {
     static const char *const flags[] = {"--print-plan", "--dry-run", "--reset-plan",
-                                        "--no-plan-cache"};
-    int *const flag_of[] = {&d->print_plan, &d->dry_run, &d->reset_plan, &d->no_plan_cache};
+                                        "--no-plan-cache", "--no-graphs"};
+    int *const flag_of[] = {&d->print_plan, &d->dry_run, &d->reset_plan, &d->no_plan_cache,
+                            &d->no_graphs};
     for (size_t i = 0; i < sizeof flags / sizeof *flags; i++)
         if (!strcmp(a, flags[i])) {
             *flag_of[i] = 1;
@@ -122,6 +123,7 @@ int cli_device_check(struct cli_device *d) {
                           : d->reset_plan    ? "--reset-plan"
                           : d->no_plan_cache ? "--no-plan-cache"
                           : d->index_set     ? "--device-index"
+                          : d->no_graphs     ? "--no-graphs"
                                              : NULL;
         if (opt) {
             fprintf(stderr, "%s: %s needs a device: give --vram-budget GB (a GPU) or "
@@ -141,6 +143,7 @@ int cli_device_params(struct cli_device *d, const char *model, pi_ctx_params *cp
     cp->device = d->device;
     cp->device_index = d->index;
     cp->device_budget = d->budget;
+    cp->device_graphs = d->no_graphs ? PI_GRAPHS_OFF : PI_GRAPHS_AUTO;
     cp->plan_stats = NULL;
     cp->plan_path = NULL;
     if (d->device == PI_DEVICE_NONE)

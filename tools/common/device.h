@@ -1,7 +1,7 @@
 /* device.h -- the hybrid CPU/device options every tool that makes a context shares
  * (pi-run, pi-server, pi-batched, pi-perplexity): --vram-budget, --device,
- * --device-index, --plan-stats, --plan, --reset-plan, --no-plan-cache, --print-plan,
- * --dry-run; turning them into pi_ctx_params; the one-line summary of a plan, its full
+ * --device-index, --plan-stats, --plan, --reset-plan, --no-plan-cache, --no-graphs,
+ * --print-plan, --dry-run; turning them into pi_ctx_params; the one-line summary of a plan, its full
  * description and a summary for /health and /metrics. Public API only; messages go to
  * stderr and start with cli_prog. */
 #ifndef PI_TOOLS_DEVICE_H
@@ -17,6 +17,7 @@ struct cli_device {
     uint32_t index;    /* --device-index */
     uint64_t budget;   /* --vram-budget in bytes, PI_DEVICE_BUDGET_AUTO by default */
     int device_set, budget_set, index_set, print_plan, dry_run, reset_plan, no_plan_cache;
+    int no_graphs;      /* --no-graphs: PI_GRAPHS_OFF */
     const char *plan_stats, *plan_file;
     char *plan_default; /* MODEL.generated.gpuidx, malloc'd by cli_device_params */
     pi_stats *stats;    /* loaded by cli_device_params, freed by cli_device_release */
@@ -108,6 +109,8 @@ int cli_device_dry_run_model(struct cli_device *d, const pi_model *m, const char
     "  --no-plan-cache         plan in memory only; by default the plan is cached in\n"   \
     "                          MODEL.generated.gpuidx and reused while the model,\n"     \
     "                          statistics and budget are the same\n"                      \
+    "  --no-graphs             submit the device's work op by op (default: decode\n"    \
+    "                          steps as CUDA graphs where nothing overlaps them)\n"      \
     "  --print-plan            print the plan (budget, bytes per part, each layer's\n"    \
     "                          parts and neurons or experts) to stderr before starting\n" \
     "  --dry-run               print the plan to stdout and exit: nothing is loaded\n"    \

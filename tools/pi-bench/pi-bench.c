@@ -161,7 +161,8 @@ static void usage(void) {
             "usage: pi-bench -m MODEL.gguf [-t THREADS] [-p PROMPT_TOKENS] [-n GEN_TOKENS]\n"
             "                [-r REPETITIONS] [--sparse-mode LIST] [--no-bandwidth]\n"
             "                [--telemetry] [--device gpu|cpu] [--vram-budget LIST]\n"
-            "                [--device-index N] [--plan-stats FILE] [--no-mmap] [--mlock]\n"
+            "                [--device-index N] [--plan-stats FILE] [--no-graphs]\n"
+            "                [--no-mmap] [--mlock]\n"
             "  Defaults: -p 128 -n 64 -r 5, threads = all processors, modes: the model's\n"
             "  default (sparse for PowerInfer files, threshold for pi-sparsify's, dense\n"
             "  otherwise), CPU only.\n"
@@ -175,6 +176,7 @@ static void usage(void) {
             "                      backend acting as the device); alone: budget auto\n"
             "  --device-index N    which GPU (default 0)\n"
             "  --plan-stats FILE   activation statistics that rank neurons for the planner\n"
+            "  --no-graphs         submit device steps op by op, not as CUDA graphs\n"
             "  --no-mmap           read the model into memory instead of mapping it\n"
             "  --mlock             lock the model in RAM; warns and goes on when refused\n");
 }
@@ -196,6 +198,7 @@ struct mode_result {
 struct device_opts {
     uint32_t device, index;
     const pi_stats *stats;
+    uint32_t graphs; /* PI_GRAPHS_* */
 };
 
 #define MAX_MODES 8
@@ -289,6 +292,7 @@ static int bench_mode(pi_model *m, int mode, const struct device_opts *dev, uint
         cp.device_index = dev->index;
         cp.device_budget = budget;
         cp.plan_stats = dev->stats;
+        cp.device_graphs = dev->graphs;
         if (cli_ctx_create(m, &cp, &c))
             goto done;
         int st = PI_OK;
@@ -348,7 +352,7 @@ done:
 int main(int argc, char **argv) {
     cli_init(&argc, &argv);
     const char *path = NULL, *modes = "auto", *budgets = NULL, *stats_path = NULL;
-    struct device_opts dev = {PI_DEVICE_NONE, 0, NULL};
+    struct device_opts dev = {PI_DEVICE_NONE, 0, NULL, PI_GRAPHS_AUTO};
     int device_set = 0;
     int threads = 0, n_prompt = 128, n_gen = 64, reps = 5, probe_bw = 1, print_tele = 0;
     for (int i = 1; i < argc; i++) {
@@ -359,6 +363,8 @@ int main(int argc, char **argv) {
             /* --no-mmap, --mlock: applied by cli_model_params */
         } else if (!strcmp(a, "--telemetry")) {
             print_tele = 1;
+        } else if (!strcmp(a, "--no-graphs")) {
+            dev.graphs = PI_GRAPHS_OFF;
         } else if (i + 1 < argc && (!strcmp(a, "-m") || !strcmp(a, "--model"))) {
             path = argv[++i];
         } else if (i + 1 < argc && !strcmp(a, "--sparse-mode")) {

@@ -90,6 +90,9 @@ class CtxParams(Structure):
         ("n_sparse_thresholds", c_uint64),
         ("sparse_threshold_scale", c_float),
         ("gate_histogram", c_uint32),
+        # graph submission of device steps (PI_GRAPHS_*)
+        ("device_graphs", c_uint32),
+        ("reserved3", c_uint32),
     ]
 
 

@@ -51,7 +51,7 @@ def ctx_params(*, n_ctx=0, n_threads=0, n_batch=0, f32_activations=False,
                sparse_mode="auto", sparse_threshold=None, stats="off", device="none",
                device_index=0, device_budget=None, plan_stats=None, plan_path=None,
                plan_file=None, n_seq_max=1, check_numerics=False, embeddings="off",
-               sparse_thresholds=None, sparse_threshold_scale=1.0):
+               sparse_thresholds=None, sparse_threshold_scale=1.0, device_graphs=True):
     """A CtxParams filled by pi_ctx_default_params, then from the keyword arguments
     (see Context). Used by Context and Model.plan; the errbuf is left to the caller."""
     lib = _lib.lib()
@@ -63,6 +63,7 @@ def ctx_params(*, n_ctx=0, n_threads=0, n_batch=0, f32_activations=False,
     params.n_seq_max = c_int(n_seq_max, "uint32_t", "n_seq_max")
     params.f32_activations = 1 if f32_activations else 0
     params.check_numerics = 1 if check_numerics else 0  # PI_CHECK_LAYERS / PI_CHECK_LOGITS
+    params.device_graphs = 0 if device_graphs else 1  # PI_GRAPHS_AUTO / PI_GRAPHS_OFF
     params.sparse_mode = _enum(sparse_mode, SPARSE_MODES, "sparse mode")
     params.embeddings = _enum({True: "on", False: "off"}.get(embeddings, embeddings),
                               EMBEDDINGS, "embeddings mode")
@@ -136,6 +137,9 @@ class Context(Owner):
     device_budget:    bytes the plan may place on the device, scratch included; None
                       or "auto" (default): the device's free memory minus 256 MiB
                       ("cpu": everything); 0 places nothing.
+    device_graphs:    True (default): device steps of up to 8 tokens are submitted as
+                      CUDA graphs where nothing overlaps them on the CPU
+                      (PI_GRAPHS_AUTO); False: op by op.
     plan_stats:       a Stats (Stats.load, or a profiling context's) ranking neurons;
                       None: all equally hot. Only read while the context is created.
     plan_path:        a GPU index file (PowerInfer's <model>.generated.gpuidx, or one
@@ -159,7 +163,8 @@ class Context(Owner):
                  sparse_mode="auto", sparse_threshold=None, stats="off", abort=None,
                  device="none", device_index=0, device_budget=None, plan_stats=None,
                  plan_path=None, plan_file=None, n_seq_max=1, check_numerics=False,
-                 embeddings="off", sparse_thresholds=None, sparse_threshold_scale=1.0):
+                 embeddings="off", sparse_thresholds=None, sparse_threshold_scale=1.0,
+                 device_graphs=True):
         self._handle = None
         lib = _lib.lib()
         params = ctx_params(n_ctx=n_ctx, n_threads=n_threads, n_batch=n_batch,
@@ -169,7 +174,8 @@ class Context(Owner):
                             plan_stats=plan_stats, plan_path=plan_path, plan_file=plan_file,
                             n_seq_max=n_seq_max, check_numerics=check_numerics,
                             embeddings=embeddings, sparse_thresholds=sparse_thresholds,
-                            sparse_threshold_scale=sparse_threshold_scale)
+                            sparse_threshold_scale=sparse_threshold_scale,
+                            device_graphs=device_graphs)
         self._abort_error = None
         self._abort_fn = None
         if abort is not None:

@@ -1117,6 +1117,7 @@ pub struct ContextBuilder<'s> {
     plan_file: Option<PlanFile>,
     n_seq_max: u32,
     check_layers: bool,
+    graphs_off: bool,
     embeddings: Option<Embeddings>,
 }
 
@@ -1159,6 +1160,12 @@ impl<'s> ContextBuilder<'s> {
     /// decode's `PI_ERR_NUMERIC` names the layer and block; logits are always checked.
     pub fn check_numerics(mut self, yes: bool) -> Self {
         self.check_layers = yes;
+        self
+    }
+    /// Submit device steps of up to `PI_GRAPHS_MAX_TOKENS` tokens as CUDA graphs where
+    /// nothing overlaps them on the CPU (`PI_GRAPHS_AUTO`, the default); `false`: op by op.
+    pub fn device_graphs(mut self, yes: bool) -> Self {
+        self.graphs_off = !yes;
         self
     }
     pub fn sparse_mode(mut self, mode: SparseMode) -> Self {
@@ -1228,6 +1235,7 @@ impl<'s> ContextBuilder<'s> {
         p.n_seq_max = self.n_seq_max;
         p.f32_activations = self.f32_activations as u32;
         p.check_numerics = self.check_layers as u32;
+        p.device_graphs = self.graphs_off as u32; // PI_GRAPHS_OFF = 1
         if let Some(e) = self.embeddings {
             p.embeddings = e as u32;
         }

@@ -195,6 +195,8 @@ pub struct pi_ctx_params {
     pub n_sparse_thresholds: u64,
     pub sparse_threshold_scale: f32,
     pub gate_histogram: u32,
+    pub device_graphs: u32,
+    pub reserved3: u32,
 }
 
 #[repr(C)]
@@ -704,7 +706,7 @@ mod tests {
         assert_eq!(offset_of!(pi_model_params, load_mode), 64);
         assert_eq!(offset_of!(pi_model_params, lock_memory), 68);
 
-        assert_eq!(size_of::<pi_ctx_params>(), 152);
+        assert_eq!(size_of::<pi_ctx_params>(), 160);
         assert_eq!(align_of::<pi_ctx_params>(), 8);
         assert_eq!(offset_of!(pi_ctx_params, f32_activations), 32);
         assert_eq!(offset_of!(pi_ctx_params, sparse_mode), 36);
@@ -719,6 +721,8 @@ mod tests {
         assert_eq!(offset_of!(pi_ctx_params, n_seq_max), 112);
         assert_eq!(offset_of!(pi_ctx_params, check_numerics), 116);
         assert_eq!(offset_of!(pi_ctx_params, embeddings), 120);
+        assert_eq!(offset_of!(pi_ctx_params, gate_histogram), 148);
+        assert_eq!(offset_of!(pi_ctx_params, device_graphs), 152);
         assert_eq!(size_of::<pi_batch_entry>(), 16);
 
         assert_eq!(size_of::<pi_layer_stats>(), 104);
