@@ -113,6 +113,9 @@ struct pi_ctx {
  * (and masks per token) instead of row by row: a large union reads most rows anyway,
  * and the dense kernels stream them faster. */
 #define PI_SPARSE_DENSE_UNION 0.6
+/* Prompt steps of a predictor-mode PowerInfer file compute gate and up per tile of this
+ * many tokens, over the tile's union (forward.c, ffn_sparse): the CPU gemm's token tile. */
+#define PI_SPARSE_TILE 8
 
 /* Rows of the output projection computed at once (a device holds this many rows of
  * logits). */

@@ -169,7 +169,34 @@ static int64_t ffn_sparse(struct pi_ctx *c, int64_t l, int64_t T, const uint8_t 
     int biased = 0; /* b_up already added (oracle mode without a gate) */
     int64_t n, rows_gate, rows_up;
 
-    if (predictor || c->mode == PI_SPARSE_DENSE) {
+    if (predictor && gated && T > PI_SPARSE_TILE) {
+        /* a prompt: gate and up per tile of PI_SPARSE_TILE tokens, over that tile's
+         * union (the union of a whole prompt is most of the layer, a tile's far less),
+         * or densely for a tile whose union is most of it; then the step's union for
+         * the masks and the down projection. Each row's value is the gemm's, the same
+         * whatever rows and tokens it is computed with. */
+        rows_up = 0;
+        for (int64_t t0 = 0; t0 < T; t0 += PI_SPARSE_TILE) {
+            const int64_t nt = T - t0 < PI_SPARSE_TILE ? T - t0 : PI_SPARSE_TILE;
+            const float *xt = c->xn + t0 * hp->n_embd;
+            const int64_t m = select_union(c, c->score + t0 * F, nt, c->threshold, 0, skip);
+            if (m > dense_above) {
+                be->matmul(b, &L->gate, xt, nt, c->g + t0 * F);
+                be->matmul(b, &L->up, xt, nt, c->u + t0 * F);
+                rows_up += F;
+            } else if (be->matmul_rows2) {
+                be->matmul_rows2(b, &L->gate, &L->up, xt, nt, c->idx, m, c->g + t0 * F,
+                                 c->u + t0 * F);
+                rows_up += m;
+            } else {
+                be->matmul_rows(b, &L->gate, xt, nt, c->idx, m, c->g + t0 * F);
+                be->matmul_rows(b, &L->up, xt, nt, c->idx, m, c->u + t0 * F);
+                rows_up += m;
+            }
+        }
+        n = select_union(c, c->score, T, c->threshold, 0, skip);
+        rows_gate = rows_up;
+    } else if (predictor || c->mode == PI_SPARSE_DENSE) {
         if (predictor) {
             n = select_union(c, c->score, T, c->threshold, 0, skip);
         } else { /* dense mode, the host's share of a split layer */
@@ -239,7 +266,7 @@ static int64_t ffn_sparse(struct pi_ctx *c, int64_t l, int64_t T, const uint8_t 
             const int64_t r = c->idx[i];
             if (thr_mode) {
                 g[r] = fabsf(g[r]) > thr ? g[r] * u[r] : 0.0f;
-            } else if (predictor && s[r] < c->threshold) {
+            } else if (predictor && !(s[r] >= c->threshold)) { /* NaN: not selected */
                 g[r] = 0.0f;
             } else if (gated) {
                 g[r] = relu_act(hp->ffn_act, g[r], u[r]);
