@@ -105,10 +105,23 @@ struct pi_attn {
     const float *sinks;
 };
 
+/* How a KV cache stores its values (pi_kv_desc.type). */
+enum pi_kv_type {
+    PI_KV_F16 = 0, /* binary16 */
+    PI_KV_Q8_0 = 1 /* GGUF Q8_0 blocks (32 values: an F16 scale, 32 int8), each head's
+                    * slice whole blocks (head dims multiples of 32); the CPU backend only */
+};
+
+/* Bytes of n values (one position's K or V) in a cache of this type. */
+static inline size_t pi_kv_row_bytes(int type, int64_t n) {
+    return type == PI_KV_Q8_0 ? (size_t)(n / 32) * 34 : (size_t)n * 2;
+}
+
 /* Geometry of a KV cache: n_layer x n_ctx positions of n_kv values (n_head_kv * head
- * dim) for K and for V, stored F16. */
+ * dim) for K and for V, stored as `type` (zero: F16). */
 struct pi_kv_desc {
     int64_t n_layer, n_ctx, n_head, n_head_kv, head_dim_k, head_dim_v;
+    int type; /* enum pi_kv_type; kv_create refuses one the backend does not store */
 };
 
 struct pi_backend_config {
@@ -157,13 +170,13 @@ struct pi_backend_vtable {
     int (*kv_create)(struct pi_backend *b, const struct pi_kv_desc *d, struct pi_kv **out);
     void (*kv_destroy)(struct pi_backend *b, struct pi_kv *kv);
     /* Copy positions pos0 .. pos0 + n - 1 of slot `layer` out of the cache (kv_get,
-     * waits for queued ops) or into it (kv_set, done when it returns): k [n][n_head_kv *
-     * head_dim_k] and v [n][n_head_kv * head_dim_v], F16 bits, host memory. PI_OK or
-     * the first error. */
+     * waits for queued ops) or into it (kv_set, done when it returns), as stored: k
+     * [n][pi_kv_row_bytes(type, n_head_kv * head_dim_k)] and v likewise with head_dim_v
+     * bytes, host memory. PI_OK or the first error. */
     int (*kv_get)(struct pi_backend *b, struct pi_kv *kv, int64_t layer, int64_t pos0, int64_t n,
-                  uint16_t *k, uint16_t *v);
+                  void *k, void *v);
     int (*kv_set)(struct pi_backend *b, struct pi_kv *kv, int64_t layer, int64_t pos0, int64_t n,
-                  const uint16_t *k, const uint16_t *v);
+                  const void *k, const void *v);
 
     /* ---- ops ---- */
     /* y[t][r] = sum_i W[r][i] * x[t][i]; x [n_tok][n_in], y [n_tok][n_out]. */

@@ -796,8 +796,21 @@ typedef struct pi_ctx_params {
      * run again op by op, and graphs stay off for that context). PI_GRAPHS_OFF: op
      * by op. Since: 0.1 */
     uint32_t device_graphs;
-    uint32_t reserved3; /* zero (fills what would be padding, see ABI.md) */
+    /* How the KV cache stores keys and values, PI_KV_TYPE_*. PI_KV_TYPE_F16 (0, the
+     * default): binary16. PI_KV_TYPE_Q8_0: GGUF's Q8_0 blocks (32 values share an F16
+     * scale), 34 bytes per 32 values instead of 64, so about half the memory; the
+     * logits move by the blocks' rounding (docs/performance.md has its perplexity
+     * cost). Q8_0 needs head dimensions that are multiples of 32 and a CPU-only
+     * context (PI_ERR_UNSUPPORTED otherwise); states (pi_ctx_state_save) hold the
+     * cache as stored and load only into a context with the same kv_type. Since: 0.1 */
+    uint32_t kv_type;
 } pi_ctx_params;
+
+/* pi_ctx_params.kv_type. */
+enum {
+    PI_KV_TYPE_F16 = 0,
+    PI_KV_TYPE_Q8_0 = 1
+};
 
 /* pi_ctx_params.device_graphs. */
 enum {

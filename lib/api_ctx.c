@@ -7,6 +7,7 @@
 
 #include "infer/ctx.h"
 #include "runtime/fp16.h"
+#include "runtime/quantize.h"
 #include "runtime/types.h"
 #include "util/os.h"
 #include "util/params.h"
@@ -168,6 +169,14 @@ static int setup_sparse(struct pi_ctx *c, const pi_ctx_params *p) {
     c->stats_level = (int)p->stats;
     c->check_layers = p->check_numerics == PI_CHECK_LAYERS;
     c->graphs = p->device_graphs == PI_GRAPHS_AUTO;
+    c->kv_type = (int)p->kv_type; /* PI_KV_TYPE_* and enum pi_kv_type share their values */
+    if (c->kv_type != PI_KV_F16 && p->device != PI_DEVICE_NONE)
+        PI_FAIL(&c->err, PI_ERR_UNSUPPORTED, "a Q8_0 KV cache is CPU-only (the device "
+                "backends store F16): use no device, or PI_KV_TYPE_F16");
+    if (c->kv_type == PI_KV_Q8_0 && (hp->head_dim_k % 32 || hp->head_dim_v % 32))
+        PI_FAIL(&c->err, PI_ERR_UNSUPPORTED, "a Q8_0 KV cache needs head dimensions that are "
+                "multiples of 32; this model's are %lld (K) and %lld (V)",
+                (long long)hp->head_dim_k, (long long)hp->head_dim_v);
     PI_TRY(setup_thresholds(c, p));
     if (hp->sparse || hp->sparsified) {
         const int64_t rmax = max64(c->model->desc.max_rank, 1);
@@ -307,7 +316,7 @@ static int setup(struct pi_ctx *c, const pi_ctx_params *p) {
             return pi_exec_resolve(c); /* the KV cache lives on the device */
     }
     struct pi_kv_desc kvd = {hp->n_layer * c->n_seq, c->n_ctx, hp->n_head, hp->n_head_kv,
-                             hp->head_dim_k, hp->head_dim_v};
+                             hp->head_dim_k, hp->head_dim_v, c->kv_type};
     st = c->be->kv_create(c->b, &kvd, &c->kv);
     if (st < 0)
         PI_FAIL(&c->err, st, "out of memory for a KV cache of %lld positions",
@@ -335,7 +344,8 @@ static const char *bad_params(const pi_ctx_params *pp) {
            : p.check_numerics > PI_CHECK_LAYERS ? "check_numerics is not a PI_CHECK_* value"
            : p.embeddings > PI_EMBD_ONLY ? "embeddings is not a PI_EMBD_* value"
            : p.device_graphs > PI_GRAPHS_OFF ? "device_graphs is not a PI_GRAPHS_* value"
-           : p.reserved0 || p.reserved2 || p.reserved3 ? "reserved fields are not zero"
+           : p.kv_type > PI_KV_TYPE_Q8_0 ? "kv_type is not a PI_KV_TYPE_* value"
+           : p.reserved0 || p.reserved2 ? "reserved fields are not zero"
            : NULL;
 }
 
@@ -661,15 +671,16 @@ int pi_ctx_seq_copy(pi_ctx *c, int32_t src, int32_t dst) {
         return PI_OK;
     }
     const struct pi_hparams *hp = c->hp;
-    const size_t per = (size_t)(hp->n_head_kv * (hp->head_dim_k + hp->head_dim_v));
-    uint16_t *buf = pi_malloc(&c->alloc, (size_t)n * per * 2);
+    const size_t kb = pi_kv_row_bytes(c->kv_type, hp->n_head_kv * hp->head_dim_k);
+    const size_t vb = pi_kv_row_bytes(c->kv_type, hp->n_head_kv * hp->head_dim_v);
+    uint8_t *buf = pi_malloc(&c->alloc, (size_t)n * (kb + vb));
     if (!buf)
         PI_FAIL(&c->err, PI_ERR_NOMEM, "out of memory copying %lld positions", (long long)n);
     const struct pi_backend_vtable *be;
     struct pi_backend *b;
     struct pi_kv *kv;
     kv_home(c, &be, &b, &kv);
-    uint16_t *k = buf, *v = buf + (size_t)n * (size_t)(hp->n_head_kv * hp->head_dim_k);
+    uint8_t *k = buf, *v = buf + (size_t)n * kb;
     int st = PI_OK;
     for (int64_t l = 0; st >= 0 && l < hp->n_layer; l++) {
         st = be->kv_get(b, kv, l * c->n_seq + src, 0, n, k, v);
@@ -684,6 +695,30 @@ int pi_ctx_seq_copy(pi_ctx *c, int32_t src, int32_t dst) {
     c->seq_len[dst] = n;
     pi_embd_copy(c, src, dst);
     return PI_OK;
+}
+
+/* n cache values (whole rows) as stored <-> float, for the keys a removal re-rotates. */
+static void kv_to_float(int type, const uint8_t *src, float *dst, int64_t n) {
+    if (type == PI_KV_Q8_0) {
+        pi_dequant_q8_0(src, dst, n);
+        return;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        uint16_t h;
+        memcpy(&h, src + 2 * i, 2);
+        dst[i] = pi_fp16_to_fp32(h);
+    }
+}
+
+static void kv_from_float(int type, const float *src, uint8_t *dst, int64_t n) {
+    if (type == PI_KV_Q8_0) {
+        pi_quantize_q8_0(src, dst, n);
+        return;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        const uint16_t h = pi_fp32_to_fp16(src[i]);
+        memcpy(dst + 2 * i, &h, 2);
+    }
 }
 
 int pi_ctx_seq_remove(pi_ctx *c, int32_t seq, int64_t p0, int64_t p1) {
@@ -702,14 +737,15 @@ int pi_ctx_seq_remove(pi_ctx *c, int32_t seq, int64_t p0, int64_t p1) {
     if (m > 0) { /* move p1.. down to p0.., keys rotated back by d positions */
         const struct pi_hparams *hp = c->hp;
         const int64_t nk = hp->n_head_kv * hp->head_dim_k, nv = hp->n_head_kv * hp->head_dim_v;
-        uint16_t *k = pi_malloc(&c->alloc, (size_t)(m * (nk + nv)) * 2);
+        const size_t kb = pi_kv_row_bytes(c->kv_type, nk), vb = pi_kv_row_bytes(c->kv_type, nv);
+        uint8_t *k = pi_malloc(&c->alloc, (size_t)m * (kb + vb));
         float *kf = pi_malloc(&c->alloc, (size_t)(m * nk) * sizeof *kf);
         if (!k || !kf) {
             pi_free(&c->alloc, k);
             pi_free(&c->alloc, kf);
             PI_FAIL(&c->err, PI_ERR_NOMEM, "out of memory moving %lld positions", (long long)m);
         }
-        uint16_t *v = k + m * nk;
+        uint8_t *v = k + (size_t)m * kb;
         const struct pi_backend_vtable *be;
         struct pi_backend *b;
         struct pi_kv *kv;
@@ -720,8 +756,7 @@ int pi_ctx_seq_remove(pi_ctx *c, int32_t seq, int64_t p0, int64_t p1) {
             st = be->kv_get(b, kv, slot, p1, m, k, v);
             if (st < 0)
                 break;
-            for (int64_t i = 0; i < m * nk; i++)
-                kf[i] = pi_fp16_to_fp32(k[i]);
+            kv_to_float(c->kv_type, k, kf, m * nk);
             /* every head of every moved position turns by the angle of position -d: the
              * layer's RoPE with its magnitude scale undone (angles add, scales would
              * multiply), the host's copy of the factors */
@@ -731,8 +766,7 @@ int pi_ctx_seq_remove(pi_ctx *c, int32_t seq, int64_t p0, int64_t p1) {
                                  ? 1.0f / (1.0f + 0.1f * logf(1.0f / rr.freq_scale))
                                  : 1.0f;
             c->be->rope(c->b, kf, 1, m * hp->n_head_kv, hp->head_dim_k, -d, &rr);
-            for (int64_t i = 0; i < m * nk; i++)
-                k[i] = pi_fp32_to_fp16(kf[i]);
+            kv_from_float(c->kv_type, kf, k, m * nk);
             st = be->kv_set(b, kv, slot, p0, m, k, v);
         }
         pi_free(&c->alloc, k);

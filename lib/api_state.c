@@ -1,11 +1,14 @@
 /* api_state.c -- save and restore a context's state (every sequence, or one), to
  * memory and to files. Format (docs/formats.md, "Context state"), little-endian:
  *
- *   magic "PISTATE\0", u32 version 1, u32 kind (0: whole context, 1: one sequence),
+ *   magic "PISTATE\0", u32 version 1, u32 kind (bits 0..7: 0 whole context, 1 one
+ *   sequence; bits 8..15: the RoPE factor set; bits 16..23: the KV cache type,
+ *   PI_KV_TYPE_*),
  *   u64 model identity, u32 n_layer, u32 K values per position, u32 V values per
  *   position, u32 n_vocab, u32 sequences that follow, u32 has_logits,
  *   [f32 logits[n_vocab]]                              (when has_logits)
- *   per sequence: u32 id, u32 len, then per layer K [len][nk] and V [len][nv] F16
+ *   per sequence: u32 id, u32 len, then per layer K [len][nk] and V [len][nv] as
+ *   the cache stores them (F16, or Q8_0 blocks)
  *   u64 FNV-1a of everything before it
  *
  * A load checks everything (size, checksum, identity, shape, ids, lengths) before it
@@ -55,8 +58,13 @@ static void kv_home(const struct pi_ctx *c, const struct pi_backend_vtable **be,
     *kv = dev ? c->hy->kv : c->kv;
 }
 
-static size_t per_pos(const struct pi_hparams *hp) {
-    return (size_t)(hp->n_head_kv * (hp->head_dim_k + hp->head_dim_v)) * 2;
+/* Bytes of one position's K and V in the cache of c (k_bytes: K alone). */
+static size_t per_pos(const struct pi_ctx *c, size_t *k_bytes) {
+    const struct pi_hparams *hp = c->hp;
+    const size_t kb = pi_kv_row_bytes(c->kv_type, hp->n_head_kv * hp->head_dim_k);
+    if (k_bytes)
+        *k_bytes = kb;
+    return kb + pi_kv_row_bytes(c->kv_type, hp->n_head_kv * hp->head_dim_v);
 }
 
 /* Bytes of the state of `seq` (-1: all). */
@@ -67,7 +75,7 @@ static size_t state_size(const struct pi_ctx *c, int32_t seq) {
         n += (size_t)hp->n_vocab * 4;
     for (int64_t s = 0; s < c->n_seq; s++)
         if (seq < 0 || s == seq)
-            n += 8 + (size_t)hp->n_layer * (size_t)c->seq_len[s] * per_pos(hp);
+            n += 8 + (size_t)hp->n_layer * (size_t)c->seq_len[s] * per_pos(c, NULL);
     return n;
 }
 
@@ -81,6 +89,8 @@ int pi_ctx_state_save(const pi_ctx *c, int32_t seq, void *buf, size_t cap, size_
     if (!buf || cap < need)
         return PI_ERR_RANGE;
     const int64_t nk = hp->n_head_kv * hp->head_dim_k, nv = hp->n_head_kv * hp->head_dim_v;
+    size_t kb;
+    const size_t per = per_pos(c, &kb);
     const int whole = seq < 0, logits = whole && c->has_logits;
     uint8_t *p = buf;
     memcpy(p, MAGIC, 8);
@@ -88,7 +98,7 @@ int pi_ctx_state_save(const pi_ctx *c, int32_t seq, void *buf, size_t cap, size_
     put32(&p, STATE_VERSION);
     /* kind: whole (0) or one sequence (1), and in bits 8..15 the RoPE factor set the
      * keys were rotated with (LongRoPE's short or long; 0 for every other model) */
-    put32(&p, (whole ? 0u : 1u) | (uint32_t)c->rope_set << 8);
+    put32(&p, (whole ? 0u : 1u) | (uint32_t)c->rope_set << 8 | (uint32_t)c->kv_type << 16);
     put64(&p, pi_model_identity(c->model));
     put32(&p, (uint32_t)hp->n_layer);
     put32(&p, (uint32_t)nk);
@@ -111,12 +121,10 @@ int pi_ctx_state_save(const pi_ctx *c, int32_t seq, void *buf, size_t cap, size_
         put32(&p, (uint32_t)s);
         put32(&p, (uint32_t)len);
         for (int64_t l = 0; l < hp->n_layer && len; l++) {
-            uint16_t *k = (uint16_t *)(void *)p, *v = k + len * nk;
-            /* p is 4-byte aligned relative to buf; kv_get copies bytes (memcpy) */
-            int st = be->kv_get(b, kv, l * c->n_seq + s, 0, len, k, v);
+            int st = be->kv_get(b, kv, l * c->n_seq + s, 0, len, p, p + (size_t)len * kb);
             if (st < 0)
                 return st;
-            p += (size_t)len * (size_t)(nk + nv) * 2;
+            p += (size_t)len * per;
         }
     }
     put64(&p, pi_fnv1a(PI_FNV1A_INIT, buf, (size_t)(p - (uint8_t *)buf)));
@@ -130,6 +138,8 @@ int pi_ctx_state_load(pi_ctx *c, int32_t seq, const void *buf, size_t size) {
     pi_error_clear(&c->err);
     const struct pi_hparams *hp = c->hp;
     const int64_t nk = hp->n_head_kv * hp->head_dim_k, nv = hp->n_head_kv * hp->head_dim_v;
+    size_t kb;
+    const size_t per = per_pos(c, &kb);
     const uint8_t *p = buf, *end = p + size;
     if (size < HEADER_BYTES + 8 || memcmp(p, MAGIC, 8) != 0)
         PI_FAIL(&c->err, PI_ERR_FORMAT, "not a libpowerinfer context state (%zu bytes)", size);
@@ -139,7 +149,8 @@ int pi_ctx_state_load(pi_ctx *c, int32_t seq, const void *buf, size_t size) {
         PI_FAIL(&c->err, PI_ERR_FORMAT, "state checksum mismatch: truncated or corrupted");
     p += 8;
     const uint32_t version = get32(&p), kind_word = get32(&p);
-    const uint32_t kind = kind_word & 0xffu, rope_set = kind_word >> 8;
+    const uint32_t kind = kind_word & 0xffu, rope_set = kind_word >> 8 & 0xffu;
+    const uint32_t kv_type = kind_word >> 16;
     const uint64_t id = get64(&p);
     const uint32_t n_layer = get32(&p), fk = get32(&p), fv = get32(&p), n_vocab = get32(&p);
     const uint32_t n_seq = get32(&p), has_logits = get32(&p);
@@ -147,7 +158,7 @@ int pi_ctx_state_load(pi_ctx *c, int32_t seq, const void *buf, size_t size) {
         PI_FAIL(&c->err, PI_ERR_FORMAT, "state version %u; this library reads %u", version,
                 STATE_VERSION);
     if (kind > 1 || has_logits > 1 || (kind == 1 && (n_seq != 1 || has_logits)) ||
-        rope_set > PI_ROPE_SET_LONG)
+        rope_set > PI_ROPE_SET_LONG || kv_type > PI_KV_TYPE_Q8_0)
         PI_FAIL(&c->err, PI_ERR_FORMAT, "state header is inconsistent");
     if ((seq < 0) != (kind == 0))
         PI_FAIL(&c->err, PI_ERR_INVALID_ARG, seq < 0 ? "a one-sequence state needs a target "
@@ -161,6 +172,9 @@ int pi_ctx_state_load(pi_ctx *c, int32_t seq, const void *buf, size_t size) {
                 rope_set == PI_ROPE_SET_LONG ? "long" : "short",
                 rope_set == PI_ROPE_SET_LONG ? "above" : "at most", (long long)hp->rope_ctx_orig,
                 c->rope_set == PI_ROPE_SET_LONG ? "long" : "short");
+    if (kv_type != (uint32_t)c->kv_type)
+        PI_FAIL(&c->err, PI_ERR_FORMAT, "the state holds a %s KV cache; this context's is %s "
+                "(pi_ctx_params.kv_type)", kv_type ? "Q8_0" : "F16", c->kv_type ? "Q8_0" : "F16");
     if (n_seq > (uint32_t)c->n_seq && kind == 0)
         PI_FAIL(&c->err, PI_ERR_RANGE, "the state holds %u sequences; the context has %lld",
                 n_seq, (long long)c->n_seq);
@@ -183,7 +197,7 @@ int pi_ctx_state_load(pi_ctx *c, int32_t seq, const void *buf, size_t size) {
         if (len > (uint64_t)c->n_ctx)
             PI_FAIL(&c->err, PI_ERR_RANGE, "state: sequence %u has %u positions; the context "
                     "holds %lld", sid, len, (long long)c->n_ctx);
-        const uint64_t bytes = (uint64_t)n_layer * len * (uint64_t)(nk + nv) * 2;
+        const uint64_t bytes = (uint64_t)n_layer * len * (uint64_t)per;
         if ((uint64_t)(end - 8 - p) < bytes)
             PI_FAIL(&c->err, PI_ERR_FORMAT, "state truncated in sequence %u", sid);
         p += bytes;
@@ -205,12 +219,11 @@ int pi_ctx_state_load(pi_ctx *c, int32_t seq, const void *buf, size_t size) {
         if (kind == 1)
             c->seq_len[dst] = 0;
         for (uint32_t l = 0; l < n_layer && len; l++) {
-            const uint16_t *k = (const uint16_t *)(const void *)p, *v = k + (size_t)len * nk;
-            int st = be->kv_set(b, kv, (int64_t)l * c->n_seq + dst, 0, len, k, v);
+            int st = be->kv_set(b, kv, (int64_t)l * c->n_seq + dst, 0, len, p, p + (size_t)len * kb);
             if (st < 0)
                 PI_FAIL(&c->err, st, "the device failed restoring sequence %lld (now empty)",
                         (long long)dst);
-            p += (size_t)len * (size_t)(nk + nv) * 2;
+            p += (size_t)len * per;
         }
         c->seq_len[dst] = len;
     }
@@ -255,7 +268,7 @@ int pi_ctx_state_save_file(const pi_ctx *c, int32_t seq, const char *path) {
 static uint64_t max_state_size(const struct pi_ctx *c) {
     const struct pi_hparams *hp = c->hp;
     return HEADER_BYTES + 8 + (uint64_t)hp->n_vocab * 4 +
-           (uint64_t)c->n_seq * (8 + (uint64_t)hp->n_layer * (uint64_t)c->n_ctx * per_pos(hp));
+           (uint64_t)c->n_seq * (8 + (uint64_t)hp->n_layer * (uint64_t)c->n_ctx * per_pos(c, NULL));
 }
 
 int pi_ctx_state_load_file(pi_ctx *c, int32_t seq, const char *path) {

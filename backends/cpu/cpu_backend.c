@@ -9,6 +9,7 @@
 #include "cpu/kernels.h"
 #include "powerinfer.h"
 #include "runtime/fp16.h"
+#include "runtime/quantize.h"
 #include "runtime/pool.h"
 #include "util/error.h"
 #include "runtime/types.h"
@@ -27,10 +28,15 @@ struct pi_backend {
     int fault;      /* PI_ERR_INTERNAL once an op was refused (refuse()); sync returns it */
 };
 
+/* The widest K head a Q8_0 cache takes (attention quantizes a query head on the stack). */
+#define KV_Q8_MAX_DIM 1024
+
 struct pi_kv {
     struct pi_kv_desc d;
     int64_t nk, nv;  /* values per position: n_head_kv * head_dim_{k,v} */
-    uint16_t *k, *v; /* F16 [n_layer][n_ctx][nk] */
+    size_t kb, vb;   /* bytes per position (pi_kv_row_bytes) */
+    uint8_t *k, *v;  /* [n_layer][n_ctx][kb], [..][vb]: F16 or Q8_0 (d.type) */
+    int32_t *iota;   /* Q8_0: 0 .. n_ctx - 1 (the positions' rows for gemv_idx) */
 };
 
 /* ---- life cycle ------------------------------------------------------------------ */
@@ -137,24 +143,38 @@ static int refuse(struct pi_backend *b, int64_t width, int64_t n_tok) {
 
 static int cpu_kv_create(struct pi_backend *b, const struct pi_kv_desc *d, struct pi_kv **out) {
     *out = NULL;
+    /* Q8_0: each head's slice whole blocks, and a query head fits the stack buffer of
+     * its quantized copy (attn_pairs) */
+    if (d->type != PI_KV_F16 &&
+        (d->type != PI_KV_Q8_0 || d->head_dim_k % 32 || d->head_dim_v % 32 ||
+         d->head_dim_k > KV_Q8_MAX_DIM))
+        return PI_ERR_UNSUPPORTED;
     struct pi_kv *kv = pi_calloc(b->alloc, 1, sizeof *kv);
     if (!kv)
         return PI_ERR_NOMEM;
     kv->d = *d;
     kv->nk = d->n_head_kv * d->head_dim_k;
     kv->nv = d->n_head_kv * d->head_dim_v;
+    kv->kb = pi_kv_row_bytes(d->type, kv->nk);
+    kv->vb = pi_kv_row_bytes(d->type, kv->nv);
     /* Not zeroed: a position is always written before it is read, and untouched pages
      * of a large allocation cost no resident memory. */
     size_t cells = (size_t)d->n_ctx * (size_t)d->n_layer;
-    if ((size_t)kv->nk > SIZE_MAX / 2 / cells || (size_t)kv->nv > SIZE_MAX / 2 / cells) {
+    if (kv->kb > SIZE_MAX / cells || kv->vb > SIZE_MAX / cells) {
         pi_free(b->alloc, kv);
         return PI_ERR_NOMEM;
     }
-    kv->k = pi_malloc(b->alloc, cells * (size_t)kv->nk * 2);
-    kv->v = pi_malloc(b->alloc, cells * (size_t)kv->nv * 2);
-    if (!kv->k || !kv->v) {
+    kv->k = pi_malloc(b->alloc, cells * kv->kb);
+    kv->v = pi_malloc(b->alloc, cells * kv->vb);
+    if (d->type == PI_KV_Q8_0) {
+        kv->iota = pi_malloc(b->alloc, (size_t)d->n_ctx * sizeof *kv->iota);
+        for (int64_t i = 0; kv->iota && i < d->n_ctx; i++)
+            kv->iota[i] = (int32_t)i;
+    }
+    if (!kv->k || !kv->v || (d->type == PI_KV_Q8_0 && !kv->iota)) {
         pi_free(b->alloc, kv->k);
         pi_free(b->alloc, kv->v);
+        pi_free(b->alloc, kv->iota);
         pi_free(b->alloc, kv);
         return PI_ERR_NOMEM;
     }
@@ -168,24 +188,24 @@ static int kv_range_ok(const struct pi_kv *kv, int64_t layer, int64_t pos0, int6
 }
 
 static int cpu_kv_get(struct pi_backend *b, struct pi_kv *kv, int64_t layer, int64_t pos0,
-                      int64_t n, uint16_t *k, uint16_t *v) {
+                      int64_t n, void *k, void *v) {
     (void)b;
     if (!kv_range_ok(kv, layer, pos0, n))
         return PI_ERR_INVALID_ARG;
     const size_t cell = (size_t)layer * (size_t)kv->d.n_ctx + (size_t)pos0;
-    memcpy(k, kv->k + cell * (size_t)kv->nk, (size_t)(n * kv->nk) * 2);
-    memcpy(v, kv->v + cell * (size_t)kv->nv, (size_t)(n * kv->nv) * 2);
+    memcpy(k, kv->k + cell * kv->kb, (size_t)n * kv->kb);
+    memcpy(v, kv->v + cell * kv->vb, (size_t)n * kv->vb);
     return PI_OK;
 }
 
 static int cpu_kv_set(struct pi_backend *b, struct pi_kv *kv, int64_t layer, int64_t pos0,
-                      int64_t n, const uint16_t *k, const uint16_t *v) {
+                      int64_t n, const void *k, const void *v) {
     (void)b;
     if (!kv_range_ok(kv, layer, pos0, n))
         return PI_ERR_INVALID_ARG;
     const size_t cell = (size_t)layer * (size_t)kv->d.n_ctx + (size_t)pos0;
-    memcpy(kv->k + cell * (size_t)kv->nk, k, (size_t)(n * kv->nk) * 2);
-    memcpy(kv->v + cell * (size_t)kv->nv, v, (size_t)(n * kv->nv) * 2);
+    memcpy(kv->k + cell * kv->kb, k, (size_t)n * kv->kb);
+    memcpy(kv->v + cell * kv->vb, v, (size_t)n * kv->vb);
     return PI_OK;
 }
 
@@ -194,6 +214,7 @@ static void cpu_kv_destroy(struct pi_backend *b, struct pi_kv *kv) {
         return;
     pi_free(b->alloc, kv->k);
     pi_free(b->alloc, kv->v);
+    pi_free(b->alloc, kv->iota);
     pi_free(b->alloc, kv);
 }
 
@@ -729,18 +750,50 @@ static void cpu_rope(struct pi_backend *b, float *x, int64_t n_tok, int64_t n_he
 }
 
 struct kv_store_job {
-    uint16_t *kd, *vd;
+    const struct pi_backend *b;
+    const struct pi_kv *kv;
+    uint8_t *kd, *vd;
     const float *k, *v;
-    int64_t nk, nv;
 };
+
+/* One position's n values into a Q8_0 row; a row holding NaN or infinity gets NaN
+ * scales, so the attention's output (and the logits' check) sees it, as with F16. */
+static void q8_row(const struct pi_backend *b, const float *x, uint8_t *q, int64_t n) {
+    float s = 0.0f;
+    for (int64_t i = 0; i < n; i++)
+        s += x[i] * 0.0f;
+    (void)b;
+    if (s == 0.0f) {
+        pi_quantize_q8_0(x, q, n); /* GGUF's Q8_0 blocks, not the kernels' vector format */
+        return;
+    }
+    for (int64_t i = 0; i < n / 32; i++) {
+        const uint16_t nan = 0x7e00;
+        memcpy(q + 34 * i, &nan, 2);
+        memset(q + 34 * i + 2, 0, 32);
+    }
+}
 
 static void kv_store_tokens(void *arg, int64_t t0, int64_t t1, int ith) {
     const struct kv_store_job *j = arg;
+    const struct pi_kv *kv = j->kv;
     (void)ith;
-    for (int64_t i = t0 * j->nk; i < t1 * j->nk; i++)
-        j->kd[i] = pi_fp32_to_fp16(j->k[i]);
-    for (int64_t i = t0 * j->nv; i < t1 * j->nv; i++)
-        j->vd[i] = pi_fp32_to_fp16(j->v[i]);
+    if (kv->d.type == PI_KV_Q8_0) {
+        for (int64_t t = t0; t < t1; t++) {
+            q8_row(j->b, j->k + t * kv->nk, j->kd + (size_t)t * kv->kb, kv->nk);
+            q8_row(j->b, j->v + t * kv->nv, j->vd + (size_t)t * kv->vb, kv->nv);
+        }
+        return;
+    }
+    uint16_t h;
+    for (int64_t i = t0 * kv->nk; i < t1 * kv->nk; i++) {
+        h = pi_fp32_to_fp16(j->k[i]);
+        memcpy(j->kd + 2 * i, &h, 2);
+    }
+    for (int64_t i = t0 * kv->nv; i < t1 * kv->nv; i++) {
+        h = pi_fp32_to_fp16(j->v[i]);
+        memcpy(j->vd + 2 * i, &h, 2);
+    }
 }
 
 static void cpu_kv_store(struct pi_backend *b, struct pi_kv *kv, int64_t layer, int64_t pos0,
@@ -749,10 +802,8 @@ static void cpu_kv_store(struct pi_backend *b, struct pi_kv *kv, int64_t layer, 
         b->fault = PI_ERR_INTERNAL;
         return;
     }
-    struct kv_store_job j = {
-        kv->k + ((size_t)layer * (size_t)kv->d.n_ctx + (size_t)pos0) * (size_t)kv->nk,
-        kv->v + ((size_t)layer * (size_t)kv->d.n_ctx + (size_t)pos0) * (size_t)kv->nv,
-        k, v, kv->nk, kv->nv};
+    const size_t cell = (size_t)layer * (size_t)kv->d.n_ctx + (size_t)pos0;
+    struct kv_store_job j = {b, kv, kv->k + cell * kv->kb, kv->v + cell * kv->vb, k, v};
     if (n_tok < 8)
         kv_store_tokens(&j, 0, n_tok, 0);
     else
@@ -768,6 +819,51 @@ struct attn_job {
     float *out;
 };
 
+/* Q8_0 cache, the scores of one query head q [head_dim_k] against n_pos positions'
+ * rows of its K head (kh, kv->kb bytes apart): q quantized to Q8_0 once and the rows
+ * dotted with it by the table's Q8_0 kernels (as a Q8_0 weight row with an activation,
+ * llama.cpp's q8_0 cache does the same); with float activations (or a query that is
+ * not finite) each row dequantized and dotted in float. */
+static void q8_scores(const struct pi_backend *b, const struct pi_kv *kv, float *scores,
+                      const uint8_t *kh, int64_t n_pos, const float *q) {
+    const int64_t n = kv->d.head_dim_k;
+    float s = 0.0f;
+    for (int64_t i = 0; i < n; i++)
+        s += q[i] * 0.0f;
+    const struct pi_dot_kernel *dk = &b->k.dot[PI_TYPE_Q8_0];
+    if (!b->f32_activations && s == 0.0f && dk->fmt == PI_VEC_Q8_0) {
+        _Alignas(64) uint8_t qq[KV_Q8_MAX_DIM / 256 * PI_Q8_0_GROUP_BYTES];
+        b->k.quantize_q8_0(q, qq, n); /* the Q8_0 dot's vector format */
+        if (b->k.gemv_idx[PI_TYPE_Q8_0]) {
+            b->k.gemv_idx[PI_TYPE_Q8_0](kh, kv->kb, kv->iota, n_pos, qq, scores, n);
+        } else {
+            for (int64_t p = 0; p < n_pos; p++)
+                scores[p] = dk->dot(kh + (size_t)p * kv->kb, qq, n);
+        }
+        return;
+    }
+    float row[KV_Q8_MAX_DIM];
+    for (int64_t p = 0; p < n_pos; p++) {
+        b->k.to_float[PI_TYPE_Q8_0](kh + (size_t)p * kv->kb, row, n);
+        scores[p] = b->k.dot[PI_TYPE_F32].dot(row, q, n);
+    }
+}
+
+/* Q8_0 cache, o [head_dim_v] += sum_p a[p] * V_p over n_pos rows of a V head (vh,
+ * kv->vb bytes apart), in groups of rows through axpy_rows. */
+static void q8_values(const struct pi_backend *b, const struct pi_kv *kv, float *o,
+                      const float *a, const uint8_t *vh, int64_t n_pos) {
+    enum { G = 16 };
+    const int64_t n = kv->d.head_dim_v;
+    for (int64_t p = 0; p < n_pos; p += G) {
+        const int64_t m = n_pos - p < G ? n_pos - p : G;
+        const uint8_t *rows[G];
+        for (int64_t i = 0; i < m; i++)
+            rows[i] = vh + (size_t)(p + i) * kv->vb;
+        b->k.axpy_rows[PI_TYPE_Q8_0](o, a + p, rows, m, n);
+    }
+}
+
 /* One (token, head) pair: scores against every visible position (dot_f16_rows), then
  * softmax and the weighted sum of V (axpy_f16), in the thread's scratch row. A sink
  * (struct pi_attn) is one more score after the positions, with no value: it takes
@@ -780,16 +876,20 @@ static void attn_pairs(void *arg, int64_t lo, int64_t hi, int ith) {
     const int64_t group = d->n_head / d->n_head_kv;
     const float inv = j->a->scale, cap = j->a->softcap;
     float *scores = j->b->scratch + (size_t)ith * (size_t)j->b->max_width;
-    const uint16_t *kl = kv->k + (size_t)j->layer * (size_t)d->n_ctx * (size_t)kv->nk;
-    const uint16_t *vl = kv->v + (size_t)j->layer * (size_t)d->n_ctx * (size_t)kv->nv;
+    const uint8_t *kl = kv->k + (size_t)j->layer * (size_t)d->n_ctx * kv->kb;
+    const uint8_t *vl = kv->v + (size_t)j->layer * (size_t)d->n_ctx * kv->vb;
+    const int q8 = d->type == PI_KV_Q8_0;
     for (int64_t pair = lo; pair < hi; pair++) {
         const int64_t t = pair / d->n_head, h = pair % d->n_head, hk = h / group;
         /* positions p0 .. pos0 + t: all of them, or the last `window` */
         const int64_t last = j->pos0 + t, w = j->a->window;
         const int64_t p0 = w > 0 && last + 1 > w ? last + 1 - w : 0, n_pos = last + 1 - p0;
         const float *q = j->q + (t * d->n_head + h) * d->head_dim_k;
-        j->b->k.dot_f16_rows(scores, kl + (size_t)p0 * (size_t)kv->nk + (size_t)(hk * d->head_dim_k),
-                             (size_t)kv->nk * 2, n_pos, q, d->head_dim_k);
+        const uint8_t *kh = kl + (size_t)p0 * kv->kb + pi_kv_row_bytes(d->type, hk * d->head_dim_k);
+        if (q8)
+            q8_scores(j->b, kv, scores, kh, n_pos, q);
+        else
+            j->b->k.dot_f16_rows(scores, kh, kv->kb, n_pos, q, d->head_dim_k);
         const int sink = j->a->sinks != NULL;
         if (sink)
             scores[n_pos] = j->a->sinks[h] / inv;
@@ -800,8 +900,11 @@ static void attn_pairs(void *arg, int64_t lo, int64_t hi, int ith) {
             scores[p] *= norm;
         for (int64_t i = 0; i < d->head_dim_v; i++)
             o[i] = 0.0f;
-        j->b->k.axpy_f16(o, scores, vl + (size_t)p0 * (size_t)kv->nv + (size_t)(hk * d->head_dim_v),
-                         (size_t)kv->nv * 2, n_pos, d->head_dim_v);
+        const uint8_t *vh = vl + (size_t)p0 * kv->vb + pi_kv_row_bytes(d->type, hk * d->head_dim_v);
+        if (q8)
+            q8_values(j->b, kv, o, scores, vh, n_pos);
+        else
+            j->b->k.axpy_f16(o, scores, vh, kv->vb, n_pos, d->head_dim_v);
     }
 }
 

@@ -375,6 +375,8 @@ static int cuda_kv_create(struct pi_backend *b, const struct pi_kv_desc *d, stru
     if (d->n_layer <= 0 || d->n_ctx <= 0 || d->n_head <= 0 || d->n_head_kv <= 0 ||
         d->head_dim_k <= 0 || d->head_dim_v <= 0 || d->n_head % d->n_head_kv != 0)
         return PI_ERR_INVALID_ARG;
+    if (d->type != PI_KV_F16)
+        return PI_ERR_UNSUPPORTED; /* an F16 cache only */
     if (!pi_cuda_attention_ok(b, d))
         return PI_ERR_UNSUPPORTED; /* heads wider than the attention kernel takes */
     const int64_t nk = d->n_head_kv * d->head_dim_k, nv = d->n_head_kv * d->head_dim_v;
@@ -421,7 +423,7 @@ static int kv_range_ok(const struct pi_kv *kv, int64_t layer, int64_t pos0, int6
 /* kv_get / kv_set: copies on the stream, then a wait (the host buffers are the
  * caller's once these return). */
 static int cuda_kv_get(struct pi_backend *b, struct pi_kv *kv, int64_t layer, int64_t pos0,
-                       int64_t n, uint16_t *k, uint16_t *v) {
+                       int64_t n, void *k, void *v) {
     if (!kv_range_ok(kv, layer, pos0, n))
         return PI_ERR_INVALID_ARG;
     if (!host(b))
@@ -436,7 +438,7 @@ static int cuda_kv_get(struct pi_backend *b, struct pi_kv *kv, int64_t layer, in
 }
 
 static int cuda_kv_set(struct pi_backend *b, struct pi_kv *kv, int64_t layer, int64_t pos0,
-                       int64_t n, const uint16_t *k, const uint16_t *v) {
+                       int64_t n, const void *k, const void *v) {
     if (!kv_range_ok(kv, layer, pos0, n))
         return PI_ERR_INVALID_ARG;
     if (!host(b))

@@ -35,6 +35,7 @@ _Static_assert(sizeof(void *) != 8 || offsetof(pi_ctx_params, embeddings) == 120
 _Static_assert(sizeof(void *) != 8 || offsetof(pi_ctx_params, sparse_thresholds) == 128, "thr");
 _Static_assert(sizeof(void *) != 8 || offsetof(pi_ctx_params, gate_histogram) == 148, "hist");
 _Static_assert(sizeof(void *) != 8 || offsetof(pi_ctx_params, device_graphs) == 152, "graphs");
+_Static_assert(sizeof(void *) != 8 || offsetof(pi_ctx_params, kv_type) == 156, "kv_type");
 _Static_assert(sizeof(void *) != 8 || sizeof(pi_ctx_params) == 160, "pi_ctx_params size");
 _Static_assert(sizeof(void *) != 8 || offsetof(pi_sparsify_params, down_error) == 80, "down_err");
 _Static_assert(sizeof(void *) != 8 || sizeof(pi_sparsify_params) == 88, "sparsify size");

@@ -14,6 +14,7 @@
 #include "powerinfer.h"
 #include "runtime/fp16.h"
 #include "runtime/types.h"
+#include "runtime/quantize.h"
 
 static uint32_t g_rng = 1;
 
@@ -150,7 +151,7 @@ static void test_attention(void **state) {
         for (int threads = 1; threads <= 3; threads += 2) {
             const struct pi_attn *ao = &opts[oi];
             struct pi_backend *b = make(threads, 64);
-            struct pi_kv_desc d = {L, CTX, HQ, HKV, DK, DV};
+            struct pi_kv_desc d = {L, CTX, HQ, HKV, DK, DV, PI_KV_F16};
             struct pi_kv *kv;
             assert_int_equal(be->kv_create(b, &d, &kv), PI_OK);
             static float k[(P + T) * HKV * DK], v[(P + T) * HKV * DV], q[T * HQ * DK];
@@ -196,6 +197,87 @@ static void test_attention(void **state) {
             be->kv_destroy(b, kv);
             be->destroy(b);
         }
+}
+
+/* A Q8_0 cache: attention against the exact softmax of the dequantized GGUF Q8_0
+ * blocks of K and V (pi_quantize_q8_0, bit-exact with the gguf package's quantizer in
+ * the quantize tests): with float activations within float rounding, with 8-bit ones
+ * (the query quantized too) within the query's rounding; kv_get returns the blocks as
+ * stored and kv_set puts them back; non-finite keys give a NaN output, as F16 would;
+ * head dims that are not multiples of 32 are refused. */
+static void test_attention_q8_0(void **state) {
+    (void)state;
+    const struct pi_backend_vtable *be = pi_backend_cpu();
+    enum { L = 1, CTX = 40, HQ = 4, HKV = 2, D = 64, P = 30, T = 3 };
+    static float k[(P + T) * HKV * D], v[(P + T) * HKV * D], q[T * HQ * D];
+    static float kd[(P + T) * HKV * D], vd[(P + T) * HKV * D];
+    for (int i = 0; i < (P + T) * HKV * D; i++) {
+        k[i] = rnd() * 3;
+        v[i] = rnd();
+    }
+    for (int i = 0; i < T * HQ * D; i++)
+        q[i] = rnd() * 3;
+    static uint8_t blocks[(P + T) * HKV * D / 32 * 34];
+    pi_quantize_q8_0(k, blocks, (P + T) * HKV * D);
+    pi_dequant_q8_0(blocks, kd, (P + T) * HKV * D);
+    pi_quantize_q8_0(v, blocks, (P + T) * HKV * D);
+    pi_dequant_q8_0(blocks, vd, (P + T) * HKV * D);
+    for (int f32 = 0; f32 <= 1; f32++) {
+        struct pi_backend_config cfg = {&pi_default_allocator, 2, 8, 256, f32, 0};
+        struct pi_backend *b;
+        assert_int_equal(be->create(&b, &cfg), PI_OK);
+        struct pi_kv_desc d = {L, CTX, HQ, HKV, D, D, PI_KV_Q8_0};
+        struct pi_kv *kv;
+        assert_int_equal(be->kv_create(b, &d, &kv), PI_OK);
+        be->kv_store(b, kv, 0, 0, P, k, v);
+        be->kv_store(b, kv, 0, P, T, k + P * HKV * D, v + P * HKV * D);
+        float out[T * HQ * D];
+        const struct pi_attn ao = {1.0f / sqrtf((float)D), 0.0f, 0, NULL};
+        be->attention(b, kv, 0, q, T, P, &ao, out);
+        assert_int_equal(be->sync(b), PI_OK);
+        for (int t = 0; t < T; t++)
+            for (int h = 0; h < HQ; h++) {
+                const int hk = h / (HQ / HKV), n = P + t + 1;
+                double s[P + T], mx = -1e300, sum = 0;
+                for (int p = 0; p < n; p++) {
+                    double dot = 0;
+                    for (int i = 0; i < D; i++)
+                        dot += (double)q[(t * HQ + h) * D + i] * kd[(p * HKV + hk) * D + i];
+                    s[p] = dot * ao.scale;
+                    mx = s[p] > mx ? s[p] : mx;
+                }
+                for (int p = 0; p < n; p++)
+                    sum += (s[p] = exp(s[p] - mx));
+                for (int i = 0; i < D; i++) {
+                    double o = 0;
+                    for (int p = 0; p < n; p++)
+                        o += s[p] / sum * vd[(p * HKV + hk) * D + i];
+                    near(out[(t * HQ + h) * D + i], o, f32 ? 1e-5 : 2e-2, "attention q8_0", i);
+                }
+            }
+        /* kv_get: the stored blocks; kv_set of other blocks, then back */
+        static uint8_t kb[(P + T) * HKV * D / 32 * 34], vb[(P + T) * HKV * D / 32 * 34];
+        assert_int_equal(be->kv_get(b, kv, 0, 0, P + T, kb, vb), PI_OK);
+        assert_memory_equal(vb, blocks, sizeof vb);
+        float out2[T * HQ * D];
+        be->kv_store(b, kv, 0, 0, 2, v, k); /* overwrite two positions */
+        assert_int_equal(be->kv_set(b, kv, 0, 0, P + T, kb, vb), PI_OK);
+        be->attention(b, kv, 0, q, T, P, &ao, out2);
+        assert_memory_equal(out, out2, sizeof out);
+        /* a non-finite key: NaN out */
+        float bad[HKV * D];
+        memcpy(bad, k, sizeof bad);
+        bad[3] = INFINITY;
+        be->kv_store(b, kv, 0, 0, 1, bad, v);
+        be->attention(b, kv, 0, q, T, P, &ao, out2);
+        assert_true(isnan(out2[0]));
+        be->kv_destroy(b, kv);
+        struct pi_kv_desc odd = {L, CTX, HQ, HKV, 48, 64, PI_KV_Q8_0};
+        assert_int_equal(be->kv_create(b, &odd, &kv), PI_ERR_UNSUPPORTED);
+        struct pi_kv_desc unknown = {L, CTX, HQ, HKV, D, D, 7};
+        assert_int_equal(be->kv_create(b, &unknown, &kv), PI_ERR_UNSUPPORTED);
+        be->destroy(b);
+    }
 }
 
 /* LayerNorm with and without weight and bias, biases added per row, scale and
@@ -476,7 +558,7 @@ static void test_refuses_wider_than_configured(void **state) {
     }
     /* attention over more positions than the scores row holds */
     struct pi_backend *b = make(1, 8);
-    struct pi_kv_desc d = {1, 16, 1, 1, 4, 4};
+    struct pi_kv_desc d = {1, 16, 1, 1, 4, 4, PI_KV_F16};
     const struct pi_attn std = {0.5f, 0.0f, 0, NULL};
     struct pi_kv *kv;
     assert_int_equal(be->kv_create(b, &d, &kv), PI_OK);
@@ -494,7 +576,8 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_refuses_wider_than_configured),
         cmocka_unit_test(test_rmsnorm),   cmocka_unit_test(test_rope),
-        cmocka_unit_test(test_attention), cmocka_unit_test(test_matmul_and_transpose),
+        cmocka_unit_test(test_attention), cmocka_unit_test(test_attention_q8_0),
+        cmocka_unit_test(test_matmul_and_transpose),
         cmocka_unit_test(test_norms_and_elementwise), cmocka_unit_test(test_ffn_act),   cmocka_unit_test(test_sparse_ops),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -64,7 +64,7 @@ int cli_device_option(struct cli_device *d, const char *a, const char *v, int *t
             return 0;
         }
     static const char *const valued[] = {"--vram-budget", "--device", "--device-index",
-                                         "--plan-stats", "--plan"};
+                                         "--plan-stats", "--plan", "--kv-type"};
     size_t k = 0;
     while (k < sizeof valued / sizeof *valued && strcmp(a, valued[k]))
         k++;
@@ -105,6 +105,16 @@ int cli_device_option(struct cli_device *d, const char *a, const char *v, int *t
     case 3:
         d->plan_stats = v;
         return 0;
+    case 5:
+        if (!strcmp(v, "f16")) {
+            d->kv_type = PI_KV_TYPE_F16;
+        } else if (!strcmp(v, "q8_0")) {
+            d->kv_type = PI_KV_TYPE_Q8_0;
+        } else {
+            fprintf(stderr, "%s: --kv-type wants f16 or q8_0, not '%s'\n", cli_prog, v);
+            return 2;
+        }
+        return 0;
     default:
         d->plan_file = v;
         return 0;
@@ -144,6 +154,7 @@ int cli_device_params(struct cli_device *d, const char *model, pi_ctx_params *cp
     cp->device_index = d->index;
     cp->device_budget = d->budget;
     cp->device_graphs = d->no_graphs ? PI_GRAPHS_OFF : PI_GRAPHS_AUTO;
+    cp->kv_type = d->kv_type;
     cp->plan_stats = NULL;
     cp->plan_path = NULL;
     if (d->device == PI_DEVICE_NONE)

@@ -1,7 +1,7 @@
 /* device.h -- the hybrid CPU/device options every tool that makes a context shares
  * (pi-run, pi-server, pi-batched, pi-perplexity): --vram-budget, --device,
  * --device-index, --plan-stats, --plan, --reset-plan, --no-plan-cache, --no-graphs,
- * --print-plan, --dry-run; turning them into pi_ctx_params; the one-line summary of a plan, its full
+ * --print-plan, --dry-run, and the KV cache's type (--kv-type, a CPU-only option); turning them into pi_ctx_params; the one-line summary of a plan, its full
  * description and a summary for /health and /metrics. Public API only; messages go to
  * stderr and start with cli_prog. */
 #ifndef PI_TOOLS_DEVICE_H
@@ -18,6 +18,7 @@ struct cli_device {
     uint64_t budget;   /* --vram-budget in bytes, PI_DEVICE_BUDGET_AUTO by default */
     int device_set, budget_set, index_set, print_plan, dry_run, reset_plan, no_plan_cache;
     int no_graphs;      /* --no-graphs: PI_GRAPHS_OFF */
+    uint32_t kv_type;   /* --kv-type: PI_KV_TYPE_* */
     const char *plan_stats, *plan_file;
     char *plan_default; /* MODEL.generated.gpuidx, malloc'd by cli_device_params */
     pi_stats *stats;    /* loaded by cli_device_params, freed by cli_device_release */
@@ -109,6 +110,8 @@ int cli_device_dry_run_model(struct cli_device *d, const pi_model *m, const char
     "  --no-plan-cache         plan in memory only; by default the plan is cached in\n"   \
     "                          MODEL.generated.gpuidx and reused while the model,\n"     \
     "                          statistics and budget are the same\n"                      \
+    "  --kv-type T             the KV cache's type: f16 (default) or q8_0 (about half\n"  \
+    "                          the memory; CPU-only contexts)\n"                         \
     "  --no-graphs             submit the device's work op by op (default: decode\n"    \
     "                          steps as CUDA graphs where nothing overlaps them)\n"      \
     "  --print-plan            print the plan (budget, bytes per part, each layer's\n"    \

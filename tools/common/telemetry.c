@@ -28,12 +28,13 @@ uint64_t tele_dense_bytes(const pi_model *m) {
     return sum;
 }
 
-uint64_t tele_kv_bytes(const pi_model *m, int64_t pos) {
+uint64_t tele_kv_bytes(const pi_model *m, int64_t pos, uint32_t kv_type) {
     const int64_t nh = pi_model_n_head(m), nkv = pi_model_n_head_kv(m);
     if (nh <= 0)
         return 0;
     const int64_t hd = pi_model_n_embd(m) / nh;
-    return (uint64_t)(2 * pi_model_n_layer(m) * pos * nkv * hd * 2);
+    const uint64_t f16 = (uint64_t)(2 * pi_model_n_layer(m) * pos * nkv * hd * 2);
+    return kv_type == PI_KV_TYPE_Q8_0 ? f16 / 64 * 34 : f16; /* 34 bytes per 32 values */
 }
 
 static double div0(double a, double b) {

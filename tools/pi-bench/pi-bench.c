@@ -162,6 +162,7 @@ static void usage(void) {
             "                [-r REPETITIONS] [--sparse-mode LIST] [--no-bandwidth]\n"
             "                [--telemetry] [--device gpu|cpu] [--vram-budget LIST]\n"
             "                [--device-index N] [--plan-stats FILE] [--no-graphs]\n"
+            "                [--kv-type f16|q8_0]\n"
             "                [--no-mmap] [--mlock]\n"
             "  Defaults: -p 128 -n 64 -r 5, threads = all processors, modes: the model's\n"
             "  default (sparse for PowerInfer files, threshold for pi-sparsify's, dense\n"
@@ -177,6 +178,7 @@ static void usage(void) {
             "  --device-index N    which GPU (default 0)\n"
             "  --plan-stats FILE   activation statistics that rank neurons for the planner\n"
             "  --no-graphs         submit device steps op by op, not as CUDA graphs\n"
+            "  --kv-type T         the KV cache's type: f16 (default) or q8_0\n"
             "  --no-mmap           read the model into memory instead of mapping it\n"
             "  --mlock             lock the model in RAM; warns and goes on when refused\n");
 }
@@ -198,7 +200,8 @@ struct mode_result {
 struct device_opts {
     uint32_t device, index;
     const pi_stats *stats;
-    uint32_t graphs; /* PI_GRAPHS_* */
+    uint32_t graphs;  /* PI_GRAPHS_* */
+    uint32_t kv_type; /* PI_KV_TYPE_* */
 };
 
 #define MAX_MODES 8
@@ -293,6 +296,7 @@ static int bench_mode(pi_model *m, int mode, const struct device_opts *dev, uint
         cp.device_budget = budget;
         cp.plan_stats = dev->stats;
         cp.device_graphs = dev->graphs;
+        cp.kv_type = dev->kv_type;
         if (cli_ctx_create(m, &cp, &c))
             goto done;
         int st = PI_OK;
@@ -352,7 +356,7 @@ done:
 int main(int argc, char **argv) {
     cli_init(&argc, &argv);
     const char *path = NULL, *modes = "auto", *budgets = NULL, *stats_path = NULL;
-    struct device_opts dev = {PI_DEVICE_NONE, 0, NULL, PI_GRAPHS_AUTO};
+    struct device_opts dev = {PI_DEVICE_NONE, 0, NULL, PI_GRAPHS_AUTO, PI_KV_TYPE_F16};
     int device_set = 0;
     int threads = 0, n_prompt = 128, n_gen = 64, reps = 5, probe_bw = 1, print_tele = 0;
     for (int i = 1; i < argc; i++) {
@@ -365,6 +369,13 @@ int main(int argc, char **argv) {
             print_tele = 1;
         } else if (!strcmp(a, "--no-graphs")) {
             dev.graphs = PI_GRAPHS_OFF;
+        } else if (i + 1 < argc && !strcmp(a, "--kv-type")) {
+            const char *t = argv[++i];
+            if (strcmp(t, "f16") && strcmp(t, "q8_0")) {
+                fprintf(stderr, "pi-bench: --kv-type wants f16 or q8_0, not '%s'\n", t);
+                return 2;
+            }
+            dev.kv_type = strcmp(t, "f16") ? PI_KV_TYPE_Q8_0 : PI_KV_TYPE_F16;
         } else if (i + 1 < argc && (!strcmp(a, "-m") || !strcmp(a, "--model"))) {
             path = argv[++i];
         } else if (i + 1 < argc && !strcmp(a, "--sparse-mode")) {
@@ -507,7 +518,7 @@ int main(int argc, char **argv) {
     const double bw = bwr.gbs.median;
     const uint64_t dense_b = tele_dense_bytes(m);
     /* KV bytes a decode step reads, at the mean position of the timed decode steps */
-    const uint64_t kv_b = tele_kv_bytes(m, n_prompt + n_gen / 2);
+    const uint64_t kv_b = tele_kv_bytes(m, n_prompt + n_gen / 2, dev.kv_type);
 
     printf("model:       %s\n", path);
     printf("arch:        %s, %s, %" PRId64 " layers, n_embd %" PRId64 ", n_ff %" PRId64

@@ -92,7 +92,7 @@ class CtxParams(Structure):
         ("gate_histogram", c_uint32),
         # graph submission of device steps (PI_GRAPHS_*)
         ("device_graphs", c_uint32),
-        ("reserved3", c_uint32),
+        ("kv_type", c_uint32),
     ]
 
 

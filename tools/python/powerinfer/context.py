@@ -35,6 +35,8 @@ DEVICE_BUDGET_AUTO = (1 << 64) - 1
 PLAN_FILES = {"read": 1, "cache": 2, "write": 3}
 # PI_EMBD_*
 EMBEDDINGS = {"off": 0, "on": 1, "only": 2}
+# PI_KV_TYPE_*
+KV_TYPES = {"f16": 0, "q8_0": 1}
 
 
 def _enum(value, table, what):
@@ -51,7 +53,8 @@ def ctx_params(*, n_ctx=0, n_threads=0, n_batch=0, f32_activations=False,
                sparse_mode="auto", sparse_threshold=None, stats="off", device="none",
                device_index=0, device_budget=None, plan_stats=None, plan_path=None,
                plan_file=None, n_seq_max=1, check_numerics=False, embeddings="off",
-               sparse_thresholds=None, sparse_threshold_scale=1.0, device_graphs=True):
+               sparse_thresholds=None, sparse_threshold_scale=1.0, device_graphs=True,
+               kv_type="f16"):
     """A CtxParams filled by pi_ctx_default_params, then from the keyword arguments
     (see Context). Used by Context and Model.plan; the errbuf is left to the caller."""
     lib = _lib.lib()
@@ -64,6 +67,7 @@ def ctx_params(*, n_ctx=0, n_threads=0, n_batch=0, f32_activations=False,
     params.f32_activations = 1 if f32_activations else 0
     params.check_numerics = 1 if check_numerics else 0  # PI_CHECK_LAYERS / PI_CHECK_LOGITS
     params.device_graphs = 0 if device_graphs else 1  # PI_GRAPHS_AUTO / PI_GRAPHS_OFF
+    params.kv_type = _enum(kv_type, KV_TYPES, "KV cache type")
     params.sparse_mode = _enum(sparse_mode, SPARSE_MODES, "sparse mode")
     params.embeddings = _enum({True: "on", False: "off"}.get(embeddings, embeddings),
                               EMBEDDINGS, "embeddings mode")
@@ -137,6 +141,9 @@ class Context(Owner):
     device_budget:    bytes the plan may place on the device, scratch included; None
                       or "auto" (default): the device's free memory minus 256 MiB
                       ("cpu": everything); 0 places nothing.
+    kv_type:          "f16" (default) or "q8_0": how the KV cache stores keys and values
+                      (q8_0: about half the memory, CPU-only contexts, head dimensions
+                      multiples of 32).
     device_graphs:    True (default): device steps of up to 8 tokens are submitted as
                       CUDA graphs where nothing overlaps them on the CPU
                       (PI_GRAPHS_AUTO); False: op by op.
@@ -164,7 +171,7 @@ class Context(Owner):
                  device="none", device_index=0, device_budget=None, plan_stats=None,
                  plan_path=None, plan_file=None, n_seq_max=1, check_numerics=False,
                  embeddings="off", sparse_thresholds=None, sparse_threshold_scale=1.0,
-                 device_graphs=True):
+                 device_graphs=True, kv_type="f16"):
         self._handle = None
         lib = _lib.lib()
         params = ctx_params(n_ctx=n_ctx, n_threads=n_threads, n_batch=n_batch,
@@ -175,7 +182,7 @@ class Context(Owner):
                             n_seq_max=n_seq_max, check_numerics=check_numerics,
                             embeddings=embeddings, sparse_thresholds=sparse_thresholds,
                             sparse_threshold_scale=sparse_threshold_scale,
-                            device_graphs=device_graphs)
+                            device_graphs=device_graphs, kv_type=kv_type)
         self._abort_error = None
         self._abort_fn = None
         if abort is not None:

@@ -1118,6 +1118,7 @@ pub struct ContextBuilder<'s> {
     n_seq_max: u32,
     check_layers: bool,
     graphs_off: bool,
+    kv_q8_0: bool,
     embeddings: Option<Embeddings>,
 }
 
@@ -1166,6 +1167,12 @@ impl<'s> ContextBuilder<'s> {
     /// nothing overlaps them on the CPU (`PI_GRAPHS_AUTO`, the default); `false`: op by op.
     pub fn device_graphs(mut self, yes: bool) -> Self {
         self.graphs_off = !yes;
+        self
+    }
+    /// Store the KV cache as Q8_0 blocks (`PI_KV_TYPE_Q8_0`: about half the memory of
+    /// the default F16; CPU-only contexts, head dimensions multiples of 32).
+    pub fn kv_q8_0(mut self, yes: bool) -> Self {
+        self.kv_q8_0 = yes;
         self
     }
     pub fn sparse_mode(mut self, mode: SparseMode) -> Self {
@@ -1236,6 +1243,7 @@ impl<'s> ContextBuilder<'s> {
         p.f32_activations = self.f32_activations as u32;
         p.check_numerics = self.check_layers as u32;
         p.device_graphs = self.graphs_off as u32; // PI_GRAPHS_OFF = 1
+        p.kv_type = self.kv_q8_0 as u32; // PI_KV_TYPE_Q8_0 = 1
         if let Some(e) = self.embeddings {
             p.embeddings = e as u32;
         }

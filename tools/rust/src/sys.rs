@@ -196,7 +196,7 @@ pub struct pi_ctx_params {
     pub sparse_threshold_scale: f32,
     pub gate_histogram: u32,
     pub device_graphs: u32,
-    pub reserved3: u32,
+    pub kv_type: u32,
 }
 
 #[repr(C)]
@@ -723,6 +723,7 @@ mod tests {
         assert_eq!(offset_of!(pi_ctx_params, embeddings), 120);
         assert_eq!(offset_of!(pi_ctx_params, gate_histogram), 148);
         assert_eq!(offset_of!(pi_ctx_params, device_graphs), 152);
+        assert_eq!(offset_of!(pi_ctx_params, kv_type), 156);
         assert_eq!(size_of::<pi_batch_entry>(), 16);
 
         assert_eq!(size_of::<pi_layer_stats>(), 104);
