@@ -193,6 +193,14 @@ if [ -n "$smol" ] && [ -f "$smol" ]; then
         && ok "the shifted text starts with the unshifted one" || bad "shifted text differs before the shift"
     "$pirun" -m "$smol" -p "Once upon a time" -c 48 -n 60 --temp 0 --context-shift --keep -1 > /dev/null 2> "$work/keep.err"
     expect "--keep -1" "$work/keep.err" "kept the first 4 positions, dropped 22"
+    # --kv-type q8_0: the greedy text of a short prompt is the F16 cache's; a context shift
+    # (keys re-rotated through floats) still runs; a bad type is a usage error
+    "$pirun" -m "$smol" -p "The capital of France is" -n 8 --temp 0 --kv-type q8_0 > "$work/kvq.txt" 2>/dev/null
+    cmp -s "$work/greedy.txt" "$work/kvq.txt" && ok "--kv-type q8_0: same greedy text" || bad "--kv-type q8_0 text: $(cat "$work/kvq.txt")"
+    "$pirun" -m "$smol" -p "Once upon a time" -c 48 -n 60 --temp 0 --context-shift --kv-type q8_0 > /dev/null 2> "$work/kvq.err"
+    expect "--kv-type q8_0 --context-shift" "$work/kvq.err" "generated 60 tokens"
+    "$pirun" -m "$smol" -p "x" --kv-type q4_0 > /dev/null 2> "$work/kvq2.err"
+    [ $? -eq 2 ] && grep -q "f16 or q8_0" "$work/kvq2.err" && ok "bad --kv-type: exit 2" || bad "bad --kv-type"
     "$pirun" -m "$smol" -p "x" -c 100000000 > /dev/null 2>&1
     [ $? -eq 2 ] && ok "absurd -c rejected" || bad "absurd -c"
     "$pirun" -m "$smol" -p "x" --temp abc > /dev/null 2>&1
