@@ -329,6 +329,12 @@ struct rows_job {
 static void gemm_idx_one(struct rows_job *rj, const struct pi_weight *w,
                          const struct pi_dot_kernel *dk, float *y, int64_t lo, int64_t hi) {
     struct matmul_job *j = &rj->m;
+    const pi_gemm_idx_fn gi = j->b->k.gemm_idx[w->type];
+    if (gi && j->n_tok > 1) { /* the whole list in one call */
+        gi(w->data, w->row_bytes, rj->idx + lo, hi - lo, j->b->xq, j->vb, j->n_tok, y, w->n_out,
+           w->n_in);
+        return;
+    }
     for (int64_t k = lo; k < lo + PREFETCH_ROWS && k < hi; k++)
         prefetch_bytes((const uint8_t *)w->data + (size_t)rj->idx[k] * w->row_bytes,
                        w->row_bytes, 1);

@@ -248,11 +248,12 @@ INLINE void row_kblock_kpairs(int type, const uint8_t *row, int64_t b0, int64_t 
     }
 }
 
-/* A full tile (GEMM_TILE tokens at x) over rows [r0, r1) of W, K-blocks outer: each
+/* A full tile (GEMM_TILE tokens at x) over rows [r0, r1) of W (idx non-NULL: rows
+ * idx[r0 .. r1)), K-blocks outer: each
  * K-block's pairs are gathered once and serve every row. Y as gemm_units writes it. */
-INLINE void gemm_tile_pairs(int type, const uint8_t *w, size_t rb, int64_t r0, int64_t r1,
-                            const uint8_t *x, size_t vb, const uint8_t *xt, float *y,
-                            int64_t ldy, int64_t n) {
+INLINE void gemm_tile_pairs(int type, const uint8_t *w, size_t rb, const int32_t *idx,
+                            int64_t r0, int64_t r1, const uint8_t *x, size_t vb,
+                            const uint8_t *xt, float *y, int64_t ldy, int64_t n) {
     const int64_t nb = n / 32, nu = (n + 255) / 256, nk = (nu + KB_UNITS - 1) / KB_UNITS;
     const int kq = kpairs_type(type);
     _Alignas(64) uint8_t xp[PAIRS * KB_UNITS * PAIR_GROUP_BYTES];
@@ -263,7 +264,8 @@ INLINE void gemm_tile_pairs(int type, const uint8_t *w, size_t rb, int64_t r0, i
             kpairs_gather(x, vb, nu, g0, g1 - g0, xp);
         else
             pairs_gather(x, vb, g0, gf - g0, xp, signed_type(type) ? 0x80 : 0);
-        for (int64_t r = r0; r < r1; r++) {
+        for (int64_t i = r0; i < r1; i++) {
+            const int64_t r = idx ? idx[i] : i;
             float part[GEMM_TILE];
             if (kq)
                 row_kblock_kpairs(type, w + (size_t)r * rb, g0, g1, xp, part);

@@ -95,6 +95,9 @@ typedef void (*pi_to_float_fn)(const void *src, float *dst, int64_t n);
 typedef void (*pi_axpy_fn)(float *y, float a, const void *w, int64_t n);
 typedef void (*pi_gemv_idx_fn)(const void *W, size_t row_bytes, const int32_t *idx, int64_t ni,
                                const void *x, float *y, int64_t n);
+typedef void (*pi_gemm_idx_fn)(const void *W, size_t row_bytes, const int32_t *idx, int64_t ni,
+                               const void *X, size_t vec_bytes, int64_t nt, float *Y, int64_t ldy,
+                               int64_t n);
 typedef void (*pi_axpy_rows_fn)(float *y, const float *a, const uint8_t *const *w, int64_t nrows,
                                 int64_t n);
 
@@ -140,6 +143,11 @@ struct pi_cpu_kernels {
      * a sparse matmul: rows scattered, fetched ahead). May be NULL: callers then use
      * dot row by row. */
     pi_gemv_idx_fn gemv_idx[PI_TYPE_ID_LIMIT];
+    /* Y[t * ldy + idx[i]] = dot[type].dot(W row idx[i], X vector t) for i < ni, t < nt,
+     * bit for bit: gemm over a list of scattered rows (a sparse prompt's gate and up),
+     * the tile's activations prepared once for the whole list rather than once per run
+     * of consecutive rows. May be NULL: callers then call gemm per run. */
+    pi_gemm_idx_fn gemm_idx[PI_TYPE_ID_LIMIT];
     /* For r = 0 .. nrows-1 in order: y[i] = y[i] + a[r] * x_r[i], i < n, x_r the F16 row
      * at x + r * stride bytes (attention's weighted sum of V; nrows = 1 is a plain
      * axpy). Each product is rounded to float, then added (no FMA): every

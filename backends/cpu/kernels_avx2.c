@@ -1144,8 +1144,8 @@ INLINE void rows_to_y(int type, const uint8_t *row, size_t rb, int64_t n, const 
  * tile's activations fit in L1 (decode: one token) each row is done in one pass, so the
  * weights stream in order; otherwise K-blocks are the outer loop, so the tile's
  * activations for one K-block (GEMM_TILE * 2.5 KB) stay in L1 while the rows pass. */
-INLINE void gemm_units(int type, const void *W, size_t rb, int64_t nr, const void *X, size_t vb,
-                       int64_t nt, float *Y, int64_t ldy, int64_t n) {
+INLINE void gemm_units(int type, const void *W, size_t rb, const int32_t *idx, int64_t nr,
+                       const void *X, size_t vb, int64_t nt, float *Y, int64_t ldy, int64_t n) {
     const int64_t nk = ((n + 255) / 256 + KB_UNITS - 1) / KB_UNITS;
     const int64_t rows = rb < GEMM_L2_BYTES ? (int64_t)(GEMM_L2_BYTES / rb) : 1;
     const uint8_t *w = W;
@@ -1162,24 +1162,28 @@ INLINE void gemm_units(int type, const void *W, size_t rb, int64_t nr, const voi
                                 (int)(n % 256 / 32), xt + (size_t)t * TAIL_BYTES);
 #if defined(PI_VNNI)
             if (tt == GEMM_TILE && (pairs_type(type) || kpairs_type(type))) {
-                gemm_tile_pairs(type, w, rb, r0, r1, x, vb, xt, y, ldy, n);
+                gemm_tile_pairs(type, w, rb, idx, r0, r1, x, vb, xt, y, ldy, n);
                 continue;
             }
 #endif
-            if (tt == 1 && nk == 1 && !is_k_quant(type)) {
+            if (tt == 1 && nk == 1 && !is_k_quant(type) && !idx) {
                 int64_t r = r0;
                 for (; r + DEC_ROWS <= r1; r += DEC_ROWS)
                     rows_to_y(type, w + (size_t)r * rb, rb, n, x, xt, y + r);
                 for (; r < r1; r++)
                     kblock_to_y(type, w + (size_t)r * rb, n, 0, x, vb, xt, 1, y + r, ldy);
             } else if ((size_t)tt * vb <= GEMM_L1_ACT_BYTES) {
-                for (int64_t r = r0; r < r1; r++)
-                    for (int64_t k = 0; k < nk; k++)
+                for (int64_t i = r0; i < r1; i++)
+                    for (int64_t k = 0; k < nk; k++) {
+                        const int64_t r = idx ? idx[i] : i;
                         kblock_to_y(type, w + (size_t)r * rb, n, k, x, vb, xt, tt, y + r, ldy);
+                    }
             } else {
                 for (int64_t k = 0; k < nk; k++)
-                    for (int64_t r = r0; r < r1; r++)
+                    for (int64_t i = r0; i < r1; i++) {
+                        const int64_t r = idx ? idx[i] : i;
                         kblock_to_y(type, w + (size_t)r * rb, n, k, x, vb, xt, tt, y + r, ldy);
+                    }
             }
         }
     }
@@ -1232,7 +1236,12 @@ INLINE void gemv_idx_units(int type, const void *W, size_t rb, const int32_t *id
     }                                                                                              \
     static void NAME(gemm_##name)(const void *W, size_t rb, int64_t nr, const void *X,             \
                                   size_t vb, int64_t nt, float *Y, int64_t ldy, int64_t n) {       \
-        gemm_units(TYPE, W, rb, nr, X, vb, nt, Y, ldy, n);                                         \
+        gemm_units(TYPE, W, rb, NULL, nr, X, vb, nt, Y, ldy, n);                                   \
+    }                                                                                              \
+    static void NAME(gemm_idx_##name)(const void *W, size_t rb, const int32_t *idx, int64_t ni,    \
+                                      const void *X, size_t vb, int64_t nt, float *Y, int64_t ldy, \
+                                      int64_t n) {                                                 \
+        gemm_units(TYPE, W, rb, idx, ni, X, vb, nt, Y, ldy, n);                                    \
     }                                                                                              \
     static void NAME(gemv_idx_##name)(const void *W, size_t rb, const int32_t *idx, int64_t ni,    \
                                       const void *X, float *Y, int64_t n) {                        \
@@ -1793,6 +1802,19 @@ void pi_cpu_kernels_avx2(struct pi_cpu_kernels *k) {
     k->gemv_idx[PI_TYPE_Q3_K] = NAME(gemv_idx_q3_k);
     k->gemv_idx[PI_TYPE_ID_IQ4_XS] = NAME(gemv_idx_iq4_xs);
     k->gemv_idx[PI_TYPE_MXFP4] = NAME(gemv_idx_mxfp4);
+    k->gemm_idx[PI_TYPE_Q4_0] = NAME(gemm_idx_q4_0);
+    k->gemm_idx[PI_TYPE_Q4_1] = NAME(gemm_idx_q4_1);
+    k->gemm_idx[PI_TYPE_Q5_0] = NAME(gemm_idx_q5_0);
+    k->gemm_idx[PI_TYPE_Q5_1] = NAME(gemm_idx_q5_1);
+    k->gemm_idx[PI_TYPE_Q8_0] = NAME(gemm_idx_q8_0);
+    k->gemm_idx[PI_TYPE_Q4_K] = NAME(gemm_idx_q4_k);
+    k->gemm_idx[PI_TYPE_Q5_K] = NAME(gemm_idx_q5_k);
+    k->gemm_idx[PI_TYPE_Q6_K] = NAME(gemm_idx_q6_k);
+    k->gemm_idx[PI_TYPE_ID_IQ4_NL] = NAME(gemm_idx_iq4_nl);
+    k->gemm_idx[PI_TYPE_Q2_K] = NAME(gemm_idx_q2_k);
+    k->gemm_idx[PI_TYPE_Q3_K] = NAME(gemm_idx_q3_k);
+    k->gemm_idx[PI_TYPE_ID_IQ4_XS] = NAME(gemm_idx_iq4_xs);
+    k->gemm_idx[PI_TYPE_MXFP4] = NAME(gemm_idx_mxfp4);
     k->quantize_q8_0 = NAME(quantize_q8_0);
     k->quantize_q8_k = NAME(quantize_q8_k);
     k->axpy_f16 = NAME(axpy_f16);

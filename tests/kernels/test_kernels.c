@@ -764,6 +764,88 @@ static void test_gemv_idx(void **state) {
     }
 }
 
+/* gemm_idx[type] (a sparse prompt's gate and up): for every table that has it, rows in
+ * a random order (a subset of them), token counts across the full-tile and tail paths
+ * (1, 3, 8, 9, 16, 19), odd lengths: each value is the table's dot bit for bit, and
+ * nothing outside the listed rows is written. */
+static void test_gemm_idx(void **state) {
+    static const int nblk32[] = {1, 3, 9, 17, 65};
+    static const int nblk_other[] = {1, 2, 3};
+    static const int64_t nts[] = {1, 3, 8, 9, 16, 19};
+    enum { NR = 29 };
+    const float sentinel = -12345.0f;
+    struct pi_cpu_kernels ref, k;
+    (void)state;
+    pi_cpu_kernels_ref(&ref);
+    for (size_t i = 0; i < N_IMPLS; i++) {
+        int n_checked = 0;
+        if (!impl_table(i, &k))
+            continue;
+        for (int type = 0; type < PI_TYPE_ID_LIMIT; type++) {
+            if (!k.gemm_idx[type])
+                continue;
+            const struct pi_type_traits *tt = pi_type_traits((uint32_t)type);
+            size_t t = 0;
+            while (t < N_TYPES && test_types[t] != type)
+                t++;
+            if (t == N_TYPES || !k.dot[type].dot)
+                fail_msg("%s: gemm_idx for %s, which is not under test", impls[i].name, tt->name);
+            const int bs = block_of(type);
+            const int *nblk = bs == 32 ? nblk32 : nblk_other;
+            const size_t nn = bs == 32 ? sizeof nblk32 / sizeof nblk32[0]
+                                       : sizeof nblk_other / sizeof nblk_other[0];
+            for (size_t j = 0; j < nn; j++)
+                for (size_t m = 0; m < sizeof nts / sizeof nts[0]; m++) {
+                    const int64_t n = (int64_t)nblk[j] * bs, nt = nts[m];
+                    struct problem p;
+                    problem_make(&p, &ref, type, n, NR, nt);
+                    int32_t idx[NR];
+                    for (int r = 0; r < NR; r++)
+                        idx[r] = r;
+                    for (int r = NR - 1; r > 0; r--) {
+                        const int sw = (int)(rnd() % (uint64_t)(r + 1));
+                        const int32_t tmp = idx[r];
+                        idx[r] = idx[sw];
+                        idx[sw] = tmp;
+                    }
+                    const int64_t ni = NR - 1 - (int64_t)(m % 3) * 5; /* leave some out */
+                    float *y = malloc((size_t)(nt * p.ldy) * sizeof *y);
+                    assert_non_null(y);
+                    for (int64_t e = 0; e < nt * p.ldy; e++)
+                        y[e] = sentinel;
+                    k.gemm_idx[type](p.w, p.rb, idx, ni, p.x, p.vb, nt, y, p.ldy, n);
+                    int listed[NR] = {0};
+                    for (int64_t e = 0; e < ni; e++)
+                        listed[idx[e]] = 1;
+                    for (int64_t tk = 0; tk < nt; tk++)
+                        for (int r = 0; r < p.ldy; r++) {
+                            const float got = y[tk * p.ldy + r];
+                            if (r < NR && listed[r]) {
+                                const float want = k.dot[type].dot(p.w + (size_t)r * p.rb,
+                                                                   p.x + (size_t)tk * p.vb, n);
+                                if (memcmp(&got, &want, sizeof got) != 0) {
+                                    print_error("%s: %s gemm_idx n=%lld nt=%lld row %d token "
+                                                "%lld: %.9g != dot %.9g\n", impls[i].name,
+                                                tt->name, (long long)n, (long long)nt, r,
+                                                (long long)tk, got, want);
+                                    fail();
+                                }
+                            } else if (memcmp(&got, &sentinel, sizeof got) != 0) {
+                                print_error("%s: %s gemm_idx wrote row %d, not listed\n",
+                                            impls[i].name, tt->name, r);
+                                fail();
+                            }
+                        }
+                    free(y);
+                    problem_free(&p);
+                }
+            n_checked++;
+        }
+        print_message("# gemm_idx: the %s table has it for %d type(s), all checked\n",
+                      impls[i].name, n_checked);
+    }
+}
+
 /* A NaN or an infinity among the activations makes every product with the block that
  * holds it NaN, for every weight type and table: quantizing to int8 must not turn it into
  * finite numbers (a NaN block became a zero block; an infinity rounded to -128). The
@@ -1073,7 +1155,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_ref_vs_float), cmocka_unit_test(test_dot_gemm),
         cmocka_unit_test(test_axpy_f16),     cmocka_unit_test(test_dot_f16_rows),
         cmocka_unit_test(test_axpy_rows),    cmocka_unit_test(test_non_finite_activations),
-        cmocka_unit_test(test_gemv_idx),
+        cmocka_unit_test(test_gemv_idx), cmocka_unit_test(test_gemm_idx),
     };
     if (argc > 1 && strcmp(argv[1], "--bench") == 0)
         return run_bench();
