@@ -24,9 +24,20 @@ struct pi_backend {
     size_t xq_cap;
     float *scratch; /* per thread: max_width floats */
     int scratch_threads;
+    /* The packed prompt gemm (kernels.h), where the table has one: the activations of a
+     * matmul packed for it [pi_gemm_pack_bytes(max_width, max_tokens)], and per thread
+     * PI_GEMM_PACKED_SCRATCH bytes of panel; both 64-byte aligned inside their blocks. */
+    int packed;
+    void *xp_block, *panel_block;
+    uint8_t *xp, *panel;
     int32_t *rows;  /* max_width row ids (matmul_t_rows) */
     int fault;      /* PI_ERR_INTERNAL once an op was refused (refuse()); sync returns it */
 };
+
+/* Steps of at least this many tokens use the packed gemm where the table has one: with
+ * fewer, packing costs what it saves (one tile decodes each weight group once either
+ * way). */
+#define PACKED_MIN_TOKENS 16
 
 /* The widest K head a Q8_0 cache takes (attention quantizes a query head on the stack). */
 #define KV_Q8_MAX_DIM 1024
@@ -47,16 +58,30 @@ static void cpu_destroy(struct pi_backend *b) {
     pi_pool_destroy(b->pool);
     pi_free(b->alloc, b->xq);
     pi_free(b->alloc, b->scratch);
+    pi_free(b->alloc, b->xp_block);
+    pi_free(b->alloc, b->panel_block);
     pi_free(b->alloc, b->rows);
     pi_free(b->alloc, b);
 }
 
+static uint8_t *align64(void *p) {
+    return (uint8_t *)(((uintptr_t)p + 63) & ~(uintptr_t)63);
+}
+
 static int alloc_scratch(struct pi_backend *b, int n_threads) {
     float *s = pi_calloc(b->alloc, (size_t)n_threads * (size_t)b->max_width, sizeof *s);
-    if (!s)
+    void *panel = NULL;
+    if (s && b->packed)
+        panel = pi_malloc(b->alloc, (size_t)n_threads * PI_GEMM_PACKED_SCRATCH + 64);
+    if (!s || (b->packed && !panel)) {
+        pi_free(b->alloc, s);
         return PI_ERR_NOMEM;
+    }
     pi_free(b->alloc, b->scratch);
+    pi_free(b->alloc, b->panel_block);
     b->scratch = s;
+    b->panel_block = panel;
+    b->panel = panel ? align64(panel) : NULL;
     b->scratch_threads = n_threads;
     return PI_OK;
 }
@@ -80,7 +105,14 @@ static int cpu_create(struct pi_backend **out, const struct pi_backend_config *c
     b->xq_cap = per * (size_t)cfg->max_tokens;
     b->xq = pi_malloc(b->alloc, b->xq_cap);
     b->rows = pi_malloc(b->alloc, (size_t)cfg->max_width * sizeof *b->rows);
-    int st = b->xq && b->rows ? PI_OK : PI_ERR_NOMEM;
+    for (int t = 0; t < PI_TYPE_ID_LIMIT; t++)
+        b->packed |= b->k.dot[t].gemm_packed != NULL;
+    b->packed &= cfg->max_tokens >= PACKED_MIN_TOKENS && !cfg->f32_activations;
+    if (b->packed) {
+        b->xp_block = pi_malloc(b->alloc, pi_gemm_pack_bytes(w, cfg->max_tokens) + 64);
+        b->xp = b->xp_block ? align64(b->xp_block) : NULL;
+    }
+    int st = b->xq && b->rows && (!b->packed || b->xp) ? PI_OK : PI_ERR_NOMEM;
     if (st == PI_OK)
         st = pi_pool_create(&b->pool, cfg->n_threads, b->alloc);
     if (st == PI_OK)
@@ -252,6 +284,21 @@ static void quantize_rows(void *arg, int64_t lo, int64_t hi, int ith) {
     }
 }
 
+/* Tiles of the packed activations (kernels.h), from xq. */
+static void pack_tiles(void *arg, int64_t lo, int64_t hi, int ith) {
+    struct matmul_job *j = arg;
+    (void)ith;
+    j->dk->pack_x(j->b->xq, j->vb, j->n_tok, j->w->n_in, lo, hi, j->b->xp);
+}
+
+static void gemm_packed_rows(void *arg, int64_t lo, int64_t hi, int ith) {
+    struct matmul_job *j = arg;
+    const struct pi_weight *w = j->w;
+    j->dk->gemm_packed((const uint8_t *)w->data + (size_t)lo * w->row_bytes, w->row_bytes,
+                       hi - lo, j->b->xp, j->n_tok, j->y + lo, w->n_out, w->n_in,
+                       j->b->panel + (size_t)ith * PI_GEMM_PACKED_SCRATCH);
+}
+
 static void gemm_rows(void *arg, int64_t lo, int64_t hi, int ith) {
     struct matmul_job *j = arg;
     const struct pi_weight *w = j->w;
@@ -300,6 +347,12 @@ static void cpu_matmul(struct pi_backend *b, const struct pi_weight *w, const fl
         quantize_rows(&j, 0, n_tok, 0);
     else
         pi_pool_for(b->pool, n_tok, 1, quantize_rows, &j);
+    if (b->packed && j.dk->gemm_packed && n_tok >= PACKED_MIN_TOKENS) {
+        pi_pool_for(b->pool, (n_tok + PI_GEMM_PACK_TOKENS - 1) / PI_GEMM_PACK_TOKENS, 1,
+                    pack_tiles, &j);
+        pi_pool_for(b->pool, w->n_out, grain, gemm_packed_rows, &j);
+        return;
+    }
     pi_pool_for(b->pool, w->n_out, grain, gemm_rows, &j);
 }
 

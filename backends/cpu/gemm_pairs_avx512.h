@@ -14,7 +14,7 @@
  * full tile's activations for one K-block are first interleaved into pairs on the stack
  * (pairs_gather: 20 KB, once per tile and K-block, reused by every row of the L2 block).
  *
- * Signed weights (Q8_0, IQ4_NL, MXFP4): AVX-512 has no vpsignb for the 256-bit code's sign
+ * Signed weights (Q4_0, Q5_0, Q8_0, IQ4_NL, MXFP4): AVX-512 has no vpsignb for the 256-bit code's sign
  * trick, so the roles turn round: the activations, made unsigned (x + 128, an xor of
  * 0x80 when they are gathered), times the signed weights, minus 128 times each block's
  * weight sum (computed once per group with vpdpbusd of ones). The block sums are exact
@@ -22,10 +22,10 @@
  *
  * Bit for bit: each half performs the ymm code's operations on the same values in the
  * same order (exact integer block sums, then fma(d * dx, sum, acc), then the offset
- * fma), the partial last group and the reduction are the ymm code's own (tail_dot,
- * hsum_ps on the extracted halves), so gemm still equals dot exactly. */
+ * fma), the partial last group is done as there (blk) and the reduction is the
+ * ymm code's own (hsum_ps on the extracted halves), so gemm still equals dot exactly. */
 
-#define PAIR_GROUP_BYTES (2 * PI_Q8_0_GROUP_BYTES) /* steps [8][t0 32 B | t1 32 B], d [16], s [16] */
+#define PAIR_GROUP_BYTES 640 /* steps [8][t0 32 B | t1 32 B], d [16], offset data [16] */
 #define PAIRS (GEMM_TILE / 2)
 
 INLINE int pairs_type(int type) {
@@ -34,28 +34,42 @@ INLINE int pairs_type(int type) {
            type == PI_TYPE_MXFP4;
 }
 
+/* One pair's group at o (PAIR_GROUP_BYTES) from the PI_VEC_Q8_0 groups of two tokens
+ * (NULL: a zero token): the steps side by side, xor-ed with 0x80 for the signed weight
+ * types (x + 128 as unsigned bytes), the d, then the offset data: s for has_offset
+ * types, offset * sum for int_offset ones. */
+INLINE void pair_put(int type, const uint8_t *a, const uint8_t *b, uint8_t *o) {
+    const __m256i f = _mm256_set1_epi8(signed_type(type) ? (char)0x80 : 0);
+    const int sh = int_offset(type);
+    for (int h = 0; h < 2; h++, o += 32) {
+        const uint8_t *x = h ? b : a;
+        if (!x) {
+            UNROLL
+            for (int u = 0; u < 8; u++)
+                _mm256_storeu_si256((__m256i *)(void *)(o + 64 * u), f);
+            memset(o + 512, 0, 32);
+            memset(o + 576, 0, 32);
+            continue;
+        }
+        UNROLL
+        for (int u = 0; u < 8; u++)
+            _mm256_storeu_si256((__m256i *)(void *)(o + 64 * u),
+                                _mm256_xor_si256(loadu256(x + 32 * u), f));
+        _mm256_storeu_si256((__m256i *)(void *)(o + 512), loadu256(x + 256));
+        _mm256_storeu_si256((__m256i *)(void *)(o + 576),
+                            sh ? _mm256_slli_epi32(loadu256(x + 320), sh) : loadu256(x + 288));
+    }
+}
+
 /* Groups g0 .. g0+ng-1 of the tile's GEMM_TILE vectors (vb bytes apart) into
- * xp[pair][group] blocks of PAIR_GROUP_BYTES; the quants xor-ed with `flip` (0x80 for
- * the signed weight types: x + 128 as unsigned bytes). */
-INLINE void pairs_gather(const uint8_t *x, size_t vb, int64_t g0, int64_t ng, uint8_t *xp,
-                         int flip) {
-    const __m256i f = _mm256_set1_epi8((char)flip);
+ * xp[pair][group] blocks of PAIR_GROUP_BYTES. */
+INLINE void pairs_gather(int type, const uint8_t *x, size_t vb, int64_t g0, int64_t ng,
+                         uint8_t *xp) {
     for (int p = 0; p < PAIRS; p++)
         for (int64_t g = 0; g < ng; g++) {
             const uint8_t *a = x + (size_t)(2 * p) * vb + (size_t)(g0 + g) * PI_Q8_0_GROUP_BYTES;
-            const uint8_t *b = a + vb;
-            uint8_t *o = xp + ((size_t)p * (size_t)KB_UNITS + (size_t)g) * PAIR_GROUP_BYTES;
-            UNROLL
-            for (int u = 0; u < 8; u++) {
-                _mm256_storeu_si256((__m256i *)(void *)(o + 64 * u),
-                                    _mm256_xor_si256(loadu256(a + 32 * u), f));
-                _mm256_storeu_si256((__m256i *)(void *)(o + 64 * u + 32),
-                                    _mm256_xor_si256(loadu256(b + 32 * u), f));
-            }
-            _mm256_storeu_si256((__m256i *)(void *)(o + 512), loadu256(a + 256)); /* d */
-            _mm256_storeu_si256((__m256i *)(void *)(o + 544), loadu256(b + 256));
-            _mm256_storeu_si256((__m256i *)(void *)(o + 576), loadu256(a + 288)); /* s */
-            _mm256_storeu_si256((__m256i *)(void *)(o + 608), loadu256(b + 288));
+            pair_put(type, a, a + vb,
+                     xp + ((size_t)p * (size_t)KB_UNITS + (size_t)g) * PAIR_GROUP_BYTES);
         }
 }
 
@@ -69,10 +83,6 @@ INLINE __m512 both_halves_ps(__m256 v) {
 
 INLINE __m512i loadu512(const void *p) {
     return _mm512_loadu_si512(p);
-}
-
-INLINE int signed_type(int type) {
-    return type == PI_TYPE_Q8_0 || type == PI_TYPE_ID_IQ4_NL || type == PI_TYPE_MXFP4;
 }
 
 /* dot8_u4 / dot8_u8 / dot8_s8 for a pair: per 32-bit lane, one block of one token.
@@ -104,21 +114,20 @@ INLINE __m512i pair_isum(int type, const __m512i q[8], const uint8_t *xg, __m512
     return _mm512_add_epi32(a, b);
 }
 
-/* out[t] for the GEMM_TILE tokens over the groups [g0, g1) of one row (nb blocks), as
- * row_kblock_n computes it; xp: the tile's pairs for these groups (pairs_gather from
- * g0), xt: the gathered tails. */
+/* out[t] for the GEMM_TILE tokens over the groups [g0, g1) of one row (nb blocks, the
+ * last group possibly partial), as row_kblock_n computes it; xp: the tile's pairs for
+ * these groups (pairs_gather from g0). */
 INLINE void row_kblock_pairs(int type, const uint8_t *row, int64_t nb, int64_t g0, int64_t g1,
-                             const uint8_t *xp, const uint8_t *xt, float *out) {
+                             const uint8_t *xp, float *out) {
     const size_t bb = block_bytes(type);
-    const int64_t gf = g1 < nb / 8 ? g1 : nb / 8;
     __m512 acc[PAIRS];
     UNROLL
     for (int p = 0; p < PAIRS; p++)
         acc[p] = _mm512_setzero_ps();
-    for (int64_t g = g0; g < gf; g++) {
+    for (int64_t g = g0; g < g1; g++) {
         struct wgroup wg;
         __m512i q[8];
-        load_group(type, row + (size_t)(8 * g) * bb, &wg);
+        load_group_at(type, row + (size_t)(8 * g) * bb, group_r(nb, g), &wg);
         __m512i wsum128 = _mm512_setzero_si512();
         if (signed_type(type)) {
             __m256i ws = _mm256_setzero_si256();
@@ -138,25 +147,20 @@ INLINE void row_kblock_pairs(int type, const uint8_t *row, int64_t nb, int64_t g
         UNROLL
         for (int p = 0; p < PAIRS; p++) {
             const uint8_t *xg = xp + ((size_t)p * (size_t)KB_UNITS + (size_t)(g - g0)) * PAIR_GROUP_BYTES;
-            const __m512i isum = pair_isum(type, q, xg, wsum128);
+            __m512i isum = pair_isum(type, q, xg, wsum128);
+            if (int_offset(type))
+                isum = _mm512_sub_epi32(isum, loadu512(xg + 576));
             acc[p] = _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_loadu_ps(xg + 512)),
                                      _mm512_cvtepi32_ps(isum), acc[p]);
             if (has_offset(type))
                 acc[p] = _mm512_fmadd_ps(m, _mm512_loadu_ps(xg + 576), acc[p]);
         }
     }
-    __m256 a8[GEMM_TILE];
-    float off[GEMM_TILE];
     UNROLL
     for (int p = 0; p < PAIRS; p++) {
-        a8[2 * p] = _mm512_castps512_ps256(acc[p]);
-        a8[2 * p + 1] = _mm512_extractf32x8_ps(acc[p], 1);
-        off[2 * p] = off[2 * p + 1] = 0.0f;
+        out[2 * p] = hsum_ps(_mm512_castps512_ps256(acc[p]));
+        out[2 * p + 1] = hsum_ps(_mm512_extractf32x8_ps(acc[p], 1));
     }
-    if (8 * g1 > nb)
-        tail_dot(type, row + (size_t)(8 * gf) * bb, (int)(nb - 8 * gf), xt, GEMM_TILE, a8, off);
-    for (int t = 0; t < GEMM_TILE; t++)
-        out[t] = hsum_ps(a8[t]) + off[t];
 }
 
 /* ---- K-quants (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K) ---------------------------------------------
@@ -253,24 +257,23 @@ INLINE void row_kblock_kpairs(int type, const uint8_t *row, int64_t b0, int64_t 
  * K-block's pairs are gathered once and serve every row. Y as gemm_units writes it. */
 INLINE void gemm_tile_pairs(int type, const uint8_t *w, size_t rb, const int32_t *idx,
                             int64_t r0, int64_t r1, const uint8_t *x, size_t vb,
-                            const uint8_t *xt, float *y, int64_t ldy, int64_t n) {
+                            float *y, int64_t ldy, int64_t n) {
     const int64_t nb = n / 32, nu = (n + 255) / 256, nk = (nu + KB_UNITS - 1) / KB_UNITS;
     const int kq = kpairs_type(type);
     _Alignas(64) uint8_t xp[PAIRS * KB_UNITS * PAIR_GROUP_BYTES];
     for (int64_t k = 0; k < nk; k++) {
         const int64_t g0 = k * KB_UNITS, g1 = g0 + KB_UNITS < nu ? g0 + KB_UNITS : nu;
-        const int64_t gf = g1 < nb / 8 ? g1 : nb / 8;
         if (kq)
             kpairs_gather(x, vb, nu, g0, g1 - g0, xp);
         else
-            pairs_gather(x, vb, g0, gf - g0, xp, signed_type(type) ? 0x80 : 0);
+            pairs_gather(type, x, vb, g0, g1 - g0, xp);
         for (int64_t i = r0; i < r1; i++) {
             const int64_t r = idx ? idx[i] : i;
             float part[GEMM_TILE];
             if (kq)
                 row_kblock_kpairs(type, w + (size_t)r * rb, g0, g1, xp, part);
             else
-                row_kblock_pairs(type, w + (size_t)r * rb, nb, g0, g1, xp, xt, part);
+                row_kblock_pairs(type, w + (size_t)r * rb, nb, g0, g1, xp, part);
             for (int t = 0; t < GEMM_TILE; t++)
                 y[t * ldy + r] = k == 0 ? 0.0f + part[t] : y[t * ldy + r] + part[t];
         }

@@ -18,6 +18,14 @@ size_t pi_vec_bytes(enum pi_vec_fmt f, int64_t n) {
     }
 }
 
+size_t pi_gemm_pack_bytes(int64_t n, int64_t nt) {
+    if (n <= 0 || nt <= 0)
+        return 0;
+    const int64_t tiles = (nt + PI_GEMM_PACK_TOKENS - 1) / PI_GEMM_PACK_TOKENS;
+    return (size_t)tiles * PI_GEMM_PACK_TOKENS * (size_t)((n + 255) / 256) *
+           PI_GEMM_PACK_UNIT_BYTES;
+}
+
 void pi_cpu_kernels_init(struct pi_cpu_kernels *k, unsigned flags) {
     pi_cpu_kernels_ref(k);
 #if defined(PI_HAVE_AVX2_KERNELS)

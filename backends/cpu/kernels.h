@@ -46,13 +46,16 @@ unsigned pi_cpu_detect(void);
  *
  * PI_VEC_Q8_0 (n a multiple of 32): blocks of 32 values, each quantized as
  *   d = max|x| / 127 (f32; 0 when that is below FLT_MIN), q = roundf(x / d) computed as
- *   roundf(x * (1/d)) -- round half away from zero -- and s = d * sum(q) (f32).
- *   Blocks are stored in groups of 8 ("block-transposed"), 320 bytes per group:
+ *   roundf(x * (1/d)) -- round half away from zero -- s = d * sum(q) (f32) and
+ *   sum(q) itself (int32). Blocks are stored in groups of 8 ("block-transposed"), 352
+ *   bytes per group:
  *     int8  q[8 steps][8 blocks][4]   value v of block j at 32*(v/4) + 4*j + v%4
  *     float d[8], float s[8]          at bytes 256 and 288 of the group
+ *     int32 sum[8]                    at byte 320 (the integer offsets of Q4_0/Q5_0 in
+ *                                     the AVX-512 table)
  *   so that each 32-bit lane of a 256-bit load holds 4 values of one block: integer dot
  *   products then accumulate per block with no horizontal sums. The last group is
- *   padded with zero blocks (q = 0, d = 0, s = 0).
+ *   padded with zero blocks (q = 0, d = 0, s = 0, sum = 0).
  *
  * PI_VEC_Q8_K (n a multiple of 256): super-blocks of 256 values, quantized by the same
  *   rule with one d = max|x| / 127 per 256 values. Planar, nb = n/256:
@@ -68,7 +71,7 @@ enum pi_vec_fmt {
     PI_VEC_FMT_COUNT = 3,
 };
 
-#define PI_Q8_0_GROUP_BYTES 320 /* one group of 8 blocks of PI_VEC_Q8_0 */
+#define PI_Q8_0_GROUP_BYTES 352 /* one group of 8 blocks of PI_VEC_Q8_0 */
 #define PI_Q8_K_BLOCK_BYTES 292 /* q[256] + bsum[16] + d, per super-block */
 
 /* Bytes of an activation vector of n values in format f; 0 if n is not a positive
@@ -76,7 +79,7 @@ enum pi_vec_fmt {
 size_t pi_vec_bytes(enum pi_vec_fmt f, int64_t n);
 
 /* Byte offset of value v (0..31) of block b within a PI_VEC_Q8_0 vector, and of that
- * block's d (its s follows 32 bytes later). */
+ * block's d (its s follows 32 bytes later, its sum 64 bytes later). */
 static inline size_t pi_q8_0_q_offset(int64_t b, int v) {
     return (size_t)(b / 8) * PI_Q8_0_GROUP_BYTES + 32u * (size_t)(v / 4) + 4u * (size_t)(b % 8) +
            (size_t)(v % 4);
@@ -84,6 +87,22 @@ static inline size_t pi_q8_0_q_offset(int64_t b, int v) {
 static inline size_t pi_q8_0_d_offset(int64_t b) {
     return (size_t)(b / 8) * PI_Q8_0_GROUP_BYTES + 256u + 4u * (size_t)(b % 8);
 }
+
+/* ---- The packed prompt gemm -------------------------------------------------------------
+ *
+ * Optional per weight type (pi_dot_kernel.pack_x and .gemm_packed, both NULL where a
+ * table has none; callers then use gemm). For prompts the activations of one matmul
+ * are laid out once for the gemm's register tiles (pack_x: whole tiles of
+ * PI_GEMM_PACK_TOKENS tokens, the tokens past nt zero), and gemm_packed decodes each
+ * thread's weight rows once per K-block into a panel in its scratch, which then serves
+ * every tile. The layout is private to the table that packed it. */
+#define PI_GEMM_PACK_TOKENS    8
+#define PI_GEMM_PACK_UNIT_BYTES 320 /* packed bytes per token and 256 values */
+#define PI_GEMM_PACKED_SCRATCH (192 * 1024) /* bytes of scratch per gemm_packed call */
+
+/* Bytes of nt packed vectors of n values (n a multiple of 32): whole tiles,
+ * PI_GEMM_PACK_UNIT_BYTES per token and 256 values (rounded up). */
+size_t pi_gemm_pack_bytes(int64_t n, int64_t nt);
 
 /* ---- The table ------------------------------------------------------------------------ */
 
@@ -100,6 +119,15 @@ typedef void (*pi_gemm_idx_fn)(const void *W, size_t row_bytes, const int32_t *i
                                int64_t n);
 typedef void (*pi_axpy_rows_fn)(float *y, const float *a, const uint8_t *const *w, int64_t nrows,
                                 int64_t n);
+/* Tiles [tile0, tile1) of the packed form XP (pi_gemm_pack_bytes(n, nt) bytes, 64-byte
+ * aligned) of nt activation vectors of the type's format, vb bytes apart in X. */
+typedef void (*pi_pack_x_fn)(const void *X, size_t vb, int64_t nt, int64_t n, int64_t tile0,
+                             int64_t tile1, void *XP);
+/* Y[t * ldy + r] = dot(W row r, X vector t), r < nr, t < nt, bit for bit, from the packed
+ * XP of all tiles; scratch: PI_GEMM_PACKED_SCRATCH bytes, 64-byte aligned, this call's
+ * alone. */
+typedef void (*pi_gemm_packed_fn)(const void *W, size_t row_bytes, int64_t nr, const void *XP,
+                                  int64_t nt, float *Y, int64_t ldy, int64_t n, void *scratch);
 
 struct pi_dot_kernel {
     enum pi_vec_fmt fmt; /* activation format this weight type is dotted with */
@@ -110,6 +138,9 @@ struct pi_dot_kernel {
      * Y: [nt][ldy]. Reuses each loaded weight block for several tokens (prefill).
      * For the quantized types every implementation's gemm gives exactly its dot. */
     pi_gemm_fn gemm;
+    /* The packed prompt gemm (see above), or both NULL. */
+    pi_pack_x_fn pack_x;
+    pi_gemm_packed_fn gemm_packed;
 };
 
 struct pi_cpu_kernels {

@@ -15,7 +15,9 @@
  *   maddubs(weights, x) -> int16 pairs, madd(., 1) -> int32 lane j = block j's sum: no
  *   horizontal sums, and the 8 block scales are applied with one FMA on 8 lanes. Quants
  *   are used unsigned (Q4_0 without its -8, Q5_0 without -16); the offset goes through
- *   the activation block sums.
+ *   the activation block sums: as a float m * s in the AVX2 build, as an integer
+ *   subtracted from the block sum in the VNNI build (int_offset). A row's last group may
+ *   be partial; it is computed as a group whose missing blocks add zeros (blk).
  *   IQ4_NL's nibbles index its grid with one pshufb and are then signed like Q8_0's;
  *   MXFP4's index its grid of doubled E2M1 values (integers, |w| <= 12) the same way,
  *   with the E8M0 exponents turned into the floats 2^(e-128) as block scales.
@@ -114,6 +116,14 @@ INLINE __m256i mxfp4_grid256(void) {
     return _mm256_broadcastsi128_si256(loadu128(pi_mxfp4_grid));
 }
 
+/* Byte offset of block j of a group whose first r blocks are real: a group at the end
+ * of a row (r < 8) reads block 0 again in place of the missing ones. The activations'
+ * blocks there are zero (kernels.h: the last group of a vector is padded), so those
+ * lanes add exact zeros whatever the weights, in every path alike. */
+INLINE size_t blk(size_t bb, int r, int j) {
+    return bb * (size_t)(j < r ? j : 0);
+}
+
 /* MXFP4 block scale at p: pi_e8m0_half_to_fp32 */
 INLINE float e8m0_at(const uint8_t *p) {
     return pi_e8m0_half_to_fp32(*p);
@@ -122,11 +132,11 @@ INLINE float e8m0_at(const uint8_t *p) {
 /* The E8M0 bytes at p + bb*j (j < 8) -> 8 floats 2^(e-128): exponent field e - 1, or
  * the subnormal 0x00200000 << e for e < 2. The bytes are gathered in a general
  * register, as in halves8. */
-INLINE __m256 e8m0x8(const uint8_t *p, size_t bb) {
+INLINE __m256 e8m0x8(const uint8_t *p, size_t bb, int r) {
     uint64_t w = 0;
     UNROLL
     for (int j = 0; j < 8; j++) {
-        uint64_t v = p[bb * (size_t)j];
+        uint64_t v = p[blk(bb, r, j)];
         __asm__("" : "+r"(v));
         w |= v << (8 * j);
     }
@@ -212,8 +222,10 @@ static void NAME(quantize_q8_0)(const float *x, void *y, int64_t n) {
         for (int u = 0; u < 8; u++) /* dword u of the block to step u of its group */
             memcpy(out + pi_q8_0_q_offset(b, 4 * u), q + 4 * u, 4);
         s = d * (float)sum;
+        int32_t isum = sum;
         memcpy(out + pi_q8_0_d_offset(b), &d, 4);
         memcpy(out + pi_q8_0_d_offset(b) + 32, &s, 4);
+        memcpy(out + pi_q8_0_d_offset(b) + 64, &isum, 4);
     }
 }
 
@@ -265,11 +277,11 @@ INLINE void transpose4(const __m256i a[4], __m256i t[4]) {
 
 /* 16 bytes per block at p + bb*j (j < 8) transposed: dword j of t[u] = bytes 4u..4u+3 of
  * block j. Blocks 0-3 go to the low lane, 4-7 to the high lane. */
-INLINE void transpose16(const uint8_t *p, size_t bb, __m256i t[4]) {
+INLINE void transpose16(const uint8_t *p, size_t bb, int r, __m256i t[4]) {
     __m256i a[4];
     UNROLL
     for (int j = 0; j < 4; j++)
-        a[j] = load2x128(p + bb * (size_t)j, p + bb * (size_t)(j + 4));
+        a[j] = load2x128(p + blk(bb, r, j), p + blk(bb, r, j + 4));
     transpose4(a, t);
 }
 
@@ -300,14 +312,14 @@ INLINE void nibbles(const __m256i t[4], __m256i q[8]) {
 
 /* The dwords at p + bb*j (j < 8) as one vector, assembled in general registers as in
  * halves8 (a vpgatherdd costs more on the CPUs we measured). */
-INLINE __m256i dwords8(const uint8_t *p, size_t bb) {
+INLINE __m256i dwords8(const uint8_t *p, size_t bb, int r) {
     uint64_t w[4];
     UNROLL
     for (int k = 0; k < 4; k++) {
         uint32_t lo, hi;
         uint64_t v;
-        memcpy(&lo, p + bb * (size_t)(2 * k), 4);
-        memcpy(&hi, p + bb * (size_t)(2 * k + 1), 4);
+        memcpy(&lo, p + blk(bb, r, 2 * k), 4);
+        memcpy(&hi, p + blk(bb, r, 2 * k + 1), 4);
         v = (uint64_t)hi << 32;
         __asm__("" : "+r"(v));
         w[k] = lo | v;
@@ -318,13 +330,13 @@ INLINE __m256i dwords8(const uint8_t *p, size_t bb) {
 /* The f16 at p + bb*j (j < 8) -> 8 floats, assembled as two 64-bit words in general
  * registers, which are idle here (the empty asm keeps the compiler from turning this
  * into vector shuffles, which are the busy units). */
-INLINE __m256 halves8(const uint8_t *p, size_t bb) {
+INLINE __m256 halves8(const uint8_t *p, size_t bb, int r) {
     uint64_t w[2] = {0, 0};
     UNROLL
     for (int j = 0; j < 8; j++) {
         uint16_t h;
         uint64_t v;
-        memcpy(&h, p + bb * (size_t)j, 2);
+        memcpy(&h, p + blk(bb, r, j), 2);
         v = h;
         __asm__("" : "+r"(v));
         w[j / 4] |= v << (16 * (j % 4));
@@ -353,83 +365,117 @@ INLINE void q5_high_bits(__m256i qh, __m256i q[8]) {
     }
 }
 
-/* Decode 8 blocks of `type` starting at p (all 8 must be readable). */
-INLINE void load_group(int type, const uint8_t *p, struct wgroup *w) {
+/* Decode the group of `type` at p whose first r (1..8) blocks are real (blk). */
+INLINE void load_group(int type, const uint8_t *p, int r, struct wgroup *w) {
     __m256i t[4], a[4];
     switch (type) {
     case PI_TYPE_Q4_0:
-        transpose16(p + 2, 18, t);
+        transpose16(p + 2, 18, r, t);
         nibbles_x16(t, w->q);
-        w->d = halves8(p, 18);
+        w->d = halves8(p, 18, r);
+#if !defined(PI_VNNI) /* the VNNI build subtracts the offset as an integer (int_offset) */
         w->m = _mm256_mul_ps(w->d, _mm256_set1_ps(-8.0f));
+#endif
         break;
     case PI_TYPE_Q4_1:
-        transpose16(p + 4, 20, t);
+        transpose16(p + 4, 20, r, t);
         nibbles_x16(t, w->q);
-        w->d = halves8(p, 20);
-        w->m = halves8(p + 2, 20);
+        w->d = halves8(p, 20, r);
+        w->m = halves8(p + 2, 20, r);
         break;
     case PI_TYPE_Q5_0:
-        transpose16(p + 6, 22, t);
+        transpose16(p + 6, 22, r, t);
         nibbles(t, w->q);
-        q5_high_bits(dwords8(p + 2, 22), w->q);
-        w->d = halves8(p, 22);
+        q5_high_bits(dwords8(p + 2, 22, r), w->q);
+        w->d = halves8(p, 22, r);
+#if !defined(PI_VNNI)
         w->m = _mm256_mul_ps(w->d, _mm256_set1_ps(-16.0f));
+#endif
         break;
     case PI_TYPE_Q5_1:
-        transpose16(p + 8, 24, t);
+        transpose16(p + 8, 24, r, t);
         nibbles(t, w->q);
-        q5_high_bits(dwords8(p + 4, 24), w->q);
-        w->d = halves8(p, 24);
-        w->m = halves8(p + 2, 24);
+        q5_high_bits(dwords8(p + 4, 24, r), w->q);
+        w->d = halves8(p, 24, r);
+        w->m = halves8(p + 2, 24, r);
         break;
     case PI_TYPE_Q8_0:
         UNROLL
         for (int j = 0; j < 4; j++)
-            a[j] = load2x128(p + 2 + 34 * j, p + 2 + 34 * (j + 4));
+            a[j] = load2x128(p + 2 + blk(34, r, j), p + 2 + blk(34, r, j + 4));
         transpose4(a, w->s);
         UNROLL
         for (int j = 0; j < 4; j++)
-            a[j] = load2x128(p + 18 + 34 * j, p + 18 + 34 * (j + 4));
+            a[j] = load2x128(p + 18 + blk(34, r, j), p + 18 + blk(34, r, j + 4));
         transpose4(a, w->s + 4);
         UNROLL
         for (int u = 0; u < 8; u++)
             w->q[u] = _mm256_abs_epi8(w->s[u]);
-        w->d = halves8(p, 34);
+        w->d = halves8(p, 34, r);
         break;
     case PI_TYPE_ID_IQ4_NL: {
         const __m256i grid = iq4_grid256();
         __m256i idx[8];
-        transpose16(p + 2, 18, t);
+        transpose16(p + 2, 18, r, t);
         nibbles(t, idx);
         UNROLL
         for (int u = 0; u < 8; u++) {
             w->s[u] = _mm256_shuffle_epi8(grid, idx[u]);
             w->q[u] = _mm256_abs_epi8(w->s[u]);
         }
-        w->d = halves8(p, 18);
+        w->d = halves8(p, 18, r);
         break;
     }
     case PI_TYPE_MXFP4: {
         const __m256i grid = mxfp4_grid256();
         __m256i idx[8];
-        transpose16(p + 1, 17, t);
+        transpose16(p + 1, 17, r, t);
         nibbles(t, idx);
         UNROLL
         for (int u = 0; u < 8; u++) {
             w->s[u] = _mm256_shuffle_epi8(grid, idx[u]);
             w->q[u] = _mm256_abs_epi8(w->s[u]);
         }
-        w->d = e8m0x8(p, 17);
+        w->d = e8m0x8(p, 17, r);
         break;
     }
     }
 }
 
-/* 1 for the 32-block types whose block sums enter the dot (an offset m): all but Q8_0,
- * IQ4_NL and MXFP4, whose quants are signed. */
+/* load_group with the full groups' r = 8 a constant (blk's choice then folds away), the
+ * partial last group with its own r. */
+INLINE void load_group_at(int type, const uint8_t *p, int r, struct wgroup *w) {
+    if (r == 8)
+        load_group(type, p, 8, w);
+    else
+        load_group(type, p, r, w);
+}
+
+/* The 32-block types' three ways with a block's offset:
+ * - signed_type: Q8_0, IQ4_NL and MXFP4 quants are signed; no offset;
+ * - int_offset (the VNNI build's Q4_0 and Q5_0): the quants are used unsigned and the
+ *   offset (8, 16) is subtracted from the exact integer block sum as offset * sum(x),
+ *   with the activation's integer block sums (PI_VEC_Q8_0's sum); returns log2 of the
+ *   offset, 0 for the others. One fma per group then applies the block's scales, which
+ *   is what lets the packed gemm reach its rate;
+ * - has_offset: the rest (Q4_1, Q5_1; Q4_0 and Q5_0 in the AVX2 build) add m * s, the
+ *   block's offset m (Q4_0: -8 d) times the activation block's s = dx * sum(q), as a
+ *   second fma. */
+INLINE int signed_type(int type) {
+    return type == PI_TYPE_Q8_0 || type == PI_TYPE_ID_IQ4_NL || type == PI_TYPE_MXFP4;
+}
+
+INLINE int int_offset(int type) {
+#if defined(PI_VNNI)
+    return type == PI_TYPE_Q4_0 ? 3 : type == PI_TYPE_Q5_0 ? 4 : 0;
+#else
+    (void)type;
+    return 0;
+#endif
+}
+
 INLINE int has_offset(int type) {
-    return type != PI_TYPE_Q8_0 && type != PI_TYPE_ID_IQ4_NL && type != PI_TYPE_MXFP4;
+    return !signed_type(type) && !int_offset(type);
 }
 
 #if defined(PI_VNNI)
@@ -524,22 +570,14 @@ INLINE __m256i dot8_s4(const struct wgroup *w, const uint8_t *xg) {
 INLINE __m256 group_dot(int type, const struct wgroup *w, const uint8_t *xg, __m256 acc) {
     __m256 dx = _mm256_loadu_ps((const float *)(const void *)(xg + 256));
     __m256i isum;
-    switch (type) {
-    case PI_TYPE_Q4_0:
-    case PI_TYPE_Q4_1:
+    if (signed_type(type))
+        isum = type == PI_TYPE_MXFP4 ? dot8_s4(w, xg) : dot8_s8(w, xg);
+    else if (type == PI_TYPE_Q4_0 || type == PI_TYPE_Q4_1)
         isum = dot8_u4(w->q, xg);
-        break;
-    case PI_TYPE_Q5_0:
-    case PI_TYPE_Q5_1:
+    else
         isum = dot8_u5(w->q, xg);
-        break;
-    case PI_TYPE_MXFP4:
-        isum = dot8_s4(w, xg);
-        break;
-    default:
-        isum = dot8_s8(w, xg);
-        break;
-    }
+    if (int_offset(type))
+        isum = _mm256_sub_epi32(isum, _mm256_slli_epi32(loadu256(xg + 320), int_offset(type)));
     acc = _mm256_fmadd_ps(_mm256_mul_ps(w->d, dx), _mm256_cvtepi32_ps(isum), acc);
     if (has_offset(type))
         acc = _mm256_fmadd_ps(w->m, _mm256_loadu_ps((const float *)(const void *)(xg + 288)), acc);
@@ -568,142 +606,38 @@ INLINE size_t block_bytes(int type) {
 /* ---- 32-blocks: the tail of a row ----------------------------------------------------
  *
  * A row whose block count nb is not a multiple of 8 ends with r = nb % 8 blocks that do
- * not fill a group. They are done one block at a time in value order: the tail of each
- * activation vector is first rearranged (tail_gather, once per gemm tile) so that each
- * block's 32 quants are contiguous, then a block is one decoded register of 32 weight
- * quants, one maddubs + madd (or vpdpbusd) and one FMA with the scale d*dx; the offset
- * m*s is added in a scalar. No zero blocks are computed and no weights are copied. */
+ * not fill a group. They are computed as one more group whose missing blocks re-read
+ * block 0 (blk); the activation vector's last group is padded with zero blocks
+ * (kernels.h: q = 0, d = 0, s = 0), so those lanes add exact zeros. Every path -- dot,
+ * gemm, the pairs and the packed gemm -- does the tail this way, so they stay bit for
+ * bit equal, and a row of 576 values costs 3 groups, not 2 groups and 2 slow blocks.
+ * group_r gives a group's r. */
 
-/* The r tail blocks of the activation group xg, untransposed: block j's quants in value
- * order at 32j, its d and s at 256 + 4j and 288 + 4j (as in the group). */
-#define TAIL_BYTES PI_Q8_0_GROUP_BYTES
-
-INLINE void tail_gather(const uint8_t *xg, int r, uint8_t *out) {
-    for (int j = 0; j < r; j++) {
-        UNROLL
-        for (int u = 0; u < 8; u++)
-            memcpy(out + 32 * j + 4 * u, xg + 32 * u + 4 * j, 4);
-    }
-    memcpy(out + 256, xg + 256, 64);
+INLINE int group_r(int64_t nb, int64_t g) {
+    return nb - 8 * g < 8 ? (int)(nb - 8 * g) : 8;
 }
 
-/* Bit 4 of the 32 Q5 quants in value order: bit v of qh -> 0x10 in byte v. Byte v/8
- * of qh is spread over bytes 8(v/8).., then byte v tests bit v%8. */
-INLINE __m256i q5_bits32(const uint8_t *qhp) {
-    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ull);
-    uint32_t qh;
-    memcpy(&qh, qhp, 4);
-    __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32((int)qh),
-                                    _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
-                                                     2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3));
-    v = _mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit);
-    return _mm256_and_si256(v, _mm256_set1_epi8(0x10));
-}
 
-/* One tail block decoded in value order: q unsigned (|w| for Q8_0, signs in s), d and m
- * as in struct wgroup (m = 0 for Q8_0). */
-struct wblock {
-    __m256i q, s;
-    float d, m;
-};
 
-INLINE void load_block(int type, const uint8_t *p, struct wblock *w) {
-    w->d = type == PI_TYPE_MXFP4 ? e8m0_at(p) : f16_at(p);
-    switch (type) {
-    case PI_TYPE_Q4_0:
-        w->q = unpack_nibbles(p + 2);
-        w->m = w->d * -8.0f;
-        break;
-    case PI_TYPE_Q4_1:
-        w->q = unpack_nibbles(p + 4);
-        w->m = f16_at(p + 2);
-        break;
-    case PI_TYPE_Q5_0:
-        w->q = _mm256_or_si256(unpack_nibbles(p + 6), q5_bits32(p + 2));
-        w->m = w->d * -16.0f;
-        break;
-    case PI_TYPE_Q5_1:
-        w->q = _mm256_or_si256(unpack_nibbles(p + 8), q5_bits32(p + 4));
-        w->m = f16_at(p + 2);
-        break;
-    case PI_TYPE_ID_IQ4_NL:
-        w->s = _mm256_shuffle_epi8(iq4_grid256(), unpack_nibbles(p + 2));
-        w->q = _mm256_abs_epi8(w->s);
-        w->m = 0.0f;
-        break;
-    case PI_TYPE_MXFP4:
-        w->s = _mm256_shuffle_epi8(mxfp4_grid256(), unpack_nibbles(p + 1));
-        w->q = _mm256_abs_epi8(w->s);
-        w->m = 0.0f;
-        break;
-    default:
-        w->s = loadu256(p + 2);
-        w->q = _mm256_abs_epi8(w->s);
-        w->m = 0.0f;
-        break;
-    }
-}
-
-/* 8 int32 partial sums of q*x over one block in value order (xb: 32 int8). */
-INLINE __m256i block_isum(int type, const struct wblock *w, const uint8_t *xb) {
-    __m256i x = loadu256(xb);
-    if (!has_offset(type))
-        x = _mm256_sign_epi8(x, w->s);
-#if defined(PI_VNNI)
-    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), w->q, x);
-#else
-    return _mm256_madd_epi16(_mm256_maddubs_epi16(w->q, x), _mm256_set1_epi16(1));
-#endif
-}
-
-/* acc[t] and off[t] + the r tail blocks at p (row's blocks 8g..) for tt tokens whose
- * gathered tails are TAIL_BYTES apart at xt. */
-INLINE void tail_dot(int type, const uint8_t *p, int r, const uint8_t *xt, int tt, __m256 *acc,
-                     float *off) {
-    const size_t bb = block_bytes(type);
-    for (int j = 0; j < r; j++) {
-        struct wblock wb;
-        load_block(type, p + bb * (size_t)j, &wb);
-        UNROLL
-        for (int t = 0; t < tt; t++) {
-            const uint8_t *xb = xt + (size_t)t * TAIL_BYTES;
-            float dx, sx;
-            memcpy(&dx, xb + 256 + 4 * j, 4);
-            memcpy(&sx, xb + 288 + 4 * j, 4);
-            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(block_isum(type, &wb, xb + 32 * j)),
-                                     _mm256_set1_ps(wb.d * dx), acc[t]);
-            if (has_offset(type))
-                off[t] += wb.m * sx;
-        }
-    }
-}
-
-/* Sums over the groups [g0, g1) of one row (nb blocks) for tt activation vectors vb
- * bytes apart: out[t] = hsum of an 8-lane accumulator (plus the tail's offsets). The
- * partial last group, when in range, is done by tail_dot with the gathered tails xt. */
+/* Sums over the groups [g0, g1) of one row (nb blocks, the last group possibly partial)
+ * for tt activation vectors vb bytes apart: out[t] = hsum of an 8-lane accumulator. */
 INLINE void row_kblock_n(int type, const uint8_t *row, int64_t nb, int64_t g0, int64_t g1,
-                         const uint8_t *x, size_t vb, const uint8_t *xt, int tt, float *out) {
+                         const uint8_t *x, size_t vb, int tt, float *out) {
     const size_t bb = block_bytes(type);
-    const int64_t gf = g1 < nb / 8 ? g1 : nb / 8; /* end of the full groups */
     __m256 acc[GEMM_TILE];
-    float off[GEMM_TILE];
     UNROLL
-    for (int t = 0; t < tt; t++) {
+    for (int t = 0; t < tt; t++)
         acc[t] = _mm256_setzero_ps();
-        off[t] = 0.0f;
-    }
-    for (int64_t g = g0; g < gf; g++) {
+    for (int64_t g = g0; g < g1; g++) {
         struct wgroup wg;
         const uint8_t *xg = x + (size_t)g * PI_Q8_0_GROUP_BYTES;
-        load_group(type, row + (size_t)(8 * g) * bb, &wg);
+        load_group_at(type, row + (size_t)(8 * g) * bb, group_r(nb, g), &wg);
         UNROLL
         for (int t = 0; t < tt; t++)
             acc[t] = group_dot(type, &wg, xg + (size_t)t * vb, acc[t]);
     }
-    if (8 * g1 > nb)
-        tail_dot(type, row + (size_t)(8 * gf) * bb, (int)(nb - 8 * gf), xt, tt, acc, off);
     for (int t = 0; t < tt; t++)
-        out[t] = hsum_ps(acc[t]) + off[t];
+        out[t] = hsum_ps(acc[t]);
 }
 
 /* ---- K-quants ------------------------------------------------------------------------- */
@@ -1046,11 +980,11 @@ INLINE int is_k_quant(int type) {
 /* out[t] for tt tokens: units [u0, u1) of one row, a unit being 256 values (a group of
  * 8 32-blocks or a K super-block). */
 INLINE void row_units(int type, const uint8_t *row, int64_t n, int64_t u0, int64_t u1,
-                      const uint8_t *x, size_t vb, const uint8_t *xt, int tt, float *out) {
+                      const uint8_t *x, size_t vb, int tt, float *out) {
     if (is_k_quant(type))
         row_kblock_k(type, row, n / 256, u0, u1, x, vb, tt, out);
     else
-        row_kblock_n(type, row, n / 32, u0, u1, x, vb, xt, tt, out);
+        row_kblock_n(type, row, n / 32, u0, u1, x, vb, tt, out);
 }
 
 /* Rows are summed in K-blocks of KB_UNITS units (2048 values), each reduced to a float
@@ -1058,13 +992,9 @@ INLINE void row_units(int type, const uint8_t *row, int64_t n, int64_t u0, int64
 INLINE float dot_units(int type, const void *w, const void *x, int64_t n) {
     const int64_t nu = (n + 255) / 256;
     float sum = 0.0f;
-    uint8_t xt[TAIL_BYTES];
-    if (!is_k_quant(type) && n % 256)
-        tail_gather((const uint8_t *)x + (size_t)(n / 256) * PI_Q8_0_GROUP_BYTES,
-                    (int)(n % 256 / 32), xt);
     for (int64_t u0 = 0; u0 < nu; u0 += KB_UNITS) {
         float part;
-        row_units(type, w, n, u0, u0 + KB_UNITS < nu ? u0 + KB_UNITS : nu, x, 0, xt, 1, &part);
+        row_units(type, w, n, u0, u0 + KB_UNITS < nu ? u0 + KB_UNITS : nu, x, 0, 1, &part);
         sum += part;
     }
     return sum;
@@ -1072,10 +1002,10 @@ INLINE float dot_units(int type, const void *w, const void *x, int64_t n) {
 
 /* Y[t][r] for the tile's tokens after K-block k of row r. */
 INLINE void kblock_to_y(int type, const uint8_t *row, int64_t n, int64_t k, const uint8_t *x,
-                        size_t vb, const uint8_t *xt, int tt, float *y, int64_t ldy) {
+                        size_t vb, int tt, float *y, int64_t ldy) {
     const int64_t nu = (n + 255) / 256, u0 = k * KB_UNITS;
     float part[GEMM_TILE];
-    row_units(type, row, n, u0, u0 + KB_UNITS < nu ? u0 + KB_UNITS : nu, x, vb, xt, tt, part);
+    row_units(type, row, n, u0, u0 + KB_UNITS < nu ? u0 + KB_UNITS : nu, x, vb, tt, part);
     for (int t = 0; t < tt; t++)
         y[t * ldy] = k == 0 ? 0.0f + part[t] : y[t * ldy] + part[t];
 }
@@ -1097,46 +1027,44 @@ INLINE void hsum2_ps(__m256 a, __m256 b, float *sa, float *sb) {
 
 /* *y[i] = dot(rows[i], x), i < DEC_ROWS, n <= KB_UNITS * 256. */
 INLINE void rows_ptr_to_y(int type, const uint8_t *const *rows, int64_t n, const uint8_t *x,
-                          const uint8_t *xt, float *const *y) {
-    const int64_t nb = n / 32, gf = nb / 8;
+                          float *const *y) {
+    const int64_t nb = n / 32, ng = (nb + 7) / 8;
     const size_t bb = block_bytes(type);
     __m256 acc[DEC_ROWS];
-    float off[DEC_ROWS], part[DEC_ROWS];
+    float part[DEC_ROWS];
     UNROLL
     for (int i = 0; i < DEC_ROWS; i++) {
         const uint8_t *r = rows[i];
         acc[i] = _mm256_setzero_ps();
-        off[i] = 0.0f;
-        for (int64_t g = 0; g < gf; g++) {
+        for (int64_t g = 0; g < ng; g++) {
             struct wgroup wg;
-            load_group(type, r + (size_t)(8 * g) * bb, &wg);
+            load_group_at(type, r + (size_t)(8 * g) * bb, group_r(nb, g), &wg);
             acc[i] = group_dot(type, &wg, x + (size_t)g * PI_Q8_0_GROUP_BYTES, acc[i]);
         }
-        if (nb % 8)
-            tail_dot(type, r + (size_t)(8 * gf) * bb, (int)(nb % 8), xt, 1, acc + i, off + i);
     }
     UNROLL
     for (int i = 0; i < DEC_ROWS; i += 2)
         hsum2_ps(acc[i], acc[i + 1], part + i, part + i + 1);
     UNROLL
     for (int i = 0; i < DEC_ROWS; i++)
-        *y[i] = 0.0f + (part[i] + off[i]);
+        *y[i] = 0.0f + part[i];
 }
 
 /* y[i] = dot(row i, x), i < DEC_ROWS, rows rb bytes apart, n <= KB_UNITS * 256. */
 INLINE void rows_to_y(int type, const uint8_t *row, size_t rb, int64_t n, const uint8_t *x,
-                      const uint8_t *xt, float *y) {
+                      float *y) {
     const uint8_t *rows[DEC_ROWS];
     float *ys[DEC_ROWS];
     for (int i = 0; i < DEC_ROWS; i++) {
         rows[i] = row + (size_t)i * rb;
         ys[i] = y + i;
     }
-    rows_ptr_to_y(type, rows, n, x, xt, ys);
+    rows_ptr_to_y(type, rows, n, x, ys);
 }
 
 #if defined(PI_VNNI)
 #  include "gemm_pairs_avx512.h"
+#  include "gemm_packed_avx512.h"
 #endif
 
 /* The loop nest of gemm: blocks of rows that fit in L2 (GEMM_L2_BYTES); inside them
@@ -1149,40 +1077,35 @@ INLINE void gemm_units(int type, const void *W, size_t rb, const int32_t *idx, i
     const int64_t nk = ((n + 255) / 256 + KB_UNITS - 1) / KB_UNITS;
     const int64_t rows = rb < GEMM_L2_BYTES ? (int64_t)(GEMM_L2_BYTES / rb) : 1;
     const uint8_t *w = W;
-    uint8_t xt[GEMM_TILE * TAIL_BYTES]; /* gathered tails of the tile's activations */
     for (int64_t r0 = 0; r0 < nr; r0 += rows) {
         const int64_t r1 = r0 + rows < nr ? r0 + rows : nr;
         for (int64_t t0 = 0; t0 < nt; t0 += GEMM_TILE) {
             const int tt = nt - t0 < GEMM_TILE ? (int)(nt - t0) : GEMM_TILE;
             const uint8_t *x = (const uint8_t *)X + (size_t)t0 * vb;
             float *y = Y + t0 * ldy;
-            if (!is_k_quant(type) && n % 256)
-                for (int t = 0; t < tt; t++)
-                    tail_gather(x + (size_t)t * vb + (size_t)(n / 256) * PI_Q8_0_GROUP_BYTES,
-                                (int)(n % 256 / 32), xt + (size_t)t * TAIL_BYTES);
 #if defined(PI_VNNI)
             if (tt == GEMM_TILE && (pairs_type(type) || kpairs_type(type))) {
-                gemm_tile_pairs(type, w, rb, idx, r0, r1, x, vb, xt, y, ldy, n);
+                gemm_tile_pairs(type, w, rb, idx, r0, r1, x, vb, y, ldy, n);
                 continue;
             }
 #endif
             if (tt == 1 && nk == 1 && !is_k_quant(type) && !idx) {
                 int64_t r = r0;
                 for (; r + DEC_ROWS <= r1; r += DEC_ROWS)
-                    rows_to_y(type, w + (size_t)r * rb, rb, n, x, xt, y + r);
+                    rows_to_y(type, w + (size_t)r * rb, rb, n, x, y + r);
                 for (; r < r1; r++)
-                    kblock_to_y(type, w + (size_t)r * rb, n, 0, x, vb, xt, 1, y + r, ldy);
+                    kblock_to_y(type, w + (size_t)r * rb, n, 0, x, vb, 1, y + r, ldy);
             } else if ((size_t)tt * vb <= GEMM_L1_ACT_BYTES) {
                 for (int64_t i = r0; i < r1; i++)
                     for (int64_t k = 0; k < nk; k++) {
                         const int64_t r = idx ? idx[i] : i;
-                        kblock_to_y(type, w + (size_t)r * rb, n, k, x, vb, xt, tt, y + r, ldy);
+                        kblock_to_y(type, w + (size_t)r * rb, n, k, x, vb, tt, y + r, ldy);
                     }
             } else {
                 for (int64_t k = 0; k < nk; k++)
                     for (int64_t i = r0; i < r1; i++) {
                         const int64_t r = idx ? idx[i] : i;
-                        kblock_to_y(type, w + (size_t)r * rb, n, k, x, vb, xt, tt, y + r, ldy);
+                        kblock_to_y(type, w + (size_t)r * rb, n, k, x, vb, tt, y + r, ldy);
                     }
             }
         }
@@ -1203,9 +1126,6 @@ INLINE void prefetch_row(const uint8_t *p, size_t n) {
 INLINE void gemv_idx_units(int type, const void *W, size_t rb, const int32_t *idx, int64_t ni,
                            const void *X, float *Y, int64_t n) {
     const uint8_t *w = W, *x = X;
-    uint8_t xt[TAIL_BYTES];
-    if (!is_k_quant(type) && n % 256)
-        tail_gather(x + (size_t)(n / 256) * PI_Q8_0_GROUP_BYTES, (int)(n % 256 / 32), xt);
     const int pairs = !is_k_quant(type) && (n + 255) / 256 <= KB_UNITS;
     for (int64_t i = 0; i < ni && i < PREFETCH_AHEAD; i++)
         prefetch_row(w + (size_t)idx[i] * rb, rb);
@@ -1220,7 +1140,7 @@ INLINE void gemv_idx_units(int type, const void *W, size_t rb, const int32_t *id
                 rows[k] = w + (size_t)idx[i + k] * rb;
                 ys[k] = Y + idx[i + k];
             }
-            rows_ptr_to_y(type, rows, n, x, xt, ys);
+            rows_ptr_to_y(type, rows, n, x, ys);
         }
     for (; i < ni; i++) {
         if (i + PREFETCH_AHEAD < ni)
@@ -1247,6 +1167,26 @@ INLINE void gemv_idx_units(int type, const void *W, size_t rb, const int32_t *id
                                       const void *X, float *Y, int64_t n) {                        \
         gemv_idx_units(TYPE, W, rb, idx, ni, X, Y, n);                                             \
     }
+#if defined(PI_VNNI)
+#  define PACKED_KERNELS(name, TYPE)                                                               \
+    static void NAME(pack_x_##name)(const void *X, size_t vb, int64_t nt, int64_t n,              \
+                                    int64_t tile0, int64_t tile1, void *XP) {                     \
+        pack_x_units(TYPE, X, vb, nt, n, tile0, tile1, XP);                                        \
+    }                                                                                              \
+    static void NAME(gemm_packed_##name)(const void *W, size_t rb, int64_t nr, const void *XP,     \
+                                         int64_t nt, float *Y, int64_t ldy, int64_t n,             \
+                                         void *scratch) {                                          \
+        gemm_packed_units(TYPE, W, rb, nr, XP, nt, Y, ldy, n, scratch);                            \
+    }
+PACKED_KERNELS(q4_0, PI_TYPE_Q4_0)
+PACKED_KERNELS(q4_1, PI_TYPE_Q4_1)
+PACKED_KERNELS(q5_0, PI_TYPE_Q5_0)
+PACKED_KERNELS(q5_1, PI_TYPE_Q5_1)
+PACKED_KERNELS(q8_0, PI_TYPE_Q8_0)
+PACKED_KERNELS(iq4_nl, PI_TYPE_ID_IQ4_NL)
+PACKED_KERNELS(mxfp4, PI_TYPE_MXFP4)
+#  undef PACKED_KERNELS
+#endif
 UNIT_KERNELS(q4_0, PI_TYPE_Q4_0)
 UNIT_KERNELS(q4_1, PI_TYPE_Q4_1)
 UNIT_KERNELS(q5_0, PI_TYPE_Q5_0)
@@ -1815,6 +1755,19 @@ void pi_cpu_kernels_avx2(struct pi_cpu_kernels *k) {
     k->gemm_idx[PI_TYPE_Q3_K] = NAME(gemm_idx_q3_k);
     k->gemm_idx[PI_TYPE_ID_IQ4_XS] = NAME(gemm_idx_iq4_xs);
     k->gemm_idx[PI_TYPE_MXFP4] = NAME(gemm_idx_mxfp4);
+#if defined(PI_VNNI)
+#  define SET_PACKED(TYPE, name)                                                                   \
+      k->dot[TYPE].pack_x = NAME(pack_x_##name);                                                   \
+      k->dot[TYPE].gemm_packed = NAME(gemm_packed_##name)
+    SET_PACKED(PI_TYPE_Q4_0, q4_0);
+    SET_PACKED(PI_TYPE_Q4_1, q4_1);
+    SET_PACKED(PI_TYPE_Q5_0, q5_0);
+    SET_PACKED(PI_TYPE_Q5_1, q5_1);
+    SET_PACKED(PI_TYPE_Q8_0, q8_0);
+    SET_PACKED(PI_TYPE_ID_IQ4_NL, iq4_nl);
+    SET_PACKED(PI_TYPE_MXFP4, mxfp4);
+#  undef SET_PACKED
+#endif
     k->quantize_q8_0 = NAME(quantize_q8_0);
     k->quantize_q8_k = NAME(quantize_q8_k);
     k->axpy_f16 = NAME(axpy_f16);

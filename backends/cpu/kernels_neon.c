@@ -102,8 +102,10 @@ static void quantize_q8_0_neon(const float *x, void *y, int64_t n) {
         uint8_t *g = out + (size_t)(b / 8) * PI_Q8_0_GROUP_BYTES + 4 * (size_t)(b % 8);
         for (int c = 0; c < 8; c++)
             memcpy(g + 32 * c, q + 4 * c, 4);
+        const int32_t isum = sum;
         memcpy(out + pi_q8_0_d_offset(b), &d, 4);
         memcpy(out + pi_q8_0_d_offset(b) + 32, &s, 4);
+        memcpy(out + pi_q8_0_d_offset(b) + 64, &isum, 4);
     }
 }
 

@@ -92,8 +92,10 @@ static void quantize_q8_0_ref(const float *x, void *y, int64_t n) {
             sum += q[v];
         }
         s = d * (float)sum;
+        int32_t isum = sum;
         memcpy(out + pi_q8_0_d_offset(b), &d, 4);
         memcpy(out + pi_q8_0_d_offset(b) + 32, &s, 4);
+        memcpy(out + pi_q8_0_d_offset(b) + 64, &isum, 4);
     }
 }
 

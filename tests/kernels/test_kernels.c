@@ -846,6 +846,83 @@ static void test_gemm_idx(void **state) {
     }
 }
 
+/* pack_x + gemm_packed (the packed prompt gemm): for every table that has them, row
+ * counts around the register tile (3) and the panel (36 rows), token counts around the
+ * tile of 8 (a partial last tile), lengths with a partial last group and over one
+ * K-block, the activations packed in two calls over the tiles: every value is the
+ * table's dot bit for bit and nothing outside Y's rows is written. */
+static void test_gemm_packed(void **state) {
+    static const int nblk[] = {1, 3, 9, 17, 65, 72};
+    static const int64_t nts[] = {1, 3, 8, 9, 16, 19, 33};
+    static const int64_t nrs[] = {1, 2, 5, 40, 77};
+    const float sentinel = -12345.0f;
+    struct pi_cpu_kernels ref, k;
+    (void)state;
+    pi_cpu_kernels_ref(&ref);
+    void *scratch = amalloc(PI_GEMM_PACKED_SCRATCH);
+    assert_non_null(scratch);
+    for (size_t i = 0; i < N_IMPLS; i++) {
+        int n_checked = 0;
+        if (!impl_table(i, &k))
+            continue;
+        for (int type = 0; type < PI_TYPE_ID_LIMIT; type++) {
+            const struct pi_dot_kernel *dk = &k.dot[type];
+            if (!dk->gemm_packed && !dk->pack_x)
+                continue;
+            const struct pi_type_traits *tt = pi_type_traits((uint32_t)type);
+            if (!dk->gemm_packed || !dk->pack_x || !dk->dot)
+                fail_msg("%s: %s has half of the packed gemm", impls[i].name, tt->name);
+            for (size_t j = 0; j < sizeof nblk / sizeof nblk[0]; j++)
+                for (size_t m = 0; m < sizeof nts / sizeof nts[0]; m++) {
+                    const int64_t n = (int64_t)nblk[j] * block_of(type), nt = nts[m];
+                    const int64_t nr = nrs[(j + m) % (sizeof nrs / sizeof nrs[0])];
+                    const int64_t tiles = (nt + PI_GEMM_PACK_TOKENS - 1) / PI_GEMM_PACK_TOKENS;
+                    struct problem p;
+                    problem_make(&p, &ref, type, n, nr, nt);
+                    uint8_t *xp = amalloc(pi_gemm_pack_bytes(n, nt));
+                    float *y = malloc((size_t)(nt * p.ldy) * sizeof *y);
+                    assert_non_null(xp);
+                    assert_non_null(y);
+                    for (int64_t e = 0; e < nt * p.ldy; e++)
+                        y[e] = sentinel;
+                    dk->pack_x(p.x, p.vb, nt, n, tiles / 2, tiles, xp);
+                    dk->pack_x(p.x, p.vb, nt, n, 0, tiles / 2, xp);
+                    dk->gemm_packed(p.w, p.rb, nr, xp, nt, y, p.ldy, n, scratch);
+                    for (int64_t tk = 0; tk < nt; tk++)
+                        for (int64_t r = 0; r < p.ldy; r++) {
+                            const float got = y[tk * p.ldy + r];
+                            if (r >= nr) {
+                                if (memcmp(&got, &sentinel, sizeof got) != 0) {
+                                    print_error("%s: %s gemm_packed wrote y[%lld][%lld]\n",
+                                                impls[i].name, tt->name, (long long)tk,
+                                                (long long)r);
+                                    fail();
+                                }
+                                continue;
+                            }
+                            const float want =
+                                dk->dot(p.w + (size_t)r * p.rb, p.x + (size_t)tk * p.vb, n);
+                            if (memcmp(&got, &want, sizeof got) != 0) {
+                                print_error("%s: %s gemm_packed n=%lld nr=%lld nt=%lld row %lld "
+                                            "token %lld: %.9g != dot %.9g\n",
+                                            impls[i].name, tt->name, (long long)n,
+                                            (long long)nr, (long long)nt, (long long)r,
+                                            (long long)tk, got, want);
+                                fail();
+                            }
+                        }
+                    free(y);
+                    afree(xp);
+                    problem_free(&p);
+                }
+            n_checked++;
+        }
+        print_message("# gemm_packed: the %s table has it for %d type(s), all checked\n",
+                      impls[i].name, n_checked);
+    }
+    afree(scratch);
+}
+
 /* A NaN or an infinity among the activations makes every product with the block that
  * holds it NaN, for every weight type and table: quantizing to int8 must not turn it into
  * finite numbers (a NaN block became a zero block; an infinity rounded to -128). The
@@ -960,13 +1037,18 @@ static void test_ref_vs_float(void **state) {
 static void test_vec_bytes(void **state) {
     (void)state;
     assert_int_equal(pi_vec_bytes(PI_VEC_F32, 10), 40);
-    assert_int_equal(pi_vec_bytes(PI_VEC_Q8_0, 32), 320);
-    assert_int_equal(pi_vec_bytes(PI_VEC_Q8_0, 256), 320);
-    assert_int_equal(pi_vec_bytes(PI_VEC_Q8_0, 288), 640);
+    assert_int_equal(pi_vec_bytes(PI_VEC_Q8_0, 32), 352);
+    assert_int_equal(pi_vec_bytes(PI_VEC_Q8_0, 256), 352);
+    assert_int_equal(pi_vec_bytes(PI_VEC_Q8_0, 288), 704);
     assert_int_equal(pi_vec_bytes(PI_VEC_Q8_0, 33), 0);
     assert_int_equal(pi_vec_bytes(PI_VEC_Q8_K, 512), 584);
     assert_int_equal(pi_vec_bytes(PI_VEC_Q8_K, 300), 0);
     assert_int_equal(pi_vec_bytes(PI_VEC_F32, 0), 0);
+    /* the packed gemm's activations: whole tiles of 8 tokens, 320 bytes per 256 values */
+    assert_int_equal(pi_gemm_pack_bytes(576, 1), 8 * 3 * 320);
+    assert_int_equal(pi_gemm_pack_bytes(2048, 17), 24 * 8 * 320);
+    assert_int_equal(pi_gemm_pack_bytes(0, 17), 0);
+    assert_int_equal(pi_gemm_pack_bytes(256, 0), 0);
     /* no format needs more than F32's 4 bytes per value */
     for (int64_t n = 256; n <= 8192; n += 256) {
         assert_true(pi_vec_bytes(PI_VEC_Q8_0, n) <= pi_vec_bytes(PI_VEC_F32, n));
@@ -1156,6 +1238,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_axpy_f16),     cmocka_unit_test(test_dot_f16_rows),
         cmocka_unit_test(test_axpy_rows),    cmocka_unit_test(test_non_finite_activations),
         cmocka_unit_test(test_gemv_idx), cmocka_unit_test(test_gemm_idx),
+        cmocka_unit_test(test_gemm_packed),
     };
     if (argc > 1 && strcmp(argv[1], "--bench") == 0)
         return run_bench();

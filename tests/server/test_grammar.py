@@ -64,13 +64,20 @@ def check(text, schema, finish):
         assert finish == "length", finish
 
 
+# What each schema's chat is asked. Asked freely for the recursive tree, SmolLM2 at
+# temperature 1.2 rarely closes it (1 of 8 seeds within 600 tokens, measured before and
+# after the packed gemm changed its rounding), so it is shown a small one to reproduce.
+ASK_FOR = {"tree": 'Reply with this JSON and nothing else: {"v": 1, "kids": [{"v": 2, "kids": []}]}'}
+
+
 @pytest.mark.parametrize("name", sorted(SCHEMAS))
 def test_json_schema_chat(client, model, name):
     schema = SCHEMAS[name]
     n_stop = 0
+    ask = ASK_FOR.get(name, "Tell me about the sea.")
     for seed in range(4):
         r = client.chat.completions.create(
-            model=model, messages=[{"role": "user", "content": "Tell me about the sea."}],
+            model=model, messages=[{"role": "user", "content": ask}],
             response_format=fmt(name, schema), temperature=1.2, seed=seed, max_tokens=200)
         c = r.choices[0]
         check(c.message.content, schema, c.finish_reason)

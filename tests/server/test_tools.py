@@ -206,9 +206,13 @@ def test_template_syntax(template):
         with_tools = c.chat.completions.create(model="m", messages=ASK, tools=[WEATHER],
                                                max_tokens=1, temperature=0)
         assert with_tools.usage.prompt_tokens > plain.usage.prompt_tokens + 20
+        # one call: with parallel calls allowed SmolLM2 may repeat the call until
+        # max_tokens (seen with Mistral Nemo's list syntax on some seeds), which tests the
+        # model's sampling, not the syntax
         r = c.chat.completions.create(model="m", messages=ASK, tools=[WEATHER, TIME],
                                       tool_choice={"type": "function",
                                                    "function": {"name": "get_time"}},
+                                      parallel_tool_calls=False,
                                       max_tokens=256, temperature=0.7, seed=5)
         ch = r.choices[0]
         assert ch.finish_reason == "tool_calls", (template, ch)
