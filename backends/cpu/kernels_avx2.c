@@ -116,12 +116,23 @@ INLINE __m256i mxfp4_grid256(void) {
     return _mm256_broadcastsi128_si256(loadu128(pi_mxfp4_grid));
 }
 
-/* Byte offset of block j of a group whose first r blocks are real: a group at the end
- * of a row (r < 8) reads block 0 again in place of the missing ones. The activations'
- * blocks there are zero (kernels.h: the last group of a vector is padded), so those
- * lanes add exact zeros whatever the weights, in every path alike. */
-INLINE size_t blk(size_t bb, int r, int j) {
-    return bb * (size_t)(j < r ? j : 0);
+/* Where the 8 blocks of a weight group are read from: blocks 0-3 at lo, 4-7 at hi, bb
+ * bytes apart, of which the first rlo (rhi) are real; a missing block reads that half's
+ * first block again. A full group is lo = p, hi = p + 4 bb; the partial group at the
+ * end of a row (r < 8 blocks) reads its real blocks and repeats one in place of the
+ * rest: the activations' blocks there are zero (kernels.h: the last group of a vector is
+ * padded), so those lanes add exact zeros whatever the weights, in every path alike.
+ * The decode path also puts the partial groups (r <= 4) of two rows in one group, one
+ * per half (rows_ptr_to_y). */
+struct gsrc {
+    const uint8_t *lo, *hi;
+    size_t bb;
+    int rlo, rhi;
+};
+
+INLINE const uint8_t *gblk(const struct gsrc *g, int j) {
+    const int k = j & 3, r = j < 4 ? g->rlo : g->rhi;
+    return (j < 4 ? g->lo : g->hi) + g->bb * (size_t)(k < r ? k : 0);
 }
 
 /* MXFP4 block scale at p: pi_e8m0_half_to_fp32 */
@@ -132,11 +143,11 @@ INLINE float e8m0_at(const uint8_t *p) {
 /* The E8M0 bytes at p + bb*j (j < 8) -> 8 floats 2^(e-128): exponent field e - 1, or
  * the subnormal 0x00200000 << e for e < 2. The bytes are gathered in a general
  * register, as in halves8. */
-INLINE __m256 e8m0x8(const uint8_t *p, size_t bb, int r) {
+INLINE __m256 e8m0x8(const struct gsrc *g, size_t off) {
     uint64_t w = 0;
     UNROLL
     for (int j = 0; j < 8; j++) {
-        uint64_t v = p[blk(bb, r, j)];
+        uint64_t v = gblk(g, j)[off];
         __asm__("" : "+r"(v));
         w |= v << (8 * j);
     }
@@ -277,11 +288,11 @@ INLINE void transpose4(const __m256i a[4], __m256i t[4]) {
 
 /* 16 bytes per block at p + bb*j (j < 8) transposed: dword j of t[u] = bytes 4u..4u+3 of
  * block j. Blocks 0-3 go to the low lane, 4-7 to the high lane. */
-INLINE void transpose16(const uint8_t *p, size_t bb, int r, __m256i t[4]) {
+INLINE void transpose16(const struct gsrc *g, size_t off, __m256i t[4]) {
     __m256i a[4];
     UNROLL
     for (int j = 0; j < 4; j++)
-        a[j] = load2x128(p + blk(bb, r, j), p + blk(bb, r, j + 4));
+        a[j] = load2x128(gblk(g, j) + off, gblk(g, j + 4) + off);
     transpose4(a, t);
 }
 
@@ -312,14 +323,14 @@ INLINE void nibbles(const __m256i t[4], __m256i q[8]) {
 
 /* The dwords at p + bb*j (j < 8) as one vector, assembled in general registers as in
  * halves8 (a vpgatherdd costs more on the CPUs we measured). */
-INLINE __m256i dwords8(const uint8_t *p, size_t bb, int r) {
+INLINE __m256i dwords8(const struct gsrc *g, size_t off) {
     uint64_t w[4];
     UNROLL
     for (int k = 0; k < 4; k++) {
         uint32_t lo, hi;
         uint64_t v;
-        memcpy(&lo, p + blk(bb, r, 2 * k), 4);
-        memcpy(&hi, p + blk(bb, r, 2 * k + 1), 4);
+        memcpy(&lo, gblk(g, 2 * k) + off, 4);
+        memcpy(&hi, gblk(g, 2 * k + 1) + off, 4);
         v = (uint64_t)hi << 32;
         __asm__("" : "+r"(v));
         w[k] = lo | v;
@@ -330,13 +341,13 @@ INLINE __m256i dwords8(const uint8_t *p, size_t bb, int r) {
 /* The f16 at p + bb*j (j < 8) -> 8 floats, assembled as two 64-bit words in general
  * registers, which are idle here (the empty asm keeps the compiler from turning this
  * into vector shuffles, which are the busy units). */
-INLINE __m256 halves8(const uint8_t *p, size_t bb, int r) {
+INLINE __m256 halves8(const struct gsrc *g, size_t off) {
     uint64_t w[2] = {0, 0};
     UNROLL
     for (int j = 0; j < 8; j++) {
         uint16_t h;
         uint64_t v;
-        memcpy(&h, p + blk(bb, r, j), 2);
+        memcpy(&h, gblk(g, j) + off, 2);
         v = h;
         __asm__("" : "+r"(v));
         w[j / 4] |= v << (16 * (j % 4));
@@ -365,90 +376,101 @@ INLINE void q5_high_bits(__m256i qh, __m256i q[8]) {
     }
 }
 
-/* Decode the group of `type` at p whose first r (1..8) blocks are real (blk). */
-INLINE void load_group(int type, const uint8_t *p, int r, struct wgroup *w) {
+/* Bytes of one block of a 32-block type. */
+INLINE size_t block_bytes(int type) {
+    switch (type) {
+    case PI_TYPE_Q4_0:
+        return 18;
+    case PI_TYPE_Q4_1:
+        return 20;
+    case PI_TYPE_Q5_0:
+        return 22;
+    case PI_TYPE_Q5_1:
+        return 24;
+    case PI_TYPE_ID_IQ4_NL:
+        return 18;
+    case PI_TYPE_MXFP4:
+        return 17;
+    default:
+        return 34;
+    }
+}
+
+/* Decode the group of `type` whose blocks g locates (gsrc). */
+INLINE void load_group(int type, const struct gsrc *g, struct wgroup *w) {
     __m256i t[4], a[4];
     switch (type) {
     case PI_TYPE_Q4_0:
-        transpose16(p + 2, 18, r, t);
+        transpose16(g, 2, t);
         nibbles_x16(t, w->q);
-        w->d = halves8(p, 18, r);
+        w->d = halves8(g, 0);
 #if !defined(PI_VNNI) /* the VNNI build subtracts the offset as an integer (int_offset) */
         w->m = _mm256_mul_ps(w->d, _mm256_set1_ps(-8.0f));
 #endif
         break;
     case PI_TYPE_Q4_1:
-        transpose16(p + 4, 20, r, t);
+        transpose16(g, 4, t);
         nibbles_x16(t, w->q);
-        w->d = halves8(p, 20, r);
-        w->m = halves8(p + 2, 20, r);
+        w->d = halves8(g, 0);
+        w->m = halves8(g, 2);
         break;
     case PI_TYPE_Q5_0:
-        transpose16(p + 6, 22, r, t);
+        transpose16(g, 6, t);
         nibbles(t, w->q);
-        q5_high_bits(dwords8(p + 2, 22, r), w->q);
-        w->d = halves8(p, 22, r);
+        q5_high_bits(dwords8(g, 2), w->q);
+        w->d = halves8(g, 0);
 #if !defined(PI_VNNI)
         w->m = _mm256_mul_ps(w->d, _mm256_set1_ps(-16.0f));
 #endif
         break;
     case PI_TYPE_Q5_1:
-        transpose16(p + 8, 24, r, t);
+        transpose16(g, 8, t);
         nibbles(t, w->q);
-        q5_high_bits(dwords8(p + 4, 24, r), w->q);
-        w->d = halves8(p, 24, r);
-        w->m = halves8(p + 2, 24, r);
+        q5_high_bits(dwords8(g, 4), w->q);
+        w->d = halves8(g, 0);
+        w->m = halves8(g, 2);
         break;
     case PI_TYPE_Q8_0:
         UNROLL
         for (int j = 0; j < 4; j++)
-            a[j] = load2x128(p + 2 + blk(34, r, j), p + 2 + blk(34, r, j + 4));
+            a[j] = load2x128(gblk(g, j) + 2, gblk(g, j + 4) + 2);
         transpose4(a, w->s);
         UNROLL
         for (int j = 0; j < 4; j++)
-            a[j] = load2x128(p + 18 + blk(34, r, j), p + 18 + blk(34, r, j + 4));
+            a[j] = load2x128(gblk(g, j) + 18, gblk(g, j + 4) + 18);
         transpose4(a, w->s + 4);
         UNROLL
         for (int u = 0; u < 8; u++)
             w->q[u] = _mm256_abs_epi8(w->s[u]);
-        w->d = halves8(p, 34, r);
+        w->d = halves8(g, 0);
         break;
     case PI_TYPE_ID_IQ4_NL: {
         const __m256i grid = iq4_grid256();
         __m256i idx[8];
-        transpose16(p + 2, 18, r, t);
+        transpose16(g, 2, t);
         nibbles(t, idx);
         UNROLL
         for (int u = 0; u < 8; u++) {
             w->s[u] = _mm256_shuffle_epi8(grid, idx[u]);
             w->q[u] = _mm256_abs_epi8(w->s[u]);
         }
-        w->d = halves8(p, 18, r);
+        w->d = halves8(g, 0);
         break;
     }
     case PI_TYPE_MXFP4: {
         const __m256i grid = mxfp4_grid256();
         __m256i idx[8];
-        transpose16(p + 1, 17, r, t);
+        transpose16(g, 1, t);
         nibbles(t, idx);
         UNROLL
         for (int u = 0; u < 8; u++) {
             w->s[u] = _mm256_shuffle_epi8(grid, idx[u]);
             w->q[u] = _mm256_abs_epi8(w->s[u]);
         }
-        w->d = e8m0x8(p, 17, r);
+        w->d = e8m0x8(g, 0);
         break;
     }
     }
-}
-
-/* load_group with the full groups' r = 8 a constant (blk's choice then folds away), the
- * partial last group with its own r. */
-INLINE void load_group_at(int type, const uint8_t *p, int r, struct wgroup *w) {
-    if (r == 8)
-        load_group(type, p, 8, w);
-    else
-        load_group(type, p, r, w);
 }
 
 /* The 32-block types' three ways with a block's offset:
@@ -477,6 +499,34 @@ INLINE int int_offset(int type) {
 INLINE int has_offset(int type) {
     return !signed_type(type) && !int_offset(type);
 }
+
+/* load_group of a partial group: the repeated blocks' scales (d, and m where the type
+ * has one) are made 0, so that their lanes add exact zeros even when a real block's
+ * scale is not finite. */
+INLINE void load_partial(int type, const struct gsrc *g, struct wgroup *w) {
+    const __m256i k = _mm256_setr_epi32(0, 1, 2, 3, 0, 1, 2, 3);
+    const __m256i r = _mm256_setr_epi32(g->rlo, g->rlo, g->rlo, g->rlo, g->rhi, g->rhi, g->rhi,
+                                        g->rhi);
+    const __m256 real = _mm256_castsi256_ps(_mm256_cmpgt_epi32(r, k));
+    load_group(type, g, w);
+    w->d = _mm256_and_ps(w->d, real);
+    if (has_offset(type))
+        w->m = _mm256_and_ps(w->m, real);
+}
+
+/* The group of `type` at p of one row, its first r (1..8) blocks real; a full group
+ * (r = 8) with constant offsets. */
+INLINE void load_group_at(int type, const uint8_t *p, int r, struct wgroup *w) {
+    const size_t bb = block_bytes(type);
+    if (r == 8) {
+        const struct gsrc g = {p, p + 4 * bb, bb, 4, 4};
+        load_group(type, &g, w);
+    } else {
+        const struct gsrc g = {p, r > 4 ? p + 4 * bb : p, bb, r < 4 ? r : 4, r > 4 ? r - 4 : r};
+        load_partial(type, &g, w);
+    }
+}
+
 
 #if defined(PI_VNNI)
 
@@ -567,6 +617,50 @@ INLINE __m256i dot8_s4(const struct wgroup *w, const uint8_t *xg) {
 
 /* acc + the group's contribution to dot(row, x) for one activation group xg:
  * d*dx*isum + m*s (but Q8_0 has no m). */
+/* The operands of group_dot's multiply-adds: acc + a * b (+ m * s for has_offset). */
+struct gterms {
+    __m256 a, b, m, s;
+};
+
+INLINE __m256 group_dot(int type, const struct wgroup *w, const uint8_t *xg, __m256 acc);
+
+INLINE struct gterms group_terms(int type, const struct wgroup *w, const uint8_t *xg) {
+    const __m256 dx = _mm256_loadu_ps((const float *)(const void *)(xg + 256));
+    __m256i isum;
+    if (signed_type(type))
+        isum = type == PI_TYPE_MXFP4 ? dot8_s4(w, xg) : dot8_s8(w, xg);
+    else if (type == PI_TYPE_Q4_0 || type == PI_TYPE_Q4_1)
+        isum = dot8_u4(w->q, xg);
+    else
+        isum = dot8_u5(w->q, xg);
+    if (int_offset(type))
+        isum = _mm256_sub_epi32(isum, _mm256_slli_epi32(loadu256(xg + 320), int_offset(type)));
+    struct gterms t = {_mm256_mul_ps(w->d, dx), _mm256_cvtepi32_ps(isum), w->d, dx};
+    if (has_offset(type)) {
+        t.m = w->m;
+        t.s = _mm256_loadu_ps((const float *)(const void *)(xg + 288));
+    }
+    return t;
+}
+
+/* acc + one row's group terms, in the lanes of `keep` = 0 (all) or only the low four
+ * lanes (keep = 0xf0: the high lanes stay as they were). */
+INLINE __m256 apply_terms(int type, struct gterms t, __m256 acc, int keep) {
+    __m256 r = _mm256_fmadd_ps(t.a, t.b, acc);
+    if (has_offset(type))
+        r = _mm256_fmadd_ps(t.m, t.s, r);
+    return keep ? _mm256_blend_ps(r, acc, 0xf0) : r;
+}
+
+/* The high half's terms in the low lanes (the second row of a merged partial group). */
+INLINE struct gterms high_terms(struct gterms t) {
+    const struct gterms h = {_mm256_permute2f128_ps(t.a, t.a, 0x01),
+                             _mm256_permute2f128_ps(t.b, t.b, 0x01),
+                             _mm256_permute2f128_ps(t.m, t.m, 0x01),
+                             _mm256_permute2f128_ps(t.s, t.s, 0x01)};
+    return h;
+}
+
 INLINE __m256 group_dot(int type, const struct wgroup *w, const uint8_t *xg, __m256 acc) {
     __m256 dx = _mm256_loadu_ps((const float *)(const void *)(xg + 256));
     __m256i isum;
@@ -584,24 +678,6 @@ INLINE __m256 group_dot(int type, const struct wgroup *w, const uint8_t *xg, __m
     return acc;
 }
 
-INLINE size_t block_bytes(int type) {
-    switch (type) {
-    case PI_TYPE_Q4_0:
-        return 18;
-    case PI_TYPE_Q4_1:
-        return 20;
-    case PI_TYPE_Q5_0:
-        return 22;
-    case PI_TYPE_Q5_1:
-        return 24;
-    case PI_TYPE_ID_IQ4_NL:
-        return 18;
-    case PI_TYPE_MXFP4:
-        return 17;
-    default:
-        return 34;
-    }
-}
 
 /* ---- 32-blocks: the tail of a row ----------------------------------------------------
  *
@@ -1026,9 +1102,30 @@ INLINE void hsum2_ps(__m256 a, __m256 b, float *sa, float *sb) {
 }
 
 /* *y[i] = dot(rows[i], x), i < DEC_ROWS, n <= KB_UNITS * 256. */
+/* The activation group xg with its low half (blocks 0-3) copied into the high half, for
+ * two rows' partial groups merged into one (rows_ptr_to_y). */
+INLINE void dup_low_half(const uint8_t *xg, uint8_t *out) {
+    UNROLL
+    for (int u = 0; u < 11; u++) /* 8 steps, d, s, sum */
+        _mm256_storeu_si256((__m256i *)(void *)(out + 32 * u),
+                            _mm256_permute4x64_epi64(loadu256(xg + 32 * u), 0x44));
+}
+
+/* dup_low_half of x's last group into xd when its partial group merges (1..4 blocks);
+ * returns xd then, else NULL. */
+INLINE const uint8_t *tail_dup(const uint8_t *x, int64_t n, uint8_t *xd) {
+    const int rt = (int)(n / 32 % 8);
+    if (rt == 0 || rt > 4)
+        return NULL;
+    dup_low_half(x + (size_t)(n / 256) * PI_Q8_0_GROUP_BYTES, xd);
+    return xd;
+}
+
+/* xd: tail_dup of x. */
 INLINE void rows_ptr_to_y(int type, const uint8_t *const *rows, int64_t n, const uint8_t *x,
-                          float *const *y) {
-    const int64_t nb = n / 32, ng = (nb + 7) / 8;
+                          const uint8_t *xd, float *const *y) {
+    const int64_t nb = n / 32, gf = nb / 8;
+    const int rt = (int)(nb % 8); /* blocks of the partial last group */
     const size_t bb = block_bytes(type);
     __m256 acc[DEC_ROWS];
     float part[DEC_ROWS];
@@ -1036,10 +1133,31 @@ INLINE void rows_ptr_to_y(int type, const uint8_t *const *rows, int64_t n, const
     for (int i = 0; i < DEC_ROWS; i++) {
         const uint8_t *r = rows[i];
         acc[i] = _mm256_setzero_ps();
-        for (int64_t g = 0; g < ng; g++) {
+        for (int64_t g = 0; g < gf; g++) {
             struct wgroup wg;
-            load_group_at(type, r + (size_t)(8 * g) * bb, group_r(nb, g), &wg);
+            load_group_at(type, r + (size_t)(8 * g) * bb, 8, &wg);
             acc[i] = group_dot(type, &wg, x + (size_t)g * PI_Q8_0_GROUP_BYTES, acc[i]);
+        }
+    }
+    /* A partial last group of at most 4 blocks: both rows' blocks in one group, one row
+     * per half, against the activations' low half in both; each row's lanes get exactly
+     * what their own group would give them (its high lanes would only add zeros). */
+    const uint8_t *xl = x + (size_t)gf * PI_Q8_0_GROUP_BYTES;
+    if (xd) {
+        struct wgroup wg;
+        const struct gsrc g = {rows[0] + (size_t)(8 * gf) * bb, rows[1] + (size_t)(8 * gf) * bb,
+                               bb, rt, rt};
+        _Static_assert(DEC_ROWS == 2, "two rows per merged group");
+        load_partial(type, &g, &wg);
+        const struct gterms t = group_terms(type, &wg, xd);
+        acc[0] = apply_terms(type, t, acc[0], 1);
+        acc[1] = apply_terms(type, high_terms(t), acc[1], 1);
+    } else if (rt > 0) {
+        UNROLL
+        for (int i = 0; i < DEC_ROWS; i++) {
+            struct wgroup wg;
+            load_group_at(type, rows[i] + (size_t)(8 * gf) * bb, rt, &wg);
+            acc[i] = group_dot(type, &wg, xl, acc[i]);
         }
     }
     UNROLL
@@ -1052,14 +1170,14 @@ INLINE void rows_ptr_to_y(int type, const uint8_t *const *rows, int64_t n, const
 
 /* y[i] = dot(row i, x), i < DEC_ROWS, rows rb bytes apart, n <= KB_UNITS * 256. */
 INLINE void rows_to_y(int type, const uint8_t *row, size_t rb, int64_t n, const uint8_t *x,
-                      float *y) {
+                      const uint8_t *xd, float *y) {
     const uint8_t *rows[DEC_ROWS];
     float *ys[DEC_ROWS];
     for (int i = 0; i < DEC_ROWS; i++) {
         rows[i] = row + (size_t)i * rb;
         ys[i] = y + i;
     }
-    rows_ptr_to_y(type, rows, n, x, ys);
+    rows_ptr_to_y(type, rows, n, x, xd, ys);
 }
 
 #if defined(PI_VNNI)
@@ -1090,9 +1208,11 @@ INLINE void gemm_units(int type, const void *W, size_t rb, const int32_t *idx, i
             }
 #endif
             if (tt == 1 && nk == 1 && !is_k_quant(type) && !idx) {
+                _Alignas(32) uint8_t xdb[PI_Q8_0_GROUP_BYTES];
+                const uint8_t *xd = tail_dup(x, n, xdb);
                 int64_t r = r0;
                 for (; r + DEC_ROWS <= r1; r += DEC_ROWS)
-                    rows_to_y(type, w + (size_t)r * rb, rb, n, x, y + r);
+                    rows_to_y(type, w + (size_t)r * rb, rb, n, x, xd, y + r);
                 for (; r < r1; r++)
                     kblock_to_y(type, w + (size_t)r * rb, n, 0, x, vb, 1, y + r, ldy);
             } else if ((size_t)tt * vb <= GEMM_L1_ACT_BYTES) {
@@ -1127,6 +1247,8 @@ INLINE void gemv_idx_units(int type, const void *W, size_t rb, const int32_t *id
                            const void *X, float *Y, int64_t n) {
     const uint8_t *w = W, *x = X;
     const int pairs = !is_k_quant(type) && (n + 255) / 256 <= KB_UNITS;
+    _Alignas(32) uint8_t xdb[PI_Q8_0_GROUP_BYTES];
+    const uint8_t *xd = pairs ? tail_dup(x, n, xdb) : NULL;
     for (int64_t i = 0; i < ni && i < PREFETCH_AHEAD; i++)
         prefetch_row(w + (size_t)idx[i] * rb, rb);
     int64_t i = 0;
@@ -1140,7 +1262,7 @@ INLINE void gemv_idx_units(int type, const void *W, size_t rb, const int32_t *id
                 rows[k] = w + (size_t)idx[i + k] * rb;
                 ys[k] = Y + idx[i + k];
             }
-            rows_ptr_to_y(type, rows, n, x, ys);
+            rows_ptr_to_y(type, rows, n, x, xd, ys);
         }
     for (; i < ni; i++) {
         if (i + PREFETCH_AHEAD < ni)

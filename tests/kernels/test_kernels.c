@@ -681,7 +681,7 @@ static void test_dot_gemm(void **state) {
  * paired-row decode path) and past it; ni of 0, 1, a few (odd, for the pair's tail) and
  * all rows. */
 static void test_gemv_idx(void **state) {
-    static const int nblk32[] = {1, 3, 8, 9, 17, 64, 65, 128};
+    static const int nblk32[] = {1, 3, 7, 8, 9, 14, 17, 64, 65, 128};
     static const int nblk_other[] = {1, 2, 3, 8, 9};
     static const int64_t nis[] = {0, 1, 2, 3, 7, 20, 37};
     enum { NR = 37, NY = NR + 3 }; /* y has 3 entries past the last row, never written */
@@ -769,7 +769,7 @@ static void test_gemv_idx(void **state) {
  * (1, 3, 8, 9, 16, 19), odd lengths: each value is the table's dot bit for bit, and
  * nothing outside the listed rows is written. */
 static void test_gemm_idx(void **state) {
-    static const int nblk32[] = {1, 3, 9, 17, 65};
+    static const int nblk32[] = {1, 3, 6, 9, 17, 65};
     static const int nblk_other[] = {1, 2, 3};
     static const int64_t nts[] = {1, 3, 8, 9, 16, 19};
     enum { NR = 29 };
@@ -852,7 +852,7 @@ static void test_gemm_idx(void **state) {
  * K-block, the activations packed in two calls over the tiles: every value is the
  * table's dot bit for bit and nothing outside Y's rows is written. */
 static void test_gemm_packed(void **state) {
-    static const int nblk[] = {1, 3, 9, 17, 65, 72};
+    static const int nblk[] = {1, 3, 7, 9, 14, 17, 65, 72};
     static const int64_t nts[] = {1, 3, 8, 9, 16, 19, 33};
     static const int64_t nrs[] = {1, 2, 5, 40, 77};
     const float sentinel = -12345.0f;
