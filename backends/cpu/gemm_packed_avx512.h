@@ -28,7 +28,7 @@
 
 #define XP_PAIR_BYTES     PAIR_GROUP_BYTES /* as pair_put writes it */
 #define XP_PAIRS          (PI_GEMM_PACK_TOKENS / 2)
-#define PANEL_GROUP_BYTES 320 /* q [8][32], d [8], extra [8] (broadcast to both halves) */
+#define PANEL_GROUP_BYTES 384 /* q [8][32], d [8], extra [8], split: m [8], extra 2 [8] */
 #define PANEL_ROWS        36  /* rows of a panel: 36 x KB_UNITS groups = 184,320 bytes */
 #define PACK_R            3   /* rows of the register tile */
 
@@ -70,18 +70,25 @@ INLINE void pack_x_units(int type, const void *X, size_t vb, int64_t nt, int64_t
  * block's weight sum (signed types) or m (has_offset types). */
 INLINE void pack_panel_row(int type, const uint8_t *row, int64_t nb, int64_t g0, int64_t g1,
                            uint8_t *o) {
-    const size_t bb = block_bytes(type);
+    const size_t gb = group_bytes(type);
     for (int64_t g = g0; g < g1; g++, o += PANEL_GROUP_BYTES) {
         struct wgroup wg;
-        load_group_at(type, row + (size_t)(8 * g) * bb, group_r(nb, g), &wg);
+        load_group_at(type, row + (size_t)g * gb, group_r(nb, g), &wg);
         if (signed_type(type)) {
-            __m256i ws = _mm256_setzero_si256();
+            __m256i ws[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
             UNROLL
             for (int u = 0; u < 8; u++) {
                 _mm256_storeu_si256((__m256i *)(void *)(o + 32 * u), wg.s[u]);
-                ws = _mm256_dpbusd_epi32(ws, _mm256_set1_epi8(1), wg.s[u]);
+                ws[u / 4] = _mm256_dpbusd_epi32(ws[u / 4], _mm256_set1_epi8(1), wg.s[u]);
             }
-            _mm256_storeu_si256((__m256i *)(void *)(o + 288), _mm256_slli_epi32(ws, 7));
+            if (is_split(type)) { /* each half's own scale and weight sum */
+                _mm256_storeu_si256((__m256i *)(void *)(o + 288), _mm256_slli_epi32(ws[0], 7));
+                _mm256_storeu_ps((float *)(void *)(o + 320), wg.m);
+                _mm256_storeu_si256((__m256i *)(void *)(o + 352), _mm256_slli_epi32(ws[1], 7));
+            } else {
+                _mm256_storeu_si256((__m256i *)(void *)(o + 288),
+                                    _mm256_slli_epi32(_mm256_add_epi32(ws[0], ws[1]), 7));
+            }
         } else {
             UNROLL
             for (int u = 0; u < 8; u++) {
@@ -165,6 +172,60 @@ INLINE void packed_micro(int type, int R, const uint8_t *const *pr, int64_t ng, 
     }
 }
 
+/* packed_micro for the split types (is_split): per (row, pair) the two halves of each
+ * block summed apart and scaled by two fmas, as group_terms does; R <= 2 (two
+ * accumulators per pair). */
+INLINE void packed_micro_split(int R, const uint8_t *const *pr, int64_t ng, const uint8_t *xg,
+                               __m512 acc[PACK_R][XP_PAIRS]) {
+    UNROLL
+    for (int r = 0; r < R; r++)
+        UNROLL
+        for (int p = 0; p < XP_PAIRS; p++)
+            acc[r][p] = _mm512_setzero_ps();
+    for (int64_t g = 0; g < ng; g++) {
+        const uint8_t *xgg = xg + (size_t)g * XP_PAIRS * XP_PAIR_BYTES;
+        __m512i s[2][2][XP_PAIRS]; /* [row][half][pair] */
+        UNROLL
+        for (int r = 0; r < R; r++)
+            UNROLL
+            for (int h = 0; h < 2; h++)
+                UNROLL
+                for (int p = 0; p < XP_PAIRS; p++)
+                    s[r][h][p] = _mm512_setzero_si512();
+        UNROLL
+        for (int u = 0; u < 8; u++) {
+            __m512i w[2];
+            UNROLL
+            for (int r = 0; r < R; r++)
+                w[r] = bcast256(pr[r] + (size_t)g * PANEL_GROUP_BYTES + 32 * u);
+            UNROLL
+            for (int p = 0; p < XP_PAIRS; p++) {
+                __m512i x = loadu512(xgg + (size_t)p * XP_PAIR_BYTES + 64 * u);
+                __asm__("" : "+v"(x)); /* one load for both rows (see packed_micro) */
+                UNROLL
+                for (int r = 0; r < R; r++)
+                    s[r][u / 4][p] = _mm512_dpbusd_epi32(s[r][u / 4][p], x, w[r]);
+            }
+        }
+        UNROLL
+        for (int r = 0; r < R; r++) {
+            const uint8_t *o = pr[r] + (size_t)g * PANEL_GROUP_BYTES;
+            const __m512 dl = bcast256_ps(o + 256), dh = bcast256_ps(o + 320);
+            const __m512i wl = bcast256(o + 288), wh = bcast256(o + 352);
+            UNROLL
+            for (int p = 0; p < XP_PAIRS; p++) {
+                const __m512 dx = _mm512_loadu_ps(xgg + (size_t)p * XP_PAIR_BYTES + 512);
+                acc[r][p] = _mm512_fmadd_ps(_mm512_mul_ps(dl, dx),
+                                            _mm512_cvtepi32_ps(_mm512_sub_epi32(s[r][0][p], wl)),
+                                            acc[r][p]);
+                acc[r][p] = _mm512_fmadd_ps(_mm512_mul_ps(dh, dx),
+                                            _mm512_cvtepi32_ps(_mm512_sub_epi32(s[r][1][p], wh)),
+                                            acc[r][p]);
+            }
+        }
+    }
+}
+
 /* hsum_ps of both 256-bit halves of v at once, in its order of adds: lane 0 holds the
  * low half's sum, lane 8 the high half's. */
 INLINE __m512 hsum_halves(__m512 v) {
@@ -214,6 +275,22 @@ INLINE void gemm_packed_units(int type, const void *W, size_t rb, int64_t nr, co
                                     (size_t)g0 * XP_PAIRS * XP_PAIR_BYTES;
                 const int64_t t0 = tile * PI_GEMM_PACK_TOKENS;
                 int64_t r = r0;
+                if (is_split(type)) {
+                    for (; r + 2 <= r1; r += 2) {
+                        __m512 acc[PACK_R][XP_PAIRS];
+                        const uint8_t *pr[PACK_R] = {panel + (size_t)(r - r0) * prow,
+                                                     panel + (size_t)(r - r0 + 1) * prow};
+                        packed_micro_split(2, pr, g1 - g0, xg, acc);
+                        packed_to_y(2, acc, k, t0, nt, Y + r, ldy);
+                    }
+                    if (r < r1) {
+                        __m512 acc[PACK_R][XP_PAIRS];
+                        const uint8_t *pr[PACK_R] = {panel + (size_t)(r - r0) * prow};
+                        packed_micro_split(1, pr, g1 - g0, xg, acc);
+                        packed_to_y(1, acc, k, t0, nt, Y + r, ldy);
+                    }
+                    continue;
+                }
                 for (; r + PACK_R <= r1; r += PACK_R) {
                     __m512 acc[PACK_R][XP_PAIRS];
                     const uint8_t *pr[PACK_R];

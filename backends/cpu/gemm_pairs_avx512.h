@@ -31,7 +31,7 @@
 INLINE int pairs_type(int type) {
     return type == PI_TYPE_Q4_0 || type == PI_TYPE_Q4_1 || type == PI_TYPE_Q5_0 ||
            type == PI_TYPE_Q5_1 || type == PI_TYPE_Q8_0 || type == PI_TYPE_ID_IQ4_NL ||
-           type == PI_TYPE_MXFP4;
+           type == PI_TYPE_MXFP4 || is_kgroup(type);
 }
 
 /* One pair's group at o (PAIR_GROUP_BYTES) from the PI_VEC_Q8_0 groups of two tokens
@@ -114,12 +114,26 @@ INLINE __m512i pair_isum(int type, const __m512i q[8], const uint8_t *xg, __m512
     return _mm512_add_epi32(a, b);
 }
 
+/* pair_isum of a split type's halves: steps 0-3 (returned, less ws[0]) and 4-7 (*hi,
+ * less ws[1]); ws: 128 times each half's weight sums. */
+INLINE __m512i pair_isum_halves(const __m512i q[8], const uint8_t *xg, const __m512i ws[2],
+                                __m512i *hi) {
+    __m512i a = _mm512_setzero_si512(), b = _mm512_setzero_si512();
+    UNROLL
+    for (int u = 0; u < 4; u++) {
+        a = _mm512_dpbusd_epi32(a, loadu512(xg + 64 * u), q[u]);
+        b = _mm512_dpbusd_epi32(b, loadu512(xg + 64 * (u + 4)), q[u + 4]);
+    }
+    *hi = _mm512_sub_epi32(b, ws[1]);
+    return _mm512_sub_epi32(a, ws[0]);
+}
+
 /* out[t] for the GEMM_TILE tokens over the groups [g0, g1) of one row (nb blocks, the
  * last group possibly partial), as row_kblock_n computes it; xp: the tile's pairs for
  * these groups (pairs_gather from g0). */
 INLINE void row_kblock_pairs(int type, const uint8_t *row, int64_t nb, int64_t g0, int64_t g1,
                              const uint8_t *xp, float *out) {
-    const size_t bb = block_bytes(type);
+    const size_t gb = group_bytes(type);
     __m512 acc[PAIRS];
     UNROLL
     for (int p = 0; p < PAIRS; p++)
@@ -127,26 +141,36 @@ INLINE void row_kblock_pairs(int type, const uint8_t *row, int64_t nb, int64_t g
     for (int64_t g = g0; g < g1; g++) {
         struct wgroup wg;
         __m512i q[8];
-        load_group_at(type, row + (size_t)(8 * g) * bb, group_r(nb, g), &wg);
-        __m512i wsum128 = _mm512_setzero_si512();
+        load_group_at(type, row + (size_t)g * gb, group_r(nb, g), &wg);
+        __m512i wsum128 = _mm512_setzero_si512(), wsh[2];
         if (signed_type(type)) {
-            __m256i ws = _mm256_setzero_si256();
+            __m256i ws[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
             UNROLL
             for (int u = 0; u < 8; u++) {
                 q[u] = both_halves(wg.s[u]);
-                ws = _mm256_dpbusd_epi32(ws, _mm256_set1_epi8(1), wg.s[u]);
+                ws[u / 4] = _mm256_dpbusd_epi32(ws[u / 4], _mm256_set1_epi8(1), wg.s[u]);
             }
-            wsum128 = both_halves(_mm256_slli_epi32(ws, 7));
+            wsh[0] = both_halves(_mm256_slli_epi32(ws[0], 7));
+            wsh[1] = both_halves(_mm256_slli_epi32(ws[1], 7));
+            wsum128 = _mm512_add_epi32(wsh[0], wsh[1]);
         } else {
             UNROLL
             for (int u = 0; u < 8; u++)
                 q[u] = both_halves(wg.q[u]);
         }
         const __m512 d = both_halves_ps(wg.d);
-        const __m512 m = has_offset(type) ? both_halves_ps(wg.m) : d;
+        const __m512 m = has_offset(type) || is_split(type) ? both_halves_ps(wg.m) : d;
         UNROLL
         for (int p = 0; p < PAIRS; p++) {
             const uint8_t *xg = xp + ((size_t)p * (size_t)KB_UNITS + (size_t)(g - g0)) * PAIR_GROUP_BYTES;
+            if (is_split(type)) { /* as group_terms: the halves' scales in two fmas */
+                __m512i hi;
+                const __m512i lo = pair_isum_halves(q, xg, wsh, &hi);
+                const __m512 dx = _mm512_loadu_ps(xg + 512);
+                acc[p] = _mm512_fmadd_ps(_mm512_mul_ps(d, dx), _mm512_cvtepi32_ps(lo), acc[p]);
+                acc[p] = _mm512_fmadd_ps(_mm512_mul_ps(m, dx), _mm512_cvtepi32_ps(hi), acc[p]);
+                continue;
+            }
             __m512i isum = pair_isum(type, q, xg, wsum128);
             if (int_offset(type))
                 isum = _mm512_sub_epi32(isum, loadu512(xg + 576));
@@ -174,8 +198,7 @@ INLINE void row_kblock_pairs(int type, const uint8_t *row, int64_t nb, int64_t g
 #define KPAIR_BYTES 640 /* q [8][64], bsum [2][16] int16, dx [2] float, padding */
 
 INLINE int kpairs_type(int type) {
-    return type == PI_TYPE_Q2_K || type == PI_TYPE_Q3_K || type == PI_TYPE_Q4_K ||
-           type == PI_TYPE_Q5_K || type == PI_TYPE_Q6_K;
+    return is_k_quant(type) && type != PI_TYPE_ID_IQ4_XS;
 }
 
 /* Super-blocks b0 .. b0+n-1 of the tile's vectors (nb each) into xp[pair][block]. */

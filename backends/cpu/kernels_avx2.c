@@ -376,6 +376,26 @@ INLINE void q5_high_bits(__m256i qh, __m256i q[8]) {
     }
 }
 
+/* The K-quants whose super-blocks the VNNI build computes as groups (kgroup_decode):
+ * the 8 sub-blocks of 32 values take the place of a group's 8 blocks, with the
+ * sub-block scales folded into per-lane d (and m), against PI_VEC_Q8_0 activations. */
+INLINE int is_kgroup(int type) {
+#if defined(PI_VNNI)
+    return type == PI_TYPE_Q4_K || type == PI_TYPE_Q5_K || type == PI_TYPE_ID_IQ4_XS ||
+           type == PI_TYPE_Q6_K || type == PI_TYPE_Q3_K;
+#else
+    (void)type;
+    return 0;
+#endif
+}
+
+/* The kgroup types with a scale per 16 values (Q3_K, Q6_K): each block of 32 has two,
+ * so its steps 0-3 and 4-7 are summed apart and scaled by two FMAs (d: the first
+ * half's d * sc, m: the second's). */
+INLINE int is_split(int type) {
+    return is_kgroup(type) && (type == PI_TYPE_Q6_K || type == PI_TYPE_Q3_K);
+}
+
 /* Bytes of one block of a 32-block type. */
 INLINE size_t block_bytes(int type) {
     switch (type) {
@@ -396,8 +416,72 @@ INLINE size_t block_bytes(int type) {
     }
 }
 
+/* Bytes of one group: 8 blocks, or a K super-block (is_kgroup). */
+INLINE size_t group_bytes(int type) {
+    switch (type) {
+    case PI_TYPE_Q4_K:
+        return 144;
+    case PI_TYPE_Q5_K:
+        return 176;
+    case PI_TYPE_ID_IQ4_XS:
+        return 136;
+    case PI_TYPE_Q6_K:
+        return 210;
+    case PI_TYPE_Q3_K:
+        return 110;
+    default:
+        return 8 * block_bytes(type);
+    }
+}
+
+/* 8 x 8 transpose of dwords: dword c of t[u] = dword u of v[c]. */
+INLINE void transpose8(const __m256i v[8], __m256i t[8]) {
+    __m256i a[8], b[8];
+    UNROLL
+    for (int i = 0; i < 8; i += 2) {
+        a[i] = _mm256_unpacklo_epi32(v[i], v[i + 1]);
+        a[i + 1] = _mm256_unpackhi_epi32(v[i], v[i + 1]);
+    }
+    UNROLL
+    for (int i = 0; i < 8; i += 4) {
+        b[i] = _mm256_unpacklo_epi64(a[i], a[i + 2]);
+        b[i + 1] = _mm256_unpackhi_epi64(a[i], a[i + 2]);
+        b[i + 2] = _mm256_unpacklo_epi64(a[i + 1], a[i + 3]);
+        b[i + 3] = _mm256_unpackhi_epi64(a[i + 1], a[i + 3]);
+    }
+    /* b[k] (k < 4) holds dwords k and 4 + k of v[0..3] in its lanes, b[4 + k] of v[4..7] */
+    UNROLL
+    for (int k = 0; k < 4; k++) {
+        t[k] = _mm256_permute2x128_si256(b[k], b[4 + k], 0x20);
+        t[4 + k] = _mm256_permute2x128_si256(b[k], b[4 + k], 0x31);
+    }
+}
+
+/* Q4_K/Q5_K 12 packed bytes -> bytes sc[0..7] | mn[0..7]. Bytewise on 32-bit words:
+ * sc[0..3] = s0-3 & 63, mn[0..3] = s4-7 & 63, sc[4..7] = (s8-11 & 15) | (s0-3 >> 6) << 4,
+ * mn[4..7] = (s8-11 >> 4) | (s4-7 >> 6) << 4. */
+INLINE __m128i k4_scales(const uint8_t *s) {
+    uint32_t a, b, c, w[4];
+    memcpy(&a, s, 4);
+    memcpy(&b, s + 4, 4);
+    memcpy(&c, s + 8, 4);
+    w[0] = a & 0x3f3f3f3fu;
+    w[1] = (c & 0x0f0f0f0fu) | (((a >> 6) & 0x03030303u) << 4);
+    w[2] = b & 0x3f3f3f3fu;
+    w[3] = ((c >> 4) & 0x0f0f0f0fu) | (((b >> 6) & 0x03030303u) << 4);
+    return loadu128(w);
+}
+
+/* A K super-block decoded as a group (is_kgroup; defined with the K-quants below). */
+INLINE void kgroup_decode(int type, const uint8_t *blk, struct wgroup *w);
+
+
 /* Decode the group of `type` whose blocks g locates (gsrc). */
 INLINE void load_group(int type, const struct gsrc *g, struct wgroup *w) {
+    if (is_kgroup(type)) {
+        kgroup_decode(type, g->lo, w);
+        return;
+    }
     __m256i t[4], a[4];
     switch (type) {
     case PI_TYPE_Q4_0:
@@ -484,7 +568,8 @@ INLINE void load_group(int type, const struct gsrc *g, struct wgroup *w) {
  *   block's offset m (Q4_0: -8 d) times the activation block's s = dx * sum(q), as a
  *   second fma. */
 INLINE int signed_type(int type) {
-    return type == PI_TYPE_Q8_0 || type == PI_TYPE_ID_IQ4_NL || type == PI_TYPE_MXFP4;
+    return type == PI_TYPE_Q8_0 || type == PI_TYPE_ID_IQ4_NL || type == PI_TYPE_MXFP4 ||
+           (is_kgroup(type) && (type == PI_TYPE_ID_IQ4_XS || is_split(type)));
 }
 
 INLINE int int_offset(int type) {
@@ -517,7 +602,7 @@ INLINE void load_partial(int type, const struct gsrc *g, struct wgroup *w) {
 /* The group of `type` at p of one row, its first r (1..8) blocks real; a full group
  * (r = 8) with constant offsets. */
 INLINE void load_group_at(int type, const uint8_t *p, int r, struct wgroup *w) {
-    const size_t bb = block_bytes(type);
+    const size_t bb = block_bytes(type); /* (not used by the K super-blocks) */
     if (r == 8) {
         const struct gsrc g = {p, p + 4 * bb, bb, 4, 4};
         load_group(type, &g, w);
@@ -567,6 +652,19 @@ INLINE __m256i dot8_s8(const struct wgroup *w, const uint8_t *xg) {
     return _mm256_add_epi32(a, b);
 }
 #  define dot8_s4 dot8_s8
+
+/* dot8_s8 of steps 0-3 (returned) and 4-7 (*hi) apart: the split types' halves. */
+INLINE __m256i dot8_s8_halves(const struct wgroup *w, const uint8_t *xg, __m256i *hi) {
+    __m256i a = _mm256_setzero_si256(), b = _mm256_setzero_si256();
+    UNROLL
+    for (int u = 0; u < 4; u++) {
+        a = _mm256_dpbusd_epi32(a, w->q[u], _mm256_sign_epi8(loadu256(xg + 32 * u), w->s[u]));
+        b = _mm256_dpbusd_epi32(b, w->q[u + 4],
+                                _mm256_sign_epi8(loadu256(xg + 32 * (u + 4)), w->s[u + 4]));
+    }
+    *hi = b;
+    return a;
+}
 
 #else
 
@@ -622,11 +720,18 @@ struct gterms {
     __m256 a, b, m, s;
 };
 
-INLINE __m256 group_dot(int type, const struct wgroup *w, const uint8_t *xg, __m256 acc);
-
 INLINE struct gterms group_terms(int type, const struct wgroup *w, const uint8_t *xg) {
     const __m256 dx = _mm256_loadu_ps((const float *)(const void *)(xg + 256));
     __m256i isum;
+#if defined(PI_VNNI)
+    if (is_split(type)) {
+        __m256i hi;
+        isum = dot8_s8_halves(w, xg, &hi);
+        const struct gterms t = {_mm256_mul_ps(w->d, dx), _mm256_cvtepi32_ps(isum),
+                                 _mm256_mul_ps(w->m, dx), _mm256_cvtepi32_ps(hi)};
+        return t;
+    }
+#endif
     if (signed_type(type))
         isum = type == PI_TYPE_MXFP4 ? dot8_s4(w, xg) : dot8_s8(w, xg);
     else if (type == PI_TYPE_Q4_0 || type == PI_TYPE_Q4_1)
@@ -647,7 +752,7 @@ INLINE struct gterms group_terms(int type, const struct wgroup *w, const uint8_t
  * lanes (keep = 0xf0: the high lanes stay as they were). */
 INLINE __m256 apply_terms(int type, struct gterms t, __m256 acc, int keep) {
     __m256 r = _mm256_fmadd_ps(t.a, t.b, acc);
-    if (has_offset(type))
+    if (has_offset(type) || is_split(type))
         r = _mm256_fmadd_ps(t.m, t.s, r);
     return keep ? _mm256_blend_ps(r, acc, 0xf0) : r;
 }
@@ -662,20 +767,7 @@ INLINE struct gterms high_terms(struct gterms t) {
 }
 
 INLINE __m256 group_dot(int type, const struct wgroup *w, const uint8_t *xg, __m256 acc) {
-    __m256 dx = _mm256_loadu_ps((const float *)(const void *)(xg + 256));
-    __m256i isum;
-    if (signed_type(type))
-        isum = type == PI_TYPE_MXFP4 ? dot8_s4(w, xg) : dot8_s8(w, xg);
-    else if (type == PI_TYPE_Q4_0 || type == PI_TYPE_Q4_1)
-        isum = dot8_u4(w->q, xg);
-    else
-        isum = dot8_u5(w->q, xg);
-    if (int_offset(type))
-        isum = _mm256_sub_epi32(isum, _mm256_slli_epi32(loadu256(xg + 320), int_offset(type)));
-    acc = _mm256_fmadd_ps(_mm256_mul_ps(w->d, dx), _mm256_cvtepi32_ps(isum), acc);
-    if (has_offset(type))
-        acc = _mm256_fmadd_ps(w->m, _mm256_loadu_ps((const float *)(const void *)(xg + 288)), acc);
-    return acc;
+    return apply_terms(type, group_terms(type, w, xg), acc, 0);
 }
 
 
@@ -699,7 +791,7 @@ INLINE int group_r(int64_t nb, int64_t g) {
  * for tt activation vectors vb bytes apart: out[t] = hsum of an 8-lane accumulator. */
 INLINE void row_kblock_n(int type, const uint8_t *row, int64_t nb, int64_t g0, int64_t g1,
                          const uint8_t *x, size_t vb, int tt, float *out) {
-    const size_t bb = block_bytes(type);
+    const size_t gb = group_bytes(type);
     __m256 acc[GEMM_TILE];
     UNROLL
     for (int t = 0; t < tt; t++)
@@ -707,7 +799,7 @@ INLINE void row_kblock_n(int type, const uint8_t *row, int64_t nb, int64_t g0, i
     for (int64_t g = g0; g < g1; g++) {
         struct wgroup wg;
         const uint8_t *xg = x + (size_t)g * PI_Q8_0_GROUP_BYTES;
-        load_group_at(type, row + (size_t)(8 * g) * bb, group_r(nb, g), &wg);
+        load_group_at(type, row + (size_t)g * gb, group_r(nb, g), &wg);
         UNROLL
         for (int t = 0; t < tt; t++)
             acc[t] = group_dot(type, &wg, xg + (size_t)t * vb, acc[t]);
@@ -731,20 +823,6 @@ INLINE float xk_d(const void *x, int64_t nb, int64_t b) {
     return d;
 }
 
-/* Q4_K/Q5_K 12 packed bytes -> bytes sc[0..7] | mn[0..7]. Bytewise on 32-bit words:
- * sc[0..3] = s0-3 & 63, mn[0..3] = s4-7 & 63, sc[4..7] = (s8-11 & 15) | (s0-3 >> 6) << 4,
- * mn[4..7] = (s8-11 >> 4) | (s4-7 >> 6) << 4. */
-INLINE __m128i k4_scales(const uint8_t *s) {
-    uint32_t a, b, c, w[4];
-    memcpy(&a, s, 4);
-    memcpy(&b, s + 4, 4);
-    memcpy(&c, s + 8, 4);
-    w[0] = a & 0x3f3f3f3fu;
-    w[1] = (c & 0x0f0f0f0fu) | (((a >> 6) & 0x03030303u) << 4);
-    w[2] = b & 0x3f3f3f3fu;
-    w[3] = ((c >> 4) & 0x0f0f0f0fu) | (((b >> 6) & 0x03030303u) << 4);
-    return loadu128(w);
-}
 
 /* acc + the int16 products a*b summed in pairs (vpdpwssd with VNNI). */
 INLINE __m256i madd_acc(__m256i acc, __m256i a, __m256i b) {
@@ -965,6 +1043,87 @@ INLINE void k_decode(int type, const uint8_t *blk, struct kblock *kb) {
     }
 }
 
+/* A K super-block as a group (is_kgroup): v[c] = sub-block c's 32 quants in value order
+ * (unsigned for Q4_K/Q5_K, the signed grid values for IQ4_XS), transposed into the
+ * group's steps; d = the sub-block scales d * sc_c, m = -dmin * min_c (exact products of
+ * an f16 and a 6-bit integer). */
+/* The 16 signed scales (bytes) of a split type as the floats d * sc of the even ones
+ * (lo) and the odd ones (hi): per block of 32, its first and second half's. */
+INLINE void split_scales(__m128i sc, float d, __m256 *lo, __m256 *hi) {
+    const __m128i ev = _mm_shuffle_epi8(sc, _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9,
+                                                          11, 13, 15));
+    *lo = _mm256_mul_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(ev)));
+    *hi = _mm256_mul_ps(_mm256_set1_ps(d),
+                        _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(ev, 8))));
+}
+
+INLINE void kgroup_decode(int type, const uint8_t *blk, struct wgroup *w) {
+    __m256i v[8];
+    if (type == PI_TYPE_Q6_K || type == PI_TYPE_Q3_K) {
+        struct kblock kb; /* blocks of 32 in value order, quants + 32 (+ 4 for Q3_K) */
+        k_decode(type, blk, &kb);
+        const __m256i off = _mm256_set1_epi8(type == PI_TYPE_Q6_K ? 32 : 4);
+        UNROLL
+        for (int c = 0; c < 8; c++)
+            v[c] = _mm256_sub_epi8(kb.q[c], off);
+        transpose8(v, w->s);
+        UNROLL
+        for (int u = 0; u < 8; u++)
+            w->q[u] = _mm256_abs_epi8(w->s[u]);
+        if (type == PI_TYPE_Q6_K)
+            split_scales(loadu128(blk + 192), kb.d, &w->d, &w->m);
+        else
+            split_scales(q3_k_scales(blk + 96), kb.d, &w->d, &w->m);
+        return;
+    }
+    if (type == PI_TYPE_ID_IQ4_XS) {
+        const __m256i grid = iq4_grid256();
+        uint16_t sh;
+        uint32_t sl;
+        memcpy(&sh, blk + 2, 2);
+        memcpy(&sl, blk + 4, 4);
+        const __m256i ls = _mm256_or_si256(
+            _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32((int)sl),
+                                               _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28)),
+                             _mm256_set1_epi32(15)),
+            _mm256_slli_epi32(
+                _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(sh),
+                                                   _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14)),
+                                 _mm256_set1_epi32(3)),
+                4));
+        UNROLL
+        for (int c = 0; c < 8; c++)
+            v[c] = _mm256_shuffle_epi8(grid, unpack_nibbles(blk + 8 + 16 * c));
+        transpose8(v, w->s);
+        UNROLL
+        for (int u = 0; u < 8; u++)
+            w->q[u] = _mm256_abs_epi8(w->s[u]);
+        w->d = _mm256_mul_ps(_mm256_set1_ps(f16_at(blk)),
+                             _mm256_cvtepi32_ps(_mm256_sub_epi32(ls, _mm256_set1_epi32(32))));
+        return;
+    }
+    const __m256i m4 = _mm256_set1_epi8(0x0f), b16 = _mm256_set1_epi8(0x10);
+    const uint8_t *qs = blk + (type == PI_TYPE_Q5_K ? 48 : 16);
+    const __m128i scm = k4_scales(blk + 4); /* bytes 0-7 scales, 8-15 mins */
+    __m256i h = type == PI_TYPE_Q5_K ? loadu256(blk + 16) : _mm256_setzero_si256();
+    UNROLL
+    for (int g = 0; g < 4; g++) {
+        const __m256i q = loadu256(qs + 32 * g);
+        v[2 * g] = _mm256_and_si256(q, m4);
+        v[2 * g + 1] = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+        if (type == PI_TYPE_Q5_K) {
+            v[2 * g] = _mm256_or_si256(v[2 * g], _mm256_and_si256(_mm256_slli_epi16(h, 4), b16));
+            v[2 * g + 1] =
+                _mm256_or_si256(v[2 * g + 1], _mm256_and_si256(_mm256_slli_epi16(h, 3), b16));
+            h = _mm256_srli_epi16(h, 2);
+        }
+    }
+    transpose8(v, w->q);
+    w->d = _mm256_mul_ps(_mm256_set1_ps(f16_at(blk)), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(scm)));
+    w->m = _mm256_mul_ps(_mm256_set1_ps(-f16_at(blk + 2)),
+                         _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(scm, 8))));
+}
+
 /* acc + one decoded super-block dotted with activations xq [256], bsum [16], scale dx:
  * isum = sum_c madd(maddubs(q[c], x[c]), sc[c]) (IQ4_XS: maddubs(|q[c]|, x[c] with the
  * sign of q[c])); Q2_K/Q4_K/Q5_K: d*dx*isum - dmin*dx*(mins . bsums); Q6_K:
@@ -1048,9 +1207,11 @@ INLINE void row_kblock_k(int type, const uint8_t *row, int64_t nb, int64_t b0, i
 
 /* ---- dot and gemm drivers, both block families ------------------------------------ */
 
+/* The types computed as K super-blocks against PI_VEC_Q8_K (the kgroup ones are groups). */
 INLINE int is_k_quant(int type) {
-    return type == PI_TYPE_Q2_K || type == PI_TYPE_Q3_K || type == PI_TYPE_Q4_K ||
-           type == PI_TYPE_Q5_K || type == PI_TYPE_Q6_K || type == PI_TYPE_ID_IQ4_XS;
+    return !is_kgroup(type) &&
+           (type == PI_TYPE_Q2_K || type == PI_TYPE_Q3_K || type == PI_TYPE_Q4_K ||
+            type == PI_TYPE_Q5_K || type == PI_TYPE_Q6_K || type == PI_TYPE_ID_IQ4_XS);
 }
 
 /* out[t] for tt tokens: units [u0, u1) of one row, a unit being 256 values (a group of
@@ -1126,7 +1287,7 @@ INLINE void rows_ptr_to_y(int type, const uint8_t *const *rows, int64_t n, const
                           const uint8_t *xd, float *const *y) {
     const int64_t nb = n / 32, gf = nb / 8;
     const int rt = (int)(nb % 8); /* blocks of the partial last group */
-    const size_t bb = block_bytes(type);
+    const size_t gb = group_bytes(type);
     __m256 acc[DEC_ROWS];
     float part[DEC_ROWS];
     UNROLL
@@ -1135,7 +1296,7 @@ INLINE void rows_ptr_to_y(int type, const uint8_t *const *rows, int64_t n, const
         acc[i] = _mm256_setzero_ps();
         for (int64_t g = 0; g < gf; g++) {
             struct wgroup wg;
-            load_group_at(type, r + (size_t)(8 * g) * bb, 8, &wg);
+            load_group_at(type, r + (size_t)g * gb, 8, &wg);
             acc[i] = group_dot(type, &wg, x + (size_t)g * PI_Q8_0_GROUP_BYTES, acc[i]);
         }
     }
@@ -1145,8 +1306,8 @@ INLINE void rows_ptr_to_y(int type, const uint8_t *const *rows, int64_t n, const
     const uint8_t *xl = x + (size_t)gf * PI_Q8_0_GROUP_BYTES;
     if (xd) {
         struct wgroup wg;
-        const struct gsrc g = {rows[0] + (size_t)(8 * gf) * bb, rows[1] + (size_t)(8 * gf) * bb,
-                               bb, rt, rt};
+        const struct gsrc g = {rows[0] + (size_t)gf * gb, rows[1] + (size_t)gf * gb,
+                               block_bytes(type), rt, rt};
         _Static_assert(DEC_ROWS == 2, "two rows per merged group");
         load_partial(type, &g, &wg);
         const struct gterms t = group_terms(type, &wg, xd);
@@ -1156,7 +1317,7 @@ INLINE void rows_ptr_to_y(int type, const uint8_t *const *rows, int64_t n, const
         UNROLL
         for (int i = 0; i < DEC_ROWS; i++) {
             struct wgroup wg;
-            load_group_at(type, rows[i] + (size_t)(8 * gf) * bb, rt, &wg);
+            load_group_at(type, rows[i] + (size_t)gf * gb, rt, &wg);
             acc[i] = group_dot(type, &wg, xl, acc[i]);
         }
     }
@@ -1307,6 +1468,11 @@ PACKED_KERNELS(q5_1, PI_TYPE_Q5_1)
 PACKED_KERNELS(q8_0, PI_TYPE_Q8_0)
 PACKED_KERNELS(iq4_nl, PI_TYPE_ID_IQ4_NL)
 PACKED_KERNELS(mxfp4, PI_TYPE_MXFP4)
+PACKED_KERNELS(q4_k, PI_TYPE_Q4_K)
+PACKED_KERNELS(q5_k, PI_TYPE_Q5_K)
+PACKED_KERNELS(iq4_xs, PI_TYPE_ID_IQ4_XS)
+PACKED_KERNELS(q6_k, PI_TYPE_Q6_K)
+PACKED_KERNELS(q3_k, PI_TYPE_Q3_K)
 #  undef PACKED_KERNELS
 #endif
 UNIT_KERNELS(q4_0, PI_TYPE_Q4_0)
@@ -1888,6 +2054,17 @@ void pi_cpu_kernels_avx2(struct pi_cpu_kernels *k) {
     SET_PACKED(PI_TYPE_Q8_0, q8_0);
     SET_PACKED(PI_TYPE_ID_IQ4_NL, iq4_nl);
     SET_PACKED(PI_TYPE_MXFP4, mxfp4);
+    SET_PACKED(PI_TYPE_Q4_K, q4_k);
+    SET_PACKED(PI_TYPE_Q5_K, q5_k);
+    SET_PACKED(PI_TYPE_ID_IQ4_XS, iq4_xs);
+    SET_PACKED(PI_TYPE_Q6_K, q6_k);
+    SET_PACKED(PI_TYPE_Q3_K, q3_k);
+    /* the K super-blocks computed as groups take the 32-block types' activations */
+    k->dot[PI_TYPE_Q4_K].fmt = PI_VEC_Q8_0;
+    k->dot[PI_TYPE_Q5_K].fmt = PI_VEC_Q8_0;
+    k->dot[PI_TYPE_ID_IQ4_XS].fmt = PI_VEC_Q8_0;
+    k->dot[PI_TYPE_Q6_K].fmt = PI_VEC_Q8_0;
+    k->dot[PI_TYPE_Q3_K].fmt = PI_VEC_Q8_0;
 #  undef SET_PACKED
 #endif
     k->quantize_q8_0 = NAME(quantize_q8_0);

@@ -534,15 +534,20 @@ struct problem {
     uint8_t *w;  /* [nr] rows of rb bytes */
     uint8_t *x;  /* [nt] vectors of vb bytes */
     double *mag; /* [nt][nr] sum |w_i x_i| */
+    /* [nt][nr] sum w_i x_i in double, of the dequantized weights and activations: the
+     * reference for a table whose activation format for the type is not the scalar
+     * reference's (the AVX-512 table takes PI_VEC_Q8_0 for some K-quants) */
+    double *exact;
 };
 
-static void problem_make(struct problem *p, const struct pi_cpu_kernels *ref, int type, int64_t n,
-                         int64_t nr, int64_t nt) {
+/* A problem whose activations are in format fmt (quantized by the reference). */
+static void problem_make_fmt(struct problem *p, const struct pi_cpu_kernels *ref, int type,
+                             enum pi_vec_fmt fmt, int64_t n, int64_t nr, int64_t nt) {
     float *xf = malloc((size_t)n * sizeof *xf), *wf = malloc((size_t)n * sizeof *wf);
     assert_non_null(xf);
     assert_non_null(wf);
     p->type = type;
-    p->fmt = fmt_of(ref, type);
+    p->fmt = fmt;
     p->n = n;
     p->nr = nr;
     p->nt = nt;
@@ -552,9 +557,11 @@ static void problem_make(struct problem *p, const struct pi_cpu_kernels *ref, in
     p->w = malloc(p->rb * (size_t)nr);
     p->x = amalloc(p->vb * (size_t)nt);
     p->mag = calloc((size_t)(nr * nt), sizeof *p->mag);
+    p->exact = calloc((size_t)(nr * nt), sizeof *p->exact);
     assert_non_null(p->w);
     assert_non_null(p->x);
     assert_non_null(p->mag);
+    assert_non_null(p->exact);
     random_weights(type, p->w, p->rb * (size_t)nr);
     for (int64_t t = 0; t < nt; t++) {
         random_acts(xf, n);
@@ -563,20 +570,40 @@ static void problem_make(struct problem *p, const struct pi_cpu_kernels *ref, in
     for (int64_t r = 0; r < nr; r++) {
         ref->to_float[type](p->w + (size_t)r * p->rb, wf, n);
         for (int64_t t = 0; t < nt; t++) {
-            double m = 0.0;
-            for (int64_t i = 0; i < n; i++)
-                m += fabs((double)wf[i] * act_value(p->fmt, p->x + (size_t)t * p->vb, n, i));
+            double m = 0.0, e = 0.0;
+            for (int64_t i = 0; i < n; i++) {
+                const double v = (double)wf[i] * act_value(p->fmt, p->x + (size_t)t * p->vb, n, i);
+                m += fabs(v);
+                e += v;
+            }
             p->mag[t * nr + r] = m;
+            p->exact[t * nr + r] = e;
         }
     }
     free(xf);
     free(wf);
 }
 
+/* A problem in the reference table's activation format for the type. */
+static void problem_make(struct problem *p, const struct pi_cpu_kernels *ref, int type, int64_t n,
+                         int64_t nr, int64_t nt) {
+    problem_make_fmt(p, ref, type, fmt_of(ref, type), n, nr, nt);
+}
+
 static void problem_free(struct problem *p) {
     free(p->w);
     afree(p->x);
     free(p->mag);
+    free(p->exact);
+}
+
+/* What table k's value for (row r, token t) of p is checked against: the reference
+ * table's own value where k takes the same activation format, else the exact sum. */
+static float ref_value(const struct problem *p, const struct pi_cpu_kernels *ref, int64_t r,
+                       int64_t t) {
+    if (fmt_of(ref, p->type) != p->fmt)
+        return (float)p->exact[t * p->nr + r];
+    return ref->dot[p->type].dot(p->w + (size_t)r * p->rb, p->x + (size_t)t * p->vb, p->n);
 }
 
 static double max_ratio_seen[PI_TYPE_ID_LIMIT];
@@ -596,17 +623,39 @@ static void check_value(const struct problem *p, const char *name, const char *w
     }
 }
 
+static void check_problem_own(const struct problem *p, const struct pi_cpu_kernels *ref,
+                              const struct pi_cpu_kernels *k, const char *name);
+
 static void check_problem(const struct problem *p, const struct pi_cpu_kernels *ref,
                           const struct pi_cpu_kernels *k, const char *name) {
+    if (fmt_of(k, p->type) != p->fmt) { /* the same shape in k's own activation format */
+        struct problem q;
+        problem_make_fmt(&q, ref, p->type, fmt_of(k, p->type), p->n, p->nr, p->nt);
+        check_problem_own(&q, ref, k, name);
+        problem_free(&q);
+        return;
+    }
+    check_problem_own(p, ref, k, name);
+}
+
+/* check_problem for a problem in k's activation format for the type. */
+static void check_problem_own(const struct problem *p, const struct pi_cpu_kernels *ref,
+                              const struct pi_cpu_kernels *k, const char *name) {
     const struct pi_dot_kernel *rk = &ref->dot[p->type], *sk = &k->dot[p->type];
+    const int same = rk->fmt == p->fmt;
     size_t ny = (size_t)(p->nt * p->ldy);
     float *yr = malloc(ny * sizeof *yr), *ys = malloc(ny * sizeof *ys);
     assert_non_null(yr);
     assert_non_null(ys);
-    assert_int_equal(sk->fmt, rk->fmt);
+    assert_int_equal(sk->fmt, p->fmt);
     for (size_t i = 0; i < ny; i++)
         yr[i] = ys[i] = -12345.0f;
-    rk->gemm(p->w, p->rb, p->nr, p->x, p->vb, p->nt, yr, p->ldy, p->n);
+    if (same)
+        rk->gemm(p->w, p->rb, p->nr, p->x, p->vb, p->nt, yr, p->ldy, p->n);
+    else
+        for (int64_t t = 0; t < p->nt; t++)
+            for (int64_t r = 0; r < p->nr; r++)
+                yr[t * p->ldy + r] = (float)p->exact[t * p->nr + r];
     sk->gemm(p->w, p->rb, p->nr, p->x, p->vb, p->nt, ys, p->ldy, p->n);
     for (int64_t t = 0; t < p->nt; t++) {
         for (int64_t r = 0; r < p->ldy; r++) {
@@ -621,7 +670,7 @@ static void check_problem(const struct problem *p, const struct pi_cpu_kernels *
             if (t % 3 == 0 || r % 5 == 0) {
                 const uint8_t *w = p->w + (size_t)r * p->rb, *x = p->x + (size_t)t * p->vb;
                 float d = sk->dot(w, x, p->n);
-                check_value(p, name, "dot", r, t, d, rk->dot(w, x, p->n));
+                check_value(p, name, "dot", r, t, d, ref_value(p, ref, r, t));
                 if (p->fmt != PI_VEC_F32 && d != got) {
                     print_error("%s: %s n=%lld: gemm %.9g != dot %.9g\n", name,
                                 pi_type_traits((uint32_t)p->type)->name, (long long)p->n, got, d);
@@ -707,7 +756,6 @@ static void test_gemv_idx(void **state) {
                 fail_msg("%s: gemv_idx for %s without a dot", name, tt->name);
             if (t == N_TYPES) /* random_weights would not know how to make its rows */
                 fail_msg("%s: gemv_idx for %s, which is not under test", name, tt->name);
-            assert_int_equal(k.dot[type].fmt, ref.dot[type].fmt);
             const int bs = block_of(type);
             const int *nblk = bs == 32 ? nblk32 : nblk_other;
             const size_t nn = bs == 32 ? sizeof nblk32 / sizeof nblk32[0]
@@ -717,7 +765,7 @@ static void test_gemv_idx(void **state) {
                 struct problem p;
                 int32_t idx[NR];
                 float y[NY];
-                problem_make(&p, &ref, type, n, NR, 1);
+                problem_make_fmt(&p, &ref, type, fmt_of(&k, type), n, NR, 1);
                 for (size_t m = 0; m < sizeof nis / sizeof nis[0]; m++) {
                     const int64_t ni = nis[m];
                     int written[NR] = {0};
@@ -744,7 +792,7 @@ static void test_gemv_idx(void **state) {
                                         (long long)e, y[r], want);
                             fail();
                         }
-                        check_value(&p, name, "gemv_idx", r, 0, y[r], ref.dot[type].dot(w, p.x, n));
+                        check_value(&p, name, "gemv_idx", r, 0, y[r], ref_value(&p, &ref, r, 0));
                     }
                     for (int e = 0; e < NY; e++) {
                         if ((e < NR && written[e]) || memcmp(&y[e], &sentinel, sizeof y[e]) == 0)
@@ -798,7 +846,7 @@ static void test_gemm_idx(void **state) {
                 for (size_t m = 0; m < sizeof nts / sizeof nts[0]; m++) {
                     const int64_t n = (int64_t)nblk[j] * bs, nt = nts[m];
                     struct problem p;
-                    problem_make(&p, &ref, type, n, NR, nt);
+                    problem_make_fmt(&p, &ref, type, fmt_of(&k, type), n, NR, nt);
                     int32_t idx[NR];
                     for (int r = 0; r < NR; r++)
                         idx[r] = r;
@@ -878,7 +926,7 @@ static void test_gemm_packed(void **state) {
                     const int64_t nr = nrs[(j + m) % (sizeof nrs / sizeof nrs[0])];
                     const int64_t tiles = (nt + PI_GEMM_PACK_TOKENS - 1) / PI_GEMM_PACK_TOKENS;
                     struct problem p;
-                    problem_make(&p, &ref, type, n, nr, nt);
+                    problem_make_fmt(&p, &ref, type, fmt_of(&k, type), n, nr, nt);
                     uint8_t *xp = amalloc(pi_gemm_pack_bytes(n, nt));
                     float *y = malloc((size_t)(nt * p.ldy) * sizeof *y);
                     assert_non_null(xp);
@@ -937,12 +985,15 @@ static void test_non_finite_activations(void **state) {
         const enum pi_vec_fmt f = fmt_of(&ref, type);
         const int64_t n = 512;
         const size_t rb = (size_t)pi_type_row_bytes((uint32_t)type, n), vb = pi_vec_bytes(f, n);
-        uint8_t *w = malloc(rb), *a = amalloc(vb + 64), *b = amalloc(vb + 64);
+        /* room for any format: a table may take another one for the type */
+        const size_t cap = pi_vec_bytes(PI_VEC_F32, n) + 64;
+        uint8_t *w = malloc(rb), *a = amalloc(cap), *b = amalloc(cap);
         float *x = malloc((size_t)n * sizeof *x);
         assert_non_null(w);
         assert_non_null(a);
         assert_non_null(b);
         assert_non_null(x);
+        assert_true(pi_vec_bytes(PI_VEC_Q8_0, n) < cap && pi_vec_bytes(PI_VEC_Q8_K, n) < cap);
         random_weights(type, w, rb);
         for (size_t v = 0; v < sizeof bad / sizeof bad[0]; v++) {
             for (int pos = 0; pos < n; pos += 97) {
@@ -962,11 +1013,16 @@ static void test_non_finite_activations(void **state) {
                 for (size_t i = 0; i < N_IMPLS; i++) {
                     if (!impl_table(i, &k))
                         continue;
-                    if (f != PI_VEC_F32) {
+                    const enum pi_vec_fmt kf = fmt_of(&k, type);
+                    const uint8_t *xa = a;
+                    if (kf != f) { /* the table's own format */
+                        quantize(&ref, kf, x, b, n);
+                        xa = b;
+                    } else if (f != PI_VEC_F32) {
                         quantize(&k, f, x, b, n);
                         assert_memory_equal(a, b, vb);
                     }
-                    const float got = k.dot[type].dot(w, a, n);
+                    const float got = k.dot[type].dot(w, xa, n);
                     if (!isnan(got) && !isinf(got)) {
                         print_error("%s: %s dot with %g at %d gave %g\n", impls[i].name,
                                     pi_type_traits((uint32_t)type)->name, (double)bad[v], pos,
