@@ -182,6 +182,11 @@ struct pi_backend_vtable {
     /* y[t][r] = sum_i W[r][i] * x[t][i]; x [n_tok][n_in], y [n_tok][n_out]. */
     void (*matmul)(struct pi_backend *b, const struct pi_weight *w, const float *x,
                    int64_t n_tok, float *y);
+    /* matmul of nw weights of the same n_in on the same x, ys[i] as matmul would write
+     * it (q, k and v; gate and up): the activations are prepared once. NULL: nw matmul
+     * calls. */
+    void (*matmul_n)(struct pi_backend *b, int nw, const struct pi_weight *const *ws,
+                     const float *x, int64_t n_tok, float *const *ys);
     /* y[t][i] = sum_r x[t][r] * W[r][i]: the product with the transpose, for weights
      * stored neuron-major (PowerInfer's ffn_down_t {n_embd, n_ff}); x [n_tok][n_out],
      * y [n_tok][n_in]; rows whose x is zero for every token are not read. n_out is at

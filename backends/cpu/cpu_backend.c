@@ -31,6 +31,13 @@ struct pi_backend {
     void *xp_block, *panel_block;
     uint8_t *xp, *panel;
     int32_t *rows;  /* max_width row ids (matmul_t_rows) */
+    /* RoPE's rotations of the last step, cos and sin per (token, pair) [max_tokens][2][..]
+     * (max_width / 2 pairs at most): Q, K and every layer with the same parameters
+     * reuse them (rope_table). rope_key says what they were made for. */
+    float *rope_cs;
+    struct pi_rope rope_key;
+    int64_t rope_pos0, rope_ntok;
+    int rope_valid;
     int fault;      /* PI_ERR_INTERNAL once an op was refused (refuse()); sync returns it */
 };
 
@@ -61,6 +68,7 @@ static void cpu_destroy(struct pi_backend *b) {
     pi_free(b->alloc, b->xp_block);
     pi_free(b->alloc, b->panel_block);
     pi_free(b->alloc, b->rows);
+    pi_free(b->alloc, b->rope_cs);
     pi_free(b->alloc, b);
 }
 
@@ -105,6 +113,8 @@ static int cpu_create(struct pi_backend **out, const struct pi_backend_config *c
     b->xq_cap = per * (size_t)cfg->max_tokens;
     b->xq = pi_malloc(b->alloc, b->xq_cap);
     b->rows = pi_malloc(b->alloc, (size_t)cfg->max_width * sizeof *b->rows);
+    b->rope_cs = pi_malloc(b->alloc, (size_t)cfg->max_tokens * (size_t)(cfg->max_width / 2 + 1) *
+                                         2 * sizeof *b->rope_cs);
     for (int t = 0; t < PI_TYPE_ID_LIMIT; t++)
         b->packed |= b->k.dot[t].gemm_packed != NULL;
     b->packed &= cfg->max_tokens >= PACKED_MIN_TOKENS && !cfg->f32_activations;
@@ -112,7 +122,7 @@ static int cpu_create(struct pi_backend **out, const struct pi_backend_config *c
         b->xp_block = pi_malloc(b->alloc, pi_gemm_pack_bytes(w, cfg->max_tokens) + 64);
         b->xp = b->xp_block ? align64(b->xp_block) : NULL;
     }
-    int st = b->xq && b->rows && (!b->packed || b->xp) ? PI_OK : PI_ERR_NOMEM;
+    int st = b->xq && b->rows && b->rope_cs && (!b->packed || b->xp) ? PI_OK : PI_ERR_NOMEM;
     if (st == PI_OK)
         st = pi_pool_create(&b->pool, cfg->n_threads, b->alloc);
     if (st == PI_OK)
@@ -354,6 +364,75 @@ static void cpu_matmul(struct pi_backend *b, const struct pi_weight *w, const fl
         return;
     }
     pi_pool_for(b->pool, w->n_out, grain, gemm_rows, &j);
+}
+
+/* The rows of several weights on the same activations as one row space for the pool:
+ * each range is cut at the weights' boundaries, each piece a gemm of its weight. */
+#define MATMUL_N_MAX 4
+struct multi_job {
+    struct matmul_job m[MATMUL_N_MAX];
+    int64_t start[MATMUL_N_MAX + 1]; /* first row of each weight in the row space */
+    int nw, packed;
+};
+
+static void multi_rows(void *arg, int64_t lo, int64_t hi, int ith) {
+    struct multi_job *mj = arg;
+    for (int i = 0; i < mj->nw && lo < hi; i++) {
+        const int64_t a = lo > mj->start[i] ? lo : mj->start[i];
+        const int64_t e = hi < mj->start[i + 1] ? hi : mj->start[i + 1];
+        if (a >= e)
+            continue;
+        (mj->packed ? gemm_packed_rows : gemm_rows)(&mj->m[i], a - mj->start[i],
+                                                     e - mj->start[i], ith);
+    }
+}
+
+/* Quantized once for all the weights (and packed once where they share a packed
+ * layout), then one pass of the pool over all their rows: fewer waits for the slowest
+ * thread, and no activations prepared twice. Weights whose activation formats differ,
+ * or float activations, take the matmul path one by one. */
+static void cpu_matmul_n(struct pi_backend *b, int nw, const struct pi_weight *const *ws,
+                         const float *x, int64_t n_tok, float *const *ys) {
+    int same = nw >= 2 && nw <= MATMUL_N_MAX && !b->f32_activations;
+    for (int i = 1; same && i < nw; i++)
+        same = ws[i]->n_in == ws[0]->n_in &&
+               b->k.dot[ws[i]->type].fmt == b->k.dot[ws[0]->type].fmt;
+    /* weights that would each take the packed gemm but in different layouts: each its own */
+    int packs = 0, samepack = 1;
+    for (int i = 0; same && i < nw; i++) {
+        packs += b->packed && b->k.dot[ws[i]->type].gemm_packed != NULL;
+        samepack &= b->k.dot[ws[i]->type].pack_x == b->k.dot[ws[0]->type].pack_x;
+    }
+    if (same && n_tok >= PACKED_MIN_TOKENS && packs == nw && !samepack)
+        same = 0;
+    if (!same || b->k.dot[ws[0]->type].fmt == PI_VEC_F32) {
+        for (int i = 0; i < nw; i++)
+            cpu_matmul(b, ws[i], x, n_tok, ys[i]);
+        return;
+    }
+    if (refuse(b, ws[0]->n_in, n_tok))
+        return;
+    struct multi_job mj;
+    mj.nw = nw;
+    mj.packed = b->packed && n_tok >= PACKED_MIN_TOKENS;
+    mj.start[0] = 0;
+    for (int i = 0; i < nw; i++) {
+        const struct pi_dot_kernel *dk = &b->k.dot[ws[i]->type];
+        const struct matmul_job m = {b, ws[i], dk, x, ys[i], n_tok,
+                                     pi_vec_bytes(dk->fmt, ws[i]->n_in)};
+        mj.m[i] = m;
+        mj.start[i + 1] = mj.start[i] + ws[i]->n_out;
+        mj.packed = mj.packed && dk->gemm_packed && dk->pack_x == b->k.dot[ws[0]->type].pack_x;
+    }
+    if (n_tok <= 4)
+        quantize_rows(&mj.m[0], 0, n_tok, 0);
+    else
+        pi_pool_for(b->pool, n_tok, 1, quantize_rows, &mj.m[0]);
+    if (mj.packed)
+        pi_pool_for(b->pool, (n_tok + PI_GEMM_PACK_TOKENS - 1) / PI_GEMM_PACK_TOKENS, 1,
+                    pack_tiles, &mj.m[0]);
+    pi_pool_for(b->pool, mj.start[nw], row_grain(mj.start[nw], pi_pool_n_threads(b->pool)),
+                multi_rows, &mj);
 }
 
 /* ---- sparse ops -------------------------------------------------------------------- */
@@ -753,15 +832,18 @@ struct rope_job {
     int64_t n_head, head_dim, pos0;
     const struct pi_rope *r;
     double lo, hi, mscale; /* YaRN's ramp ends and the magnitude scale */
+    float *cs;             /* [n_tok][2][n_rot / 2]: cos, then sin, per token */
 };
 
-static void rope_tokens(void *arg, int64_t t0, int64_t t1, int ith) {
+/* The rotation of each pair i of tokens [t0, t1): cos and sin of the angle, scaled. */
+static void rope_angles(void *arg, int64_t t0, int64_t t1, int ith) {
     const struct rope_job *j = arg;
     const struct pi_rope *r = j->r;
     const int64_t n_rot = r->n_rot, half = n_rot / 2;
     (void)ith;
     for (int64_t t = t0; t < t1; t++) {
         const double pos = (double)(j->pos0 + t);
+        float *cs = j->cs + t * 2 * half;
         for (int64_t i = 0; i < half; i++) {
             double theta = pos * pow((double)r->base, -2.0 * (double)i / (double)n_rot);
             if (r->factors)
@@ -773,9 +855,23 @@ static void rope_tokens(void *arg, int64_t t0, int64_t t1, int ith) {
             } else {
                 theta = interp;
             }
-            const float c = (float)(cos(theta) * j->mscale), s = (float)(sin(theta) * j->mscale);
-            for (int64_t h = 0; h < j->n_head; h++) {
-                float *v = j->x + (t * j->n_head + h) * j->head_dim;
+            cs[i] = (float)(cos(theta) * j->mscale);
+            cs[half + i] = (float)(sin(theta) * j->mscale);
+        }
+    }
+}
+
+static void rope_tokens(void *arg, int64_t t0, int64_t t1, int ith) {
+    const struct rope_job *j = arg;
+    const struct pi_rope *r = j->r;
+    const int64_t half = r->n_rot / 2;
+    (void)ith;
+    for (int64_t t = t0; t < t1; t++) {
+        const float *cs = j->cs + t * 2 * half;
+        for (int64_t h = 0; h < j->n_head; h++) {
+            float *v = j->x + (t * j->n_head + h) * j->head_dim;
+            for (int64_t i = 0; i < half; i++) {
+                const float c = cs[i], s = cs[half + i];
                 const int64_t a = r->neox ? i : 2 * i, bb = r->neox ? i + half : 2 * i + 1;
                 const float x0 = v[a], x1 = v[bb];
                 v[a] = x0 * c - x1 * s;
@@ -785,11 +881,25 @@ static void rope_tokens(void *arg, int64_t t0, int64_t t1, int ith) {
     }
 }
 
+static int rope_same(const struct pi_rope *a, const struct pi_rope *b) {
+    return a->n_rot == b->n_rot && a->neox == b->neox && a->base == b->base &&
+           a->freq_scale == b->freq_scale && a->factors == b->factors &&
+           a->attn_factor == b->attn_factor && a->ext_factor == b->ext_factor &&
+           a->beta_fast == b->beta_fast && a->beta_slow == b->beta_slow &&
+           a->n_ctx_orig == b->n_ctx_orig && a->yarn_exact == b->yarn_exact;
+}
+
 /* Tokens over the threads when there are several (each token's rotation is computed
- * the same way wherever it runs). */
+ * the same way wherever it runs). The angles of a step are computed once and kept
+ * while the parameters and positions stay the same: Q and K of every layer of a
+ * family with one RoPE use the same ones (the factors are compared by address: they
+ * live in the model for its lifetime). */
 static void cpu_rope(struct pi_backend *b, float *x, int64_t n_tok, int64_t n_head,
                      int64_t head_dim, int64_t pos0, const struct pi_rope *r) {
-    struct rope_job j = {x, n_head, head_dim, pos0, r, 0.0, 0.0, (double)r->attn_factor};
+    struct rope_job j = {x, n_head, head_dim, pos0, r, 0.0, 0.0, (double)r->attn_factor,
+                         b->rope_cs};
+    if (refuse(b, r->n_rot, n_tok))
+        return;
     if (r->ext_factor != 0.0f) {
         const int64_t n_rot = r->n_rot;
         j.lo = yarn_corr(r, r->beta_fast);
@@ -801,6 +911,17 @@ static void cpu_rope(struct pi_backend *b, float *x, int64_t n_tok, int64_t n_he
         j.lo = j.lo > 0.0 ? j.lo : 0.0;
         j.hi = j.hi < (double)(n_rot - 1) ? j.hi : (double)(n_rot - 1);
         j.mscale *= 1.0 + 0.1 * log(1.0 / (double)r->freq_scale);
+    }
+    if (!b->rope_valid || !rope_same(&b->rope_key, r) || b->rope_pos0 != pos0 ||
+        b->rope_ntok != n_tok) {
+        if (n_tok < 2)
+            rope_angles(&j, 0, n_tok, 0);
+        else
+            pi_pool_for(b->pool, n_tok, 1, rope_angles, &j);
+        b->rope_key = *r;
+        b->rope_pos0 = pos0;
+        b->rope_ntok = n_tok;
+        b->rope_valid = 1;
     }
     if (n_tok < 2)
         rope_tokens(&j, 0, n_tok, 0);
@@ -844,15 +965,10 @@ static void kv_store_tokens(void *arg, int64_t t0, int64_t t1, int ith) {
         }
         return;
     }
-    uint16_t h;
-    for (int64_t i = t0 * kv->nk; i < t1 * kv->nk; i++) {
-        h = pi_fp32_to_fp16(j->k[i]);
-        memcpy(j->kd + 2 * i, &h, 2);
-    }
-    for (int64_t i = t0 * kv->nv; i < t1 * kv->nv; i++) {
-        h = pi_fp32_to_fp16(j->v[i]);
-        memcpy(j->vd + 2 * i, &h, 2);
-    }
+    j->b->k.from_float_f16(j->k + t0 * kv->nk, j->kd + 2 * (size_t)(t0 * kv->nk),
+                           (t1 - t0) * kv->nk);
+    j->b->k.from_float_f16(j->v + t0 * kv->nv, j->vd + 2 * (size_t)(t0 * kv->nv),
+                           (t1 - t0) * kv->nv);
 }
 
 static void cpu_kv_store(struct pi_backend *b, struct pi_kv *kv, int64_t layer, int64_t pos0,
@@ -1138,6 +1254,7 @@ static const struct pi_backend_vtable cpu_vtable = {
     .kv_get = cpu_kv_get,
     .kv_set = cpu_kv_set,
     .matmul = cpu_matmul,
+    .matmul_n = cpu_matmul_n,
     .matmul_t = cpu_matmul_t,
     .matmul_rows = cpu_matmul_rows,
     .matmul_rows2 = cpu_matmul_rows2,

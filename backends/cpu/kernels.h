@@ -183,6 +183,10 @@ struct pi_cpu_kernels {
      * at x + r * stride bytes (attention's weighted sum of V; nrows = 1 is a plain
      * axpy). Each product is rounded to float, then added (no FMA): every
      * implementation gives the reference's bytes. */
+    /* y[i] = x[i] as binary16 (pi_fp32_to_fp16: round to nearest even, NaN kept as a NaN
+     * with its payload's top bits), i < n: the F16 KV cache's store. Every
+     * implementation writes the reference's bits. */
+    void (*from_float_f16)(const float *x, void *y, int64_t n);
     void (*axpy_f16)(float *y, const float *a, const void *x, size_t stride, int64_t nrows,
                      int64_t n);
     /* s[r] = dot[PI_TYPE_F16].dot(x_r, q, n) for r < nrows, x_r the F16 row at

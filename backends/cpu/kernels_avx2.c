@@ -158,6 +158,29 @@ INLINE __m256 e8m0x8(const struct gsrc *g, size_t off) {
     return _mm256_castsi256_ps(_mm256_blendv_epi8(norm, sub, small));
 }
 
+/* 8 x 8 transpose of dwords: dword c of t[u] = dword u of v[c]. */
+INLINE void transpose8(const __m256i v[8], __m256i t[8]) {
+    __m256i a[8], b[8];
+    UNROLL
+    for (int i = 0; i < 8; i += 2) {
+        a[i] = _mm256_unpacklo_epi32(v[i], v[i + 1]);
+        a[i + 1] = _mm256_unpackhi_epi32(v[i], v[i + 1]);
+    }
+    UNROLL
+    for (int i = 0; i < 8; i += 4) {
+        b[i] = _mm256_unpacklo_epi64(a[i], a[i + 2]);
+        b[i + 1] = _mm256_unpackhi_epi64(a[i], a[i + 2]);
+        b[i + 2] = _mm256_unpacklo_epi64(a[i + 1], a[i + 3]);
+        b[i + 3] = _mm256_unpackhi_epi64(a[i + 1], a[i + 3]);
+    }
+    /* b[k] (k < 4) holds dwords k and 4 + k of v[0..3] in its lanes, b[4 + k] of v[4..7] */
+    UNROLL
+    for (int k = 0; k < 4; k++) {
+        t[k] = _mm256_permute2x128_si256(b[k], b[4 + k], 0x20);
+        t[4 + k] = _mm256_permute2x128_si256(b[k], b[4 + k], 0x31);
+    }
+}
+
 /* ---- activation quantization ---------------------------------------------------------- */
 
 /* roundf() of 8 floats (half away from zero), exactly: floor(|v|), plus one when the
@@ -189,6 +212,19 @@ INLINE float amax_ps(const float *x, int m) {
     return _mm_cvtss_f32(s);
 }
 
+/* 32 values x * id rounded to int8, in order, in one register; *sum = their sum. */
+INLINE __m256i quantize32v(const float *x, float id, int *sum) {
+    const __m256 vid = _mm256_set1_ps(id);
+    __m256i a = round_away(_mm256_mul_ps(_mm256_loadu_ps(x), vid));
+    __m256i b = round_away(_mm256_mul_ps(_mm256_loadu_ps(x + 8), vid));
+    __m256i c = round_away(_mm256_mul_ps(_mm256_loadu_ps(x + 16), vid));
+    __m256i d = round_away(_mm256_mul_ps(_mm256_loadu_ps(x + 24), vid));
+    *sum = hsum_epi32(_mm256_add_epi32(_mm256_add_epi32(a, b), _mm256_add_epi32(c, d)));
+    /* packs interleave the 128-bit lanes; the permute restores value order */
+    __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(a, b), _mm256_packs_epi32(c, d));
+    return _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
 /* 32 values x * id rounded to int8 in order into q; returns their sum. */
 INLINE int quantize32(const float *x, float id, int8_t q[32]) {
     const __m256 vid = _mm256_set1_ps(id);
@@ -216,27 +252,35 @@ INLINE float block_scale(const float *x, int m, float *id) {
     return d;
 }
 
+/* A group of 8 blocks at a time: each block quantized into a register in value order,
+ * the 8 registers transposed into the group's steps (dword j of step u = values
+ * 4u..4u+3 of block j), stored with the 8 d, s and sums: the reference's bytes. */
 static void NAME(quantize_q8_0)(const float *x, void *y, int64_t n) {
     uint8_t *out = y;
-    int64_t nb = n / 32;
-    size_t bytes = pi_vec_bytes(PI_VEC_Q8_0, n);
-    /* zero the padding blocks of the last group */
-    memset(out + bytes - PI_Q8_0_GROUP_BYTES, 0, PI_Q8_0_GROUP_BYTES);
-    for (int64_t b = 0; b < nb; b++) {
-        int8_t q[32];
-        float id = 0.0f, d = block_scale(x + 32 * b, 32, &id), s;
-        int sum = 0;
-        if (d != 0.0f && !isnan(d))
-            sum = quantize32(x + 32 * b, id, q);
-        else
-            memset(q, 0, sizeof q);
-        for (int u = 0; u < 8; u++) /* dword u of the block to step u of its group */
-            memcpy(out + pi_q8_0_q_offset(b, 4 * u), q + 4 * u, 4);
-        s = d * (float)sum;
-        int32_t isum = sum;
-        memcpy(out + pi_q8_0_d_offset(b), &d, 4);
-        memcpy(out + pi_q8_0_d_offset(b) + 32, &s, 4);
-        memcpy(out + pi_q8_0_d_offset(b) + 64, &isum, 4);
+    const int64_t nb = n / 32;
+    for (int64_t g = 0; g < (nb + 7) / 8; g++) {
+        __m256i v[8], t[8];
+        float d[8], s[8];
+        int32_t isum[8];
+        for (int j = 0; j < 8; j++) {
+            const int64_t b = 8 * g + j;
+            float id = 0.0f;
+            int sum = 0;
+            d[j] = b < nb ? block_scale(x + 32 * b, 32, &id) : 0.0f;
+            v[j] = _mm256_setzero_si256();
+            if (d[j] != 0.0f && !isnan(d[j]))
+                v[j] = quantize32v(x + 32 * b, id, &sum);
+            s[j] = d[j] * (float)sum;
+            isum[j] = sum;
+        }
+        transpose8(v, t);
+        uint8_t *o = out + (size_t)g * PI_Q8_0_GROUP_BYTES;
+        UNROLL
+        for (int u = 0; u < 8; u++)
+            _mm256_storeu_si256((__m256i *)(void *)(o + 32 * u), t[u]);
+        memcpy(o + 256, d, sizeof d);
+        memcpy(o + 288, s, sizeof s);
+        memcpy(o + 320, isum, sizeof isum);
     }
 }
 
@@ -434,28 +478,6 @@ INLINE size_t group_bytes(int type) {
     }
 }
 
-/* 8 x 8 transpose of dwords: dword c of t[u] = dword u of v[c]. */
-INLINE void transpose8(const __m256i v[8], __m256i t[8]) {
-    __m256i a[8], b[8];
-    UNROLL
-    for (int i = 0; i < 8; i += 2) {
-        a[i] = _mm256_unpacklo_epi32(v[i], v[i + 1]);
-        a[i + 1] = _mm256_unpackhi_epi32(v[i], v[i + 1]);
-    }
-    UNROLL
-    for (int i = 0; i < 8; i += 4) {
-        b[i] = _mm256_unpacklo_epi64(a[i], a[i + 2]);
-        b[i + 1] = _mm256_unpackhi_epi64(a[i], a[i + 2]);
-        b[i + 2] = _mm256_unpacklo_epi64(a[i + 1], a[i + 3]);
-        b[i + 3] = _mm256_unpackhi_epi64(a[i + 1], a[i + 3]);
-    }
-    /* b[k] (k < 4) holds dwords k and 4 + k of v[0..3] in its lanes, b[4 + k] of v[4..7] */
-    UNROLL
-    for (int k = 0; k < 4; k++) {
-        t[k] = _mm256_permute2x128_si256(b[k], b[4 + k], 0x20);
-        t[4 + k] = _mm256_permute2x128_si256(b[k], b[4 + k], 0x31);
-    }
-}
 
 /* Q4_K/Q5_K 12 packed bytes -> bytes sc[0..7] | mn[0..7]. Bytewise on 32-bit words:
  * sc[0..3] = s0-3 & 63, mn[0..3] = s4-7 & 63, sc[4..7] = (s8-11 & 15) | (s0-3 >> 6) << 4,
@@ -1688,6 +1710,25 @@ static void NAME(to_float_f16)(const void *src, float *dst, int64_t n) {
         dst[i] = load1(PI_TYPE_F16, p, i);
 }
 
+/* vcvtps2ph rounds to nearest even as pi_fp32_to_fp16 does; only a NaN may come out
+ * otherwise (it sets the quiet bit), so a vector holding one is done one value at a
+ * time. */
+static void NAME(from_float_f16)(const float *x, void *y, int64_t n) {
+    uint8_t *o = y;
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 v = _mm256_loadu_ps(x + i);
+        if (_mm256_movemask_ps(_mm256_cmp_ps(v, v, _CMP_UNORD_Q)))
+            break;
+        _mm_storeu_si128((__m128i *)(void *)(o + 2 * i),
+                         _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    }
+    for (; i < n; i++) {
+        const uint16_t h = pi_fp32_to_fp16(x[i]);
+        memcpy(o + 2 * i, &h, 2);
+    }
+}
+
 static void NAME(to_float_bf16)(const void *src, float *dst, int64_t n) {
     const uint8_t *p = src;
     int64_t i = 0;
@@ -2070,6 +2111,7 @@ void pi_cpu_kernels_avx2(struct pi_cpu_kernels *k) {
     k->quantize_q8_0 = NAME(quantize_q8_0);
     k->quantize_q8_k = NAME(quantize_q8_k);
     k->axpy_f16 = NAME(axpy_f16);
+    k->from_float_f16 = NAME(from_float_f16);
     k->dot_f16_rows = NAME(dot_f16_rows);
     k->to_float[PI_TYPE_F16] = NAME(to_float_f16);
     k->axpy[PI_TYPE_F32] = NAME(axpy_f32);

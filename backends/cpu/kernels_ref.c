@@ -155,6 +155,14 @@ static float dot_bf16_ref(const void *w, const void *x, int64_t n) {
     return sum;
 }
 
+static void from_float_f16_ref(const float *x, void *y, int64_t n) {
+    uint8_t *o = y;
+    for (int64_t i = 0; i < n; i++) {
+        const uint16_t h = pi_fp32_to_fp16(x[i]);
+        memcpy(o + 2 * i, &h, 2);
+    }
+}
+
 static void axpy_f16_ref(float *y, const float *a, const void *x, size_t stride, int64_t nrows,
                          int64_t n) {
     for (int64_t r = 0; r < nrows; r++) {
@@ -663,6 +671,7 @@ void pi_cpu_kernels_ref(struct pi_cpu_kernels *k) {
     k->quantize_q8_0 = quantize_q8_0_ref;
     k->quantize_q8_k = quantize_q8_k_ref;
     k->axpy_f16 = axpy_f16_ref;
+    k->from_float_f16 = from_float_f16_ref;
     k->axpy[PI_TYPE_F32] = axpy_f32_ref;
     k->axpy[PI_TYPE_F16] = axpy_f16_row_ref;
     k->axpy[PI_TYPE_BF16] = axpy_bf16_ref;

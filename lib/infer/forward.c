@@ -417,6 +417,18 @@ static void rms_inplace(const struct unit *u, float *y, const struct pi_vector *
 /* ao [T][E] = the attention block of layer l on xn = norm_attn(x) (valid on the
  * attention's unit): q, k, v (+ biases, per-head norms), RoPE, the cache and the
  * scores where the KV cache is, then wo (+ bias, post-norm). */
+/* ys[i] = xn times ws[i], i < n, on unit u: in one call where the backend can (the
+ * activations prepared once), else one matmul each. */
+static void matmul_same_x(const struct unit *u, const struct pi_weight *const *ws, int n,
+                          const float *xn, int64_t T, float *const *ys) {
+    if (u->be->matmul_n) {
+        u->be->matmul_n(u->b, n, ws, xn, T, ys);
+        return;
+    }
+    for (int i = 0; i < n; i++)
+        u->be->matmul(u->b, ws[i], xn, T, ys[i]);
+}
+
 static void attention_block(struct run *r, int64_t l, struct slot *ao) {
     struct pi_ctx *c = r->c;
     const struct pi_hparams *hp = c->hp;
@@ -429,9 +441,11 @@ static void attention_block(struct run *r, int64_t l, struct slot *ao) {
     const int64_t vd = hp->n_head_kv * hp->head_dim_v, ad = hp->n_head * hp->head_dim_v;
     const float *xn = in(r, &r->xn, a->at);
     float *q = out(&r->q, a->at), *k = out(&r->k, a->at), *v = out(&r->v, a->at);
-    a->be->matmul(a->b, &W->wq, xn, T, q);                          /* q [T][Hq*D] */
-    a->be->matmul(a->b, &W->wk, xn, T, k);                          /* k [T][Hkv*D] */
-    a->be->matmul(a->b, &W->wv, xn, T, v);                          /* v [T][Hkv*Dv] */
+    {
+        const struct pi_weight *ws[3] = {&W->wq, &W->wk, &W->wv};
+        float *ys[3] = {q, k, v};     /* q [T][Hq*D], k [T][Hkv*D], v [T][Hkv*Dv] */
+        matmul_same_x(a, ws, 3, xn, T, ys);
+    }
     bias(a, q, &W->bq, T);
     bias(a, k, &W->bk, T);
     bias(a, v, &W->bv, T);
@@ -475,9 +489,10 @@ static const float *ffn_dense(struct run *r, int64_t l, const struct unit *u,
     const float *xn = in(r, xn_s, u->at);
     float *g = out(&r->g, u->at), *up = out(&r->u, u->at);
     if (gated) {
-        u->be->matmul(u->b, &W->gate, xn, T, g);                    /* g [T][F] */
+        const struct pi_weight *ws[2] = {&W->gate, &W->up};
+        float *ys[2] = {g, up};                                     /* g, u [T][F] */
+        matmul_same_x(u, ws, 2, xn, T, ys);
         bias(u, g, &W->b_gate, T);
-        u->be->matmul(u->b, &W->up, xn, T, up);                     /* u [T][F] */
         bias(u, up, &W->b_up, T);
     } else {
         u->be->matmul(u->b, &W->up, xn, T, g);

@@ -366,6 +366,69 @@ static void test_to_float(void **state) {
 }
 
 /* axpy_f16: bit-exact with the reference, on odd lengths and row counts. */
+/* from_float_f16 (the F16 KV cache's store): every table writes the reference's bits,
+ * for random bit patterns (every class: NaNs quiet and signalling, infinities,
+ * subnormals, values that round up into the next binade or overflow) at every length
+ * and alignment of the vector loop. */
+static void test_from_float_f16(void **state) {
+    enum { N = 4099 };
+    struct pi_cpu_kernels ref, k;
+    uint32_t *bits = malloc(N * sizeof *bits);
+    uint16_t *want = malloc(N * sizeof *want), *got = malloc((N + 1) * sizeof *got);
+    (void)state;
+    assert_non_null(bits);
+    assert_non_null(want);
+    assert_non_null(got);
+    pi_cpu_kernels_ref(&ref);
+    for (int i = 0; i < N; i++) {
+        const uint32_t r = (uint32_t)rnd();
+        switch (i % 5) {
+        case 0: /* anything */
+            bits[i] = r;
+            break;
+        case 1: /* around F16's range: exponents 100..150 */
+            bits[i] = (r & 0x807fffffu) | ((100u + r % 51u) << 23);
+            break;
+        case 2: /* ties and near-ties of the rounding */
+            bits[i] = (r & 0xff800000u) | ((r >> 9) & 0x7fe000u) | 0x1000u | (r & 1u);
+            break;
+        case 3: /* NaN (quiet or not) and infinity */
+            bits[i] = (r & 0x80000000u) | 0x7f800000u | (r % 3 == 0 ? 0u : (r >> 9) & 0x7fffffu);
+            break;
+        default: /* in the normal range */
+            bits[i] = (r & 0x807fffffu) | ((113u + r % 30u) << 23);
+            break;
+        }
+    }
+    float *x = malloc(N * sizeof *x);
+    assert_non_null(x);
+    memcpy(x, bits, N * sizeof *x);
+    ref.from_float_f16(x, want, N);
+    for (int i = 0; i < N; i++) /* the reference is pi_fp32_to_fp16 */
+        if (want[i] != pi_fp32_to_fp16(x[i]))
+            fail_msg("ref from_float_f16 of %08x", (unsigned)bits[i]);
+    for (size_t i = 0; i < N_IMPLS; i++) {
+        if (!impl_table(i, &k))
+            continue;
+        for (int64_t off = 0; off < 9; off++)
+            for (int64_t n = 0; n < 40; n += 3) {
+                memset(got, 0xa5, (N + 1) * sizeof *got);
+                k.from_float_f16(x + off, got, n);
+                assert_memory_equal(got, want + off, (size_t)n * sizeof *got);
+                assert_int_equal(got[n], 0xa5a5); /* nothing past n */
+            }
+        k.from_float_f16(x, got, N);
+        for (int j = 0; j < N; j++)
+            if (got[j] != want[j])
+                fail_msg("%s: from_float_f16 of %08x: %04x, reference %04x", impls[i].name,
+                         (unsigned)bits[j], got[j], want[j]);
+    }
+    free(bits);
+    free(want);
+    free(got);
+    free(x);
+}
+
 static void test_axpy_f16(void **state) {
     static const int64_t lens[] = {1, 3, 7, 8, 9, 15, 16, 17, 31, 64, 72, 80, 128, 129, 259};
     static const int64_t rows[] = {1, 2, 5, 33};
@@ -1291,7 +1354,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_required_tables),
         cmocka_unit_test(test_quantize),     cmocka_unit_test(test_to_float),
         cmocka_unit_test(test_ref_vs_float), cmocka_unit_test(test_dot_gemm),
-        cmocka_unit_test(test_axpy_f16),     cmocka_unit_test(test_dot_f16_rows),
+        cmocka_unit_test(test_axpy_f16),     cmocka_unit_test(test_from_float_f16),     cmocka_unit_test(test_dot_f16_rows),
         cmocka_unit_test(test_axpy_rows),    cmocka_unit_test(test_non_finite_activations),
         cmocka_unit_test(test_gemv_idx), cmocka_unit_test(test_gemm_idx),
         cmocka_unit_test(test_gemm_packed),

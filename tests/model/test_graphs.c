@@ -63,6 +63,11 @@ static void w_matmul(struct pi_backend *b, const struct pi_weight *w, const floa
     if (!w_skip())
         W.real->matmul(b, w, x, n_tok, y);
 }
+static void w_matmul_n(struct pi_backend *b, int nw, const struct pi_weight *const *ws,
+                       const float *x, int64_t n_tok, float *const *ys) {
+    if (!w_skip())
+        W.real->matmul_n(b, nw, ws, x, n_tok, ys);
+}
 static void w_matmul_t(struct pi_backend *b, const struct pi_weight *w, const float *x,
                        int64_t n_tok, float *y) {
     if (!w_skip())
@@ -144,6 +149,7 @@ static void wrap(pi_ctx *ctx, int lose_first) {
     W.vt = *W.real;
     W.vt.matmul = w_matmul;
     W.vt.matmul_t = w_matmul_t;
+    W.vt.matmul_n = W.real->matmul_n ? w_matmul_n : NULL;
     W.vt.rmsnorm = w_rmsnorm;
     W.vt.layernorm = w_layernorm;
     W.vt.rope = w_rope;
