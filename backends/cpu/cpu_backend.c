@@ -24,6 +24,9 @@ struct pi_backend {
     size_t xq_cap;
     float *scratch; /* per thread: max_width floats */
     int scratch_threads;
+    /* per thread, where the table has attn_scores: ATT_UNIT_ROWS rows of scores
+     * (max_width + 1 floats each) and their queries (max_width each) */
+    float *att;
     /* The packed prompt gemm (kernels.h), where the table has one: the activations of a
      * matmul packed for it [pi_gemm_pack_bytes(max_width, max_tokens)], and per thread
      * PI_GEMM_PACKED_SCRATCH bytes of panel; both 64-byte aligned inside their blocks. */
@@ -65,6 +68,7 @@ static void cpu_destroy(struct pi_backend *b) {
     pi_pool_destroy(b->pool);
     pi_free(b->alloc, b->xq);
     pi_free(b->alloc, b->scratch);
+    pi_free(b->alloc, b->att);
     pi_free(b->alloc, b->xp_block);
     pi_free(b->alloc, b->panel_block);
     pi_free(b->alloc, b->rows);
@@ -76,17 +80,32 @@ static uint8_t *align64(void *p) {
     return (uint8_t *)(((uintptr_t)p + 63) & ~(uintptr_t)63);
 }
 
+/* Query rows of one attention unit (attn_units): a tile of tokens times a GQA group's
+ * heads, their scores computed in one attn_scores call. */
+#define ATT_UNIT_ROWS 16
+
+static size_t att_floats(const struct pi_backend *b) {
+    return (size_t)ATT_UNIT_ROWS * (2 * (size_t)b->max_width + 1);
+}
+
 static int alloc_scratch(struct pi_backend *b, int n_threads) {
     float *s = pi_calloc(b->alloc, (size_t)n_threads * (size_t)b->max_width, sizeof *s);
     void *panel = NULL;
+    float *att = NULL;
     if (s && b->packed)
         panel = pi_malloc(b->alloc, (size_t)n_threads * PI_GEMM_PACKED_SCRATCH + 64);
-    if (!s || (b->packed && !panel)) {
+    if (s && b->k.attn_scores)
+        att = pi_malloc(b->alloc, (size_t)n_threads * att_floats(b) * sizeof *att);
+    if (!s || (b->packed && !panel) || (b->k.attn_scores && !att)) {
         pi_free(b->alloc, s);
+        pi_free(b->alloc, panel);
+        pi_free(b->alloc, att);
         return PI_ERR_NOMEM;
     }
     pi_free(b->alloc, b->scratch);
     pi_free(b->alloc, b->panel_block);
+    pi_free(b->alloc, b->att);
+    b->att = att;
     b->scratch = s;
     b->panel_block = panel;
     b->panel = panel ? align64(panel) : NULL;
@@ -1083,6 +1102,70 @@ static void attn_pairs(void *arg, int64_t lo, int64_t hi, int ith) {
     }
 }
 
+/* The F16 cache with the table's attn_scores: a unit is up to tq consecutive tokens
+ * times hg query heads of one KV head. Their queries are gathered into one block and
+ * scored against the union of their visible positions in one attn_scores call (each K
+ * row converted once for all of them); then each row's softmax over its own positions
+ * (as attn_pairs), and per token the weighted sums of V of its hg heads in one
+ * axpy_f16_q call. Every score and sum is computed as it would be alone, so neither
+ * the grouping nor the batch changes a bit. */
+struct attn_units_job {
+    struct attn_job j;
+    int64_t tq, hg; /* tokens and heads per unit */
+};
+
+static void attn_units(void *arg, int64_t lo, int64_t hi, int ith) {
+    const struct attn_units_job *uj = arg;
+    const struct attn_job *j = &uj->j;
+    const struct pi_kv *kv = j->kv;
+    const struct pi_kv_desc *d = &kv->d;
+    const int64_t D = d->head_dim_k, Dv = d->head_dim_v, group = d->n_head / d->n_head_kv;
+    const int64_t ngroups = d->n_head / uj->hg, lds = j->b->max_width + 1;
+    const float inv = j->a->scale, cap = j->a->softcap;
+    const int sink = j->a->sinks != NULL;
+    float *sc = j->b->att + (size_t)ith * att_floats(j->b);
+    float *qb = sc + (size_t)ATT_UNIT_ROWS * (size_t)lds;
+    const uint8_t *kl = j->kv->k + (size_t)j->layer * (size_t)d->n_ctx * kv->kb;
+    const uint8_t *vl = j->kv->v + (size_t)j->layer * (size_t)d->n_ctx * kv->vb;
+    for (int64_t u = lo; u < hi; u++) {
+        const int64_t t0 = u / ngroups * uj->tq, h0 = u % ngroups * uj->hg, hk = h0 / group;
+        const int64_t t1 = t0 + uj->tq < j->n_tok ? t0 + uj->tq : j->n_tok;
+        const int64_t w = j->a->window, last1 = j->pos0 + t1 - 1;
+        /* the union of the tokens' positions: from the first token's start to the last's end */
+        const int64_t plo = w > 0 && j->pos0 + t0 + 1 > w ? j->pos0 + t0 + 1 - w : 0;
+        int64_t rows = 0;
+        for (int64_t t = t0; t < t1; t++)
+            for (int64_t h = h0; h < h0 + uj->hg; h++, rows++)
+                memcpy(qb + rows * D, j->q + (t * d->n_head + h) * D, (size_t)D * sizeof *qb);
+        j->b->k.attn_scores(sc, lds, kl + (size_t)plo * kv->kb + 2 * (size_t)(hk * D), kv->kb,
+                            last1 + 1 - plo, qb, D, rows, D);
+        rows = 0;
+        for (int64_t t = t0; t < t1; t++) {
+            const int64_t last = j->pos0 + t, p0 = w > 0 && last + 1 > w ? last + 1 - w : 0;
+            const int64_t n_pos = last + 1 - p0;
+            float *s0 = sc + rows * lds + (p0 - plo);
+            for (int64_t h = h0; h < h0 + uj->hg; h++, rows++) {
+                float *s = sc + rows * lds + (p0 - plo);
+                if (sink)
+                    s[n_pos] = j->a->sinks[h] / inv;
+                const float norm = 1.0f / j->b->k.softmax_exp(s, n_pos + sink, inv, cap);
+                for (int64_t p = 0; p < n_pos; p++)
+                    s[p] *= norm;
+                float *o = j->out + (t * d->n_head + h) * Dv;
+                for (int64_t i = 0; i < Dv; i++)
+                    o[i] = 0.0f;
+            }
+            const uint8_t *vh = vl + (size_t)p0 * kv->vb + 2 * (size_t)(hk * Dv);
+            float *o = j->out + (t * d->n_head + h0) * Dv;
+            if (j->b->k.axpy_f16_q)
+                j->b->k.axpy_f16_q(o, Dv, s0, lds, vh, kv->vb, n_pos, uj->hg, Dv);
+            else
+                for (int64_t h = 0; h < uj->hg; h++)
+                    j->b->k.axpy_f16(o + h * Dv, s0 + h * lds, vh, kv->vb, n_pos, Dv);
+        }
+    }
+}
+
 static void cpu_attention(struct pi_backend *b, struct pi_kv *kv, int64_t layer, const float *q,
                           int64_t n_tok, int64_t pos0, const struct pi_attn *a, float *out) {
     struct attn_job j = {b, kv, layer, n_tok, pos0, q, a, out};
@@ -1092,6 +1175,25 @@ static void cpu_attention(struct pi_backend *b, struct pi_kv *kv, int64_t layer,
         refuse(b, pos0 + n_tok + (a->sinks != NULL), n_tok) ||
         (a->sinks && (a->softcap > 0.0f || !(a->scale > 0.0f)))) {
         b->fault = PI_ERR_INTERNAL;
+        return;
+    }
+    const struct pi_kv_desc *d = &kv->d;
+    if (b->k.attn_scores && d->type == PI_KV_F16) {
+        /* a whole GQA group per unit, tokens as many as fit; fewer heads per unit when
+         * that leaves too few units for the threads (short steps: decode) */
+        const int64_t G = d->n_head / d->n_head_kv, nth = pi_pool_n_threads(b->pool);
+        struct attn_units_job uj = {j, 1, 1};
+        for (int64_t hg = G; hg >= 1; hg--) {
+            if (G % hg || hg > ATT_UNIT_ROWS)
+                continue;
+            uj.hg = hg;
+            uj.tq = ATT_UNIT_ROWS / hg;
+            const int64_t units = (n_tok + uj.tq - 1) / uj.tq * (d->n_head / hg);
+            if (units >= 4 * nth)
+                break;
+        }
+        pi_pool_for(b->pool, (n_tok + uj.tq - 1) / uj.tq * (d->n_head / uj.hg), 1, attn_units,
+                    &uj);
         return;
     }
     pi_pool_for(b->pool, n_tok * kv->d.n_head, 1, attn_pairs, &j);

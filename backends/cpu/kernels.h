@@ -194,6 +194,22 @@ struct pi_cpu_kernels {
      * F16 dot, without a call per row. */
     void (*dot_f16_rows)(float *s, const void *x, size_t stride, int64_t nrows, const float *q,
                          int64_t n);
+    /* Attention's scores of nq queries (q + j * ldq, n floats each) against nrows F16
+     * rows (x + r * stride bytes): s[j * lds + r], j < nq, r < nrows. Each score is
+     * defined as pi_attn_score_ref computes it (8 lanes, lane l accumulating
+     * q[8c + l] * x[8c + l] by fused multiply-adds in order of c, the lanes summed as
+     * ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)), then the n % 8 last products,
+     * each rounded, added in order), so it does not depend on which rows or queries a
+     * call holds: prompt and decode agree bit for bit. Each row is converted once for
+     * all the queries (a GQA group, a tile of tokens). NULL where a table has no fast
+     * version (the reference and NEON tables): callers use dot_f16_rows per query. */
+    void (*attn_scores)(float *s, int64_t lds, const void *x, size_t stride, int64_t nrows,
+                        const float *q, int64_t ldq, int64_t nq, int64_t n);
+    /* axpy_f16 for nq queries over the same rows: y + j * ldy with the weights
+     * a + j * lda, bit for bit nq axpy_f16 calls, each row converted once. NULL: nq
+     * axpy_f16 calls. */
+    void (*axpy_f16_q)(float *y, int64_t ldy, const float *a, int64_t lda, const void *x,
+                       size_t stride, int64_t nrows, int64_t nq, int64_t n);
     /* The activations that need an exponential, g[i] = f(g[i]) * u[i] for i < n (u NULL:
      * f(g[i]) alone), in place (g may not overlap u otherwise):
      *   silu(x)     = x / (1 + e^-x)
@@ -225,6 +241,8 @@ void pi_cpu_kernels_init(struct pi_cpu_kernels *k, unsigned flags);
 
 /* The scalar references, exported for the conformance tests. */
 void pi_cpu_kernels_ref(struct pi_cpu_kernels *k);
+/* One attention score as attn_scores defines it: q [n] floats, x [n] F16. */
+float pi_attn_score_ref(const float *q, const void *x, int64_t n);
 
 /* Overrides, each defined in its own file compiled with its own ISA flags; they only
  * replace entries and must be called on a table already filled by the reference. */

@@ -1669,6 +1669,168 @@ INLINE void axpy_cols(float *y, const float *a, const uint8_t *x, size_t stride,
 }
 
 static void NAME(axpy_f16)(float *y, const float *a, const void *xv, size_t stride, int64_t nrows,
+                           int64_t n);
+
+/* attn_scores: 8 rows at a time; each query keeps one accumulator per row (lanes as
+ * pi_attn_score_ref's) and the 8 are reduced together by hsum8, hsum_ps's tree for
+ * each. With one or two queries the rows are converted as they are used; with more,
+ * converted once into kf and reloaded for each query. */
+#define ATT_ROWS 8
+#define ATT_MAXD 256 /* the widest head converted in one piece */
+INLINE float att_tail(float v, const float *q, const uint8_t *x, int64_t n8, int64_t n) {
+    for (int64_t i = n8; i < n; i++) {
+        const float prod = q[i] * load1(PI_TYPE_F16, x, i);
+        v = v + prod;
+    }
+    return v;
+}
+
+/* hsum_ps of a[0..7] in one vector, lane k = row k: the same adds in the same order
+ * (lo + hi halves, then lanes 0+2 and 1+3, then their sum), 8 rows at a time. */
+INLINE __m256 hsum8(const __m256 a[8]) {
+    __m256 s[4];
+    UNROLL
+    for (int k = 0; k < 4; k++)
+        s[k] = _mm256_add_ps(_mm256_permute2f128_ps(a[2 * k], a[2 * k + 1], 0x20),
+                             _mm256_permute2f128_ps(a[2 * k], a[2 * k + 1], 0x31));
+    const __m256 u0 = _mm256_add_ps(_mm256_shuffle_ps(s[0], s[1], 0x44),
+                                    _mm256_shuffle_ps(s[0], s[1], 0xee));
+    const __m256 u1 = _mm256_add_ps(_mm256_shuffle_ps(s[2], s[3], 0x44),
+                                    _mm256_shuffle_ps(s[2], s[3], 0xee));
+    const __m256 r = _mm256_add_ps(_mm256_shuffle_ps(u0, u1, 0x88), _mm256_shuffle_ps(u0, u1, 0xdd));
+    return _mm256_permutevar8x32_ps(r, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+/* The nk (<= 8) scores of rows r0.. for query j out of its 8 accumulators. */
+INLINE void att_store(float *s, const __m256 acc[8], int nk, const float *qj, const uint8_t *x,
+                      size_t stride, int64_t n8, int64_t n) {
+    const __m256 v = hsum8(acc);
+    if (nk == ATT_ROWS && n8 == n) {
+        _mm256_storeu_ps(s, v);
+        return;
+    }
+    float t[8];
+    _mm256_storeu_ps(t, v);
+    for (int k = 0; k < nk; k++)
+        s[k] = att_tail(t[k], qj, x + (size_t)k * stride, n8, n);
+}
+
+static void NAME(attn_scores)(float *s, int64_t lds, const void *xv, size_t stride, int64_t nrows,
+                              const float *q, int64_t ldq, int64_t nq, int64_t n) {
+    const uint8_t *x = xv;
+    const int64_t n8 = n / 8 * 8;
+    _Alignas(32) float kf[ATT_ROWS * ATT_MAXD];
+    for (int64_t r0 = 0; r0 < nrows; r0 += ATT_ROWS) {
+        const int nk = nrows - r0 < ATT_ROWS ? (int)(nrows - r0) : ATT_ROWS;
+        const uint8_t *xr = x + (size_t)r0 * stride;
+        const uint8_t *rp[ATT_ROWS]; /* rows past nrows read the last one again */
+        UNROLL
+        for (int k = 0; k < ATT_ROWS; k++)
+            rp[k] = xr + (size_t)(k < nk ? k : nk - 1) * stride;
+        if (nq <= 2 || n8 > ATT_MAXD) {
+            for (int64_t j = 0; j < nq; j += 2) {
+                const int two = j + 1 < nq;
+                const float *q0 = q + j * ldq, *q1 = q + (j + two) * ldq;
+                __m256 a0[ATT_ROWS], a1[ATT_ROWS];
+                UNROLL
+                for (int k = 0; k < ATT_ROWS; k++)
+                    a0[k] = a1[k] = _mm256_setzero_ps();
+                for (int64_t c = 0; c < n8; c += 8) {
+                    const __m256 qa = _mm256_loadu_ps(q0 + c), qb = _mm256_loadu_ps(q1 + c);
+                    UNROLL
+                    for (int k = 0; k < ATT_ROWS; k++) {
+                        const __m256 v = _mm256_cvtph_ps(loadu128(rp[k] + 2 * c));
+                        a0[k] = _mm256_fmadd_ps(qa, v, a0[k]);
+                        a1[k] = _mm256_fmadd_ps(qb, v, a1[k]);
+                    }
+                }
+                att_store(s + j * lds + r0, a0, nk, q0, xr, stride, n8, n);
+                if (two)
+                    att_store(s + (j + 1) * lds + r0, a1, nk, q1, xr, stride, n8, n);
+            }
+            continue;
+        }
+        UNROLL
+        for (int k = 0; k < ATT_ROWS; k++)
+            for (int64_t c = 0; c < n8; c += 8)
+                _mm256_store_ps(kf + k * n8 + c, _mm256_cvtph_ps(loadu128(rp[k] + 2 * c)));
+        for (int64_t j = 0; j < nq; j++) {
+            const float *qj = q + j * ldq;
+            __m256 acc[ATT_ROWS];
+            UNROLL
+            for (int k = 0; k < ATT_ROWS; k++)
+                acc[k] = _mm256_setzero_ps();
+            for (int64_t c = 0; c < n8; c += 8) {
+                const __m256 qc = _mm256_loadu_ps(qj + c);
+                UNROLL
+                for (int k = 0; k < ATT_ROWS; k++)
+                    acc[k] = _mm256_fmadd_ps(qc, _mm256_load_ps(kf + k * n8 + c), acc[k]);
+            }
+            att_store(s + j * lds + r0, acc, nk, qj, xr, stride, n8, n);
+        }
+    }
+}
+
+/* axpy_f16_q: NV vectors of columns and up to NQ queries in registers per pass over the
+ * rows, each row's columns converted once for them: the per-value arithmetic of
+ * axpy_f16. One query takes 64 columns a pass, two 32, more 16 (6 at a time). */
+INLINE void axq_cols(float *y, int64_t ldy, const float *a, int64_t lda, const uint8_t *x,
+                     size_t stride, int64_t nrows, int m, int64_t i, int NV, int NQ) {
+    __m256 acc[6][8];
+    UNROLL
+    for (int j = 0; j < NQ; j++)
+        UNROLL
+        for (int v = 0; v < NV; v++)
+            acc[j][v] = j < m ? _mm256_loadu_ps(y + j * ldy + i + 8 * v) : _mm256_setzero_ps();
+    for (int64_t r = 0; r < nrows; r++) {
+        const uint8_t *xr = x + (size_t)r * stride + 2 * i;
+        __m256 v8[8];
+        UNROLL
+        for (int v = 0; v < NV; v++)
+            v8[v] = _mm256_cvtph_ps(loadu128(xr + 16 * v));
+        UNROLL
+        for (int j = 0; j < NQ; j++)
+            if (j < m) {
+                const __m256 va = _mm256_broadcast_ss(a + j * lda + r);
+                UNROLL
+                for (int v = 0; v < NV; v++)
+                    acc[j][v] = _mm256_add_ps(acc[j][v], _mm256_mul_ps(va, v8[v]));
+            }
+    }
+    UNROLL
+    for (int j = 0; j < NQ; j++)
+        if (j < m)
+            UNROLL
+            for (int v = 0; v < NV; v++)
+                _mm256_storeu_ps(y + j * ldy + i + 8 * v, acc[j][v]);
+}
+
+static void NAME(axpy_f16)(float *y, const float *a, const void *xv, size_t stride, int64_t nrows,
+                           int64_t n);
+
+static void NAME(axpy_f16_q)(float *y, int64_t ldy, const float *a, int64_t lda, const void *xv,
+                             size_t stride, int64_t nrows, int64_t nq, int64_t n) {
+    const uint8_t *x = xv;
+    const int w = nq == 1 ? 64 : nq == 2 ? 32 : 16; /* columns per pass */
+    int64_t i = 0;
+    for (; i + w <= n; i += w)
+        for (int64_t j0 = 0; j0 < nq; j0 += 6) {
+            const int m = nq - j0 < 6 ? (int)(nq - j0) : 6;
+            float *yj = y + j0 * ldy;
+            const float *aj = a + j0 * lda;
+            if (w == 64)
+                axq_cols(yj, ldy, aj, lda, x, stride, nrows, m, i, 8, 1);
+            else if (w == 32)
+                axq_cols(yj, ldy, aj, lda, x, stride, nrows, m, i, 4, 2);
+            else
+                axq_cols(yj, ldy, aj, lda, x, stride, nrows, m, i, 2, 6);
+        }
+    if (i < n) /* the last columns, query by query, as axpy_f16 does them */
+        for (int64_t j = 0; j < nq; j++)
+            NAME(axpy_f16)(y + j * ldy + i, a + j * lda, x + 2 * i, stride, nrows, n - i);
+}
+
+static void NAME(axpy_f16)(float *y, const float *a, const void *xv, size_t stride, int64_t nrows,
                            int64_t n) {
     const uint8_t *x = xv;
     int64_t i = 0;
@@ -2111,6 +2273,8 @@ void pi_cpu_kernels_avx2(struct pi_cpu_kernels *k) {
     k->quantize_q8_0 = NAME(quantize_q8_0);
     k->quantize_q8_k = NAME(quantize_q8_k);
     k->axpy_f16 = NAME(axpy_f16);
+    k->attn_scores = NAME(attn_scores);
+    k->axpy_f16_q = NAME(axpy_f16_q);
     k->from_float_f16 = NAME(from_float_f16);
     k->dot_f16_rows = NAME(dot_f16_rows);
     k->to_float[PI_TYPE_F16] = NAME(to_float_f16);

@@ -261,6 +261,21 @@ AXPY_ROWS_REF(q5_1)
 AXPY_ROWS_REF(q8_0)
 #undef AXPY_ROWS_REF
 
+float pi_attn_score_ref(const float *q, const void *x, int64_t n) {
+    const uint8_t *p = x;
+    const int64_t n8 = n / 8 * 8;
+    float l[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    for (int64_t c = 0; c < n8; c += 8)
+        for (int i = 0; i < 8; i++)
+            l[i] = fmaf(q[c + i], rdf16(p + 2 * (c + i)), l[i]);
+    float s = ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]));
+    for (int64_t i = n8; i < n; i++) {
+        const float prod = q[i] * rdf16(p + 2 * i);
+        s = s + prod;
+    }
+    return s;
+}
+
 static void dot_f16_rows_ref(float *s, const void *x, size_t stride, int64_t nrows, const float *q,
                              int64_t n) {
     for (int64_t r = 0; r < nrows; r++)

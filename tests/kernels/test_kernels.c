@@ -587,6 +587,68 @@ static void test_dot_f16_rows(void **state) {
     }
 }
 
+/* attn_scores: for every table that has it, each score is pi_attn_score_ref's bit for
+ * bit (head dims with and without a tail of n % 8, wider than one converted piece,
+ * row counts around its 8 rows, several queries); nothing else of s is written.
+ * axpy_f16_q: bit for bit one axpy_f16 per query. */
+static void test_attn_scores(void **state) {
+    static const int64_t lens[] = {1, 7, 8, 17, 64, 100, 128, 264, 300};
+    static const int64_t rows[] = {1, 5, 8, 13, 33};
+    const float sentinel = -777.0f;
+    struct pi_cpu_kernels k;
+    (void)state;
+    for (size_t i = 0; i < N_IMPLS; i++) {
+        if (!impl_table(i, &k))
+            continue;
+        for (size_t a = 0; a < sizeof lens / sizeof lens[0]; a++)
+            for (size_t b = 0; b < sizeof rows / sizeof rows[0]; b++) {
+                const int64_t n = lens[a], nr = rows[b], nq = 1 + (int64_t)((a + b) % 7);
+                const int64_t ldq = n + 3, lds = nr + 2, ldy = n + 5;
+                const size_t stride = (size_t)n * 2 + 6;
+                uint8_t *x = malloc(stride * (size_t)nr);
+                float *q = malloc((size_t)(nq * ldq) * sizeof *q);
+                float *sc = malloc((size_t)(nq * lds) * sizeof *sc);
+                float *w = malloc((size_t)(nq * nr) * sizeof *w);
+                float *y1 = malloc((size_t)(nq * ldy) * sizeof *y1);
+                float *y2 = malloc((size_t)(nq * ldy) * sizeof *y2);
+                assert_true(x && q && sc && w && y1 && y2);
+                random_weights(PI_TYPE_F16, x, stride * (size_t)nr);
+                random_acts(q, nq * ldq);
+                random_acts(w, nq * nr);
+                random_acts(y1, nq * ldy);
+                memcpy(y2, y1, (size_t)(nq * ldy) * sizeof *y1);
+                for (int64_t e = 0; e < nq * lds; e++)
+                    sc[e] = sentinel;
+                if (k.attn_scores) {
+                    k.attn_scores(sc, lds, x, stride, nr, q, ldq, nq, n);
+                    for (int64_t j = 0; j < nq; j++)
+                        for (int64_t r = 0; r < lds; r++) {
+                            const float got = sc[j * lds + r];
+                            const float want =
+                                r < nr ? pi_attn_score_ref(q + j * ldq, x + (size_t)r * stride, n)
+                                       : sentinel;
+                            if (memcmp(&got, &want, sizeof got) != 0)
+                                fail_msg("%s: attn_scores n=%lld rows=%lld query %lld row %lld: "
+                                         "%.9g != %.9g", impls[i].name, (long long)n, (long long)nr,
+                                         (long long)j, (long long)r, got, want);
+                        }
+                }
+                if (k.axpy_f16_q) {
+                    k.axpy_f16_q(y1, ldy, w, nr, x, stride, nr, nq, n);
+                    for (int64_t j = 0; j < nq; j++)
+                        k.axpy_f16(y2 + j * ldy, w + j * nr, x, stride, nr, n);
+                    assert_memory_equal(y1, y2, (size_t)(nq * ldy) * sizeof *y1);
+                }
+                free(x);
+                free(q);
+                free(sc);
+                free(w);
+                free(y1);
+                free(y2);
+            }
+    }
+}
+
 /* ---- tests: dot and gemm -------------------------------------------------------------- */
 
 struct problem {
@@ -1357,7 +1419,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_axpy_f16),     cmocka_unit_test(test_from_float_f16),     cmocka_unit_test(test_dot_f16_rows),
         cmocka_unit_test(test_axpy_rows),    cmocka_unit_test(test_non_finite_activations),
         cmocka_unit_test(test_gemv_idx), cmocka_unit_test(test_gemm_idx),
-        cmocka_unit_test(test_gemm_packed),
+        cmocka_unit_test(test_gemm_packed),  cmocka_unit_test(test_attn_scores),
     };
     if (argc > 1 && strcmp(argv[1], "--bench") == 0)
         return run_bench();
