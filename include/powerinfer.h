@@ -1127,6 +1127,31 @@ PI_API int pi_ctx_state_load_file(pi_ctx *ctx, int32_t seq, const char *path);
 PI_API int pi_ctx_set_threads(pi_ctx *ctx, uint32_t n_threads);
 PI_API uint32_t pi_ctx_n_threads(const pi_ctx *ctx);
 
+/* What a probe (pi_ctx_set_ffn_probe) sees of one layer's FFN in one decode step of
+ * n_tokens tokens (the step's entries in order), all borrowed for the call only:
+ * - h [n_tokens][n_embd]: the FFN's predictor input, the residual stream before the
+ *   FFN's norm (llama and most architectures: after attention; parallel blocks such as
+ *   Falcon's: the layer's input), what a PowerInfer predictor reads;
+ * - act [n_tokens][n_ff]: the activation of the gate, act(gate . xn) (gate biases
+ *   included; FFNs without a gate: act(up . xn + b_up)), what PI_SPARSE_THRESHOLD
+ *   thresholds;
+ * - inter [n_tokens][n_ff]: the FFN's intermediate, the values the down projection
+ *   multiplies (gated: act(gate . xn) * (up . xn); bamboo relu(gate . xn) * relu(up . xn);
+ *   without a gate: act); a neuron of a ReLU FFN fired iff its value is non-zero.
+ * The callback must not call the library on the same context. Since: 0.1 */
+typedef void (*pi_ffn_probe_fn)(void *user, int64_t layer, int64_t n_tokens, const float *h,
+                                const float *act, const float *inter);
+
+/* Install (fn non-NULL) or remove (fn NULL) the context's FFN probe: from the next decode
+ * on, fn(user, ...) is called once per layer and step, after the layer's FFN (how
+ * tools/train_predictor.py collects a predictor's training pairs with this engine). The
+ * probe needs the whole FFN computed: a CPU-only context in PI_SPARSE_DENSE mode whose
+ * layers have no experts. `user` is borrowed until the probe is replaced or the context
+ * destroyed. Costs a copy of the gate's activations per layer. PI_OK,
+ * PI_ERR_INVALID_ARG (NULL ctx), PI_ERR_UNSUPPORTED (another mode, a device, experts),
+ * PI_ERR_NOMEM. Since: 0.1 */
+PI_API int pi_ctx_set_ffn_probe(pi_ctx *ctx, pi_ffn_probe_fn fn, void *user);
+
 /* The FFN mode the context runs, PI_SPARSE_DENSE, _PREDICTOR or _ORACLE (AUTO
  * resolved), or PI_ERR_INVALID_ARG. Since: 0.1 */
 PI_API int pi_ctx_sparse_mode(const pi_ctx *ctx);

@@ -30,7 +30,7 @@ static enum pi_act act_of(enum pi_ffn_act a, int gated) {
     case PI_FFN_RELU:
         return gated ? PI_ACT_RELU_MUL : PI_ACT_RELU;
     case PI_FFN_RELU_BOTH:
-        return PI_ACT_RELU_RELU_MUL;
+        return gated ? PI_ACT_RELU_RELU_MUL : PI_ACT_RELU; /* the gate's own: relu */
     case PI_FFN_GELU:
         return gated ? PI_ACT_GELU_MUL : PI_ACT_GELU;
     case PI_FFN_GELU_ERF:
@@ -253,6 +253,11 @@ static int64_t ffn_sparse(struct pi_ctx *c, int64_t l, int64_t T, const uint8_t 
         rows_gate = 0;
         rows_up = F;
     }
+    /* a sparsified file's smooth activation (SiLU, GELU) on every row at once, g = act(g)
+     * * u, the rows outside the union unread; ReLU ones are applied row by row below */
+    const int smooth = gated && hp->ffn_act != PI_FFN_RELU && hp->ffn_act != PI_FFN_RELU_BOTH;
+    if (smooth && c->mode != PI_SPARSE_THRESHOLD)
+        be->ffn_act(b, act_of(hp->ffn_act, 1), c->g, c->u, T * F);
     be->sync(b);
     /* Activations of the union's neurons, each token masked to its own set (THRESHOLD:
      * g holds a = act(gate xn), kept where |a| > t_l). */
@@ -268,6 +273,7 @@ static int64_t ffn_sparse(struct pi_ctx *c, int64_t l, int64_t T, const uint8_t 
                 g[r] = fabsf(g[r]) > thr ? g[r] * u[r] : 0.0f;
             } else if (predictor && !(s[r] >= c->threshold)) { /* NaN: not selected */
                 g[r] = 0.0f;
+            } else if (smooth) { /* act(g) * u already */
             } else if (gated) {
                 g[r] = relu_act(hp->ffn_act, g[r], u[r]);
             } else {
@@ -292,7 +298,7 @@ static int64_t ffn_sparse(struct pi_ctx *c, int64_t l, int64_t T, const uint8_t 
 
 /* Diagnostic (PI_STATS_DIAGNOSTIC in predictor mode): the true activations of every
  * neuron, in gfull, without touching the step's own buffers. */
-static void true_activations(struct pi_ctx *c, const struct pi_layer_w *L, int64_t T) {
+static void true_activations(struct pi_ctx *c, int64_t l, const struct pi_layer_w *L, int64_t T) {
     const int64_t F = c->hp->n_ff;
     if (!L->gate.data) { /* relu(up xn + b_up) */
         c->be->matmul(c->b, &L->up, c->xn, T, c->gfull);
@@ -305,6 +311,14 @@ static void true_activations(struct pi_ctx *c, const struct pi_layer_w *L, int64
     }
     c->be->matmul(c->b, &L->gate, c->xn, T, c->gfull);
     c->be->matmul(c->b, &L->up, c->xn, T, c->ufull);
+    if (c->hp->sparsified) { /* active: |act(gate xn)| above the layer's threshold */
+        const float thr = c->layer_thr[l];
+        c->be->ffn_act(c->b, act_of(c->hp->ffn_act, 0), c->gfull, NULL, T * F);
+        c->be->sync(c->b);
+        for (int64_t i = 0; i < T * F; i++)
+            c->gfull[i] = fabsf(c->gfull[i]) > thr ? c->gfull[i] * c->ufull[i] : 0.0f;
+        return;
+    }
     c->be->sync(c->b);
     for (int64_t i = 0; i < T * F; i++)
         c->gfull[i] = relu_act(c->hp->ffn_act, c->gfull[i], c->ufull[i]);
@@ -483,12 +497,18 @@ static const float *ffn_dense(struct run *r, int64_t l, const struct unit *u,
         u->be->matmul(u->b, &W->up, xn, T, g);
         bias(u, g, &W->b_up, T);
     }
-    if (c->gate_hist && gated && u->at == HOST) { /* calibration: a = act(gate xn) */
+    if ((c->gate_hist || c->probe_fn) && gated && u->at == HOST) {
+        /* calibration and the probe: a = act(gate xn) on its own, then a * up (bamboo's
+         * relu(up) as its activation does) */
         u->be->ffn_act(u->b, act_of(hp->ffn_act, 0), g, NULL, T * F);
         u->be->sync(u->b);
-        gate_hist(c, l, g, T);
+        if (c->gate_hist)
+            gate_hist(c, l, g, T);
+        if (c->probe_fn)
+            memcpy(c->probe_act, g, (size_t)(T * F) * sizeof(float));
+        const int both = hp->ffn_act == PI_FFN_RELU_BOTH;
         for (int64_t i = 0; i < T * F; i++)
-            g[i] *= up[i];
+            g[i] *= both ? (up[i] > 0.0f ? up[i] : 0.0f) : up[i];
     } else {
         u->be->ffn_act(u->b, act_of(hp->ffn_act, gated), g, gated ? up : NULL, T * F);
     }
@@ -870,7 +890,7 @@ static int step(struct pi_ctx *c, const pi_batch_entry *e, const int32_t *pos, i
         const uint64_t t1 = now(c);
         /* predictor: s [T][F] from the residual x, before ffn_norm */
         const int diag = c->stats_level == PI_STATS_DIAGNOSTIC;
-        const int have_pred = hp->sparse && (c->mode == PI_SPARSE_PREDICTOR || diag);
+        const int have_pred = hp->predictors && (c->mode == PI_SPARSE_PREDICTOR || diag);
         if (have_pred) {
             predict(&r, unit(&r, X->pred_dev), L, D);
             if (c->check_layers)
@@ -903,13 +923,16 @@ static int step(struct pi_ctx *c, const pi_batch_entry *e, const int32_t *pos, i
         } else if (host_part) {
             float *y = n_dev ? hy->yc_host : c->xn; /* the host's FFN output */
             if (c->mode == PI_SPARSE_PREDICTOR && diag) {
-                true_activations(c, L, T);
+                true_activations(c, l, L, T);
                 truth = c->gfull;
             }
             if (L->router.data) {
                 ffn_moe(&r, l);
             } else if (c->mode == PI_SPARSE_DENSE && !n_dev) {
                 truth = ffn_dense(&r, l, &r.host, L, &r.xn, &r.xn);
+                if (c->probe_fn) /* x: the predictor input, before the residual add */
+                    c->probe_fn(c->probe_user, l, T, c->x, L->gate.data ? c->probe_act : truth,
+                                truth);
             } else {
                 const int64_t n = ffn_sparse(c, l, T, n_dev ? D->on_dev : NULL, y);
                 if (!n_dev)
