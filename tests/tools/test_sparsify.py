@@ -6,7 +6,7 @@
 Fixture: tests/fixtures/archs/qwen2.f16.gguf (a tiny random Qwen2 with a SiLU-gated FFN,
 made by tests/fixtures/make_arch_models.py with llama.cpp's converter; its .ref.bin holds
 transformers' float64 logits). The reference here is a float64 numpy forward of the
-GGUF as stored (read with the gguf package): it is first checked against transformers'
+GGUF as stored (qwen2_ref.py, read with the gguf package): it is first checked against transformers'
 logits (dense), then run with each layer's FFN masked as the thresholded mode defines it,
 a = silu(gate . h), keep a neuron iff |a| > t_l, y = down((a * keep) * (up . h)).
 
@@ -35,8 +35,9 @@ import numpy as np
 TOOL, LIB, ROOT, WORK = sys.argv[1:5]
 os.environ["PI_LIBRARY"] = LIB
 sys.path.insert(0, os.path.join(ROOT, "tools", "python"))
-import gguf  # noqa: E402
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import powerinfer as pi  # noqa: E402
+from qwen2_ref import forward, read_ref, rel, tensors  # noqa: E402
 
 ARCHS = os.path.join(ROOT, "tests", "fixtures", "archs")
 FIX = os.path.join(ARCHS, "qwen2.f16.gguf")
@@ -49,75 +50,6 @@ def check(ok, what):
     print(("ok    " if ok else "FAIL  ") + what)
     if not ok:
         FAILS.append(what)
-
-
-def read_ref(path):
-    raw = open(path, "rb").read()
-    n, v = np.frombuffer(raw[:8], "<u4")
-    toks = np.frombuffer(raw[8:8 + 4 * n], "<i4").tolist()
-    return toks, np.frombuffer(raw[8 + 4 * n:], "<f4").reshape(n, v).astype(np.float64)
-
-
-def tensors(path):
-    from gguf.quants import dequantize
-    r = gguf.GGUFReader(path)
-    T = {t.name: dequantize(t.data, t.tensor_type).astype(np.float64).reshape(
-        [int(x) for x in reversed(t.shape)]) for t in r.tensors}
-    K = {k: f.contents() for k, f in r.fields.items() if not k.startswith("GGUF.")}
-    return T, K
-
-
-def forward(T, K, tokens, thresholds=None, kv16=False):
-    """Float64 forward of a qwen2 GGUF as stored (NEOX RoPE, q/k/v biases), the FFN
-    masked at |silu(gate h)| > t_l when thresholds are given; also returns the smallest
-    relative margin | |a| - t | / t over every (layer, token, neuron) (inf if none), and
-    each layer's |a|. kv16 rounds K (after RoPE) and V to float16, as the engine's F16
-    KV cache does, so that its activations agree with the engine's to float32 rounding."""
-    g = lambda k, d=None: K.get("qwen2." + k, d)  # noqa: E731
-    n_head, n_kv, E = g("attention.head_count"), g("attention.head_count_kv"), g("embedding_length")
-    hd, eps, base = E // n_head, g("attention.layer_norm_rms_epsilon"), g("rope.freq_base", 10000.0)
-
-    def rms(x, w):
-        return x / np.sqrt((x * x).mean(-1, keepdims=True) + eps) * w
-
-    def rope(x, pos):
-        inv = base ** (-np.arange(0, hd, 2, dtype=np.float64) / hd)
-        ang = (pos[:, None] * inv[None, :])[:, None, :]
-        c, s = np.cos(ang), np.sin(ang)
-        a, b = x[..., :hd // 2], x[..., hd // 2:]
-        return np.concatenate([a * c - b * s, a * s + b * c], -1)
-
-    x = T["token_embd.weight"][tokens]
-    n = len(tokens)
-    pos = np.arange(n, dtype=np.float64)
-    margin, acts = np.inf, []
-    for il in range(g("block_count")):
-        p = f"blk.{il}."
-        h = rms(x, T[p + "attn_norm.weight"])
-        q, k, v = (h @ T[p + f"attn_{w}.weight"].T + T[p + f"attn_{w}.bias"] for w in "qkv")
-        q, k, v = q.reshape(n, n_head, hd), k.reshape(n, n_kv, hd), v.reshape(n, n_kv, hd)
-        q, k = rope(q, pos), rope(k, pos)
-        if kv16:
-            k, v = k.astype(np.float16).astype(np.float64), v.astype(np.float16).astype(np.float64)
-        k, v = np.repeat(k, n_head // n_kv, axis=1), np.repeat(v, n_head // n_kv, axis=1)
-        sc = np.einsum("thd,uhd->htu", q, k) / np.sqrt(hd)
-        sc = np.where(np.tril(np.ones((n, n), bool))[None], sc, -np.inf)
-        sc = np.exp(sc - sc.max(-1, keepdims=True))
-        sc /= sc.sum(-1, keepdims=True)
-        x = x + np.einsum("htu,uhd->thd", sc, v).reshape(n, n_head * hd) @ T[p + "attn_output.weight"].T
-        h = rms(x, T[p + "ffn_norm.weight"])
-        z = h @ T[p + "ffn_gate.weight"].T
-        a = z / (1.0 + np.exp(-z))
-        acts.append(np.abs(a))
-        if thresholds is not None:
-            t = float(thresholds[il])
-            if t > 0:
-                margin = min(margin, float((np.abs(np.abs(a) - t) / t).min()))
-            a = np.where(np.abs(a) > t, a, 0.0)
-        down = T[p + "ffn_down.weight"] if p + "ffn_down.weight" in T else T[p + "ffn_down_t.weight"].T
-        x = x + (a * (h @ T[p + "ffn_up.weight"].T)) @ down.T
-    x = rms(x, T["output_norm.weight"])
-    return x @ T.get("output.weight", T["token_embd.weight"]).T, margin, acts
 
 
 def clear_thresholds(T, K, tokens, thr):
@@ -134,10 +66,6 @@ def clear_thresholds(T, K, tokens, thr):
         j = lo + int(np.argmax(gaps))
         out[il] = float(np.float32((v[j] + v[j + 1]) / 2))
     return out
-
-
-def rel(a, b):
-    return float(np.abs(a - b).max() / np.abs(b).max())
 
 
 def sparsify(out, sparsity, src=FIX, extra=()):
@@ -196,7 +124,7 @@ check(K1["powerinfer.sparsify.method"] == "cats" and len(thr) == L and (thr > 0)
 # that no activation of this prompt lies within float32 rounding of one), given as the
 # override; then the file's own, on the whole prompt's last position
 clear = clear_thresholds(T0, K0, tokens, thr)
-masked_ref, margin, _ = forward(T0, K0, tokens, clear, kv16=True)
+masked_ref, margin, _, _ = forward(T0, K0, tokens, clear, kv16=True)
 check(margin > 1e-4, f"thresholds {np.round(clear, 5).tolist()}: no activation within 1e-4 "
       f"(relative) of one (closest {margin:.1e})")
 steps, whole, batch = engine_logits(out, tokens, "auto", sparse_thresholds=clear)
