@@ -95,7 +95,10 @@ static int setup_thresholds(struct pi_ctx *c, const pi_ctx_params *p) {
     c->layer_thr = pi_calloc(&c->alloc, (size_t)L, sizeof *c->layer_thr);
     if (!c->layer_thr)
         PI_FAIL(&c->err, PI_ERR_NOMEM, "out of memory");
-    c->gate_hist = p->gate_histogram && p->stats != PI_STATS_OFF;
+    c->gate_hist = p->stats == PI_STATS_OFF ? 0
+                   : p->gate_histogram == PI_HIST_INTER ? PI_HIST_INTER
+                   : p->gate_histogram                  ? PI_HIST_GATE
+                                                        : 0;
     if (c->gate_hist && (c->model->desc.n_moe_layers || !(hp->info->flags & PI_AF_GATED) ||
                          p->device != PI_DEVICE_NONE))
         PI_FAIL(&c->err, PI_ERR_UNSUPPORTED, "gate_histogram needs a gated FFN without experts "

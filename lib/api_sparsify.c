@@ -12,6 +12,7 @@
  * one layer's down projection twice as floats, plus its output bytes. */
 #include <errno.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -23,7 +24,8 @@
 #include "util/os.h"
 #include "util/params.h"
 
-#define SPARSIFY_PARAMS_MIN_SIZE sizeof(pi_sparsify_params)
+/* The first published pi_sparsify_params ended after down_error; method came later. */
+#define SPARSIFY_PARAMS_MIN_SIZE (offsetof(pi_sparsify_params, down_error) + sizeof(double *))
 #define COPY_CHUNK               ((uint64_t)16 << 20)
 #define ROW_GRAIN                64
 
@@ -172,7 +174,8 @@ static int plan(struct srun *r) {
     const float sp = r->p.sparsity;
     const uint64_t ntok = r->p.calibration_tokens;
     if (st == PI_OK)
-        st = gguf_writer_add_string(r->w, "powerinfer.sparsify.method", "cats");
+        st = gguf_writer_add_string(r->w, "powerinfer.sparsify.method",
+                                    r->p.method == PI_SPARSIFY_TEAL ? "teal" : "cats");
     if (st == PI_OK)
         st = gguf_writer_add_scalar(r->w, "powerinfer.sparsify.sparsity", PI_META_F32, &sp);
     if (st == PI_OK)
@@ -389,6 +392,9 @@ int pi_model_sparsify(const char *in_path, const char *out_path, const pi_sparsi
     if (st == PI_OK && (!in_path || !out_path))
         st = pi_error_set(&err, PI_ERR_INVALID_ARG,
                           "pi_model_sparsify: in_path and out_path must not be NULL");
+    if (st == PI_OK && (r.p.method > PI_SPARSIFY_TEAL || r.p.reserved0))
+        st = pi_error_set(&err, PI_ERR_INVALID_ARG, "pi_model_sparsify: method %u is not a "
+                          "PI_SPARSIFY_* value, or reserved0 is not zero", r.p.method);
     if (st == PI_OK && (!r.p.thresholds || !r.p.n_thresholds))
         st = pi_error_set(&err, PI_ERR_INVALID_ARG, "pi_model_sparsify: no thresholds");
     if (st == PI_OK && !(r.p.sparsity >= 0.0f && r.p.sparsity < 1.0f))

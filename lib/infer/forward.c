@@ -12,7 +12,8 @@
  *              token t uses the neurons with s[t][r] >= threshold
  *   oracle     g0 = gate xn for every neuron; token t uses the neurons with g0 > 0
  *   threshold  a = act(gate xn) for every neuron; token t uses the neurons with
- *              |a| > t_l (CATS-style, files with ffn_down_t)
+ *              |a| > t_l (CATS-style, files with ffn_down_t); a "teal" file: gate and
+ *              up for every neuron, down where |act(gate xn) * (up xn)| > t_l
  * A step of T tokens computes gate/up rows for the union U of its tokens' sets (all
  * rows, densely, when |U| > PI_SPARSE_DENSE_UNION * F) and masks each token to its own
  * set, so a prompt gives what T one-token steps would give (up to rounding order). */
@@ -219,13 +220,24 @@ static int64_t ffn_sparse(struct pi_ctx *c, int64_t l, int64_t T, const uint8_t 
             be->matmul_rows(b, &L->up, c->xn, T, c->idx, n, up);
         }
         rows_gate = gated ? rows_up : 0;
+    } else if (c->mode == PI_SPARSE_THRESHOLD && hp->teal) {
+        /* TEAL-style: gate and up for every neuron, m = act(gate xn) * (up xn), the down
+         * projection where |m| > t_l (each token masked to its own set below) */
+        be->matmul(b, &L->gate, c->xn, T, c->g);                     /* g [T][F] */
+        be->matmul(b, &L->up, c->xn, T, c->u);                       /* u [T][F] */
+        be->ffn_act(b, act_of(hp->ffn_act, 1), c->g, c->u, T * F);   /* m = act(g) u */
+        be->sync(b);
+        if (c->gate_hist == PI_HIST_INTER)
+            gate_hist(c, l, c->g, T);
+        n = select_abs(c, c->g, T, c->layer_thr[l], skip);
+        rows_gate = rows_up = F;
     } else if (c->mode == PI_SPARSE_THRESHOLD) { /* gated (desc.c and api_ctx.c check) */
         /* the whole gate and its activation, then up where |a| > t_l (each token masked
          * to its own set below) */
         be->matmul(b, &L->gate, c->xn, T, c->g);                     /* g [T][F] */
         be->ffn_act(b, act_of(hp->ffn_act, 0), c->g, NULL, T * F);   /* a = act(g) */
         be->sync(b);
-        if (c->gate_hist)
+        if (c->gate_hist == PI_HIST_GATE)
             gate_hist(c, l, c->g, T);
         n = select_abs(c, c->g, T, c->layer_thr[l], skip);
         rows_gate = F;
@@ -256,6 +268,7 @@ static int64_t ffn_sparse(struct pi_ctx *c, int64_t l, int64_t T, const uint8_t 
     /* a sparsified file's smooth activation (SiLU, GELU) on every row at once, g = act(g)
      * * u, the rows outside the union unread; ReLU ones are applied row by row below */
     const int smooth = gated && hp->ffn_act != PI_FFN_RELU && hp->ffn_act != PI_FFN_RELU_BOTH;
+    const int teal = c->mode == PI_SPARSE_THRESHOLD && hp->teal; /* g = m already */
     if (smooth && c->mode != PI_SPARSE_THRESHOLD)
         be->ffn_act(b, act_of(hp->ffn_act, 1), c->g, c->u, T * F);
     be->sync(b);
@@ -269,7 +282,9 @@ static int64_t ffn_sparse(struct pi_ctx *c, int64_t l, int64_t T, const uint8_t 
         const float *u = c->u + t * F, *s = c->score + t * F;
         for (int64_t i = 0; i < n; i++) {
             const int64_t r = c->idx[i];
-            if (thr_mode) {
+            if (teal) {
+                g[r] = fabsf(g[r]) > thr ? g[r] : 0.0f;
+            } else if (thr_mode) {
                 g[r] = fabsf(g[r]) > thr ? g[r] * u[r] : 0.0f;
             } else if (predictor && !(s[r] >= c->threshold)) { /* NaN: not selected */
                 g[r] = 0.0f;
@@ -502,13 +517,15 @@ static const float *ffn_dense(struct run *r, int64_t l, const struct unit *u,
          * relu(up) as its activation does) */
         u->be->ffn_act(u->b, act_of(hp->ffn_act, 0), g, NULL, T * F);
         u->be->sync(u->b);
-        if (c->gate_hist)
+        if (c->gate_hist == PI_HIST_GATE)
             gate_hist(c, l, g, T);
         if (c->probe_fn)
             memcpy(c->probe_act, g, (size_t)(T * F) * sizeof(float));
         const int both = hp->ffn_act == PI_FFN_RELU_BOTH;
         for (int64_t i = 0; i < T * F; i++)
             g[i] *= both ? (up[i] > 0.0f ? up[i] : 0.0f) : up[i];
+        if (c->gate_hist == PI_HIST_INTER)
+            gate_hist(c, l, g, T);
     } else {
         u->be->ffn_act(u->b, act_of(hp->ffn_act, gated), g, gated ? up : NULL, T * F);
     }

@@ -128,9 +128,10 @@ static int read_sparsify(struct reader *r, struct pi_hparams *hp) {
     uint64_t n;
     if (mk->type != PI_META_STRING || gguf_kv_str(r->f, mk, 0, &s, &n) < 0)
         PI_FAIL(r->err, PI_ERR_FORMAT, "metadata 'powerinfer.sparsify.method' must be a string");
-    if (n != 4 || memcmp(s, "cats", 4) != 0)
+    if (n != 4 || (memcmp(s, "cats", 4) != 0 && memcmp(s, "teal", 4) != 0))
         PI_FAIL(r->err, PI_ERR_UNSUPPORTED, "powerinfer.sparsify.method '%.*s' is not "
-                "supported (cats is)", (int)(n > 32 ? 32 : n), s);
+                "supported (cats and teal are)", (int)(n > 32 ? 32 : n), s);
+    hp->teal = memcmp(s, "teal", 4) == 0;
     if (!(hp->info->flags & PI_AF_GATED))
         PI_FAIL(r->err, PI_ERR_UNSUPPORTED, "powerinfer.sparsify needs a gated FFN; "
                 "architecture '%s' has none", hp->info->name);

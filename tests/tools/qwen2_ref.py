@@ -16,16 +16,18 @@ def tensors(path):
     return T, K
 
 
-def forward(T, K, tokens, thresholds=None, kv16=False, predictor=None):
+def forward(T, K, tokens, thresholds=None, kv16=False, predictor=None, teal=False):
     """Float64 forward of a qwen2 GGUF as stored (NEOX RoPE, q/k/v biases).
 
-    thresholds: the FFN masked at |silu(gate h)| > t_l (PI_SPARSE_THRESHOLD).
+    thresholds: the FFN masked at |silu(gate h)| > t_l (PI_SPARSE_THRESHOLD); with teal,
+                at |silu(gate h) * (up h)| > t_l (a "teal" file's threshold mode).
     predictor:  a threshold p: the FFN masked to the neurons with fc2 . relu(fc1 . x) >= p,
                 x the residual before ffn_norm, from the file's blk.N.fc1/fc2
                 (PI_SPARSE_PREDICTOR).
     Returns (logits [n][V], the smallest relative margin of a masked decision over every
     (layer, token, neuron): | |a| - t | / t, or |score| / median |score| (inf if none),
-    each layer's |a| [n][F], each layer's predictor scores [n][F] or None).
+    each layer's |a| (teal: |a * up h|) [n][F], each layer's predictor scores [n][F] or
+    None).
     kv16 rounds K (after RoPE) and V to float16, as the engine's F16 KV cache does, so
     that its activations agree with the engine's to float32 rounding."""
     g = lambda k, d=None: K.get("qwen2." + k, d)  # noqa: E731
@@ -63,6 +65,9 @@ def forward(T, K, tokens, thresholds=None, kv16=False, predictor=None):
         h = rms(x, T[p + "ffn_norm.weight"])
         z = h @ T[p + "ffn_gate.weight"].T
         a = z / (1.0 + np.exp(-z))
+        up = h @ T[p + "ffn_up.weight"].T
+        if teal:  # threshold the intermediate: a holds act * up from here on
+            a, up = a * up, np.ones_like(up)
         acts.append(np.abs(a))
         if thresholds is not None:
             t = float(thresholds[il])
@@ -77,7 +82,7 @@ def forward(T, K, tokens, thresholds=None, kv16=False, predictor=None):
         else:
             masks.append(None)
         down = T[p + "ffn_down.weight"] if p + "ffn_down.weight" in T else T[p + "ffn_down_t.weight"].T
-        x = x + (a * (h @ T[p + "ffn_up.weight"].T)) @ down.T
+        x = x + (a * up) @ down.T
     x = rms(x, T["output_norm.weight"])
     return x @ T.get("output.weight", T["token_embd.weight"]).T, margin, acts, masks
 

@@ -19,7 +19,9 @@ Checks:
      of the tokens' sets, each token masked to its own), and for a batch keeping every
      position's logits; dense mode of the same file equals the dense reference; the
      statistics count the rows and bytes really read (whole gate, kept up/down_t rows);
-  3. --sparsity 0 gives thresholds 0 and the dense result;
+  3. --sparsity 0 gives thresholds 0 and the dense result; --method teal (thresholds on
+     the intermediate |silu(gate h) * (up h)|, down only above them) equals the float64
+     reference masked that way, reads the whole gate and up and the kept down rows;
   4. bad input fails cleanly (exit status, a message, no output file): a plain FFN
      (falcon), a post-FFN norm (gemma2), a missing file, a bad --sparsity, a sparsified
      file given again; threshold mode on a dense file, a wrong number of thresholds and a
@@ -192,6 +194,60 @@ check(r.returncode == 0 and all(t == 0.0 for t in K2["powerinfer.sparsify.thresh
 steps, whole, batch = engine_logits(out0, tokens, "auto")
 e = max(rel(steps, ref), rel(batch, ref), rel(whole, ref[-1]))
 check(e < 2e-3, f"threshold mode at sparsity 0 = transformers' dense logits: {e:.2e}")
+
+# 3b. TEAL-style: --method teal thresholds the intermediate |silu(gate h) * (up h)|, the
+# down projection only above it (gate and up whole)
+outt = os.path.join(WORK, "qwen2.teal50.gguf")
+r = sparsify(outt, 0.5, extra=("--method", "teal"))
+check(r.returncode == 0, f"pi-sparsify --method teal ({r.stderr.strip()[:200]})")
+_, Kt = tensors(outt)
+thr_t = np.array(Kt["powerinfer.sparsify.thresholds"], np.float64)
+check(Kt["powerinfer.sparsify.method"] == "teal" and (thr_t > 0).all() and
+      not np.allclose(thr_t, thr), f"method teal recorded, its own thresholds "
+      f"{np.round(thr_t, 4).tolist()} (calibrated on |silu(g) * up|)")
+kept = [float((a > t).mean()) for a, t in zip(forward(T0, K0, tokens, teal=True)[2], thr_t)]
+check(all(0.3 < k < 0.7 for k in kept), f"the fixture's prompt keeps about half the neurons "
+      f"per layer ({np.round(kept, 3).tolist()})")
+
+
+def clear_teal(thr_in):
+    out = list(thr_in)
+    for il in range(len(out)):
+        v = np.sort(forward(T0, K0, tokens, out, kv16=True, teal=True)[2][il].ravel())
+        i = int(np.searchsorted(v, out[il]))
+        lo, hi = max(i - 32, 0), min(i + 32, len(v) - 1)
+        j = lo + int(np.argmax(v[lo + 1:hi + 1] - v[lo:hi]))
+        out[il] = float(np.float32((v[j] + v[j + 1]) / 2))
+    return out
+
+
+clear_t = clear_teal(thr_t)
+teal_ref, margin, _, _ = forward(T0, K0, tokens, clear_t, kv16=True, teal=True)
+check(margin > 1e-4, f"TEAL thresholds {np.round(clear_t, 5).tolist()}: no intermediate within "
+      f"1e-4 (relative) of one (closest {margin:.1e})")
+steps, whole, batch = engine_logits(outt, tokens, "auto", sparse_thresholds=clear_t)
+for name, got, want in (("one token per decode", steps, teal_ref),
+                        ("whole prompt, last position", whole, teal_ref[-1]),
+                        ("batch, every position", batch, teal_ref)):
+    e = rel(got, want)
+    check(e < 5e-4, f"TEAL threshold mode ({name}) = masked float64 reference: {e:.2e}")
+d = rel(teal_ref, forward(T0, K0, tokens, kv16=True)[0])
+check(d > 1e-2, f"the TEAL mask matters: {d:.2e} from dense")
+acts = forward(T0, K0, tokens[:1], clear_t, kv16=True, teal=True)[2]
+m = pi.Model(outt)
+with pi.Context(m, n_ctx=16, sparse_thresholds=clear_t, stats="on") as c:
+    c.decode(tokens[:1])
+    ok, got = True, []
+    for l, ls in enumerate(c.stats.layers()):
+        n = int((acts[l][0] > clear_t[l]).sum())
+        got.append((n, int(ls.active), int(ls.rows_down), int(ls.rows_gate_up), int(ls.bytes_ffn)))
+        ok &= (ls.active == n and ls.rows_down == n and ls.rows_gate_up == F
+               and ls.bytes_ffn == 2 * E * (2 * F + n))
+check(ok, f"telemetry of a TEAL token: the whole gate and up, kept down_t rows only ({got})")
+m.close()
+r = sparsify(os.path.join(WORK, "bad.gguf"), 0.5, extra=("--method", "deja-vu"))
+check(r.returncode == 2 and "--method" in r.stderr, f"pi-sparsify refuses --method deja-vu "
+      f"({r.stderr.strip()[:120]})")
 
 # 4. bad input
 bad = os.path.join(WORK, "bad.gguf")

@@ -1,10 +1,10 @@
-/* pi-sparsify -- training-free activation sparsity (CATS-style) for an ordinary GGUF
+/* pi-sparsify -- training-free activation sparsity (CATS- or TEAL-style) for an ordinary GGUF
  * model with a gated FFN. Uses only the public header:
  *   1. calibration: the model runs densely over the calibration text in windows of
  *      -c tokens with gate histograms on (pi_ctx_params.gate_histogram), and each
- *      layer's threshold t_l is the S-quantile of |act(gate . x)|
- *      (pi_stats_gate_quantile), so that about a fraction S of the neurons fall
- *      below it;
+ *      layer's threshold t_l is the S-quantile of |act(gate . x)| (--method teal: of
+ *      |act(gate . x) * (up . x)|, PI_HIST_INTER) (pi_stats_gate_quantile), so that
+ *      about a fraction S of the neurons fall below it;
  *   2. pi_model_sparsify writes OUT with ffn_down_t and the thresholds.
  * OUT then runs thresholded by default in every tool (--sparse-mode threshold), and
  * exactly dense with --sparse-mode dense. */
@@ -35,6 +35,10 @@ static void usage(FILE *out) {
                  "  --sparsity S            target FFN sparsity per layer, in [0, 1)\n"
                  "  --calib TEXT            calibration text file (use different text from\n"
                  "                          the one you evaluate on)\n"
+                 "  --method M              cats (default): thresholds on |act(gate . x)|, up\n"
+                 "                          and down only above them; teal: thresholds on the\n"
+                 "                          intermediate |act(gate . x) * (up . x)|, the whole\n"
+                 "                          gate and up, down only above them\n"
                  "  -c, --ctx-size N        calibration window in tokens (default 512)\n"
                  "  --calib-tokens N        use at most N tokens of TEXT (default: all)\n"
                  "  --down-type T           type of ffn_down_t: f16, bf16, q4_0, q4_1, q5_0,\n"
@@ -65,7 +69,7 @@ struct opts {
     float sparsity;
     int have_sparsity;
     long n_ctx, max_tokens, n_threads;
-    int down_type, quiet, verbose;
+    int down_type, quiet, verbose, teal;
 };
 
 static int parse(int argc, char **argv, struct opts *o) {
@@ -106,6 +110,12 @@ static int parse(int argc, char **argv, struct opts *o) {
         } else if (IS("-t") || IS("--threads")) {
             if (cli_parse_long(a, v, 10, 0, 512, &o->n_threads))
                 return 2;
+        } else if (IS("--method")) {
+            if (strcmp(v, "cats") && strcmp(v, "teal")) {
+                fprintf(stderr, "pi-sparsify: --method wants cats or teal, not '%s'\n", v);
+                return 2;
+            }
+            o->teal = !strcmp(v, "teal");
         } else if (IS("--down-type")) {
             if ((o->down_type = parse_type(v)) < 0) {
                 fprintf(stderr,
@@ -189,7 +199,7 @@ static int run(const struct opts *o) {
     cp.n_threads = (uint32_t)o->n_threads;
     cp.sparse_mode = PI_SPARSE_DENSE;
     cp.stats = PI_STATS_ON;
-    cp.gate_histogram = 1;
+    cp.gate_histogram = o->teal ? PI_HIST_INTER : PI_HIST_GATE;
     if (cli_ctx_create(m, &cp, &ctx))
         goto done;
     if (calibrate(ctx, toks, n, o->n_ctx, o->quiet))
@@ -229,6 +239,7 @@ static int run(const struct opts *o) {
     sp.errbuf = errbuf;
     sp.errbuf_cap = sizeof errbuf;
     sp.down_error = derr;
+    sp.method = o->teal ? PI_SPARSIFY_TEAL : PI_SPARSIFY_CATS;
     int s = pi_model_sparsify(o->in, o->out, &sp);
     if (s < 0) {
         cli_fail("cannot write the sparsified file", s, errbuf);

@@ -182,6 +182,8 @@ class SparsifyParams(Structure):
         ("errbuf", POINTER(c_char)),
         ("errbuf_cap", c_size_t),
         ("down_error", POINTER(c_double)),
+        ("method", c_uint32),
+        ("reserved0", c_uint32),
     ]
 
 

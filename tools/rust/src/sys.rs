@@ -246,6 +246,12 @@ pub const PI_SPARSE_DENSE: c_int = 1;
 pub const PI_SPARSE_PREDICTOR: c_int = 2;
 pub const PI_SPARSE_ORACLE: c_int = 3;
 pub const PI_SPARSE_THRESHOLD: c_int = 4;
+// pi_ctx_params.gate_histogram
+pub const PI_HIST_GATE: u32 = 1;
+pub const PI_HIST_INTER: u32 = 2;
+// pi_sparsify_params.method
+pub const PI_SPARSIFY_CATS: u32 = 0;
+pub const PI_SPARSIFY_TEAL: u32 = 1;
 
 pub const PI_STATS_OFF: c_int = 0;
 pub const PI_STATS_ON: c_int = 1;
@@ -345,6 +351,8 @@ pub struct pi_sparsify_params {
     pub errbuf: *mut c_char,
     pub errbuf_cap: usize,
     pub down_error: *mut f64,
+    pub method: u32,
+    pub reserved0: u32,
 }
 
 // ---- Functions ----------------------------------------------------------------------
