@@ -168,10 +168,6 @@ static int setup_sparse(struct pi_ctx *c, const pi_ctx_params *p) {
         if (!c->model->desc.layers[l].ffn_gate)
             PI_FAIL(&c->err, PI_ERR_UNSUPPORTED, "sparse mode threshold needs a gated FFN; "
                     "layer %lld has no ffn_gate", (long long)l);
-    if ((c->mode == PI_SPARSE_THRESHOLD || hp->sparsified) && p->device != PI_DEVICE_NONE)
-        PI_FAIL(&c->err, PI_ERR_UNSUPPORTED, "sparse mode threshold and sparsified files run "
-                "on the CPU only (hybrid execution of them is not implemented yet, issue 17): "
-                "use no device");
     if (c->mode != PI_SPARSE_DENSE && c->mode != PI_SPARSE_THRESHOLD && !hp->sparse &&
         !hp->sparsified)
         PI_FAIL(&c->err, PI_ERR_UNSUPPORTED, "sparse mode %s needs a PowerInfer model (magic "

@@ -112,6 +112,16 @@ static int64_t select_abs(struct pi_ctx *c, const float *a, int64_t T, float thr
     return n;
 }
 
+/* idx = the neurons not marked in skip (the host's share of a split layer); their count.
+ * The rows of the others in g and u stay as they were and are never selected. */
+static int64_t host_rows(struct pi_ctx *c, const uint8_t *skip) {
+    int64_t n = 0;
+    for (int64_t r = 0; r < c->hp->n_ff; r++)
+        if (!skip[r])
+            c->idx[n++] = (int32_t)r;
+    return n;
+}
+
 /* Per-layer counters (PI_STATS_ON and up). truth: [T][F] activations, non-zero where a
  * neuron truly fired, or NULL; valid: only the rows idx[0..n) of truth are valid (the
  * others are known to be inactive), or all rows when idx is NULL. */
@@ -221,26 +231,35 @@ static int64_t ffn_sparse(struct pi_ctx *c, int64_t l, int64_t T, const uint8_t 
         }
         rows_gate = gated ? rows_up : 0;
     } else if (c->mode == PI_SPARSE_THRESHOLD && hp->teal) {
-        /* TEAL-style: gate and up for every neuron, m = act(gate xn) * (up xn), the down
-         * projection where |m| > t_l (each token masked to its own set below) */
-        be->matmul(b, &L->gate, c->xn, T, c->g);                     /* g [T][F] */
-        be->matmul(b, &L->up, c->xn, T, c->u);                       /* u [T][F] */
+        /* TEAL-style: gate and up for every neuron (of the host's share), m = act(gate
+         * xn) * (up xn), the down projection where |m| > t_l (each token masked to its
+         * own set below) */
+        rows_gate = rows_up = skip ? host_rows(c, skip) : F;
+        if (skip) { /* rows outside the host's share are not read below */
+            be->matmul_rows(b, &L->gate, c->xn, T, c->idx, rows_gate, c->g);
+            be->matmul_rows(b, &L->up, c->xn, T, c->idx, rows_gate, c->u);
+        } else {
+            be->matmul(b, &L->gate, c->xn, T, c->g);                 /* g [T][F] */
+            be->matmul(b, &L->up, c->xn, T, c->u);                   /* u [T][F] */
+        }
         be->ffn_act(b, act_of(hp->ffn_act, 1), c->g, c->u, T * F);   /* m = act(g) u */
         be->sync(b);
         if (c->gate_hist == PI_HIST_INTER)
             gate_hist(c, l, c->g, T);
         n = select_abs(c, c->g, T, c->layer_thr[l], skip);
-        rows_gate = rows_up = F;
     } else if (c->mode == PI_SPARSE_THRESHOLD) { /* gated (desc.c and api_ctx.c check) */
-        /* the whole gate and its activation, then up where |a| > t_l (each token masked
-         * to its own set below) */
-        be->matmul(b, &L->gate, c->xn, T, c->g);                     /* g [T][F] */
+        /* the whole gate (of the host's share) and its activation, then up where |a| >
+         * t_l (each token masked to its own set below) */
+        rows_gate = skip ? host_rows(c, skip) : F;
+        if (skip)
+            be->matmul_rows(b, &L->gate, c->xn, T, c->idx, rows_gate, c->g);
+        else
+            be->matmul(b, &L->gate, c->xn, T, c->g);                 /* g [T][F] */
         be->ffn_act(b, act_of(hp->ffn_act, 0), c->g, NULL, T * F);   /* a = act(g) */
         be->sync(b);
         if (c->gate_hist == PI_HIST_GATE)
             gate_hist(c, l, c->g, T);
         n = select_abs(c, c->g, T, c->layer_thr[l], skip);
-        rows_gate = F;
         rows_up = n > dense_above ? F : n;
         if (n > dense_above)
             be->matmul(b, &L->up, c->xn, T, c->u);
@@ -357,8 +376,8 @@ static void predict(struct run *r, const struct unit *u, const struct pi_layer_w
     u->be->matmul(u->b, fc2, h, T, out(&r->score, u->at));              /* s [T][F] */
 }
 
-/* The device's share of a sparse layer's FFN: yd [T][E] over its n_dev neurons, queued. */
-static void ffn_device(struct run *r, const struct pi_dev_layer *D) {
+/* The device's share of layer l's sparse FFN: yd [T][E] over its n_dev neurons, queued. */
+static void ffn_device(struct run *r, int64_t l, const struct pi_dev_layer *D) {
     struct pi_ctx *c = r->c;
     struct pi_hybrid *h = c->hy;
     const struct unit *u = &r->dev;
@@ -366,7 +385,12 @@ static void ffn_device(struct run *r, const struct pi_dev_layer *D) {
     const float *xn = in(r, &r->xn, DEV);
     const float *score = c->mode == PI_SPARSE_PREDICTOR ? in(r, &r->score, DEV) : NULL;
     /* oracle and dense need no mask: relu zeroes the inactive neurons */
-    if (D->gate.data) {
+    if (c->mode == PI_SPARSE_THRESHOLD) { /* |act(g)| (teal: |act(g) u|) above t_l */
+        u->be->matmul(u->b, &D->gate, xn, T, h->gd);                   /* gd [T][n] */
+        u->be->matmul(u->b, &D->up, xn, T, h->ud);                     /* ud [T][n] */
+        u->be->ffn_act_thr(u->b, act_of(c->hp->ffn_act, 0), h->gd, h->ud, T * n,
+                           c->layer_thr[l], c->hp->teal);
+    } else if (D->gate.data) {
         u->be->matmul(u->b, &D->gate, xn, T, h->gd);                   /* gd [T][n] */
         u->be->matmul(u->b, &D->up, xn, T, h->ud);                     /* ud [T][n] */
         u->be->ffn_act_masked(u->b, act_of(c->hp->ffn_act, 1), h->gd, h->ud, T, n, score,
@@ -931,7 +955,7 @@ static int step(struct pi_ctx *c, const pi_batch_entry *e, const int32_t *pos, i
                 in(&r, &r.score, HOST);
         }
         if (n_dev)
-            ffn_device(&r, D);
+            ffn_device(&r, l, D);
         const float *truth = NULL;
         const int32_t *tidx = NULL;
         int64_t tn = 0;

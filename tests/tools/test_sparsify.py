@@ -24,8 +24,9 @@ Checks:
      reference masked that way, reads the whole gate and up and the kept down rows;
   4. bad input fails cleanly (exit status, a message, no output file): a plain FFN
      (falcon), a post-FFN norm (gemma2), a missing file, a bad --sparsity, a sparsified
-     file given again; threshold mode on a dense file, a wrong number of thresholds and a
-     device (hybrid execution, not implemented for these files yet) are refused.
+     file given again; threshold mode on a dense file and a wrong number of thresholds are
+     refused; with a CPU stand-in device holding some neurons, threshold and dense mode
+     compute what the CPU alone computes.
 Exit status 0 when every check passes."""
 
 import os
@@ -176,13 +177,20 @@ try:
     check(False, "a wrong number of thresholds is refused")
 except pi.PowerInferError as ex:
     check("sparse_thresholds" in str(ex), f"a wrong number of thresholds is refused ({ex})")
+# hybrid: a CPU stand-in device holding some of the neurons (tests/model/test_hybrid.c
+# sweeps the budgets) computes what the CPU alone computes
 for mode in ("threshold", "dense"):
-    try:
-        pi.Context(m, n_ctx=16, sparse_mode=mode, device="cpu")
-        check(False, f"a device is refused for a sparsified file ({mode})")
-    except pi.PowerInferError as ex:
-        check("CPU only" in str(ex), f"a device is refused for a sparsified file ({mode}): CPU only "
-              "for now")
+    want = engine_logits(out, tokens, mode)[1]
+    plan = m.plan(device="cpu", n_ctx=64)
+    half = plan.bytes() - plan.bytes("neurons") // 2
+    with pi.Context(m, n_ctx=64, n_threads=2, sparse_mode=mode, device="cpu",
+                    device_budget=half) as c:
+        c.decode(tokens)
+        got = np.array(c.logits(), np.float64)
+        n_dev = sum(c.plan.layer_neurons(l) for l in range(L))
+    e = rel(got, want)
+    check(0 < n_dev < L * F and e < 1e-5, f"hybrid {mode} mode with {n_dev} of {L * F} neurons on "
+          f"a CPU device = CPU only: {e:.1e}")
 m.close()
 
 # 3. S = 0: thresholds 0, the dense result

@@ -22,8 +22,9 @@ Checks:
      the neurons with fc2 . relu(fc1 . x) >= 0 (x before ffn_norm), computed from the
      file's tensors by qwen2_ref.py, position by position and for the whole prompt; a
      token's telemetry shows the gate read only for the predicted rows; threshold and
-     dense mode still run the file; the file keeps every tensor of its input bit for bit
-     and records powerinfer.predictor.*;
+     dense mode still run the file; with predictors and part of the neurons on a CPU
+     stand-in device it computes what the CPU alone does; the file keeps every tensor of
+     its input bit for bit and records powerinfer.predictor.*;
   4. refusals: a dense file that is not sparsified, -o for a PowerInfer file, a file that
      already has predictors.
 Exit status 0 when every check passes."""
@@ -196,6 +197,23 @@ with pi.Context(m, n_ctx=16, n_threads=2, stats="on", sparse_threshold=thr) as c
                and ls.bytes_ffn == 2 * E * (2 * n + ls.rows_down) and ls.bytes_predictor > 0)
 check(ok, f"a token reads gate and up rows of the predicted neurons only (threshold {thr:.4g}; "
       f"per layer: predicted, engine's predicted, gate/up rows, down rows {got})")
+# hybrid: predictors and some neurons on a CPU stand-in device = the CPU alone (the
+# planner splits layers at these budgets: its rows are computed on both units)
+seen = []
+for frac in (4, 2):
+    plan = m.plan(device="cpu", n_ctx=64)
+    budget = plan.bytes() - plan.bytes("neurons") + plan.bytes("neurons") // frac
+    with pi.Context(m, n_ctx=64, n_threads=2, device="cpu", device_budget=budget) as ctx:
+        ctx.decode(toks)
+        got = np.array(ctx.logits(), np.float64)
+        n_dev = [ctx.plan.layer_neurons(l) for l in range(L)]
+        pred_dev = all("predictor" in ctx.plan.layer_parts(l) for l in range(L))
+    e = rel(got, whole)
+    seen.append((n_dev, e))
+    check(pred_dev and e < 1e-5, f"hybrid predictor mode, neurons {n_dev} of {F} per layer on "
+          f"a CPU device = CPU only: {e:.1e}")
+check(any(0 < n < F for n_dev, _ in seen for n in n_dev), "a layer split between the units "
+      "was among them")
 for mode in ("threshold", "dense"):
     with pi.Context(m, n_ctx=64, n_threads=2, sparse_mode=mode) as ctx:
         ctx.decode(toks)
