@@ -248,8 +248,8 @@ struct pi_backend_vtable {
      * PI_SPARSE_THRESHOLD mode, the device part): for i < n, a = act(g[i]) (act
      * non-gated: PI_ACT_SILU, _GELU, _GELU_ERF, _RELU), v = a * u[i], and
      *   g[i] = v  if |teal ? v : a| > thr,   g[i] = 0  otherwise.
-     * Optional: NULL (the CUDA/HIP backends for now) refuses a context that places
-     * neurons of such a file on the device in that mode (exec.c). */
+     * Optional: NULL refuses a context that places neurons of such a file on the
+     * device in that mode (exec.c). */
     void (*ffn_act_thr)(struct pi_backend *b, enum pi_act act, float *g, const float *u,
                         int64_t n, float thr, int teal);
     /* y[i] += x[i]. */

@@ -912,9 +912,7 @@ enum {
  *   and the down projection only for the neurons with |m| > t_l (the dense FFN with the
  *   other neurons' m set to 0). The default (AUTO) for pi_model_sparsify's files
  *   without predictors. With a device, the planner places such a file's neurons like a
- *   PowerInfer file's and the device thresholds its own (a device backend without that
- *   op, CUDA and HIP for now, fails context creation with PI_ERR_UNSUPPORTED when
- *   neurons are placed on it in this mode).
+ *   PowerInfer file's and the device thresholds its own.
  * A prompt (many tokens in one step) is computed on the union of its tokens' active
  * sets, each token still using only its own neurons (docs/design.md). */
 enum {

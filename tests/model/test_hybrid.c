@@ -576,6 +576,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_sweep_bamboo),
         cmocka_unit_test(test_sweep_dense),
         cmocka_unit_test(test_sweep_families),
+        cmocka_unit_test(test_sweep_sparsified),
     };
     int rc = g_gpu ? cmocka_run_group_tests(gpu, NULL, NULL)
                    : cmocka_run_group_tests(all, NULL, NULL);
