@@ -1684,6 +1684,16 @@ typedef struct pi_sparsify_params {
      * powerinfer.sparsify.method "cats" or "teal". Since: 0.1 */
     uint32_t method;
     uint32_t reserved0; /* zero (fills what would be padding, see ABI.md) */
+    /* Optional neuron order, [n_layer][n_ff]: row i of layer l's ffn_gate, ffn_up and
+     * ffn_down_t in the output is the input's neuron neuron_order[l * n_ff + i] (each
+     * layer a permutation of 0 .. n_ff - 1, PI_ERR_INVALID_ARG otherwise), e.g. hottest
+     * first (pi-sparsify --order-stats) so that the neurons most tokens use lie together.
+     * The FFN computes the same sum in another order. Recorded as
+     * powerinfer.sparsify.neuron_order (I32[n_layer * n_ff], the same array), which maps
+     * the output's neuron ids back to the input's (statistics and plans of the input do
+     * not apply to the output as they are). NULL (default): the input's order. Borrowed
+     * for the call. Since: 0.1 */
+    const int32_t *neuron_order;
 } pi_sparsify_params;
 
 /* pi_sparsify_params.method. */

@@ -22,6 +22,8 @@ Checks:
   3. --sparsity 0 gives thresholds 0 and the dense result; --method teal (thresholds on
      the intermediate |silu(gate h) * (up h)|, down only above them) equals the float64
      reference masked that way, reads the whole gate and up and the kept down rows;
+     --order-stats permutes gate, up and down_t rows by the statistics' active counts
+     (recorded as powerinfer.sparsify.neuron_order), the same logits up to summation order;
   4. bad input fails cleanly (exit status, a message, no output file): a plain FFN
      (falcon), a post-FFN norm (gemma2), a missing file, a bad --sparsity, a sparsified
      file given again; threshold mode on a dense file and a wrong number of thresholds are
@@ -256,6 +258,45 @@ m.close()
 r = sparsify(os.path.join(WORK, "bad.gguf"), 0.5, extra=("--method", "deja-vu"))
 check(r.returncode == 2 and "--method" in r.stderr, f"pi-sparsify refuses --method deja-vu "
       f"({r.stderr.strip()[:120]})")
+
+# 3c. --order-stats: each layer's neurons hottest first, by a statistics side file (of
+# the sparsified file in threshold mode: which neurons pass the thresholds how often; in
+# dense mode every SiLU neuron is active); rows of gate, up and down_t permuted exactly,
+# the order recorded, the same thresholds and the same logits up to the summation order
+stats_path = os.path.join(WORK, "qwen2.stats.gguf")
+m = pi.Model(out)
+ctoks = m.tokenize(open(calib, encoding="utf-8").read(), add_special=True)[:256]
+with pi.Context(m, n_ctx=256, n_threads=2, stats="on") as c:
+    c.decode(ctoks)
+    c.stats.save(stats_path)
+    counts = [np.array(c.stats.neurons(l, "active")) for l in range(L)]
+m.close()
+outo = os.path.join(WORK, "qwen2.s50o.gguf")
+r = sparsify(outo, 0.5, extra=("--order-stats", stats_path))
+check(r.returncode == 0, f"pi-sparsify --order-stats ({r.stderr.strip()[:200]})")
+To, Ko = tensors(outo)
+order = np.array(Ko["powerinfer.sparsify.neuron_order"]).reshape(L, F)
+want = [np.lexsort((np.arange(F), -counts[l])) for l in range(L)]
+check(all(np.array_equal(order[l], want[l]) for l in range(L)) and
+      all((np.diff(counts[l][order[l]]) <= 0).all() for l in range(L)) and
+      all((order[l] != np.arange(F)).sum() > F // 2 for l in range(L)),
+      "neuron_order: each layer's ids by descending active count (ties: lower id), most "
+      "neurons moved")
+check(all(np.array_equal(To[f"blk.{l}.{w}.weight"], T1[f"blk.{l}.{w}.weight"][order[l]])
+          for l in range(L) for w in ("ffn_gate", "ffn_up", "ffn_down_t")) and
+      np.array_equal(Ko["powerinfer.sparsify.thresholds"], K1["powerinfer.sparsify.thresholds"]),
+      "gate, up and down_t rows are the unordered file's in that order, bit for bit; the "
+      "same thresholds")
+for mode in ("auto", "dense"):
+    a = engine_logits(outo, tokens, mode, sparse_thresholds=clear)[0]
+    b = engine_logits(out, tokens, mode, sparse_thresholds=clear)[0]
+    e = rel(a, b)
+    check(e < 1e-4, f"{mode} mode: the ordered file's logits = the unordered file's up to the "
+          f"summation order ({e:.1e})")
+r = sparsify(os.path.join(WORK, "bad.gguf"), 0.5, extra=("--order-stats", os.path.join(
+    ROOT, "tests", "fixtures", "gpuidx", "nope.gguf")))
+check(r.returncode == 1 and "order-stats" in r.stderr, f"a missing --order-stats file is "
+      f"refused ({r.stderr.strip()[:120]})")
 
 # 4. bad input
 bad = os.path.join(WORK, "bad.gguf")

@@ -41,6 +41,10 @@ static void usage(FILE *out) {
                  "                          gate and up, down only above them\n"
                  "  -c, --ctx-size N        calibration window in tokens (default 512)\n"
                  "  --calib-tokens N        use at most N tokens of TEXT (default: all)\n"
+                 "  --order-stats FILE      store each layer's neurons hottest first, by the\n"
+                 "                          active counts of a statistics side file of IN\n"
+                 "                          (pi-run --profile, pi_stats_save); recorded as\n"
+                 "                          powerinfer.sparsify.neuron_order\n"
                  "  --down-type T           type of ffn_down_t: f16, bf16, q4_0, q4_1, q5_0,\n"
                  "                          q5_1, q8_0 (default: ffn_down's type if F16, BF16,\n"
                  "                          F32 or Q8_0, else q8_0)\n"
@@ -65,7 +69,7 @@ static int parse_type(const char *s) {
 }
 
 struct opts {
-    const char *in, *out, *calib;
+    const char *in, *out, *calib, *order_stats;
     float sparsity;
     int have_sparsity;
     long n_ctx, max_tokens, n_threads;
@@ -110,6 +114,8 @@ static int parse(int argc, char **argv, struct opts *o) {
         } else if (IS("-t") || IS("--threads")) {
             if (cli_parse_long(a, v, 10, 0, 512, &o->n_threads))
                 return 2;
+        } else if (IS("--order-stats")) {
+            o->order_stats = v;
         } else if (IS("--method")) {
             if (strcmp(v, "cats") && strcmp(v, "teal")) {
                 fprintf(stderr, "pi-sparsify: --method wants cats or teal, not '%s'\n", v);
@@ -156,6 +162,53 @@ static int calibrate(pi_ctx *ctx, const int32_t *toks, int64_t n, int64_t n_ctx,
     return 0;
 }
 
+struct hot {
+    double count;
+    int32_t id;
+};
+
+static int hotter(const void *a, const void *b) {
+    const struct hot *x = a, *y = b;
+    if (x->count != y->count)
+        return x->count > y->count ? -1 : 1;
+    return (x->id > y->id) - (x->id < y->id);
+}
+
+/* Per layer the neuron ids by descending active count (ties: lower id first) from the
+ * statistics side file `path`, [L][F]; NULL (after a message) on failure. */
+static int32_t *hot_order(const char *path, int64_t L, int64_t F) {
+    char errbuf[512] = "";
+    pi_stats *st = NULL;
+    int s = pi_stats_load(path, &st, errbuf, sizeof errbuf);
+    if (s < 0) {
+        cli_fail("cannot read the --order-stats file", s, errbuf);
+        return NULL;
+    }
+    int32_t *order = NULL;
+    double *cnt = malloc((size_t)F * sizeof *cnt);
+    struct hot *h = malloc((size_t)F * sizeof *h);
+    if (pi_stats_n_layer(st) != L || pi_stats_n_ff(st) != F) {
+        fprintf(stderr, "pi-sparsify: '%s' holds statistics of %" PRId64 " layers of %" PRId64
+                        " neurons; the model has %" PRId64 " of %" PRId64 "\n",
+                path, pi_stats_n_layer(st), pi_stats_n_ff(st), L, F);
+    } else if (!cnt || !h || !(order = malloc((size_t)(L * F) * sizeof *order))) {
+        fprintf(stderr, "pi-sparsify: out of memory\n");
+    } else {
+        for (int64_t l = 0; l < L; l++) {
+            pi_stats_neurons(st, l, PI_NEURON_ACTIVE, cnt, (size_t)F);
+            for (int64_t i = 0; i < F; i++)
+                h[i] = (struct hot){cnt[i], (int32_t)i};
+            qsort(h, (size_t)F, sizeof *h, hotter);
+            for (int64_t i = 0; i < F; i++)
+                order[l * F + i] = h[i].id;
+        }
+    }
+    free(cnt);
+    free(h);
+    pi_stats_free(st);
+    return order;
+}
+
 static int run(const struct opts *o) {
     int rc = 1;
     size_t len = 0;
@@ -169,6 +222,7 @@ static int run(const struct opts *o) {
     int32_t *toks = NULL;
     float *thr = NULL;
     double *derr = NULL;
+    int32_t *order = NULL;
     if (cli_model_open(o->in, o->verbose, &m))
         goto done;
     if (pi_model_is_sparse(m)) {
@@ -219,6 +273,8 @@ static int run(const struct opts *o) {
             goto done;
         }
     }
+    if (o->order_stats && !(order = hot_order(o->order_stats, L, pi_model_n_ff(m))))
+        goto done;
     pi_ctx_destroy(ctx);
     ctx = NULL;
     pi_model_close(m);
@@ -240,6 +296,7 @@ static int run(const struct opts *o) {
     sp.errbuf_cap = sizeof errbuf;
     sp.down_error = derr;
     sp.method = o->teal ? PI_SPARSIFY_TEAL : PI_SPARSIFY_CATS;
+    sp.neuron_order = order;
     int s = pi_model_sparsify(o->in, o->out, &sp);
     if (s < 0) {
         cli_fail("cannot write the sparsified file", s, errbuf);
@@ -265,6 +322,7 @@ done:
     free(toks);
     free(thr);
     free(derr);
+    free(order);
     free(text);
     return rc;
 }

@@ -184,6 +184,7 @@ class SparsifyParams(Structure):
         ("down_error", POINTER(c_double)),
         ("method", c_uint32),
         ("reserved0", c_uint32),
+        ("neuron_order", POINTER(c_int32)),
     ]
 
 

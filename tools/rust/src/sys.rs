@@ -353,6 +353,7 @@ pub struct pi_sparsify_params {
     pub down_error: *mut f64,
     pub method: u32,
     pub reserved0: u32,
+    pub neuron_order: *const i32,
 }
 
 // ---- Functions ----------------------------------------------------------------------
