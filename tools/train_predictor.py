@@ -18,7 +18,7 @@ docs/formats.md). PowerInfer never published how it trains them; this is one way
    neuron is active (the label) when
      - a file made by pi-sparsify: |a| > t_l, the file's thresholds (what
        PI_SPARSE_THRESHOLD computes; a ReLU model sparsified at --sparsity 0 has t_l = 0,
-       so exactly the neurons that fire);
+       so exactly the neurons that fire); a --method teal file: |intermediate| > t_l;
      - a PowerInfer (PWRI) file: the intermediate is non-zero (the ReLU fired).
    Any other dense file is refused: run pi-sparsify on it first.
 2. The last --held-out fraction of the windows is kept for validation; the rest trains.
@@ -150,8 +150,9 @@ class Collected:
 
 
 def file_kind(path):
-    """("sparsified", thresholds) for a pi-sparsify file, ("pwri", None) for a
-    PowerInfer file; SystemExit for anything else."""
+    """("sparsified", thresholds) for a pi-sparsify file ("teal" for one made with
+    --method teal), ("pwri", None) for a PowerInfer file; SystemExit for anything
+    else."""
     with open(path, "rb") as f:
         magic = f.read(4)
     if magic == b"PWRI":
@@ -165,7 +166,8 @@ def file_kind(path):
     thr = np.array(r.fields["powerinfer.sparsify.thresholds"].contents(), np.float32)
     if any(t.name.endswith((".fc1.weight", ".fc2.weight")) for t in r.tensors):
         sys.exit(f"{path} already has predictors: train on the file pi-sparsify wrote")
-    return "sparsified", thr
+    method = r.fields["powerinfer.sparsify.method"].contents()
+    return ("teal" if method == "teal" else "sparsified"), thr
 
 
 def windows_of(model, args, n_vocab):
@@ -192,7 +194,8 @@ def collect(model, windows, kind, thr, threads):
     out = Collected(L)
 
     def probe(l, h, act, inter):
-        lab = np.abs(act) > thr[l] if kind == "sparsified" else inter != 0
+        lab = (np.abs(act) > thr[l] if kind == "sparsified" else
+               np.abs(inter) > thr[l] if kind == "teal" else inter != 0)
         out.h[l].append(h.copy())
         out.y[l].append(np.packbits(lab, axis=1))
     n_ctx = max(len(w) for w in windows)
@@ -492,7 +495,7 @@ def write_pt_dir(d, results):
 def main(args):
     import powerinfer as pi
     kind, thr = file_kind(args.model)
-    if args.output and kind != "sparsified":
+    if args.output and kind == "pwri":
         sys.exit("-o writes predictors into a pi-sparsify file; for a PowerInfer file use "
                  "--pt-dir and its converter")
     model = pi.Model(args.model, log=None)
@@ -502,8 +505,9 @@ def main(args):
     train_w, val_w = windows[:-n_val], windows[-n_val:]
     n_train = sum(len(w) for w in train_w)
     t0 = time.time()
-    log(f"{args.model}: {L} layers, n_embd {E}, n_ff {F}; labels: "
-        f"{'|act(gate)| > the file thresholds' if kind == 'sparsified' else 'ReLU fired'}; "
+    labels = {"sparsified": "|act(gate)| > the file thresholds",
+              "teal": "|act(gate) up| > the file thresholds", "pwri": "ReLU fired"}[kind]
+    log(f"{args.model}: {L} layers, n_embd {E}, n_ff {F}; labels: {labels}; "
         f"{n_train} training and {sum(len(w) for w in val_w)} validation tokens")
     col = collect(model, train_w + val_w, kind, thr, args.threads)
     model.close()

@@ -345,12 +345,16 @@ static void true_activations(struct pi_ctx *c, int64_t l, const struct pi_layer_
     }
     c->be->matmul(c->b, &L->gate, c->xn, T, c->gfull);
     c->be->matmul(c->b, &L->up, c->xn, T, c->ufull);
-    if (c->hp->sparsified) { /* active: |act(gate xn)| above the layer's threshold */
+    if (c->hp->sparsified) { /* active: |act(gate xn)| (teal: |act(gate xn) up xn|) above
+                              * the layer's threshold */
         const float thr = c->layer_thr[l];
+        const int teal = c->hp->teal;
         c->be->ffn_act(c->b, act_of(c->hp->ffn_act, 0), c->gfull, NULL, T * F);
         c->be->sync(c->b);
-        for (int64_t i = 0; i < T * F; i++)
-            c->gfull[i] = fabsf(c->gfull[i]) > thr ? c->gfull[i] * c->ufull[i] : 0.0f;
+        for (int64_t i = 0; i < T * F; i++) {
+            const float v = c->gfull[i] * c->ufull[i];
+            c->gfull[i] = fabsf(teal ? v : c->gfull[i]) > thr ? v : 0.0f;
+        }
         return;
     }
     c->be->sync(c->b);

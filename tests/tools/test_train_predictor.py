@@ -25,6 +25,8 @@ Checks:
      dense mode still run the file; with predictors and part of the neurons on a CPU
      stand-in device it computes what the CPU alone does; the file keeps every tensor of
      its input bit for bit and records powerinfer.predictor.*;
+     A --method teal file the same way (labels and the engine's truth |silu(gate h) *
+     (up h)| > t_l): held-out recall above 0.8;
   4. refusals: a dense file that is not sparsified, -o for a PowerInfer file, a file that
      already has predictors.
 Exit status 0 when every check passes."""
@@ -222,6 +224,19 @@ for mode in ("threshold", "dense"):
         e = rel(np.array(ctx.logits(), np.float64), want[-1])
         check(e < 2e-3, f"{mode} mode still runs the file: {e:.2e} from its reference")
 m.close()
+
+# 3b. a TEAL file (thresholds on |silu(gate h) * (up h)|): the labels and the engine's
+# truth are the intermediate above t_l
+t50, t50p = os.path.join(WORK, "qwen2.teal50.gguf"), os.path.join(WORK, "qwen2.teal50p.gguf")
+r = subprocess.run([SPARSIFY, "-m", QWEN2, "-o", t50, "--sparsity", "0.5", "--calib", calib,
+                    "--method", "teal", "-t", "2", "-q"], capture_output=True, text=True)
+r2 = train("-m", t50, "--calib", calib, "--recall", "0.9", "--ranks", "16,32", "-o", t50p, "-q")
+check(r.returncode == 0 and r2.returncode == 0 and "|act(gate) up|" not in r2.stdout,
+      f"pi-sparsify --method teal and the trainer ({r.stderr.strip()[:100]}{r2.stderr[-200:]})")
+q = engine_quality(t50p, held_toks)
+check(all(rc > 0.8 for rc, _, _ in q), "TEAL file, held-out text, engine statistics (truth "
+      "|act(gate) up| > t_l): recall > 0.8 in every layer (" +
+      ", ".join(f"{rc:.3f}/{pr:.3f} vs {act:.3f}" for rc, pr, act in q) + ")")
 
 # 4. refusals
 for what, args, msg in (
