@@ -231,7 +231,7 @@ t50, t50p = os.path.join(WORK, "qwen2.teal50.gguf"), os.path.join(WORK, "qwen2.t
 r = subprocess.run([SPARSIFY, "-m", QWEN2, "-o", t50, "--sparsity", "0.5", "--calib", calib,
                     "--method", "teal", "-t", "2", "-q"], capture_output=True, text=True)
 r2 = train("-m", t50, "--calib", calib, "--recall", "0.9", "--ranks", "16,32", "-o", t50p, "-q")
-check(r.returncode == 0 and r2.returncode == 0 and "|act(gate) up|" not in r2.stdout,
+check(r.returncode == 0 and r2.returncode == 0,
       f"pi-sparsify --method teal and the trainer ({r.stderr.strip()[:100]}{r2.stderr[-200:]})")
 q = engine_quality(t50p, held_toks)
 check(all(rc > 0.8 for rc, _, _ in q), "TEAL file, held-out text, engine statistics (truth "
