@@ -496,7 +496,7 @@ void pi_cuda_ffn_act_thr(struct pi_backend *b, enum pi_act a, float *g, const fl
     if (n == 0)
         return;
     k_ffn_act_thr<<<pi_cuda_grid(b, n, EW_THREADS), EW_THREADS, 0, b->stream>>>((int)a, g, u, n,
-                                                                                 thr, teal);
+                                                                                thr, teal);
     pi_cuda_launched(b);
 }
 

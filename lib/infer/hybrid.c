@@ -118,8 +118,7 @@ uint64_t pi_hybrid_scratch_bytes(const struct pi_model *m, const struct pi_plan_
     const uint64_t R = hp->predictors ? (uint64_t)max_rank(m) : 0;
     /* x xn yd yc (ya) | q k v att | score gd ud | hid ones, and the logits */
     const uint64_t ya = hp->info->flags & PI_AF_PARALLEL ? E : 0;
-    const uint64_t per_tok =
-        4 * E + ya + qd + kd + vd + ad + (hp->predictors ? 3 : 2) * F + 2 * R;
+    const uint64_t per_tok = 4 * E + ya + qd + kd + vd + ad + (hp->predictors ? 3 : 2) * F + 2 * R;
     return 4 * (B * per_tok + PI_LOGIT_CHUNK * (uint64_t)hp->n_vocab + (uint64_t)hp->n_rot) +
            moe_scratch_bytes(m, s);
 }
@@ -189,8 +188,10 @@ static int plan_compute(const struct pi_model *m, const struct pi_plan_shape *s,
     }
     pl->scratch = pi_hybrid_scratch_bytes(m, s);
     pl->whole_layers = !by_neuron;
-    struct pi_plan_input in = {L, F, ls, nb(d->output) + nb(d->output_norm.w) +
-                                             nb(d->output_norm.b),
+    struct pi_plan_input in = {L,
+                               F,
+                               ls,
+                               nb(d->output) + nb(d->output_norm.w) + nb(d->output_norm.b),
                                kv_bytes(m, s),
                                budget > pl->scratch ? budget - pl->scratch : 0,
                                by_neuron ? (F < NEURON_GROUP ? F : NEURON_GROUP) : F,

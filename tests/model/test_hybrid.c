@@ -565,17 +565,15 @@ int main(int argc, char **argv) {
         return 1;
     }
     const struct CMUnitTest all[] = {
-        cmocka_unit_test(test_sweep_llama),  cmocka_unit_test(test_sweep_bamboo),
-        cmocka_unit_test(test_sweep_dense),  cmocka_unit_test(test_plan_files),
-        cmocka_unit_test(test_plan_stats),   cmocka_unit_test(test_bad_params),
-        cmocka_unit_test(test_alloc_failure), cmocka_unit_test(test_sweep_families),
+        cmocka_unit_test(test_sweep_llama),      cmocka_unit_test(test_sweep_bamboo),
+        cmocka_unit_test(test_sweep_dense),      cmocka_unit_test(test_plan_files),
+        cmocka_unit_test(test_plan_stats),       cmocka_unit_test(test_bad_params),
+        cmocka_unit_test(test_alloc_failure),    cmocka_unit_test(test_sweep_families),
         cmocka_unit_test(test_sweep_sparsified),
     };
     const struct CMUnitTest gpu[] = {
-        cmocka_unit_test(test_sweep_llama),
-        cmocka_unit_test(test_sweep_bamboo),
-        cmocka_unit_test(test_sweep_dense),
-        cmocka_unit_test(test_sweep_families),
+        cmocka_unit_test(test_sweep_llama),      cmocka_unit_test(test_sweep_bamboo),
+        cmocka_unit_test(test_sweep_dense),      cmocka_unit_test(test_sweep_families),
         cmocka_unit_test(test_sweep_sparsified),
     };
     int rc = g_gpu ? cmocka_run_group_tests(gpu, NULL, NULL)

@@ -188,8 +188,9 @@ static int32_t *hot_order(const char *path, int64_t L, int64_t F) {
     double *cnt = malloc((size_t)F * sizeof *cnt);
     struct hot *h = malloc((size_t)F * sizeof *h);
     if (pi_stats_n_layer(st) != L || pi_stats_n_ff(st) != F) {
-        fprintf(stderr, "pi-sparsify: '%s' holds statistics of %" PRId64 " layers of %" PRId64
-                        " neurons; the model has %" PRId64 " of %" PRId64 "\n",
+        fprintf(stderr,
+                "pi-sparsify: '%s' holds statistics of %" PRId64 " layers of %" PRId64
+                " neurons; the model has %" PRId64 " of %" PRId64 "\n",
                 path, pi_stats_n_layer(st), pi_stats_n_ff(st), L, F);
     } else if (!cnt || !h || !(order = malloc((size_t)(L * F) * sizeof *order))) {
         fprintf(stderr, "pi-sparsify: out of memory\n");
