@@ -45,6 +45,9 @@ files (fc1.weight [R, n_embd], fc2.weight [n_ff, R], F16; the zip layout of torc
 written without torch) and config.json {"sparse_threshold": 0.0} for PowerInfer's
 converter (or ours, tools/convert_hf_to_powerinfer.py).
 
+Exit status: 0; 3 when some layer stays below the target recall (the outputs are written
+all the same, with the best rank it found); 1 or 2 on errors.
+
 Needs numpy and gguf (the package), and the library (PI_LIBRARY or --library). No torch:
 the predictors are small enough for numpy, and CI has no torch. --threads sets the
 BLAS threads numpy may use (default 1) and the engine's.
