@@ -249,6 +249,14 @@ struct pi_backend_vtable {
     void (*ffn_act_masked)(struct pi_backend *b, enum pi_act act, float *g, const float *u,
                            int64_t n_tok, int64_t n, const float *score, int64_t score_stride,
                            const int32_t *map, float thr);
+    /* The thresholded activation of a subset of a layer's neurons (a sparsified file's
+     * PI_SPARSE_THRESHOLD mode, the device part): for i < n, a = act(g[i]) (act
+     * non-gated: PI_ACT_SILU, _GELU, _GELU_ERF, _RELU), v = a * u[i], and
+     *   g[i] = v  if |teal ? v : a| > thr,   g[i] = 0  otherwise.
+     * Optional: NULL refuses a context that places neurons of such a file on the
+     * device in that mode (exec.c). */
+    void (*ffn_act_thr)(struct pi_backend *b, enum pi_act act, float *g, const float *u,
+                        int64_t n, float thr, int teal);
     /* y[i] += x[i]. */
     void (*add)(struct pi_backend *b, float *y, const float *x, int64_t n);
     /* y[t][i] += v[i] for t < n_tok, i < v->n (biases); NULL: no biases. */

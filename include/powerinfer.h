@@ -710,10 +710,11 @@ typedef struct pi_ctx_params {
      * it to check a model against another implementation. Default 0. */
     uint32_t f32_activations;
     /* How the FFN of a PowerInfer (PWRI) model is computed, PI_SPARSE_*. Default
-     * PI_SPARSE_AUTO: predictor-driven sparse for PowerInfer files, thresholded for
-     * pi_model_sparsify's files, dense otherwise. PREDICTOR and ORACLE need a
-     * PowerInfer file, THRESHOLD a file with ffn_down_t (PI_ERR_UNSUPPORTED
-     * otherwise); PI_SPARSE_DENSE every model accepts. Since: 0.1 */
+     * PI_SPARSE_AUTO: predictor-driven sparse for PowerInfer files and for
+     * pi_model_sparsify's files with trained predictors (tools/train_predictor.py),
+     * thresholded for pi_model_sparsify's files without, dense otherwise. PREDICTOR
+     * needs predictors, ORACLE a PowerInfer file, THRESHOLD a file with ffn_down_t
+     * (PI_ERR_UNSUPPORTED otherwise); PI_SPARSE_DENSE every model accepts. Since: 0.1 */
     uint32_t sparse_mode;
     /* Non-zero: use sparse_threshold instead of the file's powerinfer.sparse_threshold
      * (neuron r is computed iff its predictor score >= the threshold). Since: 0.1 */
@@ -780,11 +781,14 @@ typedef struct pi_ctx_params {
      * multiplied by this (finite, >= 0). Default 1. Since: 0.1 */
     float sparse_threshold_scale;
     /* Non-zero (with stats != PI_STATS_OFF): also collect, per layer, the histogram
-     * of |act(gate . x)| over every neuron and token the FFN computes the gate for
+     * of |act(gate . x)| (PI_HIST_GATE, or any non-zero value but PI_HIST_INTER) or of
+     * the FFN's intermediate |act(gate . x) * (up . x)| (PI_HIST_INTER, the input of
+     * the down projection: TEAL-style thresholds) over every neuron and token
      * (pi_stats_gate_histogram, pi_stats_gate_quantile: the calibration of
-     * PI_SPARSE_THRESHOLD), in PI_SPARSE_DENSE and PI_SPARSE_THRESHOLD mode (not
-     * counted in the others). Gated FFNs without experts only (PI_ERR_UNSUPPORTED
-     * otherwise); CPU-only contexts. Default 0. Since: 0.1 */
+     * PI_SPARSE_THRESHOLD), in PI_SPARSE_DENSE mode (PI_HIST_GATE: also in
+     * PI_SPARSE_THRESHOLD mode of a "cats" file; not counted in the others). Gated
+     * FFNs without experts only (PI_ERR_UNSUPPORTED otherwise); CPU-only contexts.
+     * Default 0. Since: 0.1 */
     uint32_t gate_histogram;
     /* How a device step is submitted, PI_GRAPHS_*. PI_GRAPHS_AUTO (default): where
      * the device backend has graphs (CUDA; not HIP) and no layer splits its work
@@ -805,6 +809,12 @@ typedef struct pi_ctx_params {
      * cache as stored and load only into a context with the same kv_type. Since: 0.1 */
     uint32_t kv_type;
 } pi_ctx_params;
+
+/* pi_ctx_params.gate_histogram. */
+enum {
+    PI_HIST_GATE = 1, /* |act(gate . x)|: CATS-style thresholds */
+    PI_HIST_INTER = 2 /* |act(gate . x) * (up . x)|: TEAL-style thresholds */
+};
 
 /* pi_ctx_params.kv_type. */
 enum {
@@ -881,7 +891,10 @@ enum {
  * - PREDICTOR: per layer the predictor score = fc2 . relu(fc1 . h), h the residual
  *   stream after attention (before ffn_norm); only neurons with score >= threshold
  *   are computed (gate/up as row dot products, down as a sum over the active rows of
- *   ffn_down_t skipping zero activations). What PowerInfer computes.
+ *   ffn_down_t skipping zero activations). What PowerInfer computes. A sparsified file
+ *   with predictors computes act(gate . xn) * (up . xn) with its own activation (SiLU,
+ *   GELU) for every predicted neuron: the dense FFN with the others set to 0 (its
+ *   thresholds then only say which neurons PI_STATS_DIAGNOSTIC counts as active).
  * - DENSE: every neuron (predictors ignored). Same result as PREDICTOR with a
  *   predictor that marks every neuron.
  * - ORACLE: the gate is computed for every neuron and exactly the neurons whose
@@ -893,9 +906,13 @@ enum {
  *   powerinfer.sparsify.thresholds, or pi_ctx_params.sparse_thresholds, times
  *   sparse_threshold_scale; pi_ctx_sparse_threshold_source says which); up and down
  *   only for those. The result equals the dense FFN with the other neurons' a set to
- *   0, up to rounding; thresholds below 0 give the dense result. The default
- *   (AUTO) for pi_model_sparsify's files. Not with a device (PI_ERR_UNSUPPORTED; nor
- *   does a pi_model_sparsify file run with one in any mode, for now).
+ *   0, up to rounding; thresholds below 0 give the dense result. A file sparsified
+ *   with PI_SPARSIFY_TEAL (powerinfer.sparsify.method "teal") thresholds the FFN's
+ *   intermediate instead: gate and up for every neuron, m = act(gate . xn) * (up . xn),
+ *   and the down projection only for the neurons with |m| > t_l (the dense FFN with the
+ *   other neurons' m set to 0). The default (AUTO) for pi_model_sparsify's files
+ *   without predictors. With a device, the planner places such a file's neurons like a
+ *   PowerInfer file's and the device thresholds its own.
  * A prompt (many tokens in one step) is computed on the union of its tokens' active
  * sets, each token still using only its own neurons (docs/design.md). */
 enum {
@@ -1127,6 +1144,31 @@ PI_API int pi_ctx_state_load_file(pi_ctx *ctx, int32_t seq, const char *path);
 PI_API int pi_ctx_set_threads(pi_ctx *ctx, uint32_t n_threads);
 PI_API uint32_t pi_ctx_n_threads(const pi_ctx *ctx);
 
+/* What a probe (pi_ctx_set_ffn_probe) sees of one layer's FFN in one decode step of
+ * n_tokens tokens (the step's entries in order), all borrowed for the call only:
+ * - h [n_tokens][n_embd]: the FFN's predictor input, the residual stream before the
+ *   FFN's norm (llama and most architectures: after attention; parallel blocks such as
+ *   Falcon's: the layer's input), what a PowerInfer predictor reads;
+ * - act [n_tokens][n_ff]: the activation of the gate, act(gate . xn) (gate biases
+ *   included; FFNs without a gate: act(up . xn + b_up)), what PI_SPARSE_THRESHOLD
+ *   thresholds;
+ * - inter [n_tokens][n_ff]: the FFN's intermediate, the values the down projection
+ *   multiplies (gated: act(gate . xn) * (up . xn); bamboo relu(gate . xn) * relu(up . xn);
+ *   without a gate: act); a neuron of a ReLU FFN fired iff its value is non-zero.
+ * The callback must not call the library on the same context. Since: 0.1 */
+typedef void (*pi_ffn_probe_fn)(void *user, int64_t layer, int64_t n_tokens, const float *h,
+                                const float *act, const float *inter);
+
+/* Install (fn non-NULL) or remove (fn NULL) the context's FFN probe: from the next decode
+ * on, fn(user, ...) is called once per layer and step, after the layer's FFN (how
+ * tools/train_predictor.py collects a predictor's training pairs with this engine). The
+ * probe needs the whole FFN computed: a CPU-only context in PI_SPARSE_DENSE mode whose
+ * layers have no experts. `user` is borrowed until the probe is replaced or the context
+ * destroyed. Costs a copy of the gate's activations per layer. PI_OK,
+ * PI_ERR_INVALID_ARG (NULL ctx), PI_ERR_UNSUPPORTED (another mode, a device, experts),
+ * PI_ERR_NOMEM. Since: 0.1 */
+PI_API int pi_ctx_set_ffn_probe(pi_ctx *ctx, pi_ffn_probe_fn fn, void *user);
+
 /* The FFN mode the context runs, PI_SPARSE_DENSE, _PREDICTOR or _ORACLE (AUTO
  * resolved), or PI_ERR_INVALID_ARG. Since: 0.1 */
 PI_API int pi_ctx_sparse_mode(const pi_ctx *ctx);
@@ -1134,8 +1176,10 @@ PI_API int pi_ctx_sparse_mode(const pi_ctx *ctx);
 /* The predictor threshold the context uses (the file's, or the override). */
 PI_API float pi_ctx_sparse_threshold(const pi_ctx *ctx);
 
-/* PI_SPARSE_THRESHOLD: where the per-layer thresholds came from, PI_THRESHOLDS_*
- * (PI_THRESHOLDS_NONE in other modes), or PI_ERR_INVALID_ARG. Since: 0.1 */
+/* PI_SPARSE_THRESHOLD (and PI_SPARSE_PREDICTOR of a sparsified file, where they define
+ * the neurons diagnostic statistics count as active): where the per-layer thresholds
+ * came from, PI_THRESHOLDS_* (PI_THRESHOLDS_NONE in other modes), or
+ * PI_ERR_INVALID_ARG. Since: 0.1 */
 PI_API int pi_ctx_sparse_threshold_source(const pi_ctx *ctx);
 
 /* Copy the per-layer thresholds the context applies (scale included; 0 in other
@@ -1634,7 +1678,29 @@ typedef struct pi_sparsify_params {
      * dequantized ffn_down, sqrt(sum (d' - d)^2 / sum d^2) (0 for an exact copy);
      * n_thresholds doubles. Borrowed for the call. */
     double *down_error;
+    /* What the thresholds apply to, PI_SPARSIFY_*: PI_SPARSIFY_CATS (default) |act(gate
+     * . x)|, PI_SPARSIFY_TEAL the intermediate |act(gate . x) * (up . x)| (calibrate
+     * with pi_ctx_params.gate_histogram = PI_HIST_INTER). Recorded as
+     * powerinfer.sparsify.method "cats" or "teal". Since: 0.1 */
+    uint32_t method;
+    uint32_t reserved0; /* zero (fills what would be padding, see ABI.md) */
+    /* Optional neuron order, [n_layer][n_ff]: row i of layer l's ffn_gate, ffn_up and
+     * ffn_down_t in the output is the input's neuron neuron_order[l * n_ff + i] (each
+     * layer a permutation of 0 .. n_ff - 1, PI_ERR_INVALID_ARG otherwise), e.g. hottest
+     * first (pi-sparsify --order-stats) so that the neurons most tokens use lie together.
+     * The FFN computes the same sum in another order. Recorded as
+     * powerinfer.sparsify.neuron_order (I32[n_layer * n_ff], the same array), which maps
+     * the output's neuron ids back to the input's (statistics and plans of the input do
+     * not apply to the output as they are). NULL (default): the input's order. Borrowed
+     * for the call. Since: 0.1 */
+    const int32_t *neuron_order;
 } pi_sparsify_params;
+
+/* pi_sparsify_params.method. */
+enum {
+    PI_SPARSIFY_CATS = 0,
+    PI_SPARSIFY_TEAL = 1
+};
 
 /* Fill `params` with the defaults. PI_OK or PI_ERR_INVALID_ARG. Since: 0.1 */
 PI_API int pi_sparsify_default_params(pi_sparsify_params *params);

@@ -55,6 +55,7 @@ void pi_ctx_destroy(pi_ctx *c) {
         pi_free(&a, bufs[i]);
     pi_free(&a, c->idx);
     pi_free(&a, c->mark);
+    pi_free(&a, c->probe_act);
     for (int i = 0; i < 2; i++) {
         pi_free(&a, c->rows[i]);
         pi_free(&a, c->row_of[i]);
@@ -94,7 +95,10 @@ static int setup_thresholds(struct pi_ctx *c, const pi_ctx_params *p) {
     c->layer_thr = pi_calloc(&c->alloc, (size_t)L, sizeof *c->layer_thr);
     if (!c->layer_thr)
         PI_FAIL(&c->err, PI_ERR_NOMEM, "out of memory");
-    c->gate_hist = p->gate_histogram && p->stats != PI_STATS_OFF;
+    c->gate_hist = p->stats == PI_STATS_OFF ? 0
+                   : p->gate_histogram == PI_HIST_INTER ? PI_HIST_INTER
+                   : p->gate_histogram                  ? PI_HIST_GATE
+                                                        : 0;
     if (c->gate_hist && (c->model->desc.n_moe_layers || !(hp->info->flags & PI_AF_GATED) ||
                          p->device != PI_DEVICE_NONE))
         PI_FAIL(&c->err, PI_ERR_UNSUPPORTED, "gate_histogram needs a gated FFN without experts "
@@ -108,7 +112,9 @@ static int setup_thresholds(struct pi_ctx *c, const pi_ctx_params *p) {
         PI_FAIL(&c->err, PI_ERR_INVALID_ARG, "pi_ctx_params: %llu sparse_thresholds for a "
                 "model of %lld layers", (unsigned long long)p->n_sparse_thresholds,
                 (long long)L);
-    if (c->mode != PI_SPARSE_THRESHOLD) {
+    /* THRESHOLD mode applies them; PREDICTOR mode of a sparsified file counts the
+     * neurons above them as truly active (diagnostic statistics) */
+    if (c->mode != PI_SPARSE_THRESHOLD && !(c->mode == PI_SPARSE_PREDICTOR && hp->sparsified)) {
         c->thr_source = PI_THRESHOLDS_NONE;
         return PI_OK;
     }
@@ -137,16 +143,21 @@ static int setup_sparse(struct pi_ctx *c, const pi_ctx_params *p) {
     const int64_t F = hp->n_ff, B = c->n_batch;
     c->mode = (int)p->sparse_mode;
     if (c->mode == PI_SPARSE_AUTO)
-        c->mode = hp->sparse        ? PI_SPARSE_PREDICTOR
+        c->mode = hp->predictors   ? PI_SPARSE_PREDICTOR
                   : hp->sparsified ? PI_SPARSE_THRESHOLD
                                    : PI_SPARSE_DENSE;
     if (c->mode == PI_SPARSE_THRESHOLD && !hp->sparse && !hp->sparsified)
         PI_FAIL(&c->err, PI_ERR_UNSUPPORTED, "sparse mode threshold needs a file with "
                 "ffn_down_t (made by pi_model_sparsify / pi-sparsify, or a PowerInfer file); "
                 "this file is dense: use PI_SPARSE_DENSE");
-    if (hp->sparsified && (c->mode == PI_SPARSE_PREDICTOR || c->mode == PI_SPARSE_ORACLE))
-        PI_FAIL(&c->err, PI_ERR_UNSUPPORTED, "a sparsified file has no predictors and a "
-                "non-ReLU FFN: use PI_SPARSE_THRESHOLD or PI_SPARSE_DENSE");
+    if (hp->sparsified && c->mode == PI_SPARSE_ORACLE)
+        PI_FAIL(&c->err, PI_ERR_UNSUPPORTED, "oracle mode keeps the neurons whose gate is "
+                "above 0, which is not what a sparsified file's threshold keeps: use "
+                "PI_SPARSE_THRESHOLD (the same neurons as its definition), or PI_SPARSE_DENSE");
+    if (hp->sparsified && c->mode == PI_SPARSE_PREDICTOR && !hp->predictors)
+        PI_FAIL(&c->err, PI_ERR_UNSUPPORTED, "this sparsified file has no predictors "
+                "(tools/train_predictor.py adds them): use PI_SPARSE_THRESHOLD or "
+                "PI_SPARSE_DENSE");
     if (c->mode == PI_SPARSE_THRESHOLD &&
         ((hp->ffn_act != PI_FFN_SILU && hp->ffn_act != PI_FFN_GELU &&
           hp->ffn_act != PI_FFN_GELU_ERF && hp->ffn_act != PI_FFN_RELU) ||
@@ -157,11 +168,8 @@ static int setup_sparse(struct pi_ctx *c, const pi_ctx_params *p) {
         if (!c->model->desc.layers[l].ffn_gate)
             PI_FAIL(&c->err, PI_ERR_UNSUPPORTED, "sparse mode threshold needs a gated FFN; "
                     "layer %lld has no ffn_gate", (long long)l);
-    if ((c->mode == PI_SPARSE_THRESHOLD || hp->sparsified) && p->device != PI_DEVICE_NONE)
-        PI_FAIL(&c->err, PI_ERR_UNSUPPORTED, "sparse mode threshold and sparsified files run "
-                "on the CPU only (hybrid execution of them is not implemented yet, issue 17): "
-                "use no device");
-    if (c->mode != PI_SPARSE_DENSE && c->mode != PI_SPARSE_THRESHOLD && !hp->sparse)
+    if (c->mode != PI_SPARSE_DENSE && c->mode != PI_SPARSE_THRESHOLD && !hp->sparse &&
+        !hp->sparsified)
         PI_FAIL(&c->err, PI_ERR_UNSUPPORTED, "sparse mode %s needs a PowerInfer model (magic "
                 "PWRI, with predictors and ffn_down_t); this file is dense: use "
                 "PI_SPARSE_DENSE", c->mode == PI_SPARSE_ORACLE ? "oracle" : "predictor");
@@ -792,6 +800,24 @@ int pi_ctx_set_threads(pi_ctx *c, uint32_t n) {
     int st = c->be->set_threads(c->b, want);
     if (st < 0)
         PI_FAIL(&c->err, st, "pi_ctx_set_threads: cannot start %d threads", want);
+    return PI_OK;
+}
+
+int pi_ctx_set_ffn_probe(pi_ctx *c, pi_ffn_probe_fn fn, void *user) {
+    if (!c)
+        return PI_ERR_INVALID_ARG;
+    pi_error_clear(&c->err);
+    if (fn && (c->mode != PI_SPARSE_DENSE || c->hy || c->model->desc.n_moe_layers))
+        PI_FAIL(&c->err, PI_ERR_UNSUPPORTED, "pi_ctx_set_ffn_probe: the probe needs the "
+                "whole FFN computed on the CPU: a CPU-only context in PI_SPARSE_DENSE mode, "
+                "without experts");
+    if (fn && !c->probe_act) {
+        c->probe_act = pi_calloc(&c->alloc, (size_t)(c->n_batch * c->hp->n_ff), sizeof(float));
+        if (!c->probe_act)
+            PI_FAIL(&c->err, PI_ERR_NOMEM, "out of memory for the FFN probe's activations");
+    }
+    c->probe_fn = fn;
+    c->probe_user = fn ? user : NULL;
     return PI_OK;
 }
 

@@ -12,6 +12,7 @@
  * one layer's down projection twice as floats, plus its output bytes. */
 #include <errno.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -23,7 +24,9 @@
 #include "util/os.h"
 #include "util/params.h"
 
-#define SPARSIFY_PARAMS_MIN_SIZE sizeof(pi_sparsify_params)
+/* The first published pi_sparsify_params ended after down_error; method and
+ * neuron_order came later. */
+#define SPARSIFY_PARAMS_MIN_SIZE (offsetof(pi_sparsify_params, down_error) + sizeof(double *))
 #define COPY_CHUNK               ((uint64_t)16 << 20)
 #define ROW_GRAIN                64
 
@@ -45,12 +48,15 @@ struct srun {
     int have_desc;
     struct gguf_writer *w;
     int64_t *layer_of; /* per input tensor: the layer whose ffn_down it is, or -1 */
+    int64_t *perm_of;  /* per input tensor: the layer whose gate or up it is when
+                        * neuron_order is given, or -1 */
     uint32_t *down_to; /* per layer: the type of ffn_down_t */
     struct pi_pool *pool;
     float *dq, *tr; /* [n_ff * n_embd] one layer's down, as stored and transposed */
     float *scratch; /* [n_threads][n_embd] */
     double *err2;   /* [n_ff][2]: per row sum (d' - d)^2, sum d^2 */
     uint8_t *obuf;
+    uint8_t *seen; /* [n_ff] checking a neuron order */
     char *tmp;
     FILE *fp;
     uint64_t done, total;
@@ -146,6 +152,17 @@ static int check_model(struct srun *r) {
             PI_FAIL(r->err, PI_ERR_UNSUPPORTED, "layer %lld: ffn_down cannot be read",
                     (long long)l);
         PI_TRY(down_type(r, L->ffn_down->type, E, &r->down_to[l]));
+        if (r->p.neuron_order) { /* a permutation of 0 .. F - 1 */
+            const int32_t *o = r->p.neuron_order + l * hp->n_ff;
+            memset(r->seen, 0, (size_t)hp->n_ff);
+            for (int64_t i = 0; i < hp->n_ff; i++) {
+                if (o[i] < 0 || o[i] >= hp->n_ff || r->seen[o[i]])
+                    PI_FAIL(r->err, PI_ERR_INVALID_ARG, "pi_model_sparsify: neuron_order of "
+                            "layer %lld is not a permutation of 0 .. %lld (entry %lld)",
+                            (long long)l, (long long)hp->n_ff - 1, (long long)i);
+                r->seen[o[i]] = 1;
+            }
+        }
         const double t = r->p.thresholds[l];
         if (!isfinite(t) || fabs(t) > 1e30)
             PI_FAIL(r->err, PI_ERR_INVALID_ARG,
@@ -172,7 +189,8 @@ static int plan(struct srun *r) {
     const float sp = r->p.sparsity;
     const uint64_t ntok = r->p.calibration_tokens;
     if (st == PI_OK)
-        st = gguf_writer_add_string(r->w, "powerinfer.sparsify.method", "cats");
+        st = gguf_writer_add_string(r->w, "powerinfer.sparsify.method",
+                                    r->p.method == PI_SPARSIFY_TEAL ? "teal" : "cats");
     if (st == PI_OK)
         st = gguf_writer_add_scalar(r->w, "powerinfer.sparsify.sparsity", PI_META_F32, &sp);
     if (st == PI_OK)
@@ -184,6 +202,9 @@ static int plan(struct srun *r) {
     if (st == PI_OK)
         st = gguf_writer_add_scalar(r->w, "powerinfer.sparsify.calibration_tokens", PI_META_U64,
                                     &ntok);
+    if (st == PI_OK && r->p.neuron_order)
+        st = gguf_writer_add_array(r->w, "powerinfer.sparsify.neuron_order", PI_META_I32,
+                                   r->p.neuron_order, (uint64_t)(hp->n_layer * F));
     for (uint64_t i = 0; st == PI_OK && i < f->n_tensors; i++) {
         const struct gguf_tensor *t = &f->tensors[i];
         const int64_t l = r->layer_of[i];
@@ -236,9 +257,11 @@ static int transpose_down(struct srun *r, const struct gguf_tensor *t, int64_t l
     const int64_t E = r->d.hp.n_embd, F = r->d.hp.n_ff;
     /* t: {F, E}: E rows of F (row e = output e over the neurons) */
     pi_type_traits(t->type)->to_float(t->data, r->dq, F * E);
+    const int32_t *ord = r->p.neuron_order ? r->p.neuron_order + l * F : NULL;
     for (int64_t e = 0; e < E; e++)
         for (int64_t n = 0; n < F; n++)
-            r->tr[(size_t)n * (size_t)E + (size_t)e] = r->dq[(size_t)e * (size_t)F + (size_t)n];
+            r->tr[(size_t)n * (size_t)E + (size_t)e] =
+                r->dq[(size_t)e * (size_t)F + (size_t)(ord ? ord[n] : n)];
     struct tr_job job = {r, E, r->down_to[l], pi_type_row_bytes(r->down_to[l], E)};
     if (r->pool)
         pi_pool_for(r->pool, F, ROW_GRAIN, down_rows, &job);
@@ -265,6 +288,17 @@ static int copy_tensor(struct srun *r, const struct gguf_tensor *t) {
         PI_TRY(progress(r));
     }
     return PI_OK;
+}
+
+/* Layer l's gate or up {E, F} with its rows (neurons) in neuron_order. */
+static int copy_permuted(struct srun *r, const struct gguf_tensor *t, int64_t l) {
+    const int64_t F = r->d.hp.n_ff;
+    const int32_t *ord = r->p.neuron_order + l * F;
+    const uint64_t rb = t->nbytes / (uint64_t)F;
+    for (int64_t i = 0; i < F; i++)
+        PI_TRY(put(r, t->data + (uint64_t)ord[i] * rb, rb));
+    r->done += t->nbytes;
+    return progress(r);
 }
 
 static int buffers(struct srun *r, int n_threads) {
@@ -343,15 +377,24 @@ static int sparsify(struct srun *r, int n_threads) {
     const struct pi_hparams *hp = &r->d.hp;
     r->layer_of = pi_malloc(&pi_default_allocator,
                             (size_t)(r->f.n_tensors ? r->f.n_tensors : 1) * sizeof *r->layer_of);
+    r->perm_of = pi_malloc(&pi_default_allocator,
+                           (size_t)(r->f.n_tensors ? r->f.n_tensors : 1) * sizeof *r->perm_of);
     r->down_to = pi_calloc(&pi_default_allocator, (size_t)hp->n_layer, sizeof *r->down_to);
-    if (!r->layer_of || !r->down_to)
+    r->seen = pi_malloc(&pi_default_allocator, (size_t)hp->n_ff);
+    if (!r->layer_of || !r->perm_of || !r->down_to || !r->seen)
         PI_FAIL(r->err, PI_ERR_NOMEM, "out of memory");
     PI_TRY(check_model(r));
     for (uint64_t i = 0; i < r->f.n_tensors; i++) {
         r->layer_of[i] = -1;
-        for (int64_t l = 0; l < hp->n_layer; l++)
-            if (r->d.layers[l].ffn_down == &r->f.tensors[i])
+        r->perm_of[i] = -1;
+        for (int64_t l = 0; l < hp->n_layer; l++) {
+            const struct pi_layer_desc *L = &r->d.layers[l];
+            if (L->ffn_down == &r->f.tensors[i])
                 r->layer_of[i] = l;
+            if (r->p.neuron_order &&
+                (L->ffn_gate == &r->f.tensors[i] || L->ffn_up == &r->f.tensors[i]))
+                r->perm_of[i] = l;
+        }
         r->total += r->f.tensors[i].nbytes;
     }
     PI_TRY(progress(r));
@@ -366,6 +409,8 @@ static int sparsify(struct srun *r, int n_threads) {
         const struct gguf_tensor *t = &r->f.tensors[i];
         if (r->layer_of[i] >= 0)
             PI_TRY(transpose_down(r, t, r->layer_of[i]));
+        else if (r->perm_of[i] >= 0)
+            PI_TRY(copy_permuted(r, t, r->perm_of[i]));
         else
             PI_TRY(copy_tensor(r, t));
     }
@@ -389,6 +434,9 @@ int pi_model_sparsify(const char *in_path, const char *out_path, const pi_sparsi
     if (st == PI_OK && (!in_path || !out_path))
         st = pi_error_set(&err, PI_ERR_INVALID_ARG,
                           "pi_model_sparsify: in_path and out_path must not be NULL");
+    if (st == PI_OK && (r.p.method > PI_SPARSIFY_TEAL || r.p.reserved0))
+        st = pi_error_set(&err, PI_ERR_INVALID_ARG, "pi_model_sparsify: method %u is not a "
+                          "PI_SPARSIFY_* value, or reserved0 is not zero", r.p.method);
     if (st == PI_OK && (!r.p.thresholds || !r.p.n_thresholds))
         st = pi_error_set(&err, PI_ERR_INVALID_ARG, "pi_model_sparsify: no thresholds");
     if (st == PI_OK && !(r.p.sparsity >= 0.0f && r.p.sparsity < 1.0f))
@@ -418,6 +466,8 @@ int pi_model_sparsify(const char *in_path, const char *out_path, const pi_sparsi
     pi_free(a, r.err2);
     pi_free(a, r.obuf);
     pi_free(a, r.layer_of);
+    pi_free(a, r.perm_of);
+    pi_free(a, r.seen);
     pi_free(a, r.down_to);
     gguf_writer_destroy(r.w);
     if (r.have_desc)

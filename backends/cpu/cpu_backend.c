@@ -1285,6 +1285,15 @@ static void cpu_ffn_act_masked(struct pi_backend *b, enum pi_act act, float *g, 
                 g[t * n + i] = 0.0f;
 }
 
+static void cpu_ffn_act_thr(struct pi_backend *b, enum pi_act act, float *g, const float *u,
+                            int64_t n, float thr, int teal) {
+    cpu_ffn_act(b, act, g, NULL, n);
+    for (int64_t i = 0; i < n; i++) {
+        const float v = g[i] * u[i];
+        g[i] = fabsf(teal ? v : g[i]) > thr ? v : 0.0f;
+    }
+}
+
 struct add_job {
     float *y;
     const float *x;
@@ -1369,6 +1378,7 @@ static const struct pi_backend_vtable cpu_vtable = {
     .attention = cpu_attention,
     .ffn_act = cpu_ffn_act,
     .ffn_act_masked = cpu_ffn_act_masked,
+    .ffn_act_thr = cpu_ffn_act_thr,
     .add = cpu_add,
     .add_rows = cpu_add_rows,
     .scale = cpu_scale,

@@ -516,6 +516,12 @@ static void cuda_ffn_act_masked(struct pi_backend *b, enum pi_act act, float *g,
         pi_cuda_ffn_act_masked(b, act, g, u, n_tok, n, score, score_stride, map, thr);
 }
 
+static void cuda_ffn_act_thr(struct pi_backend *b, enum pi_act act, float *g, const float *u,
+                             int64_t n, float thr, int teal) {
+    if (op(b))
+        pi_cuda_ffn_act_thr(b, act, g, u, n, thr, teal);
+}
+
 static void cuda_add(struct pi_backend *b, float *y, const float *x, int64_t n) {
     if (op(b))
         pi_cuda_add(b, y, x, n);
@@ -569,6 +575,7 @@ static const struct pi_backend_vtable cuda_vtable = {
     .attention = cuda_attention,
     .ffn_act = cuda_ffn_act,
     .ffn_act_masked = cuda_ffn_act_masked,
+    .ffn_act_thr = cuda_ffn_act_thr,
     .add = cuda_add,
     .add_rows = cuda_add_rows,
     .scale = cuda_scale,

@@ -149,6 +149,8 @@ void pi_cuda_ffn_act(struct pi_backend *b, enum pi_act act, float *g, const floa
 void pi_cuda_ffn_act_masked(struct pi_backend *b, enum pi_act act, float *g, const float *u,
                             int64_t n_tok, int64_t n, const float *score, int64_t score_stride,
                             const int32_t *map, float thr);
+void pi_cuda_ffn_act_thr(struct pi_backend *b, enum pi_act act, float *g, const float *u, int64_t n,
+                         float thr, int teal);
 void pi_cuda_add(struct pi_backend *b, float *y, const float *x, int64_t n);
 void pi_cuda_add_rows(struct pi_backend *b, float *y, const struct pi_vector *v, int64_t n_tok);
 void pi_cuda_scale(struct pi_backend *b, float *x, float s, int64_t n);

@@ -107,6 +107,9 @@ struct pi_ctx {
     pi_trace_fn trace_fn;              /* internal (tests); not called for layers split
                                         * between devices */
     void *trace_user;
+    pi_ffn_probe_fn probe_fn;          /* pi_ctx_set_ffn_probe (dense, CPU-only), or NULL */
+    void *probe_user;
+    float *probe_act;                  /* [n_batch][n_ff] the probe's act(gate xn) */
     struct pi_error err;
 };
 

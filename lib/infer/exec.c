@@ -224,6 +224,12 @@ int pi_exec_resolve(struct pi_ctx *c) {
         x->norm_dev = D && D->norm;
         x->ffn_whole_dev = D && D->ffn_whole;
         x->n_dev = D ? D->n_dev : 0;
+        if (x->n_dev && !x->ffn_whole_dev && c->mode == PI_SPARSE_THRESHOLD &&
+            !hy->be->ffn_act_thr)
+            PI_FAIL(&c->err, PI_ERR_UNSUPPORTED, "the %s backend has no thresholded "
+                    "activation (ffn_act_thr) for PI_SPARSE_THRESHOLD: give its neurons no "
+                    "room (a budget for the dense parts only), or run dense or predictor mode",
+                    hy->be->name);
         if (D && (x->attn_dev || x->norm_dev || x->ffn_whole_dev || x->kv_dev)) {
             const char *op = missing_op(hy->be, hp, &c->layers[l]);
             if (op)

@@ -12,7 +12,8 @@
  *              token t uses the neurons with s[t][r] >= threshold
  *   oracle     g0 = gate xn for every neuron; token t uses the neurons with g0 > 0
  *   threshold  a = act(gate xn) for every neuron; token t uses the neurons with
- *              |a| > t_l (CATS-style, files with ffn_down_t)
+ *              |a| > t_l (CATS-style, files with ffn_down_t); a "teal" file: gate and
+ *              up for every neuron, down where |act(gate xn) * (up xn)| > t_l
  * A step of T tokens computes gate/up rows for the union U of its tokens' sets (all
  * rows, densely, when |U| > PI_SPARSE_DENSE_UNION * F) and masks each token to its own
  * set, so a prompt gives what T one-token steps would give (up to rounding order). */
@@ -30,7 +31,7 @@ static enum pi_act act_of(enum pi_ffn_act a, int gated) {
     case PI_FFN_RELU:
         return gated ? PI_ACT_RELU_MUL : PI_ACT_RELU;
     case PI_FFN_RELU_BOTH:
-        return PI_ACT_RELU_RELU_MUL;
+        return gated ? PI_ACT_RELU_RELU_MUL : PI_ACT_RELU; /* the gate's own: relu */
     case PI_FFN_GELU:
         return gated ? PI_ACT_GELU_MUL : PI_ACT_GELU;
     case PI_FFN_GELU_ERF:
@@ -107,6 +108,16 @@ static int64_t select_abs(struct pi_ctx *c, const float *a, int64_t T, float thr
     int64_t n = 0;
     for (int64_t r = 0; r < F; r++)
         if (c->mark[r] && !(skip && skip[r]))
+            c->idx[n++] = (int32_t)r;
+    return n;
+}
+
+/* idx = the neurons not marked in skip (the host's share of a split layer); their count.
+ * The rows of the others in g and u stay as they were and are never selected. */
+static int64_t host_rows(struct pi_ctx *c, const uint8_t *skip) {
+    int64_t n = 0;
+    for (int64_t r = 0; r < c->hp->n_ff; r++)
+        if (!skip[r])
             c->idx[n++] = (int32_t)r;
     return n;
 }
@@ -219,16 +230,36 @@ static int64_t ffn_sparse(struct pi_ctx *c, int64_t l, int64_t T, const uint8_t 
             be->matmul_rows(b, &L->up, c->xn, T, c->idx, n, up);
         }
         rows_gate = gated ? rows_up : 0;
-    } else if (c->mode == PI_SPARSE_THRESHOLD) { /* gated (desc.c and api_ctx.c check) */
-        /* the whole gate and its activation, then up where |a| > t_l (each token masked
-         * to its own set below) */
-        be->matmul(b, &L->gate, c->xn, T, c->g);                     /* g [T][F] */
-        be->ffn_act(b, act_of(hp->ffn_act, 0), c->g, NULL, T * F);   /* a = act(g) */
+    } else if (c->mode == PI_SPARSE_THRESHOLD && hp->teal) {
+        /* TEAL-style: gate and up for every neuron (of the host's share), m = act(gate
+         * xn) * (up xn), the down projection where |m| > t_l (each token masked to its
+         * own set below) */
+        rows_gate = rows_up = skip ? host_rows(c, skip) : F;
+        if (skip) { /* rows outside the host's share are not read below */
+            be->matmul_rows(b, &L->gate, c->xn, T, c->idx, rows_gate, c->g);
+            be->matmul_rows(b, &L->up, c->xn, T, c->idx, rows_gate, c->u);
+        } else {
+            be->matmul(b, &L->gate, c->xn, T, c->g);                 /* g [T][F] */
+            be->matmul(b, &L->up, c->xn, T, c->u);                   /* u [T][F] */
+        }
+        be->ffn_act(b, act_of(hp->ffn_act, 1), c->g, c->u, T * F);   /* m = act(g) u */
         be->sync(b);
-        if (c->gate_hist)
+        if (c->gate_hist == PI_HIST_INTER)
             gate_hist(c, l, c->g, T);
         n = select_abs(c, c->g, T, c->layer_thr[l], skip);
-        rows_gate = F;
+    } else if (c->mode == PI_SPARSE_THRESHOLD) { /* gated (desc.c and api_ctx.c check) */
+        /* the whole gate (of the host's share) and its activation, then up where |a| >
+         * t_l (each token masked to its own set below) */
+        rows_gate = skip ? host_rows(c, skip) : F;
+        if (skip)
+            be->matmul_rows(b, &L->gate, c->xn, T, c->idx, rows_gate, c->g);
+        else
+            be->matmul(b, &L->gate, c->xn, T, c->g);                 /* g [T][F] */
+        be->ffn_act(b, act_of(hp->ffn_act, 0), c->g, NULL, T * F);   /* a = act(g) */
+        be->sync(b);
+        if (c->gate_hist == PI_HIST_GATE)
+            gate_hist(c, l, c->g, T);
+        n = select_abs(c, c->g, T, c->layer_thr[l], skip);
         rows_up = n > dense_above ? F : n;
         if (n > dense_above)
             be->matmul(b, &L->up, c->xn, T, c->u);
@@ -253,6 +284,12 @@ static int64_t ffn_sparse(struct pi_ctx *c, int64_t l, int64_t T, const uint8_t 
         rows_gate = 0;
         rows_up = F;
     }
+    /* a sparsified file's smooth activation (SiLU, GELU) on every row at once, g = act(g)
+     * * u, the rows outside the union unread; ReLU ones are applied row by row below */
+    const int smooth = gated && hp->ffn_act != PI_FFN_RELU && hp->ffn_act != PI_FFN_RELU_BOTH;
+    const int teal = c->mode == PI_SPARSE_THRESHOLD && hp->teal; /* g = m already */
+    if (smooth && c->mode != PI_SPARSE_THRESHOLD)
+        be->ffn_act(b, act_of(hp->ffn_act, 1), c->g, c->u, T * F);
     be->sync(b);
     /* Activations of the union's neurons, each token masked to its own set (THRESHOLD:
      * g holds a = act(gate xn), kept where |a| > t_l). */
@@ -264,10 +301,13 @@ static int64_t ffn_sparse(struct pi_ctx *c, int64_t l, int64_t T, const uint8_t 
         const float *u = c->u + t * F, *s = c->score + t * F;
         for (int64_t i = 0; i < n; i++) {
             const int64_t r = c->idx[i];
-            if (thr_mode) {
+            if (teal) {
+                g[r] = fabsf(g[r]) > thr ? g[r] : 0.0f;
+            } else if (thr_mode) {
                 g[r] = fabsf(g[r]) > thr ? g[r] * u[r] : 0.0f;
             } else if (predictor && !(s[r] >= c->threshold)) { /* NaN: not selected */
                 g[r] = 0.0f;
+            } else if (smooth) { /* act(g) * u already */
             } else if (gated) {
                 g[r] = relu_act(hp->ffn_act, g[r], u[r]);
             } else {
@@ -292,7 +332,7 @@ static int64_t ffn_sparse(struct pi_ctx *c, int64_t l, int64_t T, const uint8_t 
 
 /* Diagnostic (PI_STATS_DIAGNOSTIC in predictor mode): the true activations of every
  * neuron, in gfull, without touching the step's own buffers. */
-static void true_activations(struct pi_ctx *c, const struct pi_layer_w *L, int64_t T) {
+static void true_activations(struct pi_ctx *c, int64_t l, const struct pi_layer_w *L, int64_t T) {
     const int64_t F = c->hp->n_ff;
     if (!L->gate.data) { /* relu(up xn + b_up) */
         c->be->matmul(c->b, &L->up, c->xn, T, c->gfull);
@@ -305,6 +345,18 @@ static void true_activations(struct pi_ctx *c, const struct pi_layer_w *L, int64
     }
     c->be->matmul(c->b, &L->gate, c->xn, T, c->gfull);
     c->be->matmul(c->b, &L->up, c->xn, T, c->ufull);
+    if (c->hp->sparsified) { /* active: |act(gate xn)| (teal: |act(gate xn) up xn|) above
+                              * the layer's threshold */
+        const float thr = c->layer_thr[l];
+        const int teal = c->hp->teal;
+        c->be->ffn_act(c->b, act_of(c->hp->ffn_act, 0), c->gfull, NULL, T * F);
+        c->be->sync(c->b);
+        for (int64_t i = 0; i < T * F; i++) {
+            const float v = c->gfull[i] * c->ufull[i];
+            c->gfull[i] = fabsf(teal ? v : c->gfull[i]) > thr ? v : 0.0f;
+        }
+        return;
+    }
     c->be->sync(c->b);
     for (int64_t i = 0; i < T * F; i++)
         c->gfull[i] = relu_act(c->hp->ffn_act, c->gfull[i], c->ufull[i]);
@@ -328,8 +380,8 @@ static void predict(struct run *r, const struct unit *u, const struct pi_layer_w
     u->be->matmul(u->b, fc2, h, T, out(&r->score, u->at));              /* s [T][F] */
 }
 
-/* The device's share of a sparse layer's FFN: yd [T][E] over its n_dev neurons, queued. */
-static void ffn_device(struct run *r, const struct pi_dev_layer *D) {
+/* The device's share of layer l's sparse FFN: yd [T][E] over its n_dev neurons, queued. */
+static void ffn_device(struct run *r, int64_t l, const struct pi_dev_layer *D) {
     struct pi_ctx *c = r->c;
     struct pi_hybrid *h = c->hy;
     const struct unit *u = &r->dev;
@@ -337,7 +389,12 @@ static void ffn_device(struct run *r, const struct pi_dev_layer *D) {
     const float *xn = in(r, &r->xn, DEV);
     const float *score = c->mode == PI_SPARSE_PREDICTOR ? in(r, &r->score, DEV) : NULL;
     /* oracle and dense need no mask: relu zeroes the inactive neurons */
-    if (D->gate.data) {
+    if (c->mode == PI_SPARSE_THRESHOLD) { /* |act(g)| (teal: |act(g) u|) above t_l */
+        u->be->matmul(u->b, &D->gate, xn, T, h->gd);                   /* gd [T][n] */
+        u->be->matmul(u->b, &D->up, xn, T, h->ud);                     /* ud [T][n] */
+        u->be->ffn_act_thr(u->b, act_of(c->hp->ffn_act, 0), h->gd, h->ud, T * n,
+                           c->layer_thr[l], c->hp->teal);
+    } else if (D->gate.data) {
         u->be->matmul(u->b, &D->gate, xn, T, h->gd);                   /* gd [T][n] */
         u->be->matmul(u->b, &D->up, xn, T, h->ud);                     /* ud [T][n] */
         u->be->ffn_act_masked(u->b, act_of(c->hp->ffn_act, 1), h->gd, h->ud, T, n, score,
@@ -498,12 +555,20 @@ static const float *ffn_dense(struct run *r, int64_t l, const struct unit *u,
         u->be->matmul(u->b, &W->up, xn, T, g);
         bias(u, g, &W->b_up, T);
     }
-    if (c->gate_hist && gated && u->at == HOST) { /* calibration: a = act(gate xn) */
+    if ((c->gate_hist || c->probe_fn) && gated && u->at == HOST) {
+        /* calibration and the probe: a = act(gate xn) on its own, then a * up (bamboo's
+         * relu(up) as its activation does) */
         u->be->ffn_act(u->b, act_of(hp->ffn_act, 0), g, NULL, T * F);
         u->be->sync(u->b);
-        gate_hist(c, l, g, T);
+        if (c->gate_hist == PI_HIST_GATE)
+            gate_hist(c, l, g, T);
+        if (c->probe_fn)
+            memcpy(c->probe_act, g, (size_t)(T * F) * sizeof(float));
+        const int both = hp->ffn_act == PI_FFN_RELU_BOTH;
         for (int64_t i = 0; i < T * F; i++)
-            g[i] *= up[i];
+            g[i] *= both ? (up[i] > 0.0f ? up[i] : 0.0f) : up[i];
+        if (c->gate_hist == PI_HIST_INTER)
+            gate_hist(c, l, g, T);
     } else {
         u->be->ffn_act(u->b, act_of(hp->ffn_act, gated), g, gated ? up : NULL, T * F);
     }
@@ -885,7 +950,7 @@ static int step(struct pi_ctx *c, const pi_batch_entry *e, const int32_t *pos, i
         const uint64_t t1 = now(c);
         /* predictor: s [T][F] from the residual x, before ffn_norm */
         const int diag = c->stats_level == PI_STATS_DIAGNOSTIC;
-        const int have_pred = hp->sparse && (c->mode == PI_SPARSE_PREDICTOR || diag);
+        const int have_pred = hp->predictors && (c->mode == PI_SPARSE_PREDICTOR || diag);
         if (have_pred) {
             predict(&r, unit(&r, X->pred_dev), L, D);
             if (c->check_layers)
@@ -909,7 +974,7 @@ static int step(struct pi_ctx *c, const pi_batch_entry *e, const int32_t *pos, i
                 in(&r, &r.score, HOST);
         }
         if (n_dev)
-            ffn_device(&r, D);
+            ffn_device(&r, l, D);
         const float *truth = NULL;
         const int32_t *tidx = NULL;
         int64_t tn = 0;
@@ -918,13 +983,16 @@ static int step(struct pi_ctx *c, const pi_batch_entry *e, const int32_t *pos, i
         } else if (host_part) {
             float *y = n_dev ? hy->yc_host : c->xn; /* the host's FFN output */
             if (c->mode == PI_SPARSE_PREDICTOR && diag) {
-                true_activations(c, L, T);
+                true_activations(c, l, L, T);
                 truth = c->gfull;
             }
             if (L->router.data) {
                 ffn_moe(&r, l);
             } else if (c->mode == PI_SPARSE_DENSE && !n_dev) {
                 truth = ffn_dense(&r, l, &r.host, L, &r.xn, &r.xn);
+                if (c->probe_fn) /* x: the predictor input, before the residual add */
+                    c->probe_fn(c->probe_user, l, T, c->x, L->gate.data ? c->probe_act : truth,
+                                truth);
             } else {
                 const int64_t n = ffn_sparse(c, l, T, n_dev ? D->on_dev : NULL, y);
                 if (!n_dev)

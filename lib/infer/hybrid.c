@@ -115,10 +115,10 @@ uint64_t pi_hybrid_scratch_bytes(const struct pi_model *m, const struct pi_plan_
     const uint64_t kd = (uint64_t)(hp->n_head_kv * hp->head_dim_k);
     const uint64_t vd = (uint64_t)(hp->n_head_kv * hp->head_dim_v);
     const uint64_t ad = (uint64_t)(hp->n_head * hp->head_dim_v);
-    const uint64_t R = hp->sparse ? (uint64_t)max_rank(m) : 0;
+    const uint64_t R = hp->predictors ? (uint64_t)max_rank(m) : 0;
     /* x xn yd yc (ya) | q k v att | score gd ud | hid ones, and the logits */
     const uint64_t ya = hp->info->flags & PI_AF_PARALLEL ? E : 0;
-    const uint64_t per_tok = 4 * E + ya + qd + kd + vd + ad + (hp->sparse ? 3 : 2) * F + 2 * R;
+    const uint64_t per_tok = 4 * E + ya + qd + kd + vd + ad + (hp->predictors ? 3 : 2) * F + 2 * R;
     return 4 * (B * per_tok + PI_LOGIT_CHUNK * (uint64_t)hp->n_vocab + (uint64_t)hp->n_rot) +
            moe_scratch_bytes(m, s);
 }
@@ -162,6 +162,8 @@ static int plan_compute(const struct pi_model *m, const struct pi_plan_shape *s,
     const struct pi_hparams *hp = &d->hp;
     const struct pi_allocator *a = &pl->alloc;
     const int64_t L = hp->n_layer, F = hp->n_ff;
+    /* PowerInfer and pi-sparsify files store ffn_down_t: neuron by neuron */
+    const int by_neuron = hp->sparse || hp->sparsified;
     struct pi_plan_layer *ls = pi_calloc(a, (size_t)L, sizeof *ls);
     if (!ls)
         PI_FAIL(err, PI_ERR_NOMEM, "plan: out of memory");
@@ -176,7 +178,7 @@ static int plan_compute(const struct pi_model *m, const struct pi_plan_shape *s,
             ls[l].norm_bytes += moe_dense_bytes(ld);
             ls[l].neuron_bytes = experts_bytes(ld) / (uint64_t)hp->n_expert;
             ls[l].experts = 1;
-        } else if (hp->sparse) {
+        } else if (by_neuron) {
             ls[l].neuron_bytes = sparse_neuron_bytes(ld, hp->n_embd);
         } else { /* whole layers: the matrices and biases, spread over the neurons */
             ls[l].neuron_bytes = (nb(ld->ffn_gate) + nb(ld->ffn_up) + nb(ld->ffn_down) +
@@ -185,12 +187,14 @@ static int plan_compute(const struct pi_model *m, const struct pi_plan_shape *s,
         ls[l].freq = freq ? freq[l] : NULL;
     }
     pl->scratch = pi_hybrid_scratch_bytes(m, s);
-    pl->whole_layers = !hp->sparse;
-    struct pi_plan_input in = {L, F, ls, nb(d->output) + nb(d->output_norm.w) +
-                                             nb(d->output_norm.b),
+    pl->whole_layers = !by_neuron;
+    struct pi_plan_input in = {L,
+                               F,
+                               ls,
+                               nb(d->output) + nb(d->output_norm.w) + nb(d->output_norm.b),
                                kv_bytes(m, s),
                                budget > pl->scratch ? budget - pl->scratch : 0,
-                               hp->sparse ? (F < NEURON_GROUP ? F : NEURON_GROUP) : F,
+                               by_neuron ? (F < NEURON_GROUP ? F : NEURON_GROUP) : F,
                                d->n_moe_layers ? hp->n_expert : 0};
     int st = pi_placement_make(&in, a, &pl->pl, err);
     pi_free(a, ls);
@@ -556,7 +560,7 @@ static int setup_layer(struct pi_ctx *c, struct pi_hybrid *h, int64_t l, int32_t
     const int64_t F = p->n_ff;
     struct pi_layer_w *W = &D->w;
     D->attn = p->attn[l];
-    D->pred = p->pred[l] && c->hp->sparse;
+    D->pred = p->pred[l] && c->hp->predictors;
     D->norm = p->norm[l];
     D->on_dev = p->neuron + l * F;
     D->n_dev = p->n_neurons[l];
@@ -646,7 +650,7 @@ static int setup_device(struct pi_ctx *c, struct pi_hybrid *h) {
     const int64_t E = hp->n_embd, F = hp->n_ff, B = c->n_batch;
     const int64_t qd = hp->n_head * hp->head_dim_k, kd = hp->n_head_kv * hp->head_dim_k;
     const int64_t vd = hp->n_head_kv * hp->head_dim_v, ad = hp->n_head * hp->head_dim_v;
-    const int64_t R = hp->sparse ? max_rank(c->model) : 0;
+    const int64_t R = hp->predictors ? max_rank(c->model) : 0;
     struct {
         float **p;
         int64_t n;
@@ -656,7 +660,7 @@ static int setup_device(struct pi_ctx *c, struct pi_hybrid *h) {
                 {&h->ones, B * R},    {&h->logits, PI_LOGIT_CHUNK * hp->n_vocab},
                 {&h->ya, B * E}};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) {
-        if ((!hp->sparse && bufs[i].p == &h->score) ||
+        if ((!hp->predictors && bufs[i].p == &h->score) ||
             (!(hp->info->flags & PI_AF_PARALLEL) && bufs[i].p == &h->ya))
             continue;
         void *d;

@@ -128,9 +128,10 @@ static int read_sparsify(struct reader *r, struct pi_hparams *hp) {
     uint64_t n;
     if (mk->type != PI_META_STRING || gguf_kv_str(r->f, mk, 0, &s, &n) < 0)
         PI_FAIL(r->err, PI_ERR_FORMAT, "metadata 'powerinfer.sparsify.method' must be a string");
-    if (n != 4 || memcmp(s, "cats", 4) != 0)
+    if (n != 4 || (memcmp(s, "cats", 4) != 0 && memcmp(s, "teal", 4) != 0))
         PI_FAIL(r->err, PI_ERR_UNSUPPORTED, "powerinfer.sparsify.method '%.*s' is not "
-                "supported (cats is)", (int)(n > 32 ? 32 : n), s);
+                "supported (cats and teal are)", (int)(n > 32 ? 32 : n), s);
+    hp->teal = memcmp(s, "teal", 4) == 0;
     if (!(hp->info->flags & PI_AF_GATED))
         PI_FAIL(r->err, PI_ERR_UNSUPPORTED, "powerinfer.sparsify needs a gated FFN; "
                 "architecture '%s' has none", hp->info->name);
@@ -450,6 +451,32 @@ static int build_moe(struct reader *r, const struct pi_hparams *hp, int64_t il,
     return PI_OK;
 }
 
+/* Layer il's predictor, score = fc2 . relu(fc1 . h): fc1 {n_embd, rank}, fc2 {rank, n_ff},
+ * the rank per layer (PowerInfer's layout; required in PWRI files, optional in sparsified
+ * ones, where tools/train_predictor.py adds them). */
+static int want_predictor(struct reader *r, const struct pi_hparams *hp, int64_t il,
+                          struct pi_layer_desc *L) {
+    char n[64];
+    snprintf(n, sizeof n, "blk.%lld.fc1.weight", (long long)il);
+    int64_t fi = gguf_find_tensor(r->f, n);
+    if (fi < 0)
+        PI_FAIL(r->err, PI_ERR_FORMAT, "%s lacks the predictor tensor '%s'",
+                hp->sparse ? "sparse (PWRI) model" : "sparsified file", n);
+    const struct gguf_tensor *fc1 = &r->f->tensors[fi];
+    int64_t rank = fc1->n_dims == 2 ? fc1->ne[1] : 0;
+    if (rank < 1)
+        PI_FAIL(r->err, PI_ERR_FORMAT, "predictor tensor '%s' must have shape {%lld, rank}", n,
+                (long long)hp->n_embd);
+    if (rank > PI_MAX_WIDTH)
+        PI_FAIL(r->err, PI_ERR_FORMAT, "predictor tensor '%s' has rank %lld, above the limit "
+                "of %lld", n, (long long)rank, (long long)PI_MAX_WIDTH);
+    PI_TRY(want(r, n, K_WEIGHT, hp->n_embd, rank, 0, &L->fc1));
+    snprintf(n, sizeof n, "blk.%lld.fc2.weight", (long long)il);
+    PI_TRY(want(r, n, K_WEIGHT, rank, hp->n_ff, 0, &L->fc2));
+    L->pred_rank = rank;
+    return PI_OK;
+}
+
 static int build_layer(struct reader *r, const struct pi_hparams *hp, int64_t il,
                        struct pi_layer_desc *L) {
     char n[GGUF_MAX_NAME + 32], base[64];
@@ -543,7 +570,11 @@ static int build_layer(struct reader *r, const struct pi_hparams *hp, int64_t il
         if (gguf_find_tensor(r->f, NAME("ffn_down")) >= 0)
             PI_FAIL(r->err, PI_ERR_FORMAT, "sparsified file has '%s'; it stores the down "
                     "projection transposed as ffn_down_t", n);
-        return want(r, NAME("ffn_down_t"), K_WEIGHT, E, F, 0, &L->ffn_down_t);
+        PI_TRY(want(r, NAME("ffn_down_t"), K_WEIGHT, E, F, 0, &L->ffn_down_t));
+        /* trained predictors: in every layer or in none (checked by the caller) */
+        if (gguf_find_tensor(r->f, NAME("fc1")) < 0 && gguf_find_tensor(r->f, NAME("fc2")) < 0)
+            return PI_OK;
+        return want_predictor(r, hp, il, L);
     }
     if (!hp->sparse) {
         PI_TRY(want(r, NAME("ffn_down"), K_WEIGHT, F, E, 0, &L->ffn_down));
@@ -565,24 +596,10 @@ static int build_layer(struct reader *r, const struct pi_hparams *hp, int64_t il
         PI_FAIL(r->err, PI_ERR_FORMAT, "sparse (PWRI) model has '%s'; PowerInfer files store "
                 "the down projection transposed as ffn_down_t", n);
     PI_TRY(want(r, NAME("ffn_down_t"), K_WEIGHT, E, F, 0, &L->ffn_down_t));
-    int64_t fi = gguf_find_tensor(r->f, NAME("fc1"));
-    if (fi < 0)
-        PI_FAIL(r->err, PI_ERR_FORMAT, "sparse (PWRI) model lacks the predictor tensor '%s'", n);
-    const struct gguf_tensor *fc1 = &r->f->tensors[fi];
-    int64_t rank = fc1->n_dims == 2 ? fc1->ne[1] : 0;
-    if (rank < 1)
-        PI_FAIL(r->err, PI_ERR_FORMAT, "predictor tensor '%s' must have shape {%lld, rank}", n,
-                (long long)E);
-    if (rank > PI_MAX_WIDTH)
-        PI_FAIL(r->err, PI_ERR_FORMAT, "predictor tensor '%s' has rank %lld, above the limit "
-                "of %lld", n, (long long)rank, (long long)PI_MAX_WIDTH);
-    PI_TRY(want(r, NAME("fc1"), K_WEIGHT, E, rank, 0, &L->fc1));
-    PI_TRY(want(r, NAME("fc2"), K_WEIGHT, rank, F, 0, &L->fc2));
-    L->pred_rank = rank;
 #undef NAME
 #undef BIAS
 #undef BASE
-    return PI_OK;
+    return want_predictor(r, hp, il, L);
 }
 
 /* Which layers attend within the sliding window, and each layer's RoPE base and
@@ -943,7 +960,15 @@ int pi_model_desc_build(struct pi_model_desc *d, const struct gguf_file *f,
             return s;
         }
     }
-    st = resolve_layers(&r, d);
+    int64_t n_pred = 0;
+    for (int64_t il = 0; il < hp->n_layer; il++)
+        n_pred += d->layers[il].fc1 != NULL;
+    hp->predictors = n_pred == hp->n_layer;
+    st = n_pred && !hp->predictors
+             ? pi_error_set(err, PI_ERR_FORMAT, "sparsified file with predictors (fc1, fc2) in "
+                            "%lld of its %lld layers: a file has them in every layer or in none",
+                            (long long)n_pred, (long long)hp->n_layer)
+             : resolve_layers(&r, d);
     if (st == PI_OK)
         st = check_tensors(&r, d, a);
     if (st < 0)

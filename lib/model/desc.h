@@ -112,6 +112,9 @@ struct pi_hparams {
     const struct pi_arch_info *info;
     int sparse;           /* PowerInfer file: predictors and ffn_down_t */
     int sparsified;       /* pi_model_sparsify's file: ffn_down_t and thresholds */
+    int teal;             /* sparsified, method "teal": thresholds on act(gate) * up */
+    int predictors;       /* fc1/fc2 in every layer: PowerInfer files, and sparsified
+                           * files with trained predictors (tools/train_predictor.py) */
     int64_t n_layer;
     int64_t n_embd;
     int64_t n_ff;

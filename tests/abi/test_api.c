@@ -38,7 +38,9 @@ _Static_assert(sizeof(void *) != 8 || offsetof(pi_ctx_params, device_graphs) == 
 _Static_assert(sizeof(void *) != 8 || offsetof(pi_ctx_params, kv_type) == 156, "kv_type");
 _Static_assert(sizeof(void *) != 8 || sizeof(pi_ctx_params) == 160, "pi_ctx_params size");
 _Static_assert(sizeof(void *) != 8 || offsetof(pi_sparsify_params, down_error) == 80, "down_err");
-_Static_assert(sizeof(void *) != 8 || sizeof(pi_sparsify_params) == 88, "sparsify size");
+_Static_assert(sizeof(void *) != 8 || offsetof(pi_sparsify_params, method) == 88, "method");
+_Static_assert(sizeof(void *) != 8 || offsetof(pi_sparsify_params, neuron_order) == 96, "order");
+_Static_assert(sizeof(void *) != 8 || sizeof(pi_sparsify_params) == 104, "sparsify size");
 _Static_assert(sizeof(pi_layer_stats) == 104, "pi_layer_stats size");
 _Static_assert(offsetof(pi_layer_stats, ns_ffn) == 96, "ns_ffn");
 

@@ -4,7 +4,8 @@
  *  - for every budget from 0 to "everything fits", in steps that cross each placement
  *    boundary, the logits of a prompt step and of decode steps equal the CPU-only
  *    run's (bit for bit when no layer is split, else to rounding), in every FFN mode,
- *    for PowerInfer llama and bamboo files and dense files, float and quantized;
+ *    for PowerInfer llama and bamboo files, pi_model_sparsify files (CATS and TEAL
+ *    thresholds) and dense files, float and quantized;
  *  - the plan never exceeds its budget, grows with it, equals the dry run's;
  *  - plan files: save/read round trip, the cache is written then reused, stale and
  *    malformed files are refused (READ) or replaced (CACHE);
@@ -219,6 +220,63 @@ static void test_sweep_dense(void **state) {
     model_path(p, sizeof p, "hy-dense-f32");
     write_model("llama", PI_TYPE_F32, 0, p);
     sweep(p, PI_SPARSE_DENSE);
+}
+
+/* A pi_model_sparsify file of the dense model `dense`: thresholds (CATS: on |act(gate)|,
+ * TEAL: on |act(gate) * up|) calibrated here on the test prompt to keep about half the
+ * neurons (gate histograms, pi_stats_gate_quantile), as pi-sparsify does. */
+static void sparsify_file(const char *dense, const char *out, uint32_t method) {
+    pi_model *m = open_model(dense);
+    char err[512] = "";
+    pi_ctx_params cp;
+    base_params(&cp, PI_SPARSE_DENSE, err, sizeof err);
+    cp.stats = PI_STATS_ON;
+    cp.gate_histogram = method == PI_SPARSIFY_TEAL ? PI_HIST_INTER : PI_HIST_GATE;
+    pi_ctx *c;
+    assert_int_equal(pi_ctx_create(m, &cp, &c), PI_OK);
+    assert_int_equal(pi_ctx_decode(c, TOKS, NTOK), PI_OK);
+    const int64_t L = pi_model_n_layer(m);
+    float thr[64];
+    assert_true(L <= 64);
+    for (int64_t l = 0; l < L; l++) {
+        assert_int_equal(pi_stats_gate_quantile(pi_ctx_stats(c), l, 0.5, &thr[l]), PI_OK);
+        assert_true(thr[l] > 0.0f);
+    }
+    pi_ctx_destroy(c);
+    pi_model_close(m);
+    pi_sparsify_params sp;
+    pi_sparsify_default_params(&sp);
+    sp.thresholds = thr;
+    sp.n_thresholds = (uint64_t)L;
+    sp.sparsity = 0.5f;
+    sp.method = method;
+    sp.n_threads = 2;
+    sp.errbuf = err;
+    sp.errbuf_cap = sizeof err;
+    if (pi_model_sparsify(dense, out, &sp) != PI_OK)
+        fail_msg("pi_model_sparsify: %s", err);
+}
+
+/* Sparsified files (CATS and TEAL, float and quantized sources) place neurons like
+ * PowerInfer files: the device computes its neurons' thresholded activations
+ * (ffn_act_thr), the host the rest; threshold and dense mode. */
+static void test_sweep_sparsified(void **state) {
+    (void)state;
+    static const struct {
+        uint32_t type, method;
+        const char *name;
+    } v[] = {{PI_TYPE_F16, PI_SPARSIFY_CATS, "hy-cats-f16"},
+             {PI_TYPE_Q4_0, PI_SPARSIFY_CATS, "hy-cats-q4"},
+             {PI_TYPE_F16, PI_SPARSIFY_TEAL, "hy-teal-f16"}};
+    for (size_t i = 0; i < sizeof v / sizeof *v; i++) {
+        char src[300], p[300];
+        snprintf(src, sizeof src, "%s/%s-src.gguf", g_dir, v[i].name);
+        model_path(p, sizeof p, v[i].name);
+        write_model("llama", v[i].type, 0, src);
+        sparsify_file(src, p, v[i].method);
+        sweep(p, PI_SPARSE_THRESHOLD);
+        sweep(p, PI_SPARSE_DENSE);
+    }
 }
 
 /* The committed PowerInfer files without a gate (tests/fixtures/make_sparse_models.py
@@ -507,16 +565,16 @@ int main(int argc, char **argv) {
         return 1;
     }
     const struct CMUnitTest all[] = {
-        cmocka_unit_test(test_sweep_llama),  cmocka_unit_test(test_sweep_bamboo),
-        cmocka_unit_test(test_sweep_dense),  cmocka_unit_test(test_plan_files),
-        cmocka_unit_test(test_plan_stats),   cmocka_unit_test(test_bad_params),
-        cmocka_unit_test(test_alloc_failure), cmocka_unit_test(test_sweep_families),
+        cmocka_unit_test(test_sweep_llama),      cmocka_unit_test(test_sweep_bamboo),
+        cmocka_unit_test(test_sweep_dense),      cmocka_unit_test(test_plan_files),
+        cmocka_unit_test(test_plan_stats),       cmocka_unit_test(test_bad_params),
+        cmocka_unit_test(test_alloc_failure),    cmocka_unit_test(test_sweep_families),
+        cmocka_unit_test(test_sweep_sparsified),
     };
     const struct CMUnitTest gpu[] = {
-        cmocka_unit_test(test_sweep_llama),
-        cmocka_unit_test(test_sweep_bamboo),
-        cmocka_unit_test(test_sweep_dense),
-        cmocka_unit_test(test_sweep_families),
+        cmocka_unit_test(test_sweep_llama),      cmocka_unit_test(test_sweep_bamboo),
+        cmocka_unit_test(test_sweep_dense),      cmocka_unit_test(test_sweep_families),
+        cmocka_unit_test(test_sweep_sparsified),
     };
     int rc = g_gpu ? cmocka_run_group_tests(gpu, NULL, NULL)
                    : cmocka_run_group_tests(all, NULL, NULL);

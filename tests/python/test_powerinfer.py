@@ -596,6 +596,57 @@ def test_pwri_sparse_mode_and_stats(pwri, tmp_path):
         st.n_layer  # the context's statistics went with it
 
 
+def test_ffn_probe(smollm2_path):
+    """pi_ctx_set_ffn_probe on SmolLM2 (dense, SiLU): every layer of every step; act is
+    silu(gate . rmsnorm(h)) and inter act * (up . rmsnorm(h)), recomputed here from the
+    probe's own h and the file's weights (Q4_1 rows dequantized by the gguf package; f32
+    activations);
+    another mode or a device is refused, and the probe's exception reaches the caller."""
+    np = pytest.importorskip("numpy")
+    gguf = pytest.importorskip("gguf")
+    from gguf.quants import dequantize
+    r = gguf.GGUFReader(smollm2_path)
+    W = {t.name: t for t in r.tensors}
+
+    def weight(name):
+        t = W[name]
+        return dequantize(t.data, t.tensor_type).reshape([int(x) for x in reversed(t.shape)])
+    eps = float(r.fields["llama.attention.layer_norm_rms_epsilon"].contents())
+    with pi.Model(smollm2_path, log=None) as m:
+        toks = m.tokenize("The probe sees the FFN", add_special=False)
+        seen = []
+        with pi.Context(m, n_ctx=64, n_threads=2, sparse_mode="dense",
+                        f32_activations=True) as ctx:
+            ctx.set_ffn_probe(lambda l, h, a, i: seen.append((l, h.copy(), a.copy(), i.copy())))
+            ctx.decode(toks[:-1])
+            ctx.decode(toks[-1:])
+            ctx.set_ffn_probe(None)
+            ctx.decode([toks[0]])
+            assert [(l, len(h)) for l, h, _, _ in seen] == \
+                [(l, len(toks) - 1) for l in range(m.n_layer)] + [(l, 1) for l in range(m.n_layer)]
+            worst = 0.0
+            for l in (0, m.n_layer // 2, m.n_layer - 1):
+                _, h, a, i = seen[l]
+                xn = h / np.sqrt((h.astype(np.float64) ** 2).mean(-1, keepdims=True) + eps)
+                xn = xn * weight(f"blk.{l}.ffn_norm.weight")
+                g = xn @ weight(f"blk.{l}.ffn_gate.weight").T
+                u = xn @ weight(f"blk.{l}.ffn_up.weight").T
+                act = g / (1 + np.exp(-g))
+                worst = max(worst, np.abs(a - act).max() / np.abs(act).max(),
+                            np.abs(i - act * u).max() / np.abs(act * u).max())
+            assert worst < 1e-4, worst  # float32 rounding (f32 activations)
+
+            def boom(*_):
+                raise KeyError("from the probe")
+            ctx.set_ffn_probe(boom)
+            with pytest.raises(KeyError):
+                ctx.decode([toks[1]])
+        with pi.Context(m, n_ctx=16, n_threads=2, sparse_mode="dense", device="cpu") as ctx:
+            with pytest.raises(pi.PowerInferError) as e:
+                ctx.set_ffn_probe(lambda *_: None)
+            assert e.value.status_name == "PI_ERR_UNSUPPORTED"
+
+
 def test_sparse_mode_needs_pwri(smollm2):
     with pytest.raises(pi.PowerInferError) as e:
         pi.Context(smollm2, sparse_mode="predictor")

@@ -6,7 +6,7 @@
 Fixture: tests/fixtures/archs/qwen2.f16.gguf (a tiny random Qwen2 with a SiLU-gated FFN,
 made by tests/fixtures/make_arch_models.py with llama.cpp's converter; its .ref.bin holds
 transformers' float64 logits). The reference here is a float64 numpy forward of the
-GGUF as stored (read with the gguf package): it is first checked against transformers'
+GGUF as stored (qwen2_ref.py, read with the gguf package): it is first checked against transformers'
 logits (dense), then run with each layer's FFN masked as the thresholded mode defines it,
 a = silu(gate . h), keep a neuron iff |a| > t_l, y = down((a * keep) * (up . h)).
 
@@ -19,11 +19,16 @@ Checks:
      of the tokens' sets, each token masked to its own), and for a batch keeping every
      position's logits; dense mode of the same file equals the dense reference; the
      statistics count the rows and bytes really read (whole gate, kept up/down_t rows);
-  3. --sparsity 0 gives thresholds 0 and the dense result;
+  3. --sparsity 0 gives thresholds 0 and the dense result; --method teal (thresholds on
+     the intermediate |silu(gate h) * (up h)|, down only above them) equals the float64
+     reference masked that way, reads the whole gate and up and the kept down rows;
+     --order-stats permutes gate, up and down_t rows by the statistics' active counts
+     (recorded as powerinfer.sparsify.neuron_order), the same logits up to summation order;
   4. bad input fails cleanly (exit status, a message, no output file): a plain FFN
      (falcon), a post-FFN norm (gemma2), a missing file, a bad --sparsity, a sparsified
-     file given again; threshold mode on a dense file, a wrong number of thresholds and a
-     device (hybrid execution, not implemented for these files yet) are refused.
+     file given again; threshold mode on a dense file and a wrong number of thresholds are
+     refused; with a CPU stand-in device holding some neurons, threshold and dense mode
+     compute what the CPU alone computes.
 Exit status 0 when every check passes."""
 
 import os
@@ -35,8 +40,9 @@ import numpy as np
 TOOL, LIB, ROOT, WORK = sys.argv[1:5]
 os.environ["PI_LIBRARY"] = LIB
 sys.path.insert(0, os.path.join(ROOT, "tools", "python"))
-import gguf  # noqa: E402
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import powerinfer as pi  # noqa: E402
+from qwen2_ref import forward, read_ref, rel, tensors  # noqa: E402
 
 ARCHS = os.path.join(ROOT, "tests", "fixtures", "archs")
 FIX = os.path.join(ARCHS, "qwen2.f16.gguf")
@@ -49,75 +55,6 @@ def check(ok, what):
     print(("ok    " if ok else "FAIL  ") + what)
     if not ok:
         FAILS.append(what)
-
-
-def read_ref(path):
-    raw = open(path, "rb").read()
-    n, v = np.frombuffer(raw[:8], "<u4")
-    toks = np.frombuffer(raw[8:8 + 4 * n], "<i4").tolist()
-    return toks, np.frombuffer(raw[8 + 4 * n:], "<f4").reshape(n, v).astype(np.float64)
-
-
-def tensors(path):
-    from gguf.quants import dequantize
-    r = gguf.GGUFReader(path)
-    T = {t.name: dequantize(t.data, t.tensor_type).astype(np.float64).reshape(
-        [int(x) for x in reversed(t.shape)]) for t in r.tensors}
-    K = {k: f.contents() for k, f in r.fields.items() if not k.startswith("GGUF.")}
-    return T, K
-
-
-def forward(T, K, tokens, thresholds=None, kv16=False):
-    """Float64 forward of a qwen2 GGUF as stored (NEOX RoPE, q/k/v biases), the FFN
-    masked at |silu(gate h)| > t_l when thresholds are given; also returns the smallest
-    relative margin | |a| - t | / t over every (layer, token, neuron) (inf if none), and
-    each layer's |a|. kv16 rounds K (after RoPE) and V to float16, as the engine's F16
-    KV cache does, so that its activations agree with the engine's to float32 rounding."""
-    g = lambda k, d=None: K.get("qwen2." + k, d)  # noqa: E731
-    n_head, n_kv, E = g("attention.head_count"), g("attention.head_count_kv"), g("embedding_length")
-    hd, eps, base = E // n_head, g("attention.layer_norm_rms_epsilon"), g("rope.freq_base", 10000.0)
-
-    def rms(x, w):
-        return x / np.sqrt((x * x).mean(-1, keepdims=True) + eps) * w
-
-    def rope(x, pos):
-        inv = base ** (-np.arange(0, hd, 2, dtype=np.float64) / hd)
-        ang = (pos[:, None] * inv[None, :])[:, None, :]
-        c, s = np.cos(ang), np.sin(ang)
-        a, b = x[..., :hd // 2], x[..., hd // 2:]
-        return np.concatenate([a * c - b * s, a * s + b * c], -1)
-
-    x = T["token_embd.weight"][tokens]
-    n = len(tokens)
-    pos = np.arange(n, dtype=np.float64)
-    margin, acts = np.inf, []
-    for il in range(g("block_count")):
-        p = f"blk.{il}."
-        h = rms(x, T[p + "attn_norm.weight"])
-        q, k, v = (h @ T[p + f"attn_{w}.weight"].T + T[p + f"attn_{w}.bias"] for w in "qkv")
-        q, k, v = q.reshape(n, n_head, hd), k.reshape(n, n_kv, hd), v.reshape(n, n_kv, hd)
-        q, k = rope(q, pos), rope(k, pos)
-        if kv16:
-            k, v = k.astype(np.float16).astype(np.float64), v.astype(np.float16).astype(np.float64)
-        k, v = np.repeat(k, n_head // n_kv, axis=1), np.repeat(v, n_head // n_kv, axis=1)
-        sc = np.einsum("thd,uhd->htu", q, k) / np.sqrt(hd)
-        sc = np.where(np.tril(np.ones((n, n), bool))[None], sc, -np.inf)
-        sc = np.exp(sc - sc.max(-1, keepdims=True))
-        sc /= sc.sum(-1, keepdims=True)
-        x = x + np.einsum("htu,uhd->thd", sc, v).reshape(n, n_head * hd) @ T[p + "attn_output.weight"].T
-        h = rms(x, T[p + "ffn_norm.weight"])
-        z = h @ T[p + "ffn_gate.weight"].T
-        a = z / (1.0 + np.exp(-z))
-        acts.append(np.abs(a))
-        if thresholds is not None:
-            t = float(thresholds[il])
-            if t > 0:
-                margin = min(margin, float((np.abs(np.abs(a) - t) / t).min()))
-            a = np.where(np.abs(a) > t, a, 0.0)
-        down = T[p + "ffn_down.weight"] if p + "ffn_down.weight" in T else T[p + "ffn_down_t.weight"].T
-        x = x + (a * (h @ T[p + "ffn_up.weight"].T)) @ down.T
-    x = rms(x, T["output_norm.weight"])
-    return x @ T.get("output.weight", T["token_embd.weight"]).T, margin, acts
 
 
 def clear_thresholds(T, K, tokens, thr):
@@ -134,10 +71,6 @@ def clear_thresholds(T, K, tokens, thr):
         j = lo + int(np.argmax(gaps))
         out[il] = float(np.float32((v[j] + v[j + 1]) / 2))
     return out
-
-
-def rel(a, b):
-    return float(np.abs(a - b).max() / np.abs(b).max())
 
 
 def sparsify(out, sparsity, src=FIX, extra=()):
@@ -196,7 +129,7 @@ check(K1["powerinfer.sparsify.method"] == "cats" and len(thr) == L and (thr > 0)
 # that no activation of this prompt lies within float32 rounding of one), given as the
 # override; then the file's own, on the whole prompt's last position
 clear = clear_thresholds(T0, K0, tokens, thr)
-masked_ref, margin, _ = forward(T0, K0, tokens, clear, kv16=True)
+masked_ref, margin, _, _ = forward(T0, K0, tokens, clear, kv16=True)
 check(margin > 1e-4, f"thresholds {np.round(clear, 5).tolist()}: no activation within 1e-4 "
       f"(relative) of one (closest {margin:.1e})")
 steps, whole, batch = engine_logits(out, tokens, "auto", sparse_thresholds=clear)
@@ -246,13 +179,20 @@ try:
     check(False, "a wrong number of thresholds is refused")
 except pi.PowerInferError as ex:
     check("sparse_thresholds" in str(ex), f"a wrong number of thresholds is refused ({ex})")
+# hybrid: a CPU stand-in device holding some of the neurons (tests/model/test_hybrid.c
+# sweeps the budgets) computes what the CPU alone computes
 for mode in ("threshold", "dense"):
-    try:
-        pi.Context(m, n_ctx=16, sparse_mode=mode, device="cpu")
-        check(False, f"a device is refused for a sparsified file ({mode})")
-    except pi.PowerInferError as ex:
-        check("CPU only" in str(ex), f"a device is refused for a sparsified file ({mode}): CPU only "
-              "for now")
+    want = engine_logits(out, tokens, mode)[1]
+    plan = m.plan(device="cpu", n_ctx=64)
+    half = plan.bytes() - plan.bytes("neurons") // 2
+    with pi.Context(m, n_ctx=64, n_threads=2, sparse_mode=mode, device="cpu",
+                    device_budget=half) as c:
+        c.decode(tokens)
+        got = np.array(c.logits(), np.float64)
+        n_dev = sum(c.plan.layer_neurons(l) for l in range(L))
+    e = rel(got, want)
+    check(0 < n_dev < L * F and e < 1e-5, f"hybrid {mode} mode with {n_dev} of {L * F} neurons on "
+          f"a CPU device = CPU only: {e:.1e}")
 m.close()
 
 # 3. S = 0: thresholds 0, the dense result
@@ -264,6 +204,99 @@ check(r.returncode == 0 and all(t == 0.0 for t in K2["powerinfer.sparsify.thresh
 steps, whole, batch = engine_logits(out0, tokens, "auto")
 e = max(rel(steps, ref), rel(batch, ref), rel(whole, ref[-1]))
 check(e < 2e-3, f"threshold mode at sparsity 0 = transformers' dense logits: {e:.2e}")
+
+# 3b. TEAL-style: --method teal thresholds the intermediate |silu(gate h) * (up h)|, the
+# down projection only above it (gate and up whole)
+outt = os.path.join(WORK, "qwen2.teal50.gguf")
+r = sparsify(outt, 0.5, extra=("--method", "teal"))
+check(r.returncode == 0, f"pi-sparsify --method teal ({r.stderr.strip()[:200]})")
+_, Kt = tensors(outt)
+thr_t = np.array(Kt["powerinfer.sparsify.thresholds"], np.float64)
+check(Kt["powerinfer.sparsify.method"] == "teal" and (thr_t > 0).all() and
+      not np.allclose(thr_t, thr), f"method teal recorded, its own thresholds "
+      f"{np.round(thr_t, 4).tolist()} (calibrated on |silu(g) * up|)")
+kept = [float((a > t).mean()) for a, t in zip(forward(T0, K0, tokens, teal=True)[2], thr_t)]
+check(all(0.3 < k < 0.7 for k in kept), f"the fixture's prompt keeps about half the neurons "
+      f"per layer ({np.round(kept, 3).tolist()})")
+
+
+def clear_teal(thr_in):
+    out = list(thr_in)
+    for il in range(len(out)):
+        v = np.sort(forward(T0, K0, tokens, out, kv16=True, teal=True)[2][il].ravel())
+        i = int(np.searchsorted(v, out[il]))
+        lo, hi = max(i - 32, 0), min(i + 32, len(v) - 1)
+        j = lo + int(np.argmax(v[lo + 1:hi + 1] - v[lo:hi]))
+        out[il] = float(np.float32((v[j] + v[j + 1]) / 2))
+    return out
+
+
+clear_t = clear_teal(thr_t)
+teal_ref, margin, _, _ = forward(T0, K0, tokens, clear_t, kv16=True, teal=True)
+check(margin > 1e-4, f"TEAL thresholds {np.round(clear_t, 5).tolist()}: no intermediate within "
+      f"1e-4 (relative) of one (closest {margin:.1e})")
+steps, whole, batch = engine_logits(outt, tokens, "auto", sparse_thresholds=clear_t)
+for name, got, want in (("one token per decode", steps, teal_ref),
+                        ("whole prompt, last position", whole, teal_ref[-1]),
+                        ("batch, every position", batch, teal_ref)):
+    e = rel(got, want)
+    check(e < 5e-4, f"TEAL threshold mode ({name}) = masked float64 reference: {e:.2e}")
+d = rel(teal_ref, forward(T0, K0, tokens, kv16=True)[0])
+check(d > 1e-2, f"the TEAL mask matters: {d:.2e} from dense")
+acts = forward(T0, K0, tokens[:1], clear_t, kv16=True, teal=True)[2]
+m = pi.Model(outt)
+with pi.Context(m, n_ctx=16, sparse_thresholds=clear_t, stats="on") as c:
+    c.decode(tokens[:1])
+    ok, got = True, []
+    for l, ls in enumerate(c.stats.layers()):
+        n = int((acts[l][0] > clear_t[l]).sum())
+        got.append((n, int(ls.active), int(ls.rows_down), int(ls.rows_gate_up), int(ls.bytes_ffn)))
+        ok &= (ls.active == n and ls.rows_down == n and ls.rows_gate_up == F
+               and ls.bytes_ffn == 2 * E * (2 * F + n))
+check(ok, f"telemetry of a TEAL token: the whole gate and up, kept down_t rows only ({got})")
+m.close()
+r = sparsify(os.path.join(WORK, "bad.gguf"), 0.5, extra=("--method", "deja-vu"))
+check(r.returncode == 2 and "--method" in r.stderr, f"pi-sparsify refuses --method deja-vu "
+      f"({r.stderr.strip()[:120]})")
+
+# 3c. --order-stats: each layer's neurons hottest first, by a statistics side file (of
+# the sparsified file in threshold mode: which neurons pass the thresholds how often; in
+# dense mode every SiLU neuron is active); rows of gate, up and down_t permuted exactly,
+# the order recorded, the same thresholds and the same logits up to the summation order
+stats_path = os.path.join(WORK, "qwen2.stats.gguf")
+m = pi.Model(out)
+ctoks = m.tokenize(open(calib, encoding="utf-8").read(), add_special=True)[:256]
+with pi.Context(m, n_ctx=256, n_threads=2, stats="on") as c:
+    c.decode(ctoks)
+    c.stats.save(stats_path)
+    counts = [np.array(c.stats.neurons(l, "active")) for l in range(L)]
+m.close()
+outo = os.path.join(WORK, "qwen2.s50o.gguf")
+r = sparsify(outo, 0.5, extra=("--order-stats", stats_path))
+check(r.returncode == 0, f"pi-sparsify --order-stats ({r.stderr.strip()[:200]})")
+To, Ko = tensors(outo)
+order = np.array(Ko["powerinfer.sparsify.neuron_order"]).reshape(L, F)
+want = [np.lexsort((np.arange(F), -counts[l])) for l in range(L)]
+check(all(np.array_equal(order[l], want[l]) for l in range(L)) and
+      all((np.diff(counts[l][order[l]]) <= 0).all() for l in range(L)) and
+      all((order[l] != np.arange(F)).sum() > F // 2 for l in range(L)),
+      "neuron_order: each layer's ids by descending active count (ties: lower id), most "
+      "neurons moved")
+check(all(np.array_equal(To[f"blk.{l}.{w}.weight"], T1[f"blk.{l}.{w}.weight"][order[l]])
+          for l in range(L) for w in ("ffn_gate", "ffn_up", "ffn_down_t")) and
+      np.array_equal(Ko["powerinfer.sparsify.thresholds"], K1["powerinfer.sparsify.thresholds"]),
+      "gate, up and down_t rows are the unordered file's in that order, bit for bit; the "
+      "same thresholds")
+for mode in ("auto", "dense"):
+    a = engine_logits(outo, tokens, mode, sparse_thresholds=clear)[0]
+    b = engine_logits(out, tokens, mode, sparse_thresholds=clear)[0]
+    e = rel(a, b)
+    check(e < 1e-4, f"{mode} mode: the ordered file's logits = the unordered file's up to the "
+          f"summation order ({e:.1e})")
+r = sparsify(os.path.join(WORK, "bad.gguf"), 0.5, extra=("--order-stats", os.path.join(
+    ROOT, "tests", "fixtures", "gpuidx", "nope.gguf")))
+check(r.returncode == 1 and "order-stats" in r.stderr, f"a missing --order-stats file is "
+      f"refused ({r.stderr.strip()[:120]})")
 
 # 4. bad input
 bad = os.path.join(WORK, "bad.gguf")

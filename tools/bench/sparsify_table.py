@@ -4,6 +4,7 @@ against perplexity and decode speed for one model.
 
     python3 tools/bench/sparsify_table.py [-m MODEL] [--build build] [--work DIR]
         [--sparsities 0,0.3,0.4,0.5,0.6,0.7] [--rounds 3] [-t 2] [--down-type T]
+        [--method cats|teal]
 
 Text: tests/fixtures/perplexity/text.txt cut at a line boundary into its first half
 (calibration) and its second half (evaluation), so that no evaluated token was seen in
@@ -60,6 +61,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("-t", "--threads", type=int, default=2)
     ap.add_argument("--down-type")
+    ap.add_argument("--method", choices=("cats", "teal"), default="cats")
     a = ap.parse_args()
     model = a.model or subprocess.run([sys.executable, os.path.join(ROOT, "tools", "smollm2_path.py")],
                                       capture_output=True, text=True).stdout.strip()
@@ -72,9 +74,10 @@ def main():
     sps = [float(s) for s in a.sparsities.split(",")]
     files = {}
     for s in sps:
-        out = os.path.join(a.work, f"s{int(round(s * 100)):02d}.gguf")
+        out = os.path.join(a.work, f"{a.method}{int(round(s * 100)):02d}.gguf")
         cmd = [os.path.join(a.build, "tools", "pi-sparsify"), "-m", model, "-o", out,
-               "--sparsity", str(s), "--calib", calib, "-t", str(a.threads)]
+               "--sparsity", str(s), "--calib", calib, "-t", str(a.threads),
+               "--method", a.method]
         if a.down_type:
             cmd += ["--down-type", a.down_type]
         log = run(cmd)
@@ -94,8 +97,9 @@ def main():
     def med(key, i):
         return statistics.median(x[i] for x in speed[key])
     base = med(("orig", "dense"), 0)
-    print(f"model {os.path.basename(model)}; perplexity on {evalt} (second half of "
-          f"text.txt), calibration on the first half; {a.rounds} alternated rounds, medians")
+    print(f"model {os.path.basename(model)}, method {a.method}; perplexity on {evalt} "
+          f"(second half of text.txt), calibration on the first half; {a.rounds} alternated "
+          f"rounds, medians")
     print(f"ffn_down_t error (max over layers): {files[sps[0]][1]:.3g}; "
           f"perplexity of the sparsified file in dense mode: {p_dense_file:.4f}")
     print()

@@ -1,10 +1,10 @@
-/* pi-sparsify -- training-free activation sparsity (CATS-style) for an ordinary GGUF
+/* pi-sparsify -- training-free activation sparsity (CATS- or TEAL-style) for an ordinary GGUF
  * model with a gated FFN. Uses only the public header:
  *   1. calibration: the model runs densely over the calibration text in windows of
  *      -c tokens with gate histograms on (pi_ctx_params.gate_histogram), and each
- *      layer's threshold t_l is the S-quantile of |act(gate . x)|
- *      (pi_stats_gate_quantile), so that about a fraction S of the neurons fall
- *      below it;
+ *      layer's threshold t_l is the S-quantile of |act(gate . x)| (--method teal: of
+ *      |act(gate . x) * (up . x)|, PI_HIST_INTER) (pi_stats_gate_quantile), so that
+ *      about a fraction S of the neurons fall below it;
  *   2. pi_model_sparsify writes OUT with ffn_down_t and the thresholds.
  * OUT then runs thresholded by default in every tool (--sparse-mode threshold), and
  * exactly dense with --sparse-mode dense. */
@@ -35,8 +35,16 @@ static void usage(FILE *out) {
                  "  --sparsity S            target FFN sparsity per layer, in [0, 1)\n"
                  "  --calib TEXT            calibration text file (use different text from\n"
                  "                          the one you evaluate on)\n"
+                 "  --method M              cats (default): thresholds on |act(gate . x)|, up\n"
+                 "                          and down only above them; teal: thresholds on the\n"
+                 "                          intermediate |act(gate . x) * (up . x)|, the whole\n"
+                 "                          gate and up, down only above them\n"
                  "  -c, --ctx-size N        calibration window in tokens (default 512)\n"
                  "  --calib-tokens N        use at most N tokens of TEXT (default: all)\n"
+                 "  --order-stats FILE      store each layer's neurons hottest first, by the\n"
+                 "                          active counts of a statistics side file of IN\n"
+                 "                          (pi-run --profile, pi_stats_save); recorded as\n"
+                 "                          powerinfer.sparsify.neuron_order\n"
                  "  --down-type T           type of ffn_down_t: f16, bf16, q4_0, q4_1, q5_0,\n"
                  "                          q5_1, q8_0 (default: ffn_down's type if F16, BF16,\n"
                  "                          F32 or Q8_0, else q8_0)\n"
@@ -61,11 +69,11 @@ static int parse_type(const char *s) {
 }
 
 struct opts {
-    const char *in, *out, *calib;
+    const char *in, *out, *calib, *order_stats;
     float sparsity;
     int have_sparsity;
     long n_ctx, max_tokens, n_threads;
-    int down_type, quiet, verbose;
+    int down_type, quiet, verbose, teal;
 };
 
 static int parse(int argc, char **argv, struct opts *o) {
@@ -106,6 +114,14 @@ static int parse(int argc, char **argv, struct opts *o) {
         } else if (IS("-t") || IS("--threads")) {
             if (cli_parse_long(a, v, 10, 0, 512, &o->n_threads))
                 return 2;
+        } else if (IS("--order-stats")) {
+            o->order_stats = v;
+        } else if (IS("--method")) {
+            if (strcmp(v, "cats") && strcmp(v, "teal")) {
+                fprintf(stderr, "pi-sparsify: --method wants cats or teal, not '%s'\n", v);
+                return 2;
+            }
+            o->teal = !strcmp(v, "teal");
         } else if (IS("--down-type")) {
             if ((o->down_type = parse_type(v)) < 0) {
                 fprintf(stderr,
@@ -146,6 +162,54 @@ static int calibrate(pi_ctx *ctx, const int32_t *toks, int64_t n, int64_t n_ctx,
     return 0;
 }
 
+struct hot {
+    double count;
+    int32_t id;
+};
+
+static int hotter(const void *a, const void *b) {
+    const struct hot *x = a, *y = b;
+    if (x->count != y->count)
+        return x->count > y->count ? -1 : 1;
+    return (x->id > y->id) - (x->id < y->id);
+}
+
+/* Per layer the neuron ids by descending active count (ties: lower id first) from the
+ * statistics side file `path`, [L][F]; NULL (after a message) on failure. */
+static int32_t *hot_order(const char *path, int64_t L, int64_t F) {
+    char errbuf[512] = "";
+    pi_stats *st = NULL;
+    int s = pi_stats_load(path, &st, errbuf, sizeof errbuf);
+    if (s < 0) {
+        cli_fail("cannot read the --order-stats file", s, errbuf);
+        return NULL;
+    }
+    int32_t *order = NULL;
+    double *cnt = malloc((size_t)F * sizeof *cnt);
+    struct hot *h = malloc((size_t)F * sizeof *h);
+    if (pi_stats_n_layer(st) != L || pi_stats_n_ff(st) != F) {
+        fprintf(stderr,
+                "pi-sparsify: '%s' holds statistics of %" PRId64 " layers of %" PRId64
+                " neurons; the model has %" PRId64 " of %" PRId64 "\n",
+                path, pi_stats_n_layer(st), pi_stats_n_ff(st), L, F);
+    } else if (!cnt || !h || !(order = malloc((size_t)(L * F) * sizeof *order))) {
+        fprintf(stderr, "pi-sparsify: out of memory\n");
+    } else {
+        for (int64_t l = 0; l < L; l++) {
+            pi_stats_neurons(st, l, PI_NEURON_ACTIVE, cnt, (size_t)F);
+            for (int64_t i = 0; i < F; i++)
+                h[i] = (struct hot){cnt[i], (int32_t)i};
+            qsort(h, (size_t)F, sizeof *h, hotter);
+            for (int64_t i = 0; i < F; i++)
+                order[l * F + i] = h[i].id;
+        }
+    }
+    free(cnt);
+    free(h);
+    pi_stats_free(st);
+    return order;
+}
+
 static int run(const struct opts *o) {
     int rc = 1;
     size_t len = 0;
@@ -159,6 +223,7 @@ static int run(const struct opts *o) {
     int32_t *toks = NULL;
     float *thr = NULL;
     double *derr = NULL;
+    int32_t *order = NULL;
     if (cli_model_open(o->in, o->verbose, &m))
         goto done;
     if (pi_model_is_sparse(m)) {
@@ -189,7 +254,7 @@ static int run(const struct opts *o) {
     cp.n_threads = (uint32_t)o->n_threads;
     cp.sparse_mode = PI_SPARSE_DENSE;
     cp.stats = PI_STATS_ON;
-    cp.gate_histogram = 1;
+    cp.gate_histogram = o->teal ? PI_HIST_INTER : PI_HIST_GATE;
     if (cli_ctx_create(m, &cp, &ctx))
         goto done;
     if (calibrate(ctx, toks, n, o->n_ctx, o->quiet))
@@ -209,6 +274,8 @@ static int run(const struct opts *o) {
             goto done;
         }
     }
+    if (o->order_stats && !(order = hot_order(o->order_stats, L, pi_model_n_ff(m))))
+        goto done;
     pi_ctx_destroy(ctx);
     ctx = NULL;
     pi_model_close(m);
@@ -229,6 +296,8 @@ static int run(const struct opts *o) {
     sp.errbuf = errbuf;
     sp.errbuf_cap = sizeof errbuf;
     sp.down_error = derr;
+    sp.method = o->teal ? PI_SPARSIFY_TEAL : PI_SPARSIFY_CATS;
+    sp.neuron_order = order;
     int s = pi_model_sparsify(o->in, o->out, &sp);
     if (s < 0) {
         cli_fail("cannot write the sparsified file", s, errbuf);
@@ -254,6 +323,7 @@ done:
     free(toks);
     free(thr);
     free(derr);
+    free(order);
     free(text);
     return rc;
 }

@@ -35,6 +35,9 @@ LOG_FN = CFUNCTYPE(None, c_void_p, c_int, c_char_p)              # pi_log_fn
 PROGRESS_FN = CFUNCTYPE(c_int, c_void_p, c_float)                # pi_progress_fn
 ABORT_FN = CFUNCTYPE(c_int, c_void_p)                            # pi_abort_fn
 TEXT_FN = CFUNCTYPE(c_int, c_void_p, POINTER(c_char), c_size_t)  # pi_text_fn
+# pi_ffn_probe_fn
+FFN_PROBE_FN = CFUNCTYPE(None, c_void_p, c_int64, c_int64, POINTER(c_float), POINTER(c_float),
+                         POINTER(c_float))
 
 
 # ---- params structs -------------------------------------------------------------------
@@ -179,6 +182,9 @@ class SparsifyParams(Structure):
         ("errbuf", POINTER(c_char)),
         ("errbuf_cap", c_size_t),
         ("down_error", POINTER(c_double)),
+        ("method", c_uint32),
+        ("reserved0", c_uint32),
+        ("neuron_order", POINTER(c_int32)),
     ]
 
 
@@ -282,6 +288,7 @@ _PROTOTYPES = {
     "pi_ctx_state_save_file": (c_int, [_H, c_int32, c_char_p]),
     "pi_ctx_state_load_file": (c_int, [_H, c_int32, c_char_p]),
     "pi_ctx_set_threads": (c_int, [_H, c_uint32]),
+    "pi_ctx_set_ffn_probe": (c_int, [_H, FFN_PROBE_FN, c_void_p]),
     "pi_ctx_n_threads": (c_uint32, [_H]),
     "pi_ctx_sparse_mode": (c_int, [_H]),
     "pi_ctx_sparse_threshold": (c_float, [_H]),

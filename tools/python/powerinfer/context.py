@@ -185,6 +185,8 @@ class Context(Owner):
                             device_graphs=device_graphs, kv_type=kv_type)
         self._abort_error = None
         self._abort_fn = None
+        self._probe_fn = None
+        self._probe_error = None
         if abort is not None:
             if not callable(abort):
                 raise TypeError("abort must be callable")
@@ -263,8 +265,14 @@ class Context(Owner):
                 err, self._abort_error = self._abort_error, None
                 raise err
             check(st, "pi_ctx_decode", self._errmsg)
+            self._raise_probe_error()
         finally:
             self._busy.release()
+
+    def _raise_probe_error(self):
+        if self._probe_error is not None:
+            err, self._probe_error = self._probe_error, None
+            raise err
 
     def logits(self):
         """A copy of the n_vocab logits of the last decoded token: a numpy float32
@@ -300,6 +308,37 @@ class Context(Owner):
     def set_threads(self, n_threads):
         """Restart the workers with n_threads (0: the processors available)."""
         self._call("pi_ctx_set_threads", c_int(n_threads, "uint32_t", "n_threads"))
+
+    def set_ffn_probe(self, probe):
+        """probe(layer, h, act, inter), or None to remove it: called during each later
+        decode once per layer and step (pi_ctx_set_ffn_probe) with numpy float32 views,
+        valid during the call only (copy what you keep): h [n_tokens][n_embd] the FFN's
+        predictor input (the residual stream before the FFN's norm), act
+        [n_tokens][n_ff] the gate's activation act(gate . xn), inter [n_tokens][n_ff]
+        the values the down projection multiplies. Needs numpy, a CPU-only context in
+        "dense" mode and no experts (PowerInferError otherwise). An exception the probe
+        raises is raised again by the decode call once it returns."""
+        import numpy as np
+        if probe is None:
+            self._call("pi_ctx_set_ffn_probe", _lib.FFN_PROBE_FN(), None)
+            self._probe_fn = None
+            return
+        if not callable(probe):
+            raise TypeError("probe must be callable or None")
+        E, F = self._model.n_embd, self._model.n_ff
+
+        def c_probe(_user, layer, n_tok, h, act, inter):
+            if self._probe_error is not None:
+                return
+            try:
+                probe(int(layer), np.ctypeslib.as_array(h, (n_tok, E)),
+                      np.ctypeslib.as_array(act, (n_tok, F)),
+                      np.ctypeslib.as_array(inter, (n_tok, F)))
+            except BaseException as e:  # noqa: BLE001 - raised again after decode
+                self._probe_error = e
+        fn = _lib.FFN_PROBE_FN(c_probe)
+        self._call("pi_ctx_set_ffn_probe", fn, None)
+        self._probe_fn = fn  # borrowed by the library until replaced
 
     @property
     def n_threads(self):
@@ -360,6 +399,7 @@ class Context(Owner):
                                      c_int(e[2], "int32_t", "pos") if len(e) > 2 else -1,
                                      1 if len(e) > 3 and e[3] else 0)
         self._call("pi_ctx_decode_batch", arr, len(items))
+        self._raise_probe_error()
 
     def batch_logits(self, i):
         """A copy of entry i's logits from the last decode_batch, or None."""

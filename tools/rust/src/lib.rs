@@ -1090,6 +1090,36 @@ pub struct Context<'m> {
     raw: NonNull<sys::pi_ctx>,
     model: &'m Model,
     _abort: Option<Box<Box<AbortCallback>>>,
+    probe: Option<Box<ProbeState>>,
+}
+
+/// What [`Context::set_ffn_probe`] calls, per layer and step: (layer, n_tokens, h
+/// [n_tokens * n_embd], act [n_tokens * n_ff], inter [n_tokens * n_ff]).
+type FfnProbeCallback = dyn FnMut(i64, usize, &[f32], &[f32], &[f32]) + Send;
+
+struct ProbeState {
+    f: Box<FfnProbeCallback>,
+    n_embd: usize,
+    n_ff: usize,
+}
+
+unsafe extern "C" fn probe_trampoline(
+    user: *mut c_void,
+    layer: i64,
+    n_tokens: i64,
+    h: *const f32,
+    act: *const f32,
+    inter: *const f32,
+) {
+    // SAFETY: user is the ProbeState the Context owns, called on the decoding thread
+    // (which holds &mut Context); h, act and inter are n_tokens rows valid for the call.
+    let st = &mut *(user as *mut ProbeState);
+    let n = n_tokens.max(0) as usize;
+    let h = std::slice::from_raw_parts(h, n * st.n_embd);
+    let act = std::slice::from_raw_parts(act, n * st.n_ff);
+    let inter = std::slice::from_raw_parts(inter, n * st.n_ff);
+    // a panic cannot cross the C frames: it is swallowed here
+    let _ = catch_unwind(AssertUnwindSafe(|| (st.f)(layer, n, h, act, inter)));
 }
 
 // SAFETY: the header's contract: a context is used by one thread at a time, distinct
@@ -1324,7 +1354,7 @@ impl<'s> ContextBuilder<'s> {
         // after pi_ctx_destroy.
         let st = unsafe { sys::pi_ctx_create(model.as_ptr(), &p, &mut out) };
         match NonNull::new(out) {
-            Some(raw) if st == sys::PI_OK => Ok(Context { raw, model, _abort: abort }),
+            Some(raw) if st == sys::PI_OK => Ok(Context { raw, model, _abort: abort, probe: None }),
             _ => {
                 let mut message = buf_message(&errbuf);
                 if message.is_empty() {
@@ -1432,6 +1462,34 @@ impl<'m> Context<'m> {
     }
     pub fn n_threads(&self) -> u32 {
         unsafe { sys::pi_ctx_n_threads(self.as_ptr()) }
+    }
+    /// Install (`Some`) or remove (`None`) the FFN probe (`pi_ctx_set_ffn_probe`): every
+    /// later decode calls it once per layer and step with the FFN's predictor input h,
+    /// the gate's activation act and the intermediate inter (row-major, n_tokens rows).
+    /// Needs a CPU-only context in dense mode without experts.
+    pub fn set_ffn_probe(
+        &mut self,
+        f: Option<Box<dyn FnMut(i64, usize, &[f32], &[f32], &[f32]) + Send>>,
+    ) -> Result<()> {
+        let Some(f) = f else {
+            let st =
+                unsafe { sys::pi_ctx_set_ffn_probe(self.raw.as_ptr(), None, std::ptr::null_mut()) };
+            self.check(st, "set ffn probe")?;
+            self.probe = None;
+            return Ok(());
+        };
+        let mut state = Box::new(ProbeState {
+            f,
+            n_embd: self.model.n_embd().max(0) as usize,
+            n_ff: self.model.n_ff().max(0) as usize,
+        });
+        let user = (&mut *state as *mut ProbeState).cast::<c_void>();
+        // SAFETY: the library borrows `user` until the probe is replaced or the context
+        // destroyed; the box lives in self.probe until then.
+        let st = unsafe { sys::pi_ctx_set_ffn_probe(self.raw.as_ptr(), Some(probe_trampoline), user) };
+        self.check(st, "set ffn probe")?;
+        self.probe = Some(state);
+        Ok(())
     }
     /// The FFN mode the context runs (Auto resolved).
     pub fn sparse_mode(&self) -> Result<SparseMode> {

@@ -164,6 +164,19 @@ pub const PI_CHAT_JINJA: c_int = 11;
 /// `typedef int (*pi_abort_fn)(void *user);`
 pub type pi_abort_fn = Option<unsafe extern "C" fn(user: *mut c_void) -> c_int>;
 
+/// `typedef void (*pi_ffn_probe_fn)(void *user, int64_t layer, int64_t n_tokens,
+/// const float *h, const float *act, const float *inter);`
+pub type pi_ffn_probe_fn = Option<
+    unsafe extern "C" fn(
+        user: *mut c_void,
+        layer: i64,
+        n_tokens: i64,
+        h: *const f32,
+        act: *const f32,
+        inter: *const f32,
+    ),
+>;
+
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct pi_ctx_params {
@@ -233,6 +246,12 @@ pub const PI_SPARSE_DENSE: c_int = 1;
 pub const PI_SPARSE_PREDICTOR: c_int = 2;
 pub const PI_SPARSE_ORACLE: c_int = 3;
 pub const PI_SPARSE_THRESHOLD: c_int = 4;
+// pi_ctx_params.gate_histogram
+pub const PI_HIST_GATE: u32 = 1;
+pub const PI_HIST_INTER: u32 = 2;
+// pi_sparsify_params.method
+pub const PI_SPARSIFY_CATS: u32 = 0;
+pub const PI_SPARSIFY_TEAL: u32 = 1;
 
 pub const PI_STATS_OFF: c_int = 0;
 pub const PI_STATS_ON: c_int = 1;
@@ -332,6 +351,9 @@ pub struct pi_sparsify_params {
     pub errbuf: *mut c_char,
     pub errbuf_cap: usize,
     pub down_error: *mut f64,
+    pub method: u32,
+    pub reserved0: u32,
+    pub neuron_order: *const i32,
 }
 
 // ---- Functions ----------------------------------------------------------------------
@@ -538,6 +560,7 @@ extern "C" {
     pub fn pi_ctx_state_save_file(ctx: *const pi_ctx, seq: i32, path: *const c_char) -> c_int;
     pub fn pi_ctx_state_load_file(ctx: *mut pi_ctx, seq: i32, path: *const c_char) -> c_int;
     pub fn pi_ctx_set_threads(ctx: *mut pi_ctx, n_threads: u32) -> c_int;
+    pub fn pi_ctx_set_ffn_probe(ctx: *mut pi_ctx, f: pi_ffn_probe_fn, user: *mut c_void) -> c_int;
     pub fn pi_ctx_n_threads(ctx: *const pi_ctx) -> u32;
     pub fn pi_ctx_sparse_mode(ctx: *const pi_ctx) -> c_int;
     pub fn pi_ctx_sparse_threshold(ctx: *const pi_ctx) -> f32;
