@@ -161,10 +161,16 @@ q = engine_quality(s50p, held_toks)
 check(all(rc > 0.8 for rc, _, _ in q), "held-out text, engine statistics: recall > 0.8 in every "
       "layer (" + ", ".join(f"{rc:.3f}/{pr:.3f} vs {act:.3f}" for rc, pr, act in q) + ")")
 
-toks = held_toks[:24]
-ref, margin, _, masks = forward(T1, K1, toks, kv16=True, predictor=0.0)
+# a window of the held-out text where no predictor score is within float32's reach of
+# the threshold (a score that close could fall either side in the engine): the first of
+# up to 8 windows of 24 tokens; which one depends on the trained predictor
+for w0 in range(0, 8 * 24, 24):
+    toks = held_toks[w0:w0 + 24]
+    ref, margin, _, masks = forward(T1, K1, toks, kv16=True, predictor=0.0)
+    if margin > 1e-4:
+        break
 check(margin > 1e-4, f"no predictor score within 1e-4 of the median |score| of the threshold "
-      f"(closest {margin:.1e}): the sets are the same in float32")
+      f"(closest {margin:.1e}, tokens {w0}..{w0 + 23}): the sets are the same in float32")
 dense = forward(T1, K1, toks, kv16=True)[0]
 check(rel(ref, dense) > 1e-2, f"the mask matters: masked reference differs from dense by "
       f"{rel(ref, dense):.2e}")
