@@ -180,18 +180,18 @@ INLINE void packed_micro_split(int R, const uint8_t *const *pr, int64_t ng, cons
     UNROLL
     for (int r = 0; r < R; r++)
         UNROLL
-        for (int p = 0; p < XP_PAIRS; p++)
-            acc[r][p] = _mm512_setzero_ps();
+    for (int p = 0; p < XP_PAIRS; p++)
+        acc[r][p] = _mm512_setzero_ps();
     for (int64_t g = 0; g < ng; g++) {
         const uint8_t *xgg = xg + (size_t)g * XP_PAIRS * XP_PAIR_BYTES;
         __m512i s[2][2][XP_PAIRS]; /* [row][half][pair] */
         UNROLL
         for (int r = 0; r < R; r++)
             UNROLL
-            for (int h = 0; h < 2; h++)
-                UNROLL
-                for (int p = 0; p < XP_PAIRS; p++)
-                    s[r][h][p] = _mm512_setzero_si512();
+        for (int h = 0; h < 2; h++)
+            UNROLL
+        for (int p = 0; p < XP_PAIRS; p++)
+            s[r][h][p] = _mm512_setzero_si512();
         UNROLL
         for (int u = 0; u < 8; u++) {
             __m512i w[2];

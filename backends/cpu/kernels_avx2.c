@@ -460,22 +460,27 @@ INLINE size_t block_bytes(int type) {
     }
 }
 
-/* Bytes of one group: 8 blocks, or a K super-block (is_kgroup). */
-INLINE size_t group_bytes(int type) {
+/* Bytes of a K super-block. */
+INLINE size_t k_block_bytes(int type) {
     switch (type) {
+    case PI_TYPE_Q2_K:
+        return 84;
+    case PI_TYPE_Q3_K:
+        return 110;
     case PI_TYPE_Q4_K:
         return 144;
     case PI_TYPE_Q5_K:
         return 176;
     case PI_TYPE_ID_IQ4_XS:
         return 136;
-    case PI_TYPE_Q6_K:
-        return 210;
-    case PI_TYPE_Q3_K:
-        return 110;
     default:
-        return 8 * block_bytes(type);
+        return 210;
     }
+}
+
+/* Bytes of one group: 8 blocks, or a K super-block (is_kgroup). */
+INLINE size_t group_bytes(int type) {
+    return is_kgroup(type) ? k_block_bytes(type) : 8 * block_bytes(type);
 }
 
 
@@ -1175,22 +1180,6 @@ INLINE __m256 k_token(int type, const struct kblock *kb, const int8_t *xq, const
     return acc;
 }
 
-INLINE size_t k_block_bytes(int type) {
-    switch (type) {
-    case PI_TYPE_Q2_K:
-        return 84;
-    case PI_TYPE_Q3_K:
-        return 110;
-    case PI_TYPE_Q4_K:
-        return 144;
-    case PI_TYPE_Q5_K:
-        return 176;
-    case PI_TYPE_ID_IQ4_XS:
-        return 136;
-    default:
-        return 210;
-    }
-}
 
 /* As row_kblock_n, for super-blocks [b0, b1) of a row of nb. */
 INLINE void row_kblock_kn(int type, const uint8_t *row, int64_t nb, int64_t b0, int64_t b1,
