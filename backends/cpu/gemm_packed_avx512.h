@@ -29,11 +29,20 @@
 #define XP_PAIR_BYTES     PAIR_GROUP_BYTES /* as pair_put writes it */
 #define XP_PAIRS          (PI_GEMM_PACK_TOKENS / 2)
 #define PANEL_GROUP_BYTES 384 /* q [8][32], d [8], extra [8], split: m [8], extra 2 [8] */
-#define PANEL_ROWS        36  /* rows of a panel: 36 x KB_UNITS groups = 184,320 bytes */
 #define PACK_R            3   /* rows of the register tile */
 
 _Static_assert(PI_GEMM_PACK_TOKENS == 8, "the register tile is 4 token pairs");
-_Static_assert(PANEL_ROWS *KB_UNITS *PANEL_GROUP_BYTES <= PI_GEMM_PACKED_SCRATCH,
+/* Rows of a panel: as many as the scratch holds, in multiples of 6 (of the 3-row and
+ * the split types' 2-row register tiles); the split types use the whole group, the
+ * others its first 320 bytes. */
+INLINE size_t panel_gb(int type) {
+    return is_split(type) ? PANEL_GROUP_BYTES : 320;
+}
+INLINE int64_t panel_rows(int type) {
+    return (int64_t)(PI_GEMM_PACKED_SCRATCH / (KB_UNITS * panel_gb(type))) / 6 * 6;
+}
+
+_Static_assert(6 * KB_UNITS * PANEL_GROUP_BYTES <= PI_GEMM_PACKED_SCRATCH,
                "the panel fits the caller's scratch");
 _Static_assert(XP_PAIRS *XP_PAIR_BYTES == PI_GEMM_PACK_TOKENS * PI_GEMM_PACK_UNIT_BYTES,
                "pi_gemm_pack_bytes counts the pairs' bytes");
@@ -71,7 +80,7 @@ INLINE void pack_x_units(int type, const void *X, size_t vb, int64_t nt, int64_t
 INLINE void pack_panel_row(int type, const uint8_t *row, int64_t nb, int64_t g0, int64_t g1,
                            uint8_t *o) {
     const size_t gb = group_bytes(type);
-    for (int64_t g = g0; g < g1; g++, o += PANEL_GROUP_BYTES) {
+    for (int64_t g = g0; g < g1; g++, o += panel_gb(type)) {
         struct wgroup wg;
         load_group_at(type, row + (size_t)g * gb, group_r(nb, g), &wg);
         if (signed_type(type)) {
@@ -127,7 +136,7 @@ INLINE void packed_micro(int type, int R, const uint8_t *const *pr, int64_t ng, 
             __m512i w[PACK_R];
             UNROLL
             for (int r = 0; r < R; r++)
-                w[r] = bcast256(pr[r] + (size_t)g * PANEL_GROUP_BYTES + 32 * u);
+                w[r] = bcast256(pr[r] + (size_t)g * panel_gb(type) + 32 * u);
             UNROLL
             for (int p = 0; p < XP_PAIRS; p++) {
                 __m512i x = loadu512(xgg + (size_t)p * XP_PAIR_BYTES + 64 * u);
@@ -144,7 +153,7 @@ INLINE void packed_micro(int type, int R, const uint8_t *const *pr, int64_t ng, 
         __m512i ws[PACK_R];
         UNROLL
         for (int r = 0; r < R; r++) {
-            const uint8_t *o = pr[r] + (size_t)g * PANEL_GROUP_BYTES;
+            const uint8_t *o = pr[r] + (size_t)g * panel_gb(type);
             d[r] = bcast256_ps(o + 256);
             if (sgn)
                 ws[r] = bcast256(o + 288);
@@ -261,10 +270,11 @@ INLINE void gemm_packed_units(int type, const void *W, size_t rb, int64_t nr, co
     const int64_t nb = n / 32, ng = (nb + 7) / 8, nk = (ng + KB_UNITS - 1) / KB_UNITS;
     const int64_t ntile = (nt + PI_GEMM_PACK_TOKENS - 1) / PI_GEMM_PACK_TOKENS;
     const size_t tile_bytes = (size_t)ng * XP_PAIRS * XP_PAIR_BYTES;
-    const size_t prow = (size_t)KB_UNITS * PANEL_GROUP_BYTES; /* panel bytes per row */
+    const size_t prow = (size_t)KB_UNITS * panel_gb(type); /* panel bytes per row */
+    const int64_t prows = panel_rows(type);
     uint8_t *panel = scratch;
-    for (int64_t r0 = 0; r0 < nr; r0 += PANEL_ROWS) {
-        const int64_t r1 = r0 + PANEL_ROWS < nr ? r0 + PANEL_ROWS : nr;
+    for (int64_t r0 = 0; r0 < nr; r0 += prows) {
+        const int64_t r1 = r0 + prows < nr ? r0 + prows : nr;
         for (int64_t k = 0; k < nk; k++) {
             const int64_t g0 = k * KB_UNITS, g1 = g0 + KB_UNITS < ng ? g0 + KB_UNITS : ng;
             for (int64_t r = r0; r < r1; r++)
