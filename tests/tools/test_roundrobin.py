@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """tools/bench/roundrobin.py: its parsers read pi-bench's, ik_llama.cpp's and PowerInfer's
-tables (as those programs print them), the summary is the median with the min-max, and
+tables and llamacpp_bench.py's (as those programs print them), the summary is the median with the min-max, and
 bad arguments exit 2. (TAP; the benchmark itself needs the anchors and an idle machine.)"""
 import importlib.util
 import os
@@ -26,6 +26,11 @@ IK = """| model                          |       size |     params | backend    
 | qwen3moe ?B Q4_0               |   4.07 GiB |     7.75 B | CPU        |       2 |   1 |         pp128 |    288.67 ± 8.92 |
 | qwen3moe ?B Q4_0               |   4.07 GiB |     7.75 B | CPU        |       2 |   1 |          tg64 |     46.57 ± 6.37 |
 """
+LCPP = """| test   | tokens | t/s median | t/s min | t/s max |
+|--------|-------:|-----------:|--------:|--------:|
+| pp16   |     16 |     116.01 |  116.01 |  116.01 |
+| tg4    |      4 |      41.19 |   40.00 |   42.00 |
+"""
 PWI = """| model                          |       size |     params | backend    |    threads | test       |              t/s |
 | ------------------------------ | ---------: | ---------: | ---------- | ---------: | ---------- | ---------------: |
 | llama ?B mostly Q4_0           |   1.87 MiB |     3.47 M | CPU        |          2 | pp 16      |   3073.13 ± 0.00 |
@@ -40,6 +45,8 @@ checks = [
     ("ik tg", rr.parse_llama_bench(IK, "tg"), 46.57),
     ("PowerInfer pp (its 'pp 16')", rr.parse_llama_bench(PWI, "pp"), 3073.13),
     ("PowerInfer tg", rr.parse_llama_bench(PWI, "tg"), 52.63),
+    ("llamacpp_bench.py pp", rr.parse_llamacpp_py(LCPP, "pp"), 116.01),
+    ("llamacpp_bench.py tg", rr.parse_llamacpp_py(LCPP, "tg"), 41.19),
     ("a failed run", rr.parse_llama_bench("main: error: failed to load model", "tg"), None),
     ("summary", rr.summary([3.0, None, 1.0, 2.0]), (2.0, "2.0 (1.0-3.0)")),
     ("summary of one", rr.summary([5.0]), (5.0, "5.0")),

@@ -12,6 +12,11 @@ median (pi-bench) or mean (llama-bench) over its -r repetitions.
                 [--pi-bench build/tools/pi-bench] MODEL.gguf...
   roundrobin.py --anchors RUN --sparse MODEL.powerinfer.gguf MODEL.dense.gguf [...]
 
+--llamacpp adds llama.cpp through llama-cpp-python (tools/bench/llamacpp_bench.py, its
+default repacking, the same -t/-p/-n/-r), --before PI_BENCH another build of ours (the
+baseline of a change); --anchors may then be left out (the anchors are built for one
+machine kind, and die with SIGILL on another).
+
 --sparse: ours in sparse mode on the PowerInfer file and ours on its dense twin; ik_llama.cpp
 (which refuses PWRI files) on the dense twin; PowerInfer's llama-bench (-ngl 0, as its
 README requires for sparse files) on the PowerInfer file: quantize that file to Q4_0 or
@@ -48,6 +53,15 @@ def parse_pi(out, mode, test):
     return None
 
 
+def parse_llamacpp_py(out, test):
+    """llamacpp_bench.py's table: | pp128 | tokens | median | min | max |"""
+    for line in out.splitlines():
+        m = re.match(r"^\|\s*" + test + r"\d+\s*\|\s*\d+\s*\|\s*" + NUM, line)
+        if m:
+            return float(m.group(1))
+    return None
+
+
 def parse_llama_bench(out, test):
     """llama-bench's markdown: the last column is 't/s' as 'MEAN ± SD'; the test column
     'pp128' / 'tg64' (PowerInfer's: 'pp 128')."""
@@ -73,7 +87,10 @@ def summary(vals):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--anchors", required=True, help="../shared/anchors/run")
+    ap.add_argument("--anchors", help="../shared/anchors/run")
+    ap.add_argument("--llamacpp", action="store_true",
+                    help="also llama.cpp through llama-cpp-python (llamacpp_bench.py)")
+    ap.add_argument("--before", help="a baseline build's pi-bench, as 'ours before'")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("-t", type=int, default=os.cpu_count() or 1)
     ap.add_argument("-p", type=int, default=128)
@@ -90,7 +107,9 @@ def main():
         ap.error("--rounds, -r and -t must be >= 1, -p and -n >= 0")
     if a.sparse and len(a.models) != 2:
         ap.error("--sparse takes MODEL.powerinfer.gguf MODEL.dense.gguf")
-    for f in [a.anchors, a.pi_bench] + a.models:
+    if not (a.anchors or a.llamacpp or a.before):
+        ap.error("nothing to compare with: --anchors, --llamacpp and/or --before")
+    for f in [x for x in (a.anchors, a.before) if x] + [a.pi_bench] + a.models:
         if not os.path.exists(f):
             ap.error(f"{f}: no such file")
     logs = a.logs or os.path.join("/tmp", f"roundrobin-{os.getpid()}")
@@ -98,8 +117,8 @@ def main():
     common = ["-t", str(a.t), "-p", str(a.p), "-n", str(a.n), "-r", str(a.r)]
 
     # engines: (label, file shown, command, parser of (output, test))
-    def ours(path, mode, label):
-        cmd = [a.pi_bench, "-m", path, *common, "--no-bandwidth"]
+    def ours(path, mode, label, bench=None):
+        cmd = [bench or a.pi_bench, "-m", path, *common, "--no-bandwidth"]
         if mode == "sparse":
             cmd += ["--sparse-mode", "sparse"]
         return (label, path, cmd, lambda out, test: parse_pi(out, mode, test))
@@ -110,19 +129,38 @@ def main():
             cmd += ["-rtr", "1"]
         return ("ik_llama.cpp -rtr 1" if rtr else "ik_llama.cpp", path, cmd, parse_llama_bench)
 
+    def llamacpp(path):
+        py = os.path.join(os.path.dirname(os.path.abspath(__file__)), "llamacpp_bench.py")
+        return ("llama.cpp (llama-cpp-python)", path, [sys.executable, py, "-m", path, *common],
+                parse_llamacpp_py)
+
+    def others(path, dense):
+        e = []
+        if a.before:
+            e.append(ours(path, "dense" if dense else "sparse", "ours before", a.before))
+        if a.llamacpp and dense:
+            e.append(llamacpp(path))
+        if a.anchors and dense:
+            e += [ik(path, False), ik(path, True)]
+        return e
+
     groups = []
     if a.sparse:
         sp, dn = a.models
-        pwi = [a.anchors, "powerinfer", "llama-bench", "-m", sp, *common, "-ngl", "0", "-o", "md"]
-        groups.append((os.path.basename(sp), [
-            ours(sp, "sparse", "ours, PowerInfer file, sparse"),
-            ours(dn, "dense", "ours, dense twin"),
-            ("PowerInfer, PowerInfer file", sp, pwi, parse_llama_bench),
-            ik(dn, False), ik(dn, True)]))
+        eng = [ours(sp, "sparse", "ours, PowerInfer file, sparse"),
+               ours(sp, "dense", "ours, PowerInfer file, dense mode"),
+               ours(dn, "dense", "ours, dense twin")]
+        if a.before:
+            eng.append(ours(sp, "sparse", "ours before, sparse", a.before))
+        if a.anchors:
+            pwi = [a.anchors, "powerinfer", "llama-bench", "-m", sp, *common, "-ngl", "0",
+                   "-o", "md"]
+            eng.append(("PowerInfer, PowerInfer file", sp, pwi, parse_llama_bench))
+        eng += others(dn, True)[1 if a.before else 0:]
+        groups.append((os.path.basename(sp), eng))
     else:
         for m in a.models:
-            groups.append((os.path.basename(m), [ours(m, "dense", "ours"), ik(m, False),
-                                                 ik(m, True)]))
+            groups.append((os.path.basename(m), [ours(m, "dense", "ours")] + others(m, True)))
 
     res = {}
     for rnd in range(a.rounds):
