@@ -1724,15 +1724,24 @@ static void NAME(attn_scores)(float *s, int64_t lds, const void *xv, size_t stri
                 UNROLL
                 for (int k = 0; k < ATT_ROWS; k++)
                     a0[k] = a1[k] = _mm256_setzero_ps();
-                for (int64_t c = 0; c < n8; c += 8) {
-                    const __m256 qa = _mm256_loadu_ps(q0 + c), qb = _mm256_loadu_ps(q1 + c);
-                    UNROLL
-                    for (int k = 0; k < ATT_ROWS; k++) {
-                        const __m256 v = _mm256_cvtph_ps(loadu128(rp[k] + 2 * c));
-                        a0[k] = _mm256_fmadd_ps(qa, v, a0[k]);
-                        a1[k] = _mm256_fmadd_ps(qb, v, a1[k]);
+                if (two)
+                    for (int64_t c = 0; c < n8; c += 8) {
+                        const __m256 qa = _mm256_loadu_ps(q0 + c), qb = _mm256_loadu_ps(q1 + c);
+                        UNROLL
+                        for (int k = 0; k < ATT_ROWS; k++) {
+                            const __m256 v = _mm256_cvtph_ps(loadu128(rp[k] + 2 * c));
+                            a0[k] = _mm256_fmadd_ps(qa, v, a0[k]);
+                            a1[k] = _mm256_fmadd_ps(qb, v, a1[k]);
+                        }
                     }
-                }
+                else
+                    for (int64_t c = 0; c < n8; c += 8) {
+                        const __m256 qa = _mm256_loadu_ps(q0 + c);
+                        UNROLL
+                        for (int k = 0; k < ATT_ROWS; k++)
+                            a0[k] = _mm256_fmadd_ps(qa, _mm256_cvtph_ps(loadu128(rp[k] + 2 * c)),
+                                                    a0[k]);
+                    }
                 att_store(s + j * lds + r0, a0, nk, q0, xr, stride, n8, n);
                 if (two)
                     att_store(s + (j + 1) * lds + r0, a1, nk, q1, xr, stride, n8, n);
