@@ -12,7 +12,8 @@
 #   2. the kernel suite again as a Cortex-A53 (ARMv8.0: no SDOT), where only the NEON
 #      table may run and must;
 #   3. pi-run on SmolLM2 (a real Q4_1 model), greedy: the same text as build/'s x86-64
-#      pi-run when that exists.
+#      pi-run when that exists, or one that parts from it only where the x86-64 logits
+#      of the two tokens are within 0.1 (tools/cross/greedy_agree.py).
 # The build directory is build-arm64 (PI_ARM64_BUILD to change it).
 set -eu
 cd "$(dirname "$0")/../.."
@@ -61,10 +62,17 @@ arm=$(run_greedy "$B/tools/pi-run")
 echo "ARM64 pi-run: $arm"
 if [ -x build/tools/pi-run ]; then
     x86=$(run_greedy build/tools/pi-run)
-    if [ "$arm" != "$x86" ]; then
-        echo "ARM64 and x86-64 greedy texts differ:" >&2
-        echo "  x86-64: $x86" >&2
-        exit 1
+    if [ "$arm" = "$x86" ]; then
+        echo "the x86-64 build's greedy text is the same"
+    else
+        # The kernels round 8-bit activations differently (NEON dot-product blocks,
+        # AVX-512 VNNI groups): the texts may part where the two best logits are within
+        # that noise, and only there (tools/cross/greedy_agree.py, the x86-64 library).
+        echo "the x86-64 build's greedy text differs: $x86"
+        PI_LIBRARY="$PWD/build/lib/libpowerinfer.so" python3 tools/cross/greedy_agree.py \
+            "$model" "The capital of France is" 24 "$x86" "$arm" || {
+            echo "ARM64 and x86-64 greedy texts differ beyond a near-tie" >&2
+            exit 1
+        }
     fi
-    echo "the x86-64 build's greedy text is the same"
 fi
