@@ -34,6 +34,8 @@ struct pi_backend {
     void *xp_block, *panel_block;
     uint8_t *xp, *panel;
     int32_t *rows;  /* max_width row ids (matmul_t_rows) */
+    float *deq;     /* per thread: a tile of weight rows as floats (axpy_cols_job),
+                     * AXPY_GROUP x AXPY_CHUNK */
     /* RoPE's rotations of the last step, cos and sin per (token, pair) [max_tokens][2][..]
      * (max_width / 2 pairs at most): Q, K and every layer with the same parameters
      * reuse them (rope_table). rope_key says what they were made for. */
@@ -48,6 +50,13 @@ struct pi_backend {
  * fewer, packing costs what it saves (one tile decodes each weight group once either
  * way). */
 #define PACKED_MIN_TOKENS 16
+
+/* matmul_t / matmul_t_rows (axpy_cols_job): rows added per group, columns per chunk */
+#define AXPY_GROUP 16
+#define AXPY_CHUNK 256
+/* From this many tokens on, a group's rows are converted to floats once per chunk and
+ * every token adds them from there (one conversion instead of one per token). */
+#define AXPY_DEQ_TOKENS 4
 
 /* The widest K head a Q8_0 cache takes (attention quantizes a query head on the stack). */
 #define KV_Q8_MAX_DIM 1024
@@ -68,6 +77,7 @@ static void cpu_destroy(struct pi_backend *b) {
     pi_pool_destroy(b->pool);
     pi_free(b->alloc, b->xq);
     pi_free(b->alloc, b->scratch);
+    pi_free(b->alloc, b->deq);
     pi_free(b->alloc, b->att);
     pi_free(b->alloc, b->xp_block);
     pi_free(b->alloc, b->panel_block);
@@ -88,24 +98,36 @@ static size_t att_floats(const struct pi_backend *b) {
     return (size_t)ATT_UNIT_ROWS * (2 * (size_t)b->max_width + 1);
 }
 
+/* Per thread for axpy_cols_job's prompt path: the tile (AXPY_GROUP x AXPY_CHUNK floats),
+ * then per token of a group its non-zero activations (AXPY_GROUP floats), their rows'
+ * places in the tile (AXPY_GROUP bytes, as AXPY_GROUP / 4 floats) and their count (one). */
+static size_t deq_floats(const struct pi_backend *b) {
+    return (size_t)AXPY_GROUP * AXPY_CHUNK +
+           (size_t)b->max_tokens * (AXPY_GROUP + AXPY_GROUP / 4 + 1);
+}
+
 static int alloc_scratch(struct pi_backend *b, int n_threads) {
     float *s = pi_calloc(b->alloc, (size_t)n_threads * (size_t)b->max_width, sizeof *s);
     void *panel = NULL;
     float *att = NULL;
+    float *deq = s ? pi_malloc(b->alloc, (size_t)n_threads * deq_floats(b) * sizeof *deq) : NULL;
     if (s && b->packed)
         panel = pi_malloc(b->alloc, (size_t)n_threads * PI_GEMM_PACKED_SCRATCH + 64);
     if (s && b->k.attn_scores)
         att = pi_malloc(b->alloc, (size_t)n_threads * att_floats(b) * sizeof *att);
-    if (!s || (b->packed && !panel) || (b->k.attn_scores && !att)) {
+    if (!s || !deq || (b->packed && !panel) || (b->k.attn_scores && !att)) {
         pi_free(b->alloc, s);
+        pi_free(b->alloc, deq);
         pi_free(b->alloc, panel);
         pi_free(b->alloc, att);
         return PI_ERR_NOMEM;
     }
     pi_free(b->alloc, b->scratch);
+    pi_free(b->alloc, b->deq);
     pi_free(b->alloc, b->panel_block);
     pi_free(b->alloc, b->att);
     b->att = att;
+    b->deq = deq;
     b->scratch = s;
     b->panel_block = panel;
     b->panel = panel ? align64(panel) : NULL;
@@ -593,8 +615,6 @@ struct trows_job {
  * and adds the rows in list order, so every output value has one fixed summation
  * order whatever the number of threads. Rows go to the kernel in groups (y stays in
  * registers across a group); the next group's slices are prefetched meanwhile. */
-#define AXPY_GROUP 16
-#define AXPY_CHUNK 256 /* columns */
 static void axpy_cols_job(void *arg, int64_t lo, int64_t hi, int ith) {
     struct trows_job *j = arg;
     const struct pi_weight *w = j->w;
@@ -614,6 +634,52 @@ static void axpy_cols_job(void *arg, int64_t lo, int64_t hi, int ith) {
     const int64_t cb = AXPY_CHUNK / tt->block_size > 0 ? AXPY_CHUNK / tt->block_size : 1;
     const int64_t chunk = cb * tt->block_size;
     const size_t chunk_bytes = (size_t)cb * tt->block_bytes;
+    pi_to_float_fn to_float = j->b->k.to_float[w->type];
+    pi_axpy_rows_fn add_f32 = j->b->k.axpy_rows[PI_TYPE_F32];
+    if (j->n_tok >= AXPY_DEQ_TOKENS && w->type != PI_TYPE_F32 && to_float && add_f32 &&
+        chunk <= AXPY_CHUNK) {
+        /* A prompt: each chunk of a group's rows becomes floats once (tile, in L1), then
+         * every token adds the rows it needs from there, in the same row order. */
+        float *tile = j->b->deq + (size_t)ith * deq_floats(j->b);
+        float *av = tile + AXPY_GROUP * AXPY_CHUNK;                 /* [n_tok][AXPY_GROUP] */
+        uint8_t *qv = (uint8_t *)(av + j->n_tok * AXPY_GROUP);      /* [n_tok][AXPY_GROUP] */
+        int32_t *kv = (int32_t *)(qv + j->n_tok * AXPY_GROUP);      /* [n_tok] */
+        for (int64_t g = 0; g < j->n_rows; g += AXPY_GROUP) {
+            const int64_t ge = g + AXPY_GROUP < j->n_rows ? g + AXPY_GROUP : j->n_rows;
+            const int64_t ne = ge + AXPY_GROUP < j->n_rows ? ge + AXPY_GROUP : j->n_rows;
+            for (int64_t t = 0; t < j->n_tok; t++) { /* each token's rows of the group */
+                const float *xt = j->x + t * w->n_out;
+                float *at = av + t * AXPY_GROUP;
+                uint8_t *qt = qv + t * AXPY_GROUP;
+                int32_t k = 0;
+                for (int64_t i = g; i < ge; i++) {
+                    at[k] = xt[j->b->rows[i]];
+                    qt[k] = (uint8_t)(i - g);
+                    k += at[k] != 0.0f;
+                }
+                kv[t] = k;
+            }
+            for (int64_t c0 = 0; c0 < hi - lo; c0 += chunk) {
+                const int64_t cn = hi - lo - c0 < chunk ? hi - lo - c0 : chunk;
+                const size_t co = (size_t)(c0 / tt->block_size) * tt->block_bytes;
+                for (int64_t i = ge; i < ne; i++)
+                    prefetch_bytes(base + (size_t)j->b->rows[i] * w->row_bytes + co, chunk_bytes, 1);
+                for (int64_t i = g; i < ge; i++)
+                    to_float(base + (size_t)j->b->rows[i] * w->row_bytes + co,
+                             tile + (size_t)(i - g) * AXPY_CHUNK, cn);
+                for (int64_t t = 0; t < j->n_tok; t++) {
+                    const int32_t k = kv[t];
+                    if (!k)
+                        continue;
+                    const uint8_t *ptr[AXPY_GROUP];
+                    for (int32_t q = 0; q < k; q++)
+                        ptr[q] = (const uint8_t *)(tile + (size_t)qv[t * AXPY_GROUP + q] * AXPY_CHUNK);
+                    add_f32(j->y + t * w->n_in + lo + c0, av + t * AXPY_GROUP, ptr, k, cn);
+                }
+            }
+        }
+        return;
+    }
     for (int64_t g = 0; g < j->n_rows; g += AXPY_GROUP) {
         const int64_t ge = g + AXPY_GROUP < j->n_rows ? g + AXPY_GROUP : j->n_rows;
         const int64_t ne = ge + AXPY_GROUP < j->n_rows ? ge + AXPY_GROUP : j->n_rows;

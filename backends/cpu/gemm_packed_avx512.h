@@ -258,7 +258,9 @@ INLINE void packed_to_y(int R, __m512 acc[PACK_R][XP_PAIRS], int64_t k, int64_t 
             const int64_t t = t0 + 2 * p + h;
             if (t >= nt)
                 continue;
-            const float part = _mm_cvtss_f32(_mm512_extractf32x4_ps(v, 2 * h));
+            /* (immediates only: -O0 and clang do not unroll h into a constant) */
+            const float part = _mm_cvtss_f32(h ? _mm512_extractf32x4_ps(v, 2)
+                                               : _mm512_extractf32x4_ps(v, 0));
             float *y = Y + t * ldy + r;
             *y = k == 0 ? 0.0f + part : *y + part;
         }

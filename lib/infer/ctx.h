@@ -120,6 +120,10 @@ struct pi_ctx {
 /* Prompt steps of a predictor-mode PowerInfer file compute gate and up per tile of this
  * many tokens, over the tile's union (forward.c, ffn_sparse): the CPU gemm's token tile. */
 #define PI_SPARSE_TILE 8
+/* ... unless its tiles' unions average more than this fraction of the layer: then gate
+ * and up run densely over the whole step (each weight row read once for the step, and
+ * the AVX-512 table's packed gemm from 16 tokens on), masked per token. */
+#define PI_SPARSE_PROMPT_DENSE 0.6
 
 /* Rows of the output projection computed at once (a device holds this many rows of
  * logits). */

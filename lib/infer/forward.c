@@ -16,7 +16,9 @@
  *              up for every neuron, down where |act(gate xn) * (up xn)| > t_l
  * A step of T tokens computes gate/up rows for the union U of its tokens' sets (all
  * rows, densely, when |U| > PI_SPARSE_DENSE_UNION * F) and masks each token to its own
- * set, so a prompt gives what T one-token steps would give (up to rounding order). */
+ * set, so a prompt gives what T one-token steps would give (up to rounding order). A
+ * predictor-mode prompt does that per tile of PI_SPARSE_TILE tokens, or densely for the
+ * whole step when the tiles' unions average more than PI_SPARSE_PROMPT_DENSE * F. */
 #include <math.h>
 #include <string.h>
 
@@ -180,7 +182,31 @@ static int64_t ffn_sparse(struct pi_ctx *c, int64_t l, int64_t T, const uint8_t 
     int biased = 0; /* b_up already added (oracle mode without a gate) */
     int64_t n, rows_gate, rows_up;
 
-    if (predictor && gated && T > PI_SPARSE_TILE) {
+    /* a prompt whose tiles' unions are most of the layer on average: gate and up
+     * densely for all its tokens at once (the prompt gemm's widest tiles), masked per
+     * token below, rather than tile by tile */
+    int all_dense = 0;
+    if (predictor && gated && T > PI_SPARSE_TILE && !skip) { /* (a split layer's host
+                                                              * reads its share only) */
+        int64_t sum = 0, tiles = 0;
+        for (int64_t t0 = 0; t0 < T; t0 += PI_SPARSE_TILE, tiles++) {
+            const int64_t nt = T - t0 < PI_SPARSE_TILE ? T - t0 : PI_SPARSE_TILE;
+            sum += select_union(c, c->score + t0 * F, nt, c->threshold, 0, skip);
+        }
+        all_dense = (double)sum > PI_SPARSE_PROMPT_DENSE * (double)F * (double)tiles;
+    }
+    if (all_dense) {
+        const struct pi_weight *ws[2] = {&L->gate, &L->up};
+        float *ys[2] = {c->g, c->u};
+        if (be->matmul_n) {
+            be->matmul_n(b, 2, ws, c->xn, T, ys);
+        } else {
+            be->matmul(b, &L->gate, c->xn, T, c->g);
+            be->matmul(b, &L->up, c->xn, T, c->u);
+        }
+        n = select_union(c, c->score, T, c->threshold, 0, skip);
+        rows_gate = rows_up = F;
+    } else if (predictor && gated && T > PI_SPARSE_TILE) {
         /* a prompt: gate and up per tile of PI_SPARSE_TILE tokens, over that tile's
          * union (the union of a whole prompt is most of the layer, a tile's far less),
          * or densely for a tile whose union is most of it; then the step's union for

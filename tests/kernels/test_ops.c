@@ -375,13 +375,13 @@ static void test_matmul_and_transpose(void **state) {
 }
 
 /* Sparse ops: matmul_rows equals matmul on the listed rows (bit for bit: the same
- * kernels) and writes nothing else; matmul_t_rows equals a double-precision sum over
+ * kernels) and writes nothing else; matmul_t_rows (3 and 6 tokens: both of its paths) equals a double-precision sum over
  * the listed rows, skips rows with zero activations, reports the rows it read, and
  * gives the same bytes for 1, 2 and 3 threads. Float and quantized weights. */
 static void test_sparse_ops(void **state) {
     (void)state;
     const struct pi_backend_vtable *be = pi_backend_cpu();
-    enum { IN = 96, OUT = 70, T = 3 };
+    enum { IN = 96, OUT = 70, T = 6, TR = 3 }; /* TR: tokens of the row ops */
     static const uint32_t types[] = {PI_TYPE_F32, PI_TYPE_F16, PI_TYPE_Q4_0, PI_TYPE_Q8_0};
     static uint8_t wq[OUT * IN * 4];
     static float wf[OUT * IN], x[T * IN], xt[T * OUT], y[T * OUT], ys[T * OUT];
@@ -422,11 +422,11 @@ static void test_sparse_ops(void **state) {
         struct pi_weight wv = {wq, type, IN, OUT, rb};
         for (int threads = 1; threads <= 3; threads++) {
             struct pi_backend *b = make(threads, 128);
-            be->matmul(b, &wv, x, T, y);
-            for (int i = 0; i < T * OUT; i++)
+            be->matmul(b, &wv, x, TR, y);
+            for (int i = 0; i < TR * OUT; i++)
                 ys[i] = -7.0f;
-            be->matmul_rows(b, &wv, x, T, idx, n, ys);
-            for (int t = 0; t < T; t++)
+            be->matmul_rows(b, &wv, x, TR, idx, n, ys);
+            for (int t = 0; t < TR; t++)
                 for (int r = 0, i = 0; r < OUT; r++) {
                     const int listed = i < n && idx[i] == r;
                     i += listed;
@@ -439,25 +439,30 @@ static void test_sparse_ops(void **state) {
             static float y1[T * OUT], y2[T * OUT];
             memcpy(y1, ys, sizeof y1);
             memcpy(y2, ys, sizeof y2);
-            be->matmul_rows2(b, &wv, &wv, x, T, idx, n, y1, y2);
+            be->matmul_rows2(b, &wv, &wv, x, TR, idx, n, y1, y2);
             assert_memory_equal(y1, ys, sizeof y1);
             assert_memory_equal(y2, ys, sizeof y2);
-            const int64_t got = be->matmul_t_rows(b, &wv, xt, T, idx, n, yt[threads - 1]);
-            int64_t want_rows = 0;
-            for (int64_t i = 0; i < n; i++) {
-                int any = 0;
-                for (int t = 0; t < T; t++)
-                    any |= xt[t * OUT + idx[i]] != 0.0f;
-                want_rows += any;
-            }
-            assert_int_equal(got, want_rows);
-            for (int t = 0; t < T; t++)
-                for (int i = 0; i < IN; i++) {
-                    double sum = 0;
-                    for (int64_t j = 0; j < n; j++)
-                        sum += (double)xt[t * OUT + idx[j]] * wf[idx[j] * IN + i];
-                    near(yt[threads - 1][t * IN + i], sum, 2e-5, "matmul_t_rows", i);
+            /* 3 tokens: each adds the quantized rows itself; 6: the rows are converted
+             * to floats once and every token adds those */
+            for (int nt = 3; nt <= T; nt += 3) {
+                float *yo = yt[threads - 1];
+                const int64_t got = be->matmul_t_rows(b, &wv, xt, nt, idx, n, yo);
+                int64_t want_rows = 0;
+                for (int64_t i = 0; i < n; i++) {
+                    int any = 0;
+                    for (int t = 0; t < nt; t++)
+                        any |= xt[t * OUT + idx[i]] != 0.0f;
+                    want_rows += any;
                 }
+                assert_int_equal(got, want_rows);
+                for (int t = 0; t < nt; t++)
+                    for (int i = 0; i < IN; i++) {
+                        double sum = 0;
+                        for (int64_t j = 0; j < n; j++)
+                            sum += (double)xt[t * OUT + idx[j]] * wf[idx[j] * IN + i];
+                        near(yo[t * IN + i], sum, 2e-5, "matmul_t_rows", i);
+                    }
+            }
             if (threads > 1 && memcmp(yt[0], yt[threads - 1], sizeof yt[0]) != 0)
                 fail_msg("%s matmul_t_rows depends on the thread count", tt->name);
             be->destroy(b);
