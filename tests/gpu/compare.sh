@@ -155,6 +155,7 @@ for pre in $presets; do
         # guess from the layer bytes, then measure and step down while over
         ngl=$(awk -v t="$target" -v b="$ll_base" -v l="$dn_layer" -v L="$n_layer" \
             'BEGIN { n = int((t - b) * 1048576 / l); if (n < 0) n = 0; if (n > L) n = L; print n }')
+        ll_v=-
         while :; do
             echo "compare.sh: $pre, budget $bg GiB: llama.cpp -ngl $ngl ..." >&2
             l=$log/ll-$pre-$f.txt
@@ -240,6 +241,7 @@ EOF2
         fi
         ncm=$(awk -v t="$target" -v b="$ll_attn" -v e="$exp_layer" -v L="$m_layers" \
             'BEGIN { k = int((t - b) * 1048576 / e); if (k < 0) k = 0; if (k > L) k = L; print L - k }')
+        ll_v=-
         while :; do
             echo "compare.sh: $moe, budget $bg GiB: llama.cpp -ngl 99 -ncmoe $ncm ..." >&2
             l=$log/ll-$moe-$f.txt

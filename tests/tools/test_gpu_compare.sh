@@ -17,7 +17,18 @@ ok() { pass=$((pass + 1)); printf 'ok - %s\n' "$1"; }
 bad() { fail=$((fail + 1)); printf 'not ok - %s\n' "$1"; }
 
 anchors=$root/../shared/anchors/run
-if [ -z "${PI_TEST_NO_ANCHORS:-}" ] && [ -x "$anchors" ] && "$anchors" ik llama-bench --help > /dev/null 2>&1; then
+# the anchors are built with -march=native for one machine kind: on another CPU their
+# --help may work while a real run dies with SIGILL, so they are probed on the tiny dense
+# twin (generated here as compare.sh would, which then reuses it)
+usable_anchors() {
+    [ -z "${PI_TEST_NO_ANCHORS:-}" ] && [ -x "$anchors" ] || return 1
+    mkdir -p "$work/models"
+    python3 "$root/tools/bench/make_synthetic_powerinfer.py" --preset tiny --type q4_0 \
+        --unique-layers 2 -o "$work/models/synth-tiny" > "$work/gen-probe.txt" 2>&1 || return 1
+    "$anchors" ik llama-bench -m "$work/models/synth-tiny.dense.gguf" -t 1 -p 0 -n 1 -r 1 -o md \
+        > "$work/probe.txt" 2>&1
+}
+if usable_anchors; then
     ll="$anchors ik llama-bench"
     what="ik_llama.cpp"
 else
