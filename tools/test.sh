@@ -16,6 +16,10 @@
 # fail instead of skipping when those are missing (PI_REQUIRE_ALL=1).
 set -eu
 cd "$(dirname "$0")/.."
+# each step's start, in seconds since the script began (CI's limit is on the whole)
+T0=$(date +%s)
+step() { echo "== tools/test.sh at $(($(date +%s) - T0)) s: $1"; }
+step "setup"
 sh tools/setup.sh
 export PI_REQUIRE_SMOLLM2=1
 export PI_REQUIRE_ALL=1
@@ -40,6 +44,7 @@ required="--require server --require python --require real-model --require pi-qu
     --require check-skips"
 
 # --reconfigure also reads options added since the directory was set up
+step "release build and tests"
 if [ -d build ]; then
     meson setup --reconfigure build -Dserver=enabled
 else
@@ -53,6 +58,7 @@ python3 tools/check_skips.py build $required
 # The Python package installs from the repository (pip, into a throw-away venv) and its
 # tests pass against the installed copy too (the meson suite 'python' ran them from the
 # source tree).
+step "the installed Python package"
 rm -rf build/pyvenv
 python3 -m venv --system-site-packages build/pyvenv
 build/pyvenv/bin/python -m pip install -q --disable-pip-version-check ./tools/python
@@ -73,10 +79,12 @@ python3 tools/check_skips.py --pytest-log build/pytest-installed.log --name pyth
 # and everything else, hybrid runs with a CPU device included, must pass as in build/.
 # tests/gpu/run.sh is the check on a real GPU.
 PATH="$PATH:/usr/local/cuda/bin"
+step "CUDA build and tests"
 [ -d build-cuda ] || meson setup build-cuda -Dcuda=enabled
 meson compile -C build-cuda
 meson test -C build-cuda --print-errorlogs --no-suite python --no-suite server
 python3 tools/check_skips.py build-cuda --require gpu-kernels
+step "HIP build and tests"
 [ -d build-hip ] || meson setup build-hip -Dhip=enabled
 meson compile -C build-hip
 meson test -C build-hip --print-errorlogs --no-suite python --no-suite server
@@ -86,6 +94,7 @@ python3 tools/check_skips.py build-hip --require gpu-kernels
 # every test but the `python` suite and pi-perplexity under qemu-user, the NEON and
 # dot-product kernel tables both required, and pi-run's greedy text on SmolLM2 equal to
 # build/'s up to a near-tie of the two best logits (tools/cross/greedy_agree.py).
+step "ARM64"
 t0=$(date +%s)
 sh tools/cross/test_arm64.sh
 echo "ARM64 cross build and tests: $(($(date +%s) - t0)) s"
@@ -93,14 +102,18 @@ echo "ARM64 cross build and tests: $(($(date +%s) - t0)) s"
 # DLL's exports and imports, every suite but `python` and `server` under wine,
 # pi-run.exe's greedy text equal to build/'s, also from a directory with a non-ASCII
 # name.
+step "Windows"
 t0=$(date +%s)
 PI_NATIVE_PIRUN="$PWD/build/tools/pi-run" sh tools/cross/test_windows.sh
 echo "Windows cross build and tests: $(($(date +%s) - t0)) s"
 
 # The binary interface against the committed libabigail dump (a gcc -O0 -g library in
 # build-abi/), and N contexts on one model in N threads under ThreadSanitizer.
+step "ABI"
 PI_REQUIRE_ABI=1 sh tests/abi/check_abi.sh
+step "ThreadSanitizer"
 sh tests/tsan/run.sh . build-tsan
+step "ASan+UBSan build and tests"
 
 [ -d build-asan ] || CC=clang CXX=clang++ meson setup build-asan -Dbuildtype=debugoptimized \
     -Db_sanitize=address,undefined -Db_lundef=false -Dfuzz=true
@@ -109,6 +122,7 @@ UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 meson test -C build-asan --prin
 python3 tools/check_skips.py build-asan --require server-sanitized --require abi-dump \
     --require kernels
 
+step "fuzzers"
 secs=${PI_FUZZ_SECONDS:-60}
 # A fuzzer passes when it exits 0 having executed at least one input (libFuzzer's
 # final stats); anything else stops the script.
@@ -226,3 +240,4 @@ build-asan/tests/fuzz_template -max_total_time="$secs" -max_len=65536 -timeout=1
 fuzz_result fuzz_template "$work/fuzz_template.log"
 [ "$fuzz_passed" -eq 7 ] || { echo "fuzzers: only $fuzz_passed of 7 ran"; exit 1; }
 echo "fuzzers: $fuzz_passed passed: $fuzz_names"
+step "done"
