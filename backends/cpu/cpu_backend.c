@@ -680,6 +680,41 @@ static void axpy_cols_job(void *arg, int64_t lo, int64_t hi, int ith) {
         }
         return;
     }
+    pi_axpy_rows_fn axpy_i8 = j->b->f32_activations ? NULL : j->b->k.axpy_rows_i8[w->type];
+    if (axpy_i8 && axpy_rows) {
+        /* Fast mode, 1-3 tokens: 8-bit coefficients, integer sums (kernels.h,
+         * axpy_rows_i8). Its groups of 16 are each token's own non-zero rows in list
+         * order, so that a token's output does not depend on what else is in the batch. */
+        int32_t *own = (int32_t *)tmp; /* max_width >= n_rows row ids */
+        for (int64_t t = 0; t < j->n_tok; t++) {
+            const float *xt = j->x + t * w->n_out;
+            int64_t k = 0;
+            for (int64_t i = 0; i < j->n_rows; i++)
+                if (xt[j->b->rows[i]] != 0.0f)
+                    own[k++] = j->b->rows[i];
+            float *yt = j->y + t * w->n_in + lo;
+            for (int64_t g = 0; g < k; g += AXPY_GROUP) {
+                const int64_t ge = g + AXPY_GROUP < k ? g + AXPY_GROUP : k;
+                const int64_t ne = ge + AXPY_GROUP < k ? ge + AXPY_GROUP : k;
+                const uint8_t *ptr[AXPY_GROUP], *pc[AXPY_GROUP];
+                float a[AXPY_GROUP];
+                for (int64_t i = g; i < ge; i++) {
+                    ptr[i - g] = base + (size_t)own[i] * w->row_bytes;
+                    a[i - g] = xt[own[i]];
+                }
+                for (int64_t c0 = 0; c0 < hi - lo; c0 += chunk) {
+                    const int64_t cn = hi - lo - c0 < chunk ? hi - lo - c0 : chunk;
+                    const size_t co = (size_t)(c0 / tt->block_size) * tt->block_bytes;
+                    for (int64_t i = ge; i < ne; i++)
+                        prefetch_bytes(base + (size_t)own[i] * w->row_bytes + co, chunk_bytes, 1);
+                    for (int64_t q = 0; q < ge - g; q++)
+                        pc[q] = ptr[q] + co;
+                    axpy_i8(yt + c0, a, pc, ge - g, cn);
+                }
+            }
+        }
+        return;
+    }
     for (int64_t g = 0; g < j->n_rows; g += AXPY_GROUP) {
         const int64_t ge = g + AXPY_GROUP < j->n_rows ? g + AXPY_GROUP : j->n_rows;
         const int64_t ne = ge + AXPY_GROUP < j->n_rows ? ge + AXPY_GROUP : j->n_rows;

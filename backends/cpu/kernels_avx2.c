@@ -2190,6 +2190,110 @@ AXPY_ROWS(q4_1, PI_TYPE_Q4_1, axpy_rows_quant)
 AXPY_ROWS(q8_0, PI_TYPE_Q8_0, axpy_rows_quant)
 #undef AXPY_ROWS
 
+/* ---- the fast mode's down projection: coefficients in 8 bits, sums in integers ----------
+ * (kernels.h, axpy_rows_i8). Per group of 16 rows and 8 blocks at a time, first the
+ * coefficients of all 8 blocks (a vector per row, a lane per block: the rows' scales,
+ * times a[r], their largest |c| per block, the 8-bit q and their sums), then per block
+ * four rows at a time: rows r, r+2 in one register's lanes and r+1, r+3 in another,
+ * interleaved bytewise (unpacklo/hi) so that each 16-bit lane holds one column's nibbles
+ * of two rows; masked, one maddubs with the pairs' 8-bit coefficients adds both rows'
+ * products (columns 0-7 and 8-15, and shifted 16-23 and 24-31). The two lanes sum at
+ * the end; 16 rows of nibbles (0..15) times |q| <= 127 stay within int16 (30480), and
+ * the nibbles' offset of 8 comes off once per block as 8 * sum(q). */
+INLINE __m128i scales8(const uint8_t *p, int64_t b0, int64_t nb) {
+    uint16_t h[8];
+    for (int i = 0; i < 8; i++)
+        if (b0 + i < nb)
+            memcpy(&h[i], p + (size_t)(b0 + i) * 18, 2);
+        else
+            h[i] = 0;
+    return _mm_setr_epi16((short)h[0], (short)h[1], (short)h[2], (short)h[3], (short)h[4],
+                          (short)h[5], (short)h[6], (short)h[7]);
+}
+
+static void NAME(axpy_rows_i8_q4_0)(float *y, const float *a, const uint8_t *const *w,
+                                    int64_t nrows, int64_t n) {
+    const int64_t nb = n / 32;
+    const __m256 absm = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    const __m256 inf = _mm256_set1_ps(INFINITY), tiny = _mm256_set1_ps(1e-30f);
+    const __m256 c127 = _mm256_set1_ps(127.0f);
+    const __m256i m0f = _mm256_set1_epi8(0x0f), ff = _mm256_set1_epi32(0xff);
+    /* lane 0: bytes 0, 1 (rows r, r+1) of each 32-bit quad; lane 1: bytes 2, 3 */
+    const __m256i pat = _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2,
+                                         3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3);
+    for (int64_t g = 0; g < nrows; g += 16) {
+        const int k = nrows - g < 16 ? (int)(nrows - g) : 16;
+        const int k4 = (k + 3) & ~3;
+        const uint8_t *p[16];
+        for (int r = 0; r < 16; r++)
+            p[r] = w[g + (r < k ? r : 0)];
+        for (int64_t b0 = 0; b0 < nb; b0 += 8) {
+            __m256 c[16];
+            __m256 m = _mm256_setzero_ps(), fin = _mm256_castsi256_ps(_mm256_set1_epi32(-1));
+            for (int r = 0; r < 16; r++) {
+                if (r >= k) {
+                    c[r] = _mm256_setzero_ps();
+                    continue;
+                }
+                c[r] = _mm256_mul_ps(_mm256_cvtph_ps(scales8(p[r], b0, nb)), _mm256_set1_ps(a[g + r]));
+                const __m256 ab = _mm256_and_ps(c[r], absm);
+                fin = _mm256_and_ps(fin, _mm256_cmp_ps(ab, inf, _CMP_LT_OQ));
+                m = _mm256_max_ps(m, ab);
+            }
+            const int ok = _mm256_movemask_ps(_mm256_and_ps(fin, _mm256_cmp_ps(m, tiny, _CMP_GE_OQ)));
+            const __m256 inv = _mm256_div_ps(c127, m);
+            _Alignas(32) float sc[8];
+            _Alignas(32) int32_t sq[8], quad[4][8];
+            _mm256_store_ps(sc, _mm256_div_ps(m, c127));
+            __m256i sum = _mm256_setzero_si256();
+            for (int j = 0; j < 4; j++) {
+                __m256i qd = _mm256_setzero_si256();
+                for (int i = 0; i < 4; i++) {
+                    const __m256i q = _mm256_cvtps_epi32(_mm256_mul_ps(c[4 * j + i], inv));
+                    sum = _mm256_add_epi32(sum, q);
+                    qd = _mm256_or_si256(qd, _mm256_slli_epi32(_mm256_and_si256(q, ff), 8 * i));
+                }
+                _mm256_store_si256((__m256i *)quad[j], qd);
+            }
+            _mm256_store_si256((__m256i *)sq, sum);
+            const int64_t be = b0 + 8 < nb ? b0 + 8 : nb;
+            for (int64_t b = b0; b < be; b++) {
+                const int l = (int)(b - b0);
+                const size_t off = (size_t)b * 18;
+                float *yb = y + 32 * b;
+                if (!(ok >> l & 1)) { /* the exact path */
+                    for (int r = 0; r < k; r++)
+                        axpy32(yb, _mm256_sub_epi8(unpack_nibbles(p[r] + off + 2), _mm256_set1_epi8(8)),
+                               _mm256_set1_ps(a[g + r] * f16_at(p[r] + off)), _mm256_setzero_ps(), 0);
+                    continue;
+                }
+                __m256i acc[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(),
+                                  _mm256_setzero_si256(), _mm256_setzero_si256()};
+                for (int j = 0; j < k4 / 4; j++) {
+                    const __m256i cp = _mm256_shuffle_epi8(_mm256_set1_epi32(quad[j][l]), pat);
+                    const __m256i x = load2x128(p[4 * j] + off + 2, p[4 * j + 2] + off + 2);
+                    const __m256i z = load2x128(p[4 * j + 1] + off + 2, p[4 * j + 3] + off + 2);
+                    const __m256i u0 = _mm256_unpacklo_epi8(x, z), u1 = _mm256_unpackhi_epi8(x, z);
+                    acc[0] = _mm256_add_epi16(acc[0], _mm256_maddubs_epi16(_mm256_and_si256(u0, m0f), cp));
+                    acc[1] = _mm256_add_epi16(acc[1], _mm256_maddubs_epi16(_mm256_and_si256(u1, m0f), cp));
+                    acc[2] = _mm256_add_epi16(
+                        acc[2], _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(u0, 4), m0f), cp));
+                    acc[3] = _mm256_add_epi16(
+                        acc[3], _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(u1, 4), m0f), cp));
+                }
+                const __m128i o = _mm_set1_epi16((short)(8 * sq[l]));
+                const __m256 sv = _mm256_set1_ps(sc[l]);
+                for (int i = 0; i < 4; i++) {
+                    const __m128i v = _mm_sub_epi16(_mm_add_epi16(_mm256_castsi256_si128(acc[i]),
+                                                                  _mm256_extracti128_si256(acc[i], 1)), o);
+                    _mm256_storeu_ps(yb + 8 * i, _mm256_fmadd_ps(sv, _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(v)),
+                                                                 _mm256_loadu_ps(yb + 8 * i)));
+                }
+            }
+        }
+    }
+}
+
 /* ---- table ---------------------------------------------------------------------------- */
 
 static void set(struct pi_cpu_kernels *k, int type, pi_dot_fn dot, pi_gemm_fn gemm) {
@@ -2286,6 +2390,7 @@ void pi_cpu_kernels_avx2(struct pi_cpu_kernels *k) {
     k->axpy_rows[PI_TYPE_Q4_0] = NAME(axpy_rows_q4_0);
     k->axpy_rows[PI_TYPE_Q4_1] = NAME(axpy_rows_q4_1);
     k->axpy_rows[PI_TYPE_Q8_0] = NAME(axpy_rows_q8_0);
+    k->axpy_rows_i8[PI_TYPE_Q4_0] = NAME(axpy_rows_i8_q4_0);
     k->to_float[PI_TYPE_BF16] = NAME(to_float_bf16);
     k->to_float[PI_TYPE_Q4_0] = NAME(to_float_q4_0);
     k->to_float[PI_TYPE_Q4_1] = NAME(to_float_q4_1);

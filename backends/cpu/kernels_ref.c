@@ -245,6 +245,43 @@ static void axpy_q8_0_ref(float *y, float a, const void *w, int64_t n) {
     }
 }
 
+void pi_axpy_rows_i8_q4_0_ref(float *y, const float *a, const uint8_t *const *w,
+                              int64_t nrows, int64_t n) {
+    for (int64_t g = 0; g < nrows; g += 16) {
+        const int k = nrows - g < 16 ? (int)(nrows - g) : 16;
+        for (int64_t b = 0; b < n / 32; b++) {
+            const size_t off = (size_t)b * 18;
+            float c[16], m = 0.0f;
+            int finite = 1;
+            for (int r = 0; r < k; r++) {
+                c[r] = a[g + r] * rdf16(w[g + r] + off);
+                finite &= isfinite(c[r]) != 0;
+                m = fabsf(c[r]) > m ? fabsf(c[r]) : m;
+            }
+            float *yb = y + 32 * b;
+            if (!finite || !(m >= 1e-30f)) { /* the exact path */
+                for (int r = 0; r < k; r++)
+                    axpy_q4_0_ref(yb, a[g + r], w[g + r] + off, 32);
+                continue;
+            }
+            const float inv = 127.0f / m, s = m / 127.0f;
+            int32_t q[16];
+            for (int r = 0; r < k; r++)
+                q[r] = (int32_t)lrintf(c[r] * inv);
+            for (int v = 0; v < 16; v++) {
+                int32_t lo = 0, hi = 0;
+                for (int r = 0; r < k; r++) {
+                    const uint8_t byte = w[g + r][off + 2 + (size_t)v];
+                    lo += q[r] * ((byte & 15) - 8);
+                    hi += q[r] * ((byte >> 4) - 8);
+                }
+                yb[v] = fmaf(s, (float)lo, yb[v]);
+                yb[v + 16] = fmaf(s, (float)hi, yb[v + 16]);
+            }
+        }
+    }
+}
+
 #define AXPY_ROWS_REF(name)                                                                       \
     static void axpy_rows_##name##_ref(float *y, const float *a, const uint8_t *const *w,         \
                                        int64_t nrows, int64_t n) {                                 \

@@ -1110,6 +1110,123 @@ static void test_gemm_packed(void **state) {
  * holds it NaN, for every weight type and table: quantizing to int8 must not turn it into
  * finite numbers (a NaN block became a zero block; an infinity rounded to -128). The
  * quantized vectors of every table equal the reference's bit for bit. */
+/* axpy_rows_i8 (Q4_0): the reference within the bound that 8-bit coefficients allow of
+ * the exact sum, every table's version equal to the reference bit for bit (NaN for NaN),
+ * over 1..40 rows (groups of 16 and a short one), with zero, tiny, dominant and
+ * non-finite coefficients and an infinite block scale (those blocks take the exact
+ * path). */
+static int same_floats(const float *x, const float *y, int64_t n) {
+    for (int64_t i = 0; i < n; i++)
+        if (!(isnan(x[i]) && isnan(y[i])) && memcmp(x + i, y + i, sizeof *x) != 0)
+            return 0;
+    return 1;
+}
+
+static void test_axpy_rows_i8(void **state) {
+    static const int64_t blocks[] = {1, 3, 8, 9};
+    enum { MR = 40 };
+    const size_t bb = 18;
+    struct pi_cpu_kernels ref, k;
+    (void)state;
+    pi_cpu_kernels_ref(&ref);
+    assert_null(ref.axpy_rows_i8[PI_TYPE_Q4_0]); /* not in the reference table */
+    int checked = 0;
+    for (size_t j = 0; j < sizeof blocks / sizeof blocks[0]; j++) {
+        const int64_t nb = blocks[j], n = nb * 32;
+        const size_t wb = (size_t)nb * bb;
+        uint8_t *wr = malloc(wb * MR);
+        float *y0 = malloc((size_t)n * sizeof *y0), *y1 = malloc((size_t)n * sizeof *y1);
+        float *y2 = malloc((size_t)n * sizeof *y2), *wf = malloc((size_t)n * MR * sizeof *wf);
+        assert_true(wr && y0 && y1 && y2 && wf);
+        const uint8_t *ptr[MR];
+        float ar[MR];
+        for (int pattern = 0; pattern < 6; pattern++) {
+            random_weights(PI_TYPE_Q4_0, wr, wb * MR);
+            for (int r = 0; r < MR; r++) {
+                ptr[r] = wr + (size_t)((r * 7) % MR) * wb; /* any addresses, any order */
+                ar[r] = r % 5 == 2 ? 0.0f : frand(-2.0f, 2.0f);
+                if (pattern == 1 && r % 16 == 3) /* one row dominating its group */
+                    ar[r] = 300.0f;
+                if (pattern == 2) /* tiny: the exact path (m < 1e-30) */
+                    ar[r] = r % 16 < 8 ? 0.0f : 1e-34f;
+                if (pattern == 3 && (r == 1 || r == 17)) /* non-finite: the exact path */
+                    ar[r] = NAN;
+                if (pattern == 5 && r % 9 == 0) /* a row with no weight: skipped */
+                    ar[r] = 0.0f;
+            }
+            if (pattern == 4) /* an infinite block scale in row 5, block 0 */
+                put16(wr + (size_t)((5 * 7) % MR) * wb, 0x7c00);
+            for (int r = 0; r < MR; r++)
+                ref.to_float[PI_TYPE_Q4_0](ptr[r], wf + (size_t)r * n, n);
+            for (int64_t e = 0; e < n; e++)
+                y0[e] = frand(-1.0f, 1.0f);
+            for (int nr = 1; nr <= MR; nr += nr < 16 ? 5 : 3) {
+                memcpy(y1, y0, (size_t)n * sizeof *y0);
+                pi_axpy_rows_i8_q4_0_ref(y1, ar, ptr, nr, n);
+                /* the reference against the exact sum */
+                for (int64_t e = 0; e < n && pattern != 3 && pattern != 4; e++) {
+                    const int64_t b = e / 32;
+                    double want = (double)y0[e], tol = 1e-6 * fabs((double)y0[e]) + 1e-30;
+                    for (int g = 0; g < nr; g += 16) {
+                        double m = 0.0;
+                        for (int r = g; r < nr && r < g + 16; r++) {
+                            uint16_t h;
+                            memcpy(&h, ptr[r] + (size_t)b * bb, 2);
+                            const double c = fabs((double)ar[r] * pi_fp16_to_fp32(h));
+                            m = c > m ? c : m;
+                        }
+                        for (int r = g; r < nr && r < g + 16; r++) {
+                            const double t = (double)ar[r] * wf[(size_t)r * n + e];
+                            uint16_t h;
+                            memcpy(&h, ptr[r] + (size_t)b * bb, 2);
+                            const double d = fabs((double)pi_fp16_to_fp32(h));
+                            const double nib = d > 0 ? fabs((double)wf[(size_t)r * n + e]) / d : 0;
+                            want += t;
+                            /* rounding q to an integer: half a step of m / 127 per row */
+                            tol += (m >= 1e-30 ? 0.5 * m / 127.0 * nib : 0.0) + 1e-6 * fabs(t);
+                        }
+                    }
+                    if (!(fabs((double)y1[e] - want) <= tol)) {
+                        print_error("axpy_rows_i8 reference: pattern %d n=%lld rows=%d value "
+                                    "%lld: %.9g, want %.9g (tolerance %.3g)\n", pattern,
+                                    (long long)n, nr, (long long)e, y1[e], want, tol);
+                        fail();
+                    }
+                }
+                if (pattern == 2 || pattern == 3 || pattern == 4) {
+                    /* the exact path's blocks: the exact kernel's bytes */
+                    memcpy(y2, y0, (size_t)n * sizeof *y0);
+                    ref.axpy_rows[PI_TYPE_Q4_0](y2, ar, ptr, nr < 16 ? nr : 16, 32);
+                    if (nr <= 16 && (pattern != 4 || nr > 5) && (pattern != 3 || nr > 1) &&
+                        !same_floats(y1, y2, 32)) {
+                        print_error("axpy_rows_i8 reference: pattern %d rows=%d: the first "
+                                    "block is not the exact path's\n", pattern, nr);
+                        fail();
+                    }
+                }
+                for (size_t i = 0; i < N_IMPLS; i++) {
+                    if (!impl_table(i, &k) || !k.axpy_rows_i8[PI_TYPE_Q4_0])
+                        continue;
+                    memcpy(y2, y0, (size_t)n * sizeof *y0);
+                    k.axpy_rows_i8[PI_TYPE_Q4_0](y2, ar, ptr, nr, n);
+                    checked++;
+                    if (!same_floats(y1, y2, n)) {
+                        print_error("%s: axpy_rows_i8 pattern %d n=%lld rows=%d differs from "
+                                    "the reference\n", impls[i].name, pattern, (long long)n, nr);
+                        fail();
+                    }
+                }
+            }
+        }
+        free(wr);
+        free(y0);
+        free(y1);
+        free(y2);
+        free(wf);
+    }
+    print_message("# axpy_rows_i8: %d table calls equal to the reference\n", checked);
+}
+
 static void test_non_finite_activations(void **state) {
     static const float bad[] = {NAN, INFINITY, -INFINITY};
     struct pi_cpu_kernels ref, k;
@@ -1427,7 +1544,8 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_quantize),     cmocka_unit_test(test_to_float),
         cmocka_unit_test(test_ref_vs_float), cmocka_unit_test(test_dot_gemm),
         cmocka_unit_test(test_axpy_f16),     cmocka_unit_test(test_from_float_f16),     cmocka_unit_test(test_dot_f16_rows),
-        cmocka_unit_test(test_axpy_rows),    cmocka_unit_test(test_non_finite_activations),
+        cmocka_unit_test(test_axpy_rows),    cmocka_unit_test(test_axpy_rows_i8),
+        cmocka_unit_test(test_non_finite_activations),
         cmocka_unit_test(test_gemv_idx), cmocka_unit_test(test_gemm_idx),
         cmocka_unit_test(test_gemm_packed),  cmocka_unit_test(test_attn_scores),
     };

@@ -11,6 +11,7 @@
 #include <cmocka.h>
 
 #include "backend.h"
+#include "kernels.h"
 #include "powerinfer.h"
 #include "runtime/fp16.h"
 #include "runtime/types.h"
@@ -455,13 +456,51 @@ static void test_sparse_ops(void **state) {
                     want_rows += any;
                 }
                 assert_int_equal(got, want_rows);
-                for (int t = 0; t < nt; t++)
+                /* Q4_0 below 4 tokens: the fast mode's 8-bit coefficients
+                 * (kernels.h, axpy_rows_i8), each row off by at most half a step of
+                 * its group's largest |x d| / 127 times |nibble - 8| <= 8 */
+                const int i8 = type == PI_TYPE_Q4_0 && nt < 4;
+                for (int t = 0; t < nt; t++) {
+                    double cmax = 0;
+                    for (int64_t j = 0; j < n && i8; j++)
+                        for (int b0 = 0; b0 < IN / 32; b0++) {
+                            uint16_t h;
+                            memcpy(&h, wq + idx[j] * rb + (size_t)b0 * 18, 2);
+                            const double c = fabs((double)xt[t * OUT + idx[j]] * pi_fp16_to_fp32(h));
+                            cmax = c > cmax ? c : cmax;
+                        }
                     for (int i = 0; i < IN; i++) {
                         double sum = 0;
                         for (int64_t j = 0; j < n; j++)
                             sum += (double)xt[t * OUT + idx[j]] * wf[idx[j] * IN + i];
-                        near(yo[t * IN + i], sum, 2e-5, "matmul_t_rows", i);
+                        if (i8 && fabs(yo[t * IN + i] - sum) > 2e-5 + (double)n * 4.0 * cmax / 127.0)
+                            fail_msg("Q4_0 matmul_t_rows (8-bit)[%d]: got %.9g, want %.9g", i,
+                                     yo[t * IN + i], sum);
+                        if (!i8)
+                            near(yo[t * IN + i], sum, 2e-5, "matmul_t_rows", i);
                     }
+                }
+                if (i8 && threads == 1) { /* float activations: the exact path */
+                    struct pi_backend_config cfg = {&pi_default_allocator, 1, 8, 128, 1, 0};
+                    struct pi_backend *bf;
+                    static float yx[T * IN];
+                    assert_int_equal(be->create(&bf, &cfg), PI_OK);
+                    assert_int_equal(be->matmul_t_rows(bf, &wv, xt, nt, idx, n, yx), want_rows);
+                    for (int t = 0; t < nt; t++)
+                        for (int i = 0; i < IN; i++) {
+                            double sum = 0;
+                            for (int64_t j = 0; j < n; j++)
+                                sum += (double)xt[t * OUT + idx[j]] * wf[idx[j] * IN + i];
+                            near(yx[t * IN + i], sum, 2e-5, "matmul_t_rows (float activations)", i);
+                        }
+                    /* where the table has the 8-bit kernel, fast mode uses it */
+                    struct pi_cpu_kernels kt;
+                    pi_cpu_kernels_init(&kt, pi_cpu_detect());
+                    if (kt.axpy_rows_i8[PI_TYPE_Q4_0] &&
+                        !memcmp(yx, yo, (size_t)nt * IN * sizeof *yx))
+                        fail_msg("Q4_0 matmul_t_rows: fast mode gave the exact path's bytes");
+                    be->destroy(bf);
+                }
             }
             if (threads > 1 && memcmp(yt[0], yt[threads - 1], sizeof yt[0]) != 0)
                 fail_msg("%s matmul_t_rows depends on the thread count", tt->name);
