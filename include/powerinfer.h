@@ -706,8 +706,10 @@ typedef struct pi_ctx_params {
     void *abort_user;
     /* Non-zero: products with quantized weights (Q4_0, Q8_0, the K-quants, ...) use
      * float activations instead of quantizing them to 8 bits for integer dot
-     * products. Slower (prefill several times), but closer to a float reference: use
-     * it to check a model against another implementation. Default 0. */
+     * products (and a sparse FFN's Q4_0 down projection adds its rows in float instead
+     * of with 8-bit coefficients). Slower (prefill several times), but closer to a
+     * float reference: use it to check a model against another implementation.
+     * Default 0. */
     uint32_t f32_activations;
     /* How the FFN of a PowerInfer (PWRI) model is computed, PI_SPARSE_*. Default
      * PI_SPARSE_AUTO: predictor-driven sparse for PowerInfer files and for
