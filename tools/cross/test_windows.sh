@@ -53,8 +53,26 @@ echo "ok: only Windows system DLLs (and libpowerinfer) are imported"
 export WINEPREFIX="$root/$build/wineprefix" WINEDEBUG=-all
 [ -d "$WINEPREFIX" ] || wineboot -i >/dev/null 2>&1 || true
 # wine starts slowly on shared machines: timeouts doubled
-meson test -C "$build" --no-rebuild --no-suite python --no-suite server \
-    --num-processes "${PI_JOBS:-2}" -t 2 --print-errorlogs
+if ! meson test -C "$build" --no-rebuild --no-suite python --no-suite server \
+    --num-processes "${PI_JOBS:-2}" -t 2 --print-errorlogs; then
+    # Once in a CI run on a loaded 2-core machine a wine process exited 1 without a
+    # byte of output (a pi-run --dry-run in hybrid-tools; not reproduced in 6 reruns,
+    # alone or beside other tests). Failed tests run once more, alone, and must pass
+    # then; the first failure stays in the log above.
+    failed=$(python3 -c "import json,sys
+for l in open(sys.argv[1]):
+    t=json.loads(l)
+    if t['result'] not in ('OK','SKIP','EXPECTEDFAIL'): print(t['name'].split(' / ')[-1])" \
+        "$build/meson-logs/testlog.json")
+    [ -n "$failed" ] || exit 1
+    echo "wine: rerunning, one at a time: $(echo $failed)"
+    cp "$build/meson-logs/testlog.json" "$build/meson-logs/testlog-first.json"
+    # shellcheck disable=SC2086
+    meson test -C "$build" --no-rebuild --num-processes 1 -t 2 --print-errorlogs $failed
+    echo "wine: the rerun passed (first failure above)"
+    # the skip check below reads the whole suite's log
+    cp "$build/meson-logs/testlog-first.json" "$build/meson-logs/testlog.json"
+fi
 # a skip is a failure unless tests/skip-allowed.txt lists it for build-win
 python3 tools/check_skips.py "$build" --as build-win --require kernels --require forward \
     --require real-model --require pi-run
