@@ -2200,19 +2200,20 @@ AXPY_ROWS(q8_0, PI_TYPE_Q8_0, axpy_rows_quant)
  * products (columns 0-7 and 8-15, and shifted 16-23 and 24-31). The two lanes sum at
  * the end; 16 rows of nibbles (0..15) times |q| <= 127 stay within int16 (30480), and
  * the nibbles' offset of 8 comes off once per block as 8 * sum(q). */
-INLINE __m128i scales8(const uint8_t *p, int64_t b0, int64_t nb) {
+INLINE __m128i scales8(const uint8_t *p, size_t bb, int64_t b0, int64_t nb) {
     uint16_t h[8];
     for (int i = 0; i < 8; i++)
         if (b0 + i < nb)
-            memcpy(&h[i], p + (size_t)(b0 + i) * 18, 2);
+            memcpy(&h[i], p + (size_t)(b0 + i) * bb, 2);
         else
             h[i] = 0;
     return _mm_setr_epi16((short)h[0], (short)h[1], (short)h[2], (short)h[3], (short)h[4],
                           (short)h[5], (short)h[6], (short)h[7]);
 }
 
-static void NAME(axpy_rows_i8_q4_0)(float *y, const float *a, const uint8_t *const *w,
-                                    int64_t nrows, int64_t n) {
+INLINE void axpy_rows_i8(int type, float *y, const float *a, const uint8_t *const *w,
+                         int64_t nrows, int64_t n) {
+    const size_t bb = type == PI_TYPE_Q4_0 ? 18 : 34;
     const int64_t nb = n / 32;
     const __m256 absm = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
     const __m256 inf = _mm256_set1_ps(INFINITY), tiny = _mm256_set1_ps(1e-30f);
@@ -2235,7 +2236,7 @@ static void NAME(axpy_rows_i8_q4_0)(float *y, const float *a, const uint8_t *con
                     c[r] = _mm256_setzero_ps();
                     continue;
                 }
-                c[r] = _mm256_mul_ps(_mm256_cvtph_ps(scales8(p[r], b0, nb)), _mm256_set1_ps(a[g + r]));
+                c[r] = _mm256_mul_ps(_mm256_cvtph_ps(scales8(p[r], bb, b0, nb)), _mm256_set1_ps(a[g + r]));
                 const __m256 ab = _mm256_and_ps(c[r], absm);
                 fin = _mm256_and_ps(fin, _mm256_cmp_ps(ab, inf, _CMP_LT_OQ));
                 m = _mm256_max_ps(m, ab);
@@ -2259,12 +2260,41 @@ static void NAME(axpy_rows_i8_q4_0)(float *y, const float *a, const uint8_t *con
             const int64_t be = b0 + 8 < nb ? b0 + 8 : nb;
             for (int64_t b = b0; b < be; b++) {
                 const int l = (int)(b - b0);
-                const size_t off = (size_t)b * 18;
+                const size_t off = (size_t)b * bb;
                 float *yb = y + 32 * b;
                 if (!(ok >> l & 1)) { /* the exact path */
                     for (int r = 0; r < k; r++)
-                        axpy32(yb, _mm256_sub_epi8(unpack_nibbles(p[r] + off + 2), _mm256_set1_epi8(8)),
+                        axpy32(yb,
+                               type == PI_TYPE_Q4_0
+                                   ? _mm256_sub_epi8(unpack_nibbles(p[r] + off + 2), _mm256_set1_epi8(8))
+                                   : loadu256(p[r] + off + 2),
                                _mm256_set1_ps(a[g + r] * f16_at(p[r] + off)), _mm256_setzero_ps(), 0);
+                    continue;
+                }
+                if (type == PI_TYPE_Q8_0) {
+                    /* two rows a step: their signed bytes interleaved, maddubs of the
+                     * magnitudes with the coefficients carrying the bytes' signs (at most
+                     * 2 * 128 * 127 per lane), widened to int32 per pair */
+                    __m256i acc[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(),
+                                      _mm256_setzero_si256(), _mm256_setzero_si256()};
+                    const int32_t *qw = quad[0];
+                    for (int r = 0; r < k; r += 2) {
+                        const int16_t pr = (int16_t)(qw[(r >> 2) * 8 + l] >> (8 * (r & 3)));
+                        const __m256i cp = _mm256_set1_epi16(pr);
+                        const __m256i A = loadu256(p[r] + off + 2), B = loadu256(p[r + 1] + off + 2);
+                        const __m256i lo = _mm256_unpacklo_epi8(A, B), hi = _mm256_unpackhi_epi8(A, B);
+                        /* lo: columns 0-7 | 16-23, hi: 8-15 | 24-31 */
+                        const __m256i plo = _mm256_maddubs_epi16(_mm256_abs_epi8(lo), _mm256_sign_epi8(cp, lo));
+                        const __m256i phi = _mm256_maddubs_epi16(_mm256_abs_epi8(hi), _mm256_sign_epi8(cp, hi));
+                        acc[0] = _mm256_add_epi32(acc[0], _mm256_cvtepi16_epi32(_mm256_castsi256_si128(plo)));
+                        acc[1] = _mm256_add_epi32(acc[1], _mm256_cvtepi16_epi32(_mm256_castsi256_si128(phi)));
+                        acc[2] = _mm256_add_epi32(acc[2], _mm256_cvtepi16_epi32(_mm256_extracti128_si256(plo, 1)));
+                        acc[3] = _mm256_add_epi32(acc[3], _mm256_cvtepi16_epi32(_mm256_extracti128_si256(phi, 1)));
+                    }
+                    const __m256 sv = _mm256_set1_ps(sc[l]);
+                    for (int i = 0; i < 4; i++)
+                        _mm256_storeu_ps(yb + 8 * i, _mm256_fmadd_ps(sv, _mm256_cvtepi32_ps(acc[i]),
+                                                                     _mm256_loadu_ps(yb + 8 * i)));
                     continue;
                 }
                 __m256i acc[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(),
@@ -2292,6 +2322,16 @@ static void NAME(axpy_rows_i8_q4_0)(float *y, const float *a, const uint8_t *con
             }
         }
     }
+}
+
+static void NAME(axpy_rows_i8_q4_0)(float *y, const float *a, const uint8_t *const *w,
+                                    int64_t nrows, int64_t n) {
+    axpy_rows_i8(PI_TYPE_Q4_0, y, a, w, nrows, n);
+}
+
+static void NAME(axpy_rows_i8_q8_0)(float *y, const float *a, const uint8_t *const *w,
+                                    int64_t nrows, int64_t n) {
+    axpy_rows_i8(PI_TYPE_Q8_0, y, a, w, nrows, n);
 }
 
 /* ---- table ---------------------------------------------------------------------------- */
@@ -2391,6 +2431,7 @@ void pi_cpu_kernels_avx2(struct pi_cpu_kernels *k) {
     k->axpy_rows[PI_TYPE_Q4_1] = NAME(axpy_rows_q4_1);
     k->axpy_rows[PI_TYPE_Q8_0] = NAME(axpy_rows_q8_0);
     k->axpy_rows_i8[PI_TYPE_Q4_0] = NAME(axpy_rows_i8_q4_0);
+    k->axpy_rows_i8[PI_TYPE_Q8_0] = NAME(axpy_rows_i8_q8_0);
     k->to_float[PI_TYPE_BF16] = NAME(to_float_bf16);
     k->to_float[PI_TYPE_Q4_0] = NAME(to_float_q4_0);
     k->to_float[PI_TYPE_Q4_1] = NAME(to_float_q4_1);

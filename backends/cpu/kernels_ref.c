@@ -245,12 +245,13 @@ static void axpy_q8_0_ref(float *y, float a, const void *w, int64_t n) {
     }
 }
 
-void pi_axpy_rows_i8_q4_0_ref(float *y, const float *a, const uint8_t *const *w,
-                              int64_t nrows, int64_t n) {
+static void axpy_rows_i8_ref(int q8, float *y, const float *a, const uint8_t *const *w,
+                             int64_t nrows, int64_t n) {
+    const size_t bb = q8 ? 34 : 18;
     for (int64_t g = 0; g < nrows; g += 16) {
         const int k = nrows - g < 16 ? (int)(nrows - g) : 16;
         for (int64_t b = 0; b < n / 32; b++) {
-            const size_t off = (size_t)b * 18;
+            const size_t off = (size_t)b * bb;
             float c[16], m = 0.0f;
             int finite = 1;
             for (int r = 0; r < k; r++) {
@@ -261,25 +262,37 @@ void pi_axpy_rows_i8_q4_0_ref(float *y, const float *a, const uint8_t *const *w,
             float *yb = y + 32 * b;
             if (!finite || !(m >= 1e-30f)) { /* the exact path */
                 for (int r = 0; r < k; r++)
-                    axpy_q4_0_ref(yb, a[g + r], w[g + r] + off, 32);
+                    if (q8)
+                        axpy_q8_0_ref(yb, a[g + r], w[g + r] + off, 32);
+                    else
+                        axpy_q4_0_ref(yb, a[g + r], w[g + r] + off, 32);
                 continue;
             }
             const float inv = 127.0f / m, s = m / 127.0f;
             int32_t q[16];
             for (int r = 0; r < k; r++)
                 q[r] = (int32_t)lrintf(c[r] * inv);
-            for (int v = 0; v < 16; v++) {
-                int32_t lo = 0, hi = 0;
+            for (int v = 0; v < 32; v++) {
+                int32_t sum = 0;
                 for (int r = 0; r < k; r++) {
-                    const uint8_t byte = w[g + r][off + 2 + (size_t)v];
-                    lo += q[r] * ((byte & 15) - 8);
-                    hi += q[r] * ((byte >> 4) - 8);
+                    const uint8_t *blk = w[g + r] + off + 2;
+                    sum += q[r] * (q8 ? (int32_t)s8(blk[v])
+                                      : (v < 16 ? (blk[v] & 15) - 8 : (blk[v - 16] >> 4) - 8));
                 }
-                yb[v] = fmaf(s, (float)lo, yb[v]);
-                yb[v + 16] = fmaf(s, (float)hi, yb[v + 16]);
+                yb[v] = fmaf(s, (float)sum, yb[v]);
             }
         }
     }
+}
+
+void pi_axpy_rows_i8_q4_0_ref(float *y, const float *a, const uint8_t *const *w,
+                              int64_t nrows, int64_t n) {
+    axpy_rows_i8_ref(0, y, a, w, nrows, n);
+}
+
+void pi_axpy_rows_i8_q8_0_ref(float *y, const float *a, const uint8_t *const *w,
+                              int64_t nrows, int64_t n) {
+    axpy_rows_i8_ref(1, y, a, w, nrows, n);
 }
 
 #define AXPY_ROWS_REF(name)                                                                       \

@@ -1110,7 +1110,7 @@ static void test_gemm_packed(void **state) {
  * holds it NaN, for every weight type and table: quantizing to int8 must not turn it into
  * finite numbers (a NaN block became a zero block; an infinity rounded to -128). The
  * quantized vectors of every table equal the reference's bit for bit. */
-/* axpy_rows_i8 (Q4_0): the reference within the bound that 8-bit coefficients allow of
+/* axpy_rows_i8 (Q4_0, Q8_0): the reference within the bound that 8-bit coefficients allow of
  * the exact sum, every table's version equal to the reference bit for bit (NaN for NaN),
  * over 1..40 rows (groups of 16 and a short one), with zero, tiny, dominant and
  * non-finite coefficients and an infinite block scale (those blocks take the exact
@@ -1125,13 +1125,16 @@ static int same_floats(const float *x, const float *y, int64_t n) {
 static void test_axpy_rows_i8(void **state) {
     static const int64_t blocks[] = {1, 3, 8, 9};
     enum { MR = 40 };
-    const size_t bb = 18;
     struct pi_cpu_kernels ref, k;
     (void)state;
     pi_cpu_kernels_ref(&ref);
-    assert_null(ref.axpy_rows_i8[PI_TYPE_Q4_0]); /* not in the reference table */
     int checked = 0;
+    for (int ti = 0; ti < 2; ti++)
     for (size_t j = 0; j < sizeof blocks / sizeof blocks[0]; j++) {
+        const int type = ti ? PI_TYPE_Q8_0 : PI_TYPE_Q4_0;
+        const size_t bb = ti ? 34 : 18;
+        pi_axpy_rows_fn want_fn = ti ? pi_axpy_rows_i8_q8_0_ref : pi_axpy_rows_i8_q4_0_ref;
+        assert_null(ref.axpy_rows_i8[type]); /* not in the reference table */
         const int64_t nb = blocks[j], n = nb * 32;
         const size_t wb = (size_t)nb * bb;
         uint8_t *wr = malloc(wb * MR);
@@ -1141,7 +1144,7 @@ static void test_axpy_rows_i8(void **state) {
         const uint8_t *ptr[MR];
         float ar[MR];
         for (int pattern = 0; pattern < 6; pattern++) {
-            random_weights(PI_TYPE_Q4_0, wr, wb * MR);
+            random_weights(type, wr, wb * MR);
             for (int r = 0; r < MR; r++) {
                 ptr[r] = wr + (size_t)((r * 7) % MR) * wb; /* any addresses, any order */
                 ar[r] = r % 5 == 2 ? 0.0f : frand(-2.0f, 2.0f);
@@ -1157,12 +1160,12 @@ static void test_axpy_rows_i8(void **state) {
             if (pattern == 4) /* an infinite block scale in row 5, block 0 */
                 put16(wr + (size_t)((5 * 7) % MR) * wb, 0x7c00);
             for (int r = 0; r < MR; r++)
-                ref.to_float[PI_TYPE_Q4_0](ptr[r], wf + (size_t)r * n, n);
+                ref.to_float[type](ptr[r], wf + (size_t)r * n, n);
             for (int64_t e = 0; e < n; e++)
                 y0[e] = frand(-1.0f, 1.0f);
             for (int nr = 1; nr <= MR; nr += nr < 16 ? 5 : 3) {
                 memcpy(y1, y0, (size_t)n * sizeof *y0);
-                pi_axpy_rows_i8_q4_0_ref(y1, ar, ptr, nr, n);
+                want_fn(y1, ar, ptr, nr, n);
                 /* the reference against the exact sum */
                 for (int64_t e = 0; e < n && pattern != 3 && pattern != 4; e++) {
                     const int64_t b = e / 32;
@@ -1187,8 +1190,9 @@ static void test_axpy_rows_i8(void **state) {
                         }
                     }
                     if (!(fabs((double)y1[e] - want) <= tol)) {
-                        print_error("axpy_rows_i8 reference: pattern %d n=%lld rows=%d value "
-                                    "%lld: %.9g, want %.9g (tolerance %.3g)\n", pattern,
+                        print_error("%s axpy_rows_i8 reference: pattern %d n=%lld rows=%d "
+                                    "value %lld: %.9g, want %.9g (tolerance %.3g)\n",
+                                    ti ? "Q8_0" : "Q4_0", pattern,
                                     (long long)n, nr, (long long)e, y1[e], want, tol);
                         fail();
                     }
@@ -1196,7 +1200,7 @@ static void test_axpy_rows_i8(void **state) {
                 if (pattern == 2 || pattern == 3 || pattern == 4) {
                     /* the exact path's blocks: the exact kernel's bytes */
                     memcpy(y2, y0, (size_t)n * sizeof *y0);
-                    ref.axpy_rows[PI_TYPE_Q4_0](y2, ar, ptr, nr < 16 ? nr : 16, 32);
+                    ref.axpy_rows[type](y2, ar, ptr, nr < 16 ? nr : 16, 32);
                     if (nr <= 16 && (pattern != 4 || nr > 5) && (pattern != 3 || nr > 1) &&
                         !same_floats(y1, y2, 32)) {
                         print_error("axpy_rows_i8 reference: pattern %d rows=%d: the first "
@@ -1205,14 +1209,15 @@ static void test_axpy_rows_i8(void **state) {
                     }
                 }
                 for (size_t i = 0; i < N_IMPLS; i++) {
-                    if (!impl_table(i, &k) || !k.axpy_rows_i8[PI_TYPE_Q4_0])
+                    if (!impl_table(i, &k) || !k.axpy_rows_i8[type])
                         continue;
                     memcpy(y2, y0, (size_t)n * sizeof *y0);
-                    k.axpy_rows_i8[PI_TYPE_Q4_0](y2, ar, ptr, nr, n);
+                    k.axpy_rows_i8[type](y2, ar, ptr, nr, n);
                     checked++;
                     if (!same_floats(y1, y2, n)) {
-                        print_error("%s: axpy_rows_i8 pattern %d n=%lld rows=%d differs from "
-                                    "the reference\n", impls[i].name, pattern, (long long)n, nr);
+                        print_error("%s: %s axpy_rows_i8 pattern %d n=%lld rows=%d differs "
+                                    "from the reference\n", impls[i].name, ti ? "Q8_0" : "Q4_0",
+                                    pattern, (long long)n, nr);
                         fail();
                     }
                 }

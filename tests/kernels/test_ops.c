@@ -456,16 +456,18 @@ static void test_sparse_ops(void **state) {
                     want_rows += any;
                 }
                 assert_int_equal(got, want_rows);
-                /* Q4_0 below 4 tokens: the fast mode's 8-bit coefficients
+                /* Q4_0 and Q8_0 below 4 tokens: the fast mode's 8-bit coefficients
                  * (kernels.h, axpy_rows_i8), each row off by at most half a step of
-                 * its group's largest |x d| / 127 times |nibble - 8| <= 8 */
-                const int i8 = type == PI_TYPE_Q4_0 && nt < 4;
+                 * its group's largest |x d| / 127 times |quant| (8 or 128) */
+                const int i8 = (type == PI_TYPE_Q4_0 || type == PI_TYPE_Q8_0) && nt < 4;
+                const size_t qbb = type == PI_TYPE_Q4_0 ? 18 : 34; /* block bytes */
+                const double vmax = type == PI_TYPE_Q4_0 ? 8.0 : 128.0; /* |quant| */
                 for (int t = 0; t < nt; t++) {
                     double cmax = 0;
                     for (int64_t j = 0; j < n && i8; j++)
                         for (int b0 = 0; b0 < IN / 32; b0++) {
                             uint16_t h;
-                            memcpy(&h, wq + idx[j] * rb + (size_t)b0 * 18, 2);
+                            memcpy(&h, wq + idx[j] * rb + (size_t)b0 * qbb, 2);
                             const double c = fabs((double)xt[t * OUT + idx[j]] * pi_fp16_to_fp32(h));
                             cmax = c > cmax ? c : cmax;
                         }
@@ -473,9 +475,10 @@ static void test_sparse_ops(void **state) {
                         double sum = 0;
                         for (int64_t j = 0; j < n; j++)
                             sum += (double)xt[t * OUT + idx[j]] * wf[idx[j] * IN + i];
-                        if (i8 && fabs(yo[t * IN + i] - sum) > 2e-5 + (double)n * 4.0 * cmax / 127.0)
-                            fail_msg("Q4_0 matmul_t_rows (8-bit)[%d]: got %.9g, want %.9g", i,
-                                     yo[t * IN + i], sum);
+                        if (i8 && fabs(yo[t * IN + i] - sum) >
+                                      2e-5 + (double)n * 0.5 * vmax * cmax / 127.0)
+                            fail_msg("%s matmul_t_rows (8-bit)[%d]: got %.9g, want %.9g",
+                                     tt->name, i, yo[t * IN + i], sum);
                         if (!i8)
                             near(yo[t * IN + i], sum, 2e-5, "matmul_t_rows", i);
                     }
@@ -496,9 +499,9 @@ static void test_sparse_ops(void **state) {
                     /* where the table has the 8-bit kernel, fast mode uses it */
                     struct pi_cpu_kernels kt;
                     pi_cpu_kernels_init(&kt, pi_cpu_detect());
-                    if (kt.axpy_rows_i8[PI_TYPE_Q4_0] &&
-                        !memcmp(yx, yo, (size_t)nt * IN * sizeof *yx))
-                        fail_msg("Q4_0 matmul_t_rows: fast mode gave the exact path's bytes");
+                    if (kt.axpy_rows_i8[type] && !memcmp(yx, yo, (size_t)nt * IN * sizeof *yx))
+                        fail_msg("%s matmul_t_rows: fast mode gave the exact path's bytes",
+                                 tt->name);
                     be->destroy(bf);
                 }
             }
