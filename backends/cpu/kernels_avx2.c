@@ -6,7 +6,8 @@
  *
  * Quantized weights are decoded once per "unit" of 256 values and the decoded registers
  * are dotted with up to GEMM_TILE activation vectors (prefill reuses each weight load;
- * decode is the same code with one vector):
+ * decode is the same code with one vector; in the AVX2 build, prompts of 16 tokens or
+ * more of the 32-block types go through the panel gemm instead, see there):
  *
  * 32-blocks (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, MXFP4): a unit is a group of 8
  *   blocks, matching the block-transposed PI_VEC_Q8_0 layout (kernels.h). The weight
@@ -1352,6 +1353,172 @@ INLINE void rows_to_y(int type, const uint8_t *row, size_t rb, int64_t n, const 
     rows_ptr_to_y(type, rows, n, x, xd, ys);
 }
 
+#if !defined(PI_VNNI)
+/* ---- the AVX2 panel gemm (prompts of the 32-block types) -----------------------------
+ *
+ * gemm_units' tile path decodes a weight group (transpose and nibble split, about 30
+ * shuffles) for every tile of 8 tokens and loads every activation step once per row; on
+ * Zen 3 its 8 accumulators and 8 decoded steps do not fit 16 registers either. Here a
+ * thread decodes PANEL_ROWS rows of one K-block once into a panel on its stack (per
+ * group the 8 steps, for the signed types their signs too, then d and m:
+ * panel_gb bytes), and a register tile of 2 rows x PANEL_TOKENS tokens runs over the
+ * panel for every tile of tokens: per step 2 weight and PANEL_TOKENS activation loads
+ * feed 2 * PANEL_TOKENS maddubs.
+ *
+ * Bit for bit with dot: each (row, token) gets the same exact integer block sums (4-bit
+ * quants and MXFP4: 8 steps in int16; 5-bit: two halves of 4; Q8_0 and IQ4_NL: the sign
+ * trick, widened every step: dot8_u4, dot8_u5, dot8_s4, dot8_s8), the same
+ * fma(d * dx, isum, acc) (and fma(m, s, acc) for has_offset) in the same group order
+ * into the same 8 lanes, hsum_ps per K-block, and the K-blocks added in order as
+ * kblock_to_y does. Measured on one Zen 3 core, 4096 x 4096, 64 tokens: Q4_0 52 -> 88
+ * GMAC/s (test_kernels --bench; docs/performance.md). */
+#  define PANEL_ROWS       16
+#  define PANEL_TOKENS     4  /* 2 x 4: 8 accumulators; 3, 5 and 6 measured slower */
+#  define PANEL_MIN_TOKENS 16 /* fewer: the decode of a panel does not pay */
+
+INLINE int panel_type(int type) {
+    return !is_kgroup(type) && !is_k_quant(type);
+}
+
+/* Bytes of one group in the panel: q [8][32], (signed types: s [8][32]), d [8], m [8]. */
+INLINE size_t panel_gb(int type) {
+    return signed_type(type) ? 576 : 320;
+}
+
+/* Groups [g0, g1) of one row (nb blocks) decoded into the panel at o. */
+INLINE void panel_row(int type, const uint8_t *row, int64_t nb, int64_t g0, int64_t g1,
+                      uint8_t *o) {
+    const size_t gb = group_bytes(type), pg = panel_gb(type), sd = pg - 64;
+    for (int64_t g = g0; g < g1; g++, o += pg) {
+        struct wgroup wg;
+        load_group_at(type, row + (size_t)g * gb, group_r(nb, g), &wg);
+        UNROLL
+        for (int u = 0; u < 8; u++) {
+            _mm256_storeu_si256((__m256i *)(void *)(o + 32 * u), wg.q[u]);
+            if (signed_type(type))
+                _mm256_storeu_si256((__m256i *)(void *)(o + 256 + 32 * u), wg.s[u]);
+        }
+        _mm256_storeu_ps((float *)(void *)(o + sd), wg.d);
+        if (has_offset(type))
+            _mm256_storeu_ps((float *)(void *)(o + sd + 32), wg.m);
+    }
+}
+
+/* out[r][t] = the K-block's sum for panel rows p0, p1 (ng groups) and the tokens at
+ * x + t * vb (x: the K-block's first activation group). */
+INLINE void panel_micro(int type, const uint8_t *p0, const uint8_t *p1, int64_t ng,
+                        const uint8_t *x, size_t vb, float out[2][PANEL_TOKENS]) {
+    const __m256i one = _mm256_set1_epi16(1);
+    const size_t pg = panel_gb(type), sd = pg - 64;
+    /* passes of steps summed in int16 before one madd: 4-bit quants and MXFP4 one of 8,
+     * 5-bit two of 4, Q8_0 and IQ4_NL eight of 1 */
+    const int sgn = signed_type(type),
+              nu = type == PI_TYPE_Q4_0 || type == PI_TYPE_Q4_1 || type == PI_TYPE_MXFP4 ? 8
+                   : sgn                                                              ? 1
+                                                                                      : 4;
+    __m256 acc[2][PANEL_TOKENS];
+    UNROLL
+    for (int t = 0; t < PANEL_TOKENS; t++)
+        acc[0][t] = acc[1][t] = _mm256_setzero_ps();
+    for (int64_t g = 0; g < ng; g++) {
+        const uint8_t *o[2] = {p0 + (size_t)g * pg, p1 + (size_t)g * pg};
+        const uint8_t *xg = x + (size_t)g * PI_Q8_0_GROUP_BYTES;
+        __m256i is[2][PANEL_TOKENS];
+        UNROLL
+        for (int u0 = 0; u0 < 8; u0 += nu) {
+            __m256i s[2][PANEL_TOKENS];
+            UNROLL
+            for (int u = u0; u < u0 + nu; u++) {
+                __m256i w[2], ws[2];
+                UNROLL
+                for (int r = 0; r < 2; r++) {
+                    w[r] = _mm256_loadu_si256((const __m256i *)(const void *)(o[r] + 32 * u));
+                    if (sgn)
+                        ws[r] = _mm256_loadu_si256(
+                            (const __m256i *)(const void *)(o[r] + 256 + 32 * u));
+                }
+                UNROLL
+                for (int t = 0; t < PANEL_TOKENS; t++) {
+                    __m256i xv = loadu256(xg + (size_t)t * vb + 32 * u);
+                    __asm__("" : "+x"(xv)); /* one load for both rows */
+                    UNROLL
+                    for (int r = 0; r < 2; r++) {
+                        const __m256i p = _mm256_maddubs_epi16(
+                            w[r], sgn ? _mm256_sign_epi8(xv, ws[r]) : xv);
+                        s[r][t] = u == u0 ? p : _mm256_add_epi16(s[r][t], p);
+                        /* in place: otherwise gcc keeps every product for an add tree
+                         * and spills most of them (52 -> 88 GMAC/s for Q4_0) */
+                        __asm__("" : "+x"(s[r][t]));
+                    }
+                }
+            }
+            UNROLL
+            for (int r = 0; r < 2; r++)
+                UNROLL
+            for (int t = 0; t < PANEL_TOKENS; t++) {
+                const __m256i v = _mm256_madd_epi16(s[r][t], one);
+                is[r][t] = u0 == 0 ? v : _mm256_add_epi32(is[r][t], v);
+            }
+        }
+        UNROLL
+        for (int r = 0; r < 2; r++) {
+            const __m256 d = _mm256_loadu_ps((const float *)(const void *)(o[r] + sd));
+            UNROLL
+            for (int t = 0; t < PANEL_TOKENS; t++) {
+                const uint8_t *xt = xg + (size_t)t * vb;
+                const __m256 dx = _mm256_loadu_ps((const float *)(const void *)(xt + 256));
+                acc[r][t] = _mm256_fmadd_ps(_mm256_mul_ps(d, dx), _mm256_cvtepi32_ps(is[r][t]),
+                                            acc[r][t]);
+                if (has_offset(type))
+                    acc[r][t] = _mm256_fmadd_ps(
+                        _mm256_loadu_ps((const float *)(const void *)(o[r] + sd + 32)),
+                        _mm256_loadu_ps((const float *)(const void *)(xt + 288)), acc[r][t]);
+            }
+        }
+    }
+    UNROLL
+    for (int r = 0; r < 2; r++)
+        UNROLL
+    for (int t = 0; t < PANEL_TOKENS; t++)
+        out[r][t] = hsum_ps(acc[r][t]);
+}
+
+/* Rows [r0, r1) of W (or of idx, as gemm_units takes them) for tokens [0, nt), nt a
+ * multiple of PANEL_TOKENS. */
+INLINE void gemm_panel(int type, const uint8_t *W, size_t rb, const int32_t *idx, int64_t r0,
+                       int64_t r1, const uint8_t *X, size_t vb, int64_t nt, float *Y,
+                       int64_t ldy, int64_t n) {
+    const int64_t nb = n / 32, ng = (nb + 7) / 8, nk = (ng + KB_UNITS - 1) / KB_UNITS;
+    const size_t prow = (size_t)KB_UNITS * panel_gb(type);
+    _Alignas(32) uint8_t panel[PANEL_ROWS * KB_UNITS * 576];
+    for (int64_t c0 = r0; c0 < r1; c0 += PANEL_ROWS) {
+        const int64_t c1 = c0 + PANEL_ROWS < r1 ? c0 + PANEL_ROWS : r1;
+        for (int64_t k = 0; k < nk; k++) {
+            const int64_t g0 = k * KB_UNITS, g1 = g0 + KB_UNITS < ng ? g0 + KB_UNITS : ng;
+            for (int64_t i = c0; i < c1; i++)
+                panel_row(type, W + (size_t)(idx ? idx[i] : i) * rb, nb, g0, g1,
+                          panel + (size_t)(i - c0) * prow);
+            for (int64_t t0 = 0; t0 < nt; t0 += PANEL_TOKENS) {
+                const uint8_t *x = X + (size_t)t0 * vb + (size_t)g0 * PI_Q8_0_GROUP_BYTES;
+                for (int64_t i = c0; i < c1; i += 2) {
+                    const int two = i + 1 < c1; /* a last odd row is computed twice */
+                    const uint8_t *pa = panel + (size_t)(i - c0) * prow;
+                    float out[2][PANEL_TOKENS];
+                    panel_micro(type, pa, two ? pa + prow : pa, g1 - g0, x, vb, out);
+                    for (int r = 0; r < 1 + two; r++) {
+                        float *y = Y + t0 * ldy + (idx ? idx[i + r] : i + r);
+                        for (int t = 0; t < PANEL_TOKENS; t++) {
+                            const float part = out[r][t];
+                            y[t * ldy] = k == 0 ? 0.0f + part : y[t * ldy] + part;
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+#endif
+
 #if defined(PI_VNNI)
 #  include "gemm_pairs_avx512.h"
 #  include "gemm_packed_avx512.h"
@@ -1367,9 +1534,18 @@ INLINE void gemm_units(int type, const void *W, size_t rb, const int32_t *idx, i
     const int64_t nk = ((n + 255) / 256 + KB_UNITS - 1) / KB_UNITS;
     const int64_t rows = rb < GEMM_L2_BYTES ? (int64_t)(GEMM_L2_BYTES / rb) : 1;
     const uint8_t *w = W;
+    int64_t tp = 0; /* tokens [0, tp) go through the panel gemm */
+#if !defined(PI_VNNI)
+    if (panel_type(type) && nt >= PANEL_MIN_TOKENS)
+        tp = nt / PANEL_TOKENS * PANEL_TOKENS;
+#endif
     for (int64_t r0 = 0; r0 < nr; r0 += rows) {
         const int64_t r1 = r0 + rows < nr ? r0 + rows : nr;
-        for (int64_t t0 = 0; t0 < nt; t0 += GEMM_TILE) {
+#if !defined(PI_VNNI)
+        if (tp > 0)
+            gemm_panel(type, w, rb, idx, r0, r1, X, vb, tp, Y, ldy, n);
+#endif
+        for (int64_t t0 = tp; t0 < nt; t0 += GEMM_TILE) {
             const int tt = nt - t0 < GEMM_TILE ? (int)(nt - t0) : GEMM_TILE;
             const uint8_t *x = (const uint8_t *)X + (size_t)t0 * vb;
             float *y = Y + t0 * ldy;
