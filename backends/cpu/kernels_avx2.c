@@ -7,7 +7,7 @@
  * Quantized weights are decoded once per "unit" of 256 values and the decoded registers
  * are dotted with up to GEMM_TILE activation vectors (prefill reuses each weight load;
  * decode is the same code with one vector; in the AVX2 build, prompts of 16 tokens or
- * more of the 32-block types go through the panel gemm instead, see there):
+ * more go through the panel gemm instead, see there; IQ4_XS excepted):
  *
  * 32-blocks (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, MXFP4): a unit is a group of 8
  *   blocks, matching the block-transposed PI_VEC_Q8_0 layout (kernels.h). The weight
@@ -1354,7 +1354,7 @@ INLINE void rows_to_y(int type, const uint8_t *row, size_t rb, int64_t n, const 
 }
 
 #if !defined(PI_VNNI)
-/* ---- the AVX2 panel gemm (prompts of the 32-block types) -----------------------------
+/* ---- the AVX2 panel gemm (prompts of the 32-block types and the K-quants) -----------
  *
  * gemm_units' tile path decodes a weight group (transpose and nibble split, about 30
  * shuffles) for every tile of 8 tokens and loads every activation step once per row; on
@@ -1370,8 +1370,10 @@ INLINE void rows_to_y(int type, const uint8_t *row, size_t rb, int64_t n, const 
  * trick, widened every step: dot8_u4, dot8_u5, dot8_s4, dot8_s8), the same
  * fma(d * dx, isum, acc) (and fma(m, s, acc) for has_offset) in the same group order
  * into the same 8 lanes, hsum_ps per K-block, and the K-blocks added in order as
- * kblock_to_y does. Measured on one Zen 3 core, 4096 x 4096, 64 tokens: Q4_0 52 -> 88
- * GMAC/s (test_kernels --bench; docs/performance.md). */
+ * kblock_to_y does. The K-quants but IQ4_XS take the same loop nest with their own
+ * panel (panel_row_k, panel_micro_k). Measured on one Zen 3 core, 4096 x 4096, 64
+ * tokens: Q4_0 52 -> 84 GMAC/s, Q4_K 35-41 -> 48-54 (test_kernels --bench;
+ * docs/performance.md). */
 #  define PANEL_ROWS       16
 #  define PANEL_TOKENS     4  /* 2 x 4: 8 accumulators; 3, 5 and 6 measured slower */
 #  define PANEL_MIN_TOKENS 16 /* fewer: the decode of a panel does not pay */
@@ -1483,28 +1485,127 @@ INLINE void panel_micro(int type, const uint8_t *p0, const uint8_t *p1, int64_t 
         out[r][t] = hsum_ps(acc[r][t]);
 }
 
+/* The K-quants (Q2_K..Q6_K; not IQ4_XS) in the panel: per super-block the 8 decoded
+ * chunks q (as k_decode leaves them), their 8 scale registers sc, aux, d and dmin:
+ * PANEL_KGB bytes; the tile then does k_token's arithmetic for 2 rows x PANEL_TOKENS
+ * tokens, with the same integer sums and the same float operations in the same order. */
+#  define PANEL_KGB 576 /* q [8][32], sc [8][32], aux [32], d, dmin (552 used) */
+
+INLINE int panel_k_type(int type) {
+    return is_k_quant(type) && type != PI_TYPE_ID_IQ4_XS;
+}
+
+/* Super-blocks [b0, b1) of one row decoded into the panel at o. */
+INLINE void panel_row_k(int type, const uint8_t *row, int64_t b0, int64_t b1, uint8_t *o) {
+    for (int64_t b = b0; b < b1; b++, o += PANEL_KGB) {
+        struct kblock kb;
+        k_decode(type, row + (size_t)b * k_block_bytes(type), &kb);
+        UNROLL
+        for (int c = 0; c < 8; c++) {
+            _mm256_storeu_si256((__m256i *)(void *)(o + 32 * c), kb.q[c]);
+            _mm256_storeu_si256((__m256i *)(void *)(o + 256 + 32 * c), kb.sc[c]);
+        }
+        _mm256_storeu_si256((__m256i *)(void *)(o + 512), kb.aux);
+        memcpy(o + 544, &kb.d, sizeof kb.d);
+        memcpy(o + 548, &kb.dmin, sizeof kb.dmin);
+    }
+}
+
+/* out[r][t] = the sum over super-blocks [b0, b1) (of nb) for panel rows p0, p1 and the
+ * PI_VEC_Q8_K vectors at x + t * vb. */
+INLINE void panel_micro_k(int type, const uint8_t *p0, const uint8_t *p1, int64_t b0, int64_t b1,
+                          int64_t nb, const uint8_t *x, size_t vb, float out[2][PANEL_TOKENS]) {
+    const int has_min = type == PI_TYPE_Q2_K || type == PI_TYPE_Q4_K || type == PI_TYPE_Q5_K;
+    __m256 acc[2][PANEL_TOKENS];
+    UNROLL
+    for (int t = 0; t < PANEL_TOKENS; t++)
+        acc[0][t] = acc[1][t] = _mm256_setzero_ps();
+    for (int64_t b = b0; b < b1; b++) {
+        const uint8_t *o[2] = {p0 + (size_t)(b - b0) * PANEL_KGB,
+                               p1 + (size_t)(b - b0) * PANEL_KGB};
+        __m256i is[2][PANEL_TOKENS];
+        UNROLL
+        for (int c = 0; c < 8; c++) {
+            const __m256i w0 = loadu256(o[0] + 32 * c), w1 = loadu256(o[1] + 32 * c);
+            UNROLL
+            for (int t = 0; t < PANEL_TOKENS; t++) {
+                __m256i xv = loadu256(xk_q(x + (size_t)t * vb, b) + 32 * c);
+                __asm__("" : "+x"(xv)); /* one load for both rows */
+                const __m256i v0 = _mm256_madd_epi16(_mm256_maddubs_epi16(w0, xv),
+                                                     loadu256(o[0] + 256 + 32 * c));
+                const __m256i v1 = _mm256_madd_epi16(_mm256_maddubs_epi16(w1, xv),
+                                                     loadu256(o[1] + 256 + 32 * c));
+                is[0][t] = c == 0 ? v0 : _mm256_add_epi32(is[0][t], v0);
+                is[1][t] = c == 0 ? v1 : _mm256_add_epi32(is[1][t], v1);
+                __asm__("" : "+x"(is[0][t]), "+x"(is[1][t])); /* in place (see panel_micro) */
+            }
+        }
+        UNROLL
+        for (int r = 0; r < 2; r++) {
+            float d, dmin;
+            memcpy(&d, o[r] + 544, sizeof d);
+            memcpy(&dmin, o[r] + 548, sizeof dmin);
+            UNROLL
+            for (int t = 0; t < PANEL_TOKENS; t++) {
+                const uint8_t *xt = x + (size_t)t * vb;
+                const float dx = xk_d(xt, nb, b);
+                const __m256i aux =
+                    _mm256_madd_epi16(loadu256(o[r] + 512), loadu256(xk_bsum(xt, nb, b)));
+                __m256i isum = is[r][t];
+                if (type == PI_TYPE_Q6_K)
+                    isum = _mm256_sub_epi32(isum, _mm256_slli_epi32(aux, 5));
+                if (type == PI_TYPE_Q3_K)
+                    isum = _mm256_sub_epi32(isum, _mm256_slli_epi32(aux, 2));
+                acc[r][t] =
+                    _mm256_fmadd_ps(_mm256_set1_ps(d * dx), _mm256_cvtepi32_ps(isum), acc[r][t]);
+                if (has_min)
+                    acc[r][t] = _mm256_fnmadd_ps(_mm256_set1_ps(dmin * dx),
+                                                 _mm256_cvtepi32_ps(aux), acc[r][t]);
+            }
+        }
+    }
+    UNROLL
+    for (int r = 0; r < 2; r++)
+        UNROLL
+    for (int t = 0; t < PANEL_TOKENS; t++)
+        out[r][t] = hsum_ps(acc[r][t]);
+}
+
 /* Rows [r0, r1) of W (or of idx, as gemm_units takes them) for tokens [0, nt), nt a
  * multiple of PANEL_TOKENS. */
 INLINE void gemm_panel(int type, const uint8_t *W, size_t rb, const int32_t *idx, int64_t r0,
                        int64_t r1, const uint8_t *X, size_t vb, int64_t nt, float *Y,
                        int64_t ldy, int64_t n) {
-    const int64_t nb = n / 32, ng = (nb + 7) / 8, nk = (ng + KB_UNITS - 1) / KB_UNITS;
-    const size_t prow = (size_t)KB_UNITS * panel_gb(type);
+    const int kq = panel_k_type(type);
+    /* units: groups of 8 blocks, or K super-blocks */
+    const int64_t nb = n / 32, nu = kq ? n / 256 : (nb + 7) / 8,
+                  nk = (nu + KB_UNITS - 1) / KB_UNITS;
+    const size_t prow = (size_t)KB_UNITS * (kq ? PANEL_KGB : panel_gb(type));
     _Alignas(32) uint8_t panel[PANEL_ROWS * KB_UNITS * 576];
+    _Static_assert(PANEL_KGB <= 576, "the panel holds KB_UNITS K super-blocks per row");
     for (int64_t c0 = r0; c0 < r1; c0 += PANEL_ROWS) {
         const int64_t c1 = c0 + PANEL_ROWS < r1 ? c0 + PANEL_ROWS : r1;
         for (int64_t k = 0; k < nk; k++) {
-            const int64_t g0 = k * KB_UNITS, g1 = g0 + KB_UNITS < ng ? g0 + KB_UNITS : ng;
-            for (int64_t i = c0; i < c1; i++)
-                panel_row(type, W + (size_t)(idx ? idx[i] : i) * rb, nb, g0, g1,
-                          panel + (size_t)(i - c0) * prow);
+            const int64_t g0 = k * KB_UNITS, g1 = g0 + KB_UNITS < nu ? g0 + KB_UNITS : nu;
+            for (int64_t i = c0; i < c1; i++) {
+                const uint8_t *row = W + (size_t)(idx ? idx[i] : i) * rb;
+                if (kq)
+                    panel_row_k(type, row, g0, g1, panel + (size_t)(i - c0) * prow);
+                else
+                    panel_row(type, row, nb, g0, g1, panel + (size_t)(i - c0) * prow);
+            }
             for (int64_t t0 = 0; t0 < nt; t0 += PANEL_TOKENS) {
-                const uint8_t *x = X + (size_t)t0 * vb + (size_t)g0 * PI_Q8_0_GROUP_BYTES;
+                const uint8_t *xt = X + (size_t)t0 * vb;
                 for (int64_t i = c0; i < c1; i += 2) {
                     const int two = i + 1 < c1; /* a last odd row is computed twice */
                     const uint8_t *pa = panel + (size_t)(i - c0) * prow;
                     float out[2][PANEL_TOKENS];
-                    panel_micro(type, pa, two ? pa + prow : pa, g1 - g0, x, vb, out);
+                    if (kq)
+                        panel_micro_k(type, pa, two ? pa + prow : pa, g0, g1, n / 256, xt, vb,
+                                      out);
+                    else
+                        panel_micro(type, pa, two ? pa + prow : pa, g1 - g0,
+                                    xt + (size_t)g0 * PI_Q8_0_GROUP_BYTES, vb, out);
                     for (int r = 0; r < 1 + two; r++) {
                         float *y = Y + t0 * ldy + (idx ? idx[i + r] : i + r);
                         for (int t = 0; t < PANEL_TOKENS; t++) {
@@ -1536,7 +1637,7 @@ INLINE void gemm_units(int type, const void *W, size_t rb, const int32_t *idx, i
     const uint8_t *w = W;
     int64_t tp = 0; /* tokens [0, tp) go through the panel gemm */
 #if !defined(PI_VNNI)
-    if (panel_type(type) && nt >= PANEL_MIN_TOKENS)
+    if ((panel_type(type) || panel_k_type(type)) && nt >= PANEL_MIN_TOKENS)
         tp = nt / PANEL_TOKENS * PANEL_TOKENS;
 #endif
     for (int64_t r0 = 0; r0 < nr; r0 += rows) {
