@@ -1214,6 +1214,10 @@ INLINE void row_kblock_k(int type, const uint8_t *row, int64_t nb, int64_t b0, i
         return;
     }
 #endif
+    if (tt == 1) { /* decode: a constant count keeps the one accumulator in a register */
+        row_kblock_kn(type, row, nb, b0, b1, x, vb, 1, out);
+        return;
+    }
     row_kblock_kn(type, row, nb, b0, b1, x, vb, tt, out);
 }
 
@@ -1232,6 +1236,8 @@ INLINE void row_units(int type, const uint8_t *row, int64_t n, int64_t u0, int64
                       const uint8_t *x, size_t vb, int tt, float *out) {
     if (is_k_quant(type))
         row_kblock_k(type, row, n / 256, u0, u1, x, vb, tt, out);
+    else if (tt == 1) /* as in row_kblock_k */
+        row_kblock_n(type, row, n / 32, u0, u1, x, vb, 1, out);
     else
         row_kblock_n(type, row, n / 32, u0, u1, x, vb, tt, out);
 }
