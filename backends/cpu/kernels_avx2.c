@@ -1365,7 +1365,7 @@ INLINE void rows_to_y(int type, const uint8_t *row, size_t rb, int64_t n, const 
  * gemm_units' tile path decodes a weight group (transpose and nibble split, about 30
  * shuffles) for every tile of 8 tokens and loads every activation step once per row; on
  * Zen 3 its 8 accumulators and 8 decoded steps do not fit 16 registers either. Here a
- * thread decodes PANEL_ROWS rows of one K-block once into a panel on its stack (per
+ * thread decodes 8 or 16 rows of one K-block once into a panel on its stack (per
  * group the 8 steps, for the signed types their signs too, then d and m:
  * panel_gb bytes), and a register tile of 2 rows x PANEL_TOKENS tokens runs over the
  * panel for every tile of tokens: per step 2 weight and PANEL_TOKENS activation loads
@@ -1380,7 +1380,7 @@ INLINE void rows_to_y(int type, const uint8_t *row, size_t rb, int64_t n, const 
  * panel (panel_row_k, panel_micro_k). Measured on one Zen 3 core, 4096 x 4096, 64
  * tokens: Q4_0 52 -> 84 GMAC/s, Q4_K 35-41 -> 48-54 (test_kernels --bench;
  * docs/performance.md). */
-#  define PANEL_ROWS       16
+#  define PANEL_BYTES      (KB_UNITS * 16 * 320) /* 40 KB of stack: 16 rows of 320-byte groups */
 #  define PANEL_TOKENS     4  /* 2 x 4: 8 accumulators; 3, 5 and 6 measured slower */
 #  define PANEL_MIN_TOKENS 16 /* fewer: the decode of a panel does not pay */
 
@@ -1587,10 +1587,14 @@ INLINE void gemm_panel(int type, const uint8_t *W, size_t rb, const int32_t *idx
     const int64_t nb = n / 32, nu = kq ? n / 256 : (nb + 7) / 8,
                   nk = (nu + KB_UNITS - 1) / KB_UNITS;
     const size_t prow = (size_t)KB_UNITS * (kq ? PANEL_KGB : panel_gb(type));
-    _Alignas(32) uint8_t panel[PANEL_ROWS * KB_UNITS * 576];
-    _Static_assert(PANEL_KGB <= 576, "the panel holds KB_UNITS K super-blocks per row");
-    for (int64_t c0 = r0; c0 < r1; c0 += PANEL_ROWS) {
-        const int64_t c1 = c0 + PANEL_ROWS < r1 ? c0 + PANEL_ROWS : r1;
+    /* rows per panel: 16 of the unsigned types' groups, 8 of the others' (whose groups
+     * are 576 bytes); the stack is all the panel has, and callers' threads may have
+     * small stacks (musl's default is 128 KB) */
+    const int64_t prows = (int64_t)(PANEL_BYTES / prow);
+    _Alignas(32) uint8_t panel[PANEL_BYTES];
+    _Static_assert(PANEL_BYTES / (KB_UNITS * 576) >= 2, "a panel holds a tile's two rows");
+    for (int64_t c0 = r0; c0 < r1; c0 += prows) {
+        const int64_t c1 = c0 + prows < r1 ? c0 + prows : r1;
         for (int64_t k = 0; k < nk; k++) {
             const int64_t g0 = k * KB_UNITS, g1 = g0 + KB_UNITS < nu ? g0 + KB_UNITS : nu;
             for (int64_t i = c0; i < c1; i++) {
