@@ -1214,10 +1214,6 @@ INLINE void row_kblock_k(int type, const uint8_t *row, int64_t nb, int64_t b0, i
         return;
     }
 #endif
-    if (tt == 1) { /* decode: a constant count keeps the one accumulator in a register */
-        row_kblock_kn(type, row, nb, b0, b1, x, vb, 1, out);
-        return;
-    }
     row_kblock_kn(type, row, nb, b0, b1, x, vb, tt, out);
 }
 
@@ -1234,12 +1230,16 @@ INLINE int is_k_quant(int type) {
  * 8 32-blocks or a K super-block). */
 INLINE void row_units(int type, const uint8_t *row, int64_t n, int64_t u0, int64_t u1,
                       const uint8_t *x, size_t vb, int tt, float *out) {
-    if (is_k_quant(type))
+    if (tt == 1) { /* decode: a literal count keeps the one accumulator in a register */
+        if (is_k_quant(type))
+            row_kblock_k(type, row, n / 256, u0, u1, x, 0, 1, out);
+        else
+            row_kblock_n(type, row, n / 32, u0, u1, x, 0, 1, out);
+    } else if (is_k_quant(type)) {
         row_kblock_k(type, row, n / 256, u0, u1, x, vb, tt, out);
-    else if (tt == 1) /* as in row_kblock_k */
-        row_kblock_n(type, row, n / 32, u0, u1, x, vb, 1, out);
-    else
+    } else {
         row_kblock_n(type, row, n / 32, u0, u1, x, vb, tt, out);
+    }
 }
 
 /* Rows are summed in K-blocks of KB_UNITS units (2048 values), each reduced to a float
@@ -1255,6 +1255,12 @@ INLINE float dot_units(int type, const void *w, const void *x, int64_t n) {
     return sum;
 }
 
+/* *y after K-block k: the K-blocks' sums added in order (every gemm path does it this
+ * way, so that gemm equals dot bit for bit). */
+INLINE void kblock_add(float *y, int64_t k, float part) {
+    *y = k == 0 ? 0.0f + part : *y + part;
+}
+
 /* Y[t][r] for the tile's tokens after K-block k of row r. */
 INLINE void kblock_to_y(int type, const uint8_t *row, int64_t n, int64_t k, const uint8_t *x,
                         size_t vb, int tt, float *y, int64_t ldy) {
@@ -1262,7 +1268,7 @@ INLINE void kblock_to_y(int type, const uint8_t *row, int64_t n, int64_t k, cons
     float part[GEMM_TILE];
     row_units(type, row, n, u0, u0 + KB_UNITS < nu ? u0 + KB_UNITS : nu, x, vb, tt, part);
     for (int t = 0; t < tt; t++)
-        y[t * ldy] = k == 0 ? 0.0f + part[t] : y[t * ldy] + part[t];
+        kblock_add(y + t * ldy, k, part[t]);
 }
 
 /* Decode (one token, 32-blocks, rows of at most one K-block): DEC_ROWS rows per call,
@@ -1377,16 +1383,11 @@ INLINE void rows_to_y(int type, const uint8_t *row, size_t rb, int64_t n, const 
  * fma(d * dx, isum, acc) (and fma(m, s, acc) for has_offset) in the same group order
  * into the same 8 lanes, hsum_ps per K-block, and the K-blocks added in order as
  * kblock_to_y does. The K-quants but IQ4_XS take the same loop nest with their own
- * panel (panel_row_k, panel_micro_k). Measured on one Zen 3 core, 4096 x 4096, 64
- * tokens: Q4_0 52 -> 84 GMAC/s, Q4_K 35-41 -> 48-54 (test_kernels --bench;
- * docs/performance.md). */
+ * panel (panel_row_k, panel_micro_k). Rates: docs/design.md, "The AVX2 panel gemm". */
 #  define PANEL_BYTES      (KB_UNITS * 16 * 320) /* 40 KB of stack: 16 rows of 320-byte groups */
 #  define PANEL_TOKENS     4  /* 2 x 4: 8 accumulators; 3, 5 and 6 measured slower */
 #  define PANEL_MIN_TOKENS 16 /* fewer: the decode of a panel does not pay */
 
-INLINE int panel_type(int type) {
-    return !is_kgroup(type) && !is_k_quant(type);
-}
 
 /* Bytes of one group in the panel: q [8][32], (signed types: s [8][32]), d [8], m [8]. */
 INLINE size_t panel_gb(int type) {
@@ -1618,10 +1619,8 @@ INLINE void gemm_panel(int type, const uint8_t *W, size_t rb, const int32_t *idx
                                     xt + (size_t)g0 * PI_Q8_0_GROUP_BYTES, vb, out);
                     for (int r = 0; r < 1 + two; r++) {
                         float *y = Y + t0 * ldy + (idx ? idx[i + r] : i + r);
-                        for (int t = 0; t < PANEL_TOKENS; t++) {
-                            const float part = out[r][t];
-                            y[t * ldy] = k == 0 ? 0.0f + part : y[t * ldy] + part;
-                        }
+                        for (int t = 0; t < PANEL_TOKENS; t++)
+                            kblock_add(y + t * ldy, k, out[r][t]);
                     }
                 }
             }
@@ -1647,7 +1646,7 @@ INLINE void gemm_units(int type, const void *W, size_t rb, const int32_t *idx, i
     const uint8_t *w = W;
     int64_t tp = 0; /* tokens [0, tp) go through the panel gemm */
 #if !defined(PI_VNNI)
-    if ((panel_type(type) || panel_k_type(type)) && nt >= PANEL_MIN_TOKENS)
+    if (type != PI_TYPE_ID_IQ4_XS && nt >= PANEL_MIN_TOKENS) /* (no kgroup types here) */
         tp = nt / PANEL_TOKENS * PANEL_TOKENS;
 #endif
     for (int64_t r0 = 0; r0 < nr; r0 += rows) {
