@@ -35,7 +35,7 @@ struct pi_backend {
     uint8_t *xp, *panel;
     int32_t *rows;  /* max_width row ids (matmul_t_rows) */
     float *deq;     /* per thread: a tile of weight rows as floats (axpy_cols_job),
-                     * AXPY_GROUP x AXPY_CHUNK */
+                     * deq_floats() */
     /* RoPE's rotations of the last step, cos and sin per (token, pair) [max_tokens][2][..]
      * (max_width / 2 pairs at most): Q, K and every layer with the same parameters
      * reuse them (rope_table). rope_key says what they were made for. */
@@ -57,6 +57,14 @@ struct pi_backend {
 /* From this many tokens on, a group's rows are converted to floats once per chunk and
  * every token adds them from there (one conversion instead of one per token). */
 #define AXPY_DEQ_TOKENS 4
+/* That prompt path's groups and chunks: a token needs few of a group's rows (a sparse
+ * prompt's down projection: one row in ten), so groups are long, for each token's call
+ * to add several rows per load and store of its outputs; chunks are narrow, for the
+ * group's tile (AXPY_PGROUP x chunk floats) to stay in L1 (wider where a block is: the
+ * K-quants' 256). */
+#define AXPY_PGROUP 128
+#define AXPY_PCHUNK 64
+#define AXPY_PTILE 256 /* the widest chunk: floats per tile row allocated */
 
 /* The widest K head a Q8_0 cache takes (attention quantizes a query head on the stack). */
 #define KV_Q8_MAX_DIM 1024
@@ -98,12 +106,13 @@ static size_t att_floats(const struct pi_backend *b) {
     return (size_t)ATT_UNIT_ROWS * (2 * (size_t)b->max_width + 1);
 }
 
-/* Per thread for axpy_cols_job's prompt path: the tile (AXPY_GROUP x AXPY_CHUNK floats),
- * then per token of a group its non-zero activations (AXPY_GROUP floats), their rows'
- * places in the tile (AXPY_GROUP bytes, as AXPY_GROUP / 4 floats) and their count (one). */
+/* Per thread for axpy_cols_job's prompt path: the tile (AXPY_PGROUP x AXPY_PTILE floats),
+ * then per token of a group its non-zero activations (AXPY_PGROUP floats), their rows'
+ * places in the tile (AXPY_PGROUP bytes, as AXPY_PGROUP / 4 floats) and their count
+ * (one). */
 static size_t deq_floats(const struct pi_backend *b) {
-    return (size_t)AXPY_GROUP * AXPY_CHUNK +
-           (size_t)b->max_tokens * (AXPY_GROUP + AXPY_GROUP / 4 + 1);
+    return (size_t)AXPY_PGROUP * AXPY_PTILE +
+           (size_t)b->max_tokens * (AXPY_PGROUP + AXPY_PGROUP / 4 + 1);
 }
 
 static int alloc_scratch(struct pi_backend *b, int n_threads) {
@@ -636,21 +645,24 @@ static void axpy_cols_job(void *arg, int64_t lo, int64_t hi, int ith) {
     const size_t chunk_bytes = (size_t)cb * tt->block_bytes;
     pi_to_float_fn to_float = j->b->k.to_float[w->type];
     pi_axpy_rows_fn add_f32 = j->b->k.axpy_rows[PI_TYPE_F32];
+    const int64_t pcb = AXPY_PCHUNK / tt->block_size > 0 ? AXPY_PCHUNK / tt->block_size : 1;
+    const int64_t pchunk = pcb * tt->block_size;
     if (j->n_tok >= AXPY_DEQ_TOKENS && w->type != PI_TYPE_F32 && to_float && add_f32 &&
-        chunk <= AXPY_CHUNK) {
+        pchunk <= AXPY_PTILE) {
         /* A prompt: each chunk of a group's rows becomes floats once (tile, in L1), then
          * every token adds the rows it needs from there, in the same row order. */
+        const size_t pchunk_bytes = (size_t)pcb * tt->block_bytes;
         float *tile = j->b->deq + (size_t)ith * deq_floats(j->b);
-        float *av = tile + AXPY_GROUP * AXPY_CHUNK;                 /* [n_tok][AXPY_GROUP] */
-        uint8_t *qv = (uint8_t *)(av + j->n_tok * AXPY_GROUP);      /* [n_tok][AXPY_GROUP] */
-        int32_t *kv = (int32_t *)(qv + j->n_tok * AXPY_GROUP);      /* [n_tok] */
-        for (int64_t g = 0; g < j->n_rows; g += AXPY_GROUP) {
-            const int64_t ge = g + AXPY_GROUP < j->n_rows ? g + AXPY_GROUP : j->n_rows;
-            const int64_t ne = ge + AXPY_GROUP < j->n_rows ? ge + AXPY_GROUP : j->n_rows;
+        float *av = tile + AXPY_PGROUP * AXPY_PTILE;                /* [n_tok][AXPY_PGROUP] */
+        uint8_t *qv = (uint8_t *)(av + j->n_tok * AXPY_PGROUP);     /* [n_tok][AXPY_PGROUP] */
+        int32_t *kv = (int32_t *)(qv + j->n_tok * AXPY_PGROUP);     /* [n_tok] */
+        for (int64_t g = 0; g < j->n_rows; g += AXPY_PGROUP) {
+            const int64_t ge = g + AXPY_PGROUP < j->n_rows ? g + AXPY_PGROUP : j->n_rows;
+            const int64_t ne = ge + AXPY_PGROUP < j->n_rows ? ge + AXPY_PGROUP : j->n_rows;
             for (int64_t t = 0; t < j->n_tok; t++) { /* each token's rows of the group */
                 const float *xt = j->x + t * w->n_out;
-                float *at = av + t * AXPY_GROUP;
-                uint8_t *qt = qv + t * AXPY_GROUP;
+                float *at = av + t * AXPY_PGROUP;
+                uint8_t *qt = qv + t * AXPY_PGROUP;
                 int32_t k = 0;
                 for (int64_t i = g; i < ge; i++) {
                     at[k] = xt[j->b->rows[i]];
@@ -659,22 +671,22 @@ static void axpy_cols_job(void *arg, int64_t lo, int64_t hi, int ith) {
                 }
                 kv[t] = k;
             }
-            for (int64_t c0 = 0; c0 < hi - lo; c0 += chunk) {
-                const int64_t cn = hi - lo - c0 < chunk ? hi - lo - c0 : chunk;
+            for (int64_t c0 = 0; c0 < hi - lo; c0 += pchunk) {
+                const int64_t cn = hi - lo - c0 < pchunk ? hi - lo - c0 : pchunk;
                 const size_t co = (size_t)(c0 / tt->block_size) * tt->block_bytes;
                 for (int64_t i = ge; i < ne; i++)
-                    prefetch_bytes(base + (size_t)j->b->rows[i] * w->row_bytes + co, chunk_bytes, 1);
+                    prefetch_bytes(base + (size_t)j->b->rows[i] * w->row_bytes + co, pchunk_bytes, 1);
                 for (int64_t i = g; i < ge; i++)
                     to_float(base + (size_t)j->b->rows[i] * w->row_bytes + co,
-                             tile + (size_t)(i - g) * AXPY_CHUNK, cn);
+                             tile + (size_t)(i - g) * (size_t)pchunk, cn);
                 for (int64_t t = 0; t < j->n_tok; t++) {
                     const int32_t k = kv[t];
                     if (!k)
                         continue;
-                    const uint8_t *ptr[AXPY_GROUP];
+                    const uint8_t *ptr[AXPY_PGROUP];
                     for (int32_t q = 0; q < k; q++)
-                        ptr[q] = (const uint8_t *)(tile + (size_t)qv[t * AXPY_GROUP + q] * AXPY_CHUNK);
-                    add_f32(j->y + t * w->n_in + lo + c0, av + t * AXPY_GROUP, ptr, k, cn);
+                        ptr[q] = (const uint8_t *)(tile + (size_t)qv[t * AXPY_PGROUP + q] * (size_t)pchunk);
+                    add_f32(j->y + t * w->n_in + lo + c0, av + t * AXPY_PGROUP, ptr, k, cn);
                 }
             }
         }

@@ -5,7 +5,10 @@
  *                         type, reference vs every SIMD table this CPU can run, plus the
  *                         gemm throughput (64 tokens) of the SIMD tables; single thread,
  *                         timed in thread CPU time (best of several runs)
- *   test_kernels --bench-decode  one-token gemm on small-model shapes, weights streamed
+ *   test_kernels --bench-decode  one-token gemm on small-model shapes, weights streamed,
+ *                         then the sparse decode kernels (bench_sparse_decode)
+ *   test_kernels --bench-sparse  only the sparse decode kernels (PI_BENCH_POOL=1: weights
+ *                         from the last-level cache, the kernels' compute rate)
  *
  * Every SIMD table this CPU supports is compared with the scalar reference on random
  * weights (valid scales, random quants) and random activations, with odd shapes: n of
@@ -1490,9 +1493,91 @@ static int run_bench(void) {
     return 0;
 }
 
+/* The threshold path's decode kernels on the 1B shape (n_embd 2048, n_ff 5632),
+ * a random fraction of the rows kept (in id order, as the engine lists them): gemv_idx
+ * for up and the 8-bit axpy over rows of the transposed down (groups of 16 rows, chunks
+ * of 256 columns, the next group's chunk prefetched: axpy_cols_job on one thread). GB/s
+ * of the kept rows' bytes, weights cycled through the pool as in bench-decode. */
+static void bench_sparse_decode(const struct pi_cpu_kernels *k, int type, uint8_t *w, uint8_t *x,
+                                const float *xf, float *y, size_t pool) {
+    const int64_t n = 2048, nr = 5632;
+    const size_t bb = pi_type_traits((uint32_t)type)->block_bytes;
+    const size_t rb = (size_t)pi_type_row_bytes((uint32_t)type, n), mb = rb * (size_t)nr;
+    const size_t nm = pool / mb > 0 && pool <= (size_t)64 << 20 ? pool / mb : 1;
+    int32_t *idx = malloc((size_t)nr * sizeof *idx);
+    float *a = malloc((size_t)nr * sizeof *a), *yo = malloc((size_t)nr * sizeof *yo);
+    if (!idx || !a || !yo)
+        goto done;
+    random_weights(type, w, nm * mb);
+    k->quantize_q8_0(xf, x, n);
+    for (int64_t i = 0; i < nr; i++)
+        a[i] = xf[i % 2048] + 0.5f;
+    static const double keep[] = {1.0, 0.5, 0.3};
+    uint64_t s = 88172645463325252ull;
+    for (size_t f = 0; f < sizeof keep / sizeof keep[0]; f++) {
+        int64_t ni = 0;
+        for (int64_t i = 0; i < nr; i++) {
+            s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+            if ((double)(s >> 11) / 9007199254740992.0 < keep[f])
+                idx[ni++] = (int32_t)i;
+        }
+        double best_g = 0.0, best_a[2] = {0.0, 0.0};
+        for (int rep = 0; rep < 5; rep++) {
+            double t0 = now(), dt;
+            size_t passes = 0;
+            do {
+                k->gemv_idx[type](w + (passes % nm) * mb, rb, idx, ni, x, y, n);
+                passes++;
+                dt = now() - t0;
+            } while (dt < 0.2);
+            if ((double)rb * (double)ni * (double)passes / dt / 1e9 > best_g)
+                best_g = (double)rb * (double)ni * (double)passes / dt / 1e9;
+            for (int m = 0; m < 2; m++) {
+                const pi_axpy_rows_fn ax = m ? k->axpy_rows[type] : k->axpy_rows_i8[type];
+                if (!ax)
+                    continue;
+                t0 = now();
+                passes = 0;
+                do {
+                    const uint8_t *base = w + (passes % nm) * mb;
+                    memset(yo, 0, (size_t)n * sizeof *yo);
+                    for (int64_t g = 0; g < ni; g += 16) {
+                        const int64_t ge = g + 16 < ni ? g + 16 : ni, ne = ge + 16 < ni ? ge + 16 : ni;
+                        const uint8_t *pc[16];
+                        float ag[16];
+                        for (int64_t c0 = 0; c0 < n; c0 += 256) {
+                            const size_t co = (size_t)(c0 / 32) * bb;
+                            for (int64_t i = ge; i < ne; i++)
+                                for (size_t o = 0; o < 8 * bb; o += 64)
+                                    __builtin_prefetch(base + (size_t)idx[i] * rb + co + o, 0, 3);
+                            for (int64_t i = g; i < ge; i++) {
+                                pc[i - g] = base + (size_t)idx[i] * rb + co;
+                                ag[i - g] = a[idx[i]];
+                            }
+                            ax(yo + c0, ag, pc, ge - g, 256);
+                        }
+                    }
+                    passes++;
+                    dt = now() - t0;
+                } while (dt < 0.2);
+                if ((double)rb * (double)ni * (double)passes / dt / 1e9 > best_a[m])
+                    best_a[m] = (double)rb * (double)ni * (double)passes / dt / 1e9;
+            }
+        }
+        printf("%-5s n=2048 rows=5632 kept %3.0f %%: gemv_idx %6.2f, axpy_rows_i8 %6.2f, axpy_rows "
+               "%6.2f GB/s\n",
+               pi_type_traits((uint32_t)type)->name, 100.0 * (double)ni / (double)nr, best_g, best_a[0],
+               best_a[1]);
+    }
+done:
+    free(idx);
+    free(a);
+    free(yo);
+}
+
 /* Decode-shaped gemm (one token) over matrices of small models, cycling through 64 MB
  * of weights so that they stream from memory as in a real decode: GB/s of weights. */
-static int run_bench_decode(void) {
+static int run_bench_decode(int sparse_only) {
     static const struct {
         int type;
         int64_t n, nr;
@@ -1513,7 +1598,7 @@ static int run_bench_decode(void) {
         return 1;
     pi_cpu_kernels_init(&k, pi_cpu_detect());
     random_acts(xf, 8192);
-    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+    for (size_t i = 0; i < (sparse_only ? 0 : sizeof shapes / sizeof shapes[0]); i++) {
         const int type = shapes[i].type;
         const int64_t n = shapes[i].n, nr = shapes[i].nr;
         const size_t rb = (size_t)pi_type_row_bytes((uint32_t)type, n), mb = rb * (size_t)nr;
@@ -1535,6 +1620,8 @@ static int run_bench_decode(void) {
         printf("%-5s n=%-5lld rows=%-6lld %7.2f GB/s\n", pi_type_traits((uint32_t)type)->name,
                (long long)n, (long long)nr, best);
     }
+    bench_sparse_decode(&k, PI_TYPE_Q4_0, w, x, xf, y, pool);
+    bench_sparse_decode(&k, PI_TYPE_Q8_0, w, x, xf, y, pool);
     afree(w);
     afree(x);
     free(xf);
@@ -1557,6 +1644,8 @@ int main(int argc, char **argv) {
     if (argc > 1 && strcmp(argv[1], "--bench") == 0)
         return run_bench();
     if (argc > 1 && strcmp(argv[1], "--bench-decode") == 0)
-        return run_bench_decode();
+        return run_bench_decode(0);
+    if (argc > 1 && strcmp(argv[1], "--bench-sparse") == 0)
+        return run_bench_decode(1);
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -382,7 +382,8 @@ static void test_matmul_and_transpose(void **state) {
 static void test_sparse_ops(void **state) {
     (void)state;
     const struct pi_backend_vtable *be = pi_backend_cpu();
-    enum { IN = 96, OUT = 70, T = 6, TR = 3 }; /* TR: tokens of the row ops */
+    /* TR: tokens of the row ops; OUT: more than two of the prompt path's 128-row groups */
+    enum { IN = 96, OUT = 300, T = 6, TR = 3 };
     static const uint32_t types[] = {PI_TYPE_F32, PI_TYPE_F16, PI_TYPE_Q4_0, PI_TYPE_Q8_0};
     static uint8_t wq[OUT * IN * 4];
     static float wf[OUT * IN], x[T * IN], xt[T * OUT], y[T * OUT], ys[T * OUT];
@@ -422,7 +423,7 @@ static void test_sparse_ops(void **state) {
             xt[t * OUT + idx[3]] = 0.0f;
         struct pi_weight wv = {wq, type, IN, OUT, rb};
         for (int threads = 1; threads <= 3; threads++) {
-            struct pi_backend *b = make(threads, 128);
+            struct pi_backend *b = make(threads, 512);
             be->matmul(b, &wv, x, TR, y);
             for (int i = 0; i < TR * OUT; i++)
                 ys[i] = -7.0f;
@@ -484,7 +485,7 @@ static void test_sparse_ops(void **state) {
                     }
                 }
                 if (i8 && threads == 1) { /* float activations: the exact path */
-                    struct pi_backend_config cfg = {&pi_default_allocator, 1, 8, 128, 1, 0};
+                    struct pi_backend_config cfg = {&pi_default_allocator, 1, 8, 512, 1, 0};
                     struct pi_backend *bf;
                     static float yx[T * IN];
                     assert_int_equal(be->create(&bf, &cfg), PI_OK);
