@@ -1171,6 +1171,34 @@ static void q8_values(const struct pi_backend *b, const struct pi_kv *kv, float 
     }
 }
 
+/* Q8_0 cache, the scores of a unit's query rows q[0..rows) against n_pos positions'
+ * rows of their K head: each query quantized (as q8_scores does, into qq) and all of
+ * them dotted with each K row in one pass by the Q8_0 gemm, which gives the dot's bits
+ * (kernels.h), so a score is what q8_scores gives. Rows of sc are lds floats apart.
+ * Float activations, or a query that is not finite: q8_scores row by row. */
+static void q8_unit_scores(const struct pi_backend *b, const struct pi_kv *kv, float *sc,
+                           int64_t lds, const uint8_t *kh, int64_t n_pos, const float *const *q,
+                           int64_t rows, uint8_t *qq) {
+    const int64_t n = kv->d.head_dim_k;
+    const struct pi_dot_kernel *dk = &b->k.dot[PI_TYPE_Q8_0];
+    const size_t vb = pi_vec_bytes(PI_VEC_Q8_0, n);
+    int ok = !b->f32_activations && dk->fmt == PI_VEC_Q8_0 && dk->gemm && vb > 0;
+    for (int64_t r = 0; ok && r < rows; r++) {
+        float z = 0.0f;
+        for (int64_t i = 0; i < n; i++)
+            z += q[r][i] * 0.0f;
+        ok = z == 0.0f;
+    }
+    if (!ok) {
+        for (int64_t r = 0; r < rows; r++)
+            q8_scores(b, kv, sc + r * lds, kh, n_pos, q[r]);
+        return;
+    }
+    for (int64_t r = 0; r < rows; r++)
+        b->k.quantize_q8_0(q[r], qq + (size_t)r * vb, n);
+    dk->gemm(kh, kv->kb, n_pos, qq, vb, rows, sc, lds, n);
+}
+
 /* One (token, head) pair: scores against every visible position (dot_f16_rows), then
  * softmax and the weighted sum of V (axpy_f16), in the thread's scratch row. A sink
  * (struct pi_attn) is one more score after the positions, with no value: it takes
@@ -1215,13 +1243,14 @@ static void attn_pairs(void *arg, int64_t lo, int64_t hi, int ith) {
     }
 }
 
-/* The F16 cache with the table's attn_scores: a unit is up to tq consecutive tokens
- * times hg query heads of one KV head. Their queries are gathered into one block and
- * scored against the union of their visible positions in one attn_scores call (each K
- * row converted once for all of them); then each row's softmax over its own positions
- * (as attn_pairs), and per token the weighted sums of V of its hg heads in one
- * axpy_f16_q call. Every score and sum is computed as it would be alone, so neither
- * the grouping nor the batch changes a bit. */
+/* A unit is up to tq consecutive tokens times hg query heads of one KV head. Their
+ * queries are scored against the union of their visible positions in one pass over the
+ * K rows: with the F16 cache gathered into one block for the table's attn_scores (each
+ * K row converted once for all of them), with the Q8_0 cache quantized for the Q8_0
+ * gemm (q8_unit_scores); then each row's softmax over its own positions (as
+ * attn_pairs), and per token the weighted sums of V of its hg heads (F16: one
+ * axpy_f16_q call; Q8_0: q8_values per head). Every score and sum is computed as it
+ * would be alone, so neither the grouping nor the batch changes a bit. */
 struct attn_units_job {
     struct attn_job j;
     int64_t tq, hg; /* tokens and heads per unit */
@@ -1240,18 +1269,27 @@ static void attn_units(void *arg, int64_t lo, int64_t hi, int ith) {
     float *qb = sc + (size_t)ATT_UNIT_ROWS * (size_t)lds;
     const uint8_t *kl = j->kv->k + (size_t)j->layer * (size_t)d->n_ctx * kv->kb;
     const uint8_t *vl = j->kv->v + (size_t)j->layer * (size_t)d->n_ctx * kv->vb;
+    const int q8 = d->type == PI_KV_Q8_0;
     for (int64_t u = lo; u < hi; u++) {
         const int64_t t0 = u / ngroups * uj->tq, h0 = u % ngroups * uj->hg, hk = h0 / group;
         const int64_t t1 = t0 + uj->tq < j->n_tok ? t0 + uj->tq : j->n_tok;
         const int64_t w = j->a->window, last1 = j->pos0 + t1 - 1;
         /* the union of the tokens' positions: from the first token's start to the last's end */
         const int64_t plo = w > 0 && j->pos0 + t0 + 1 > w ? j->pos0 + t0 + 1 - w : 0;
+        const uint8_t *kh = kl + (size_t)plo * kv->kb + pi_kv_row_bytes(d->type, hk * D);
         int64_t rows = 0;
-        for (int64_t t = t0; t < t1; t++)
-            for (int64_t h = h0; h < h0 + uj->hg; h++, rows++)
-                memcpy(qb + rows * D, j->q + (t * d->n_head + h) * D, (size_t)D * sizeof *qb);
-        j->b->k.attn_scores(sc, lds, kl + (size_t)plo * kv->kb + 2 * (size_t)(hk * D), kv->kb,
-                            last1 + 1 - plo, qb, D, rows, D);
+        if (q8) {
+            const float *qr[ATT_UNIT_ROWS];
+            for (int64_t t = t0; t < t1; t++)
+                for (int64_t h = h0; h < h0 + uj->hg; h++, rows++)
+                    qr[rows] = j->q + (t * d->n_head + h) * D;
+            q8_unit_scores(j->b, kv, sc, lds, kh, last1 + 1 - plo, qr, rows, align64(qb));
+        } else {
+            for (int64_t t = t0; t < t1; t++)
+                for (int64_t h = h0; h < h0 + uj->hg; h++, rows++)
+                    memcpy(qb + rows * D, j->q + (t * d->n_head + h) * D, (size_t)D * sizeof *qb);
+            j->b->k.attn_scores(sc, lds, kh, kv->kb, last1 + 1 - plo, qb, D, rows, D);
+        }
         rows = 0;
         for (int64_t t = t0; t < t1; t++) {
             const int64_t last = j->pos0 + t, p0 = w > 0 && last + 1 > w ? last + 1 - w : 0;
@@ -1268,9 +1306,12 @@ static void attn_units(void *arg, int64_t lo, int64_t hi, int ith) {
                 for (int64_t i = 0; i < Dv; i++)
                     o[i] = 0.0f;
             }
-            const uint8_t *vh = vl + (size_t)p0 * kv->vb + 2 * (size_t)(hk * Dv);
+            const uint8_t *vh = vl + (size_t)p0 * kv->vb + pi_kv_row_bytes(d->type, hk * Dv);
             float *o = j->out + (t * d->n_head + h0) * Dv;
-            if (j->b->k.axpy_f16_q)
+            if (q8)
+                for (int64_t h = 0; h < uj->hg; h++)
+                    q8_values(j->b, kv, o + h * Dv, s0 + h * lds, vh, n_pos);
+            else if (j->b->k.axpy_f16_q)
                 j->b->k.axpy_f16_q(o, Dv, s0, lds, vh, kv->vb, n_pos, uj->hg, Dv);
             else
                 for (int64_t h = 0; h < uj->hg; h++)
@@ -1291,7 +1332,15 @@ static void cpu_attention(struct pi_backend *b, struct pi_kv *kv, int64_t layer,
         return;
     }
     const struct pi_kv_desc *d = &kv->d;
-    if (b->k.attn_scores && d->type == PI_KV_F16) {
+    /* The Q8_0 cache in units for steps of several tokens, whose units are 16 query rows
+     * (the gemm's panel path); a one-token step's units would be a few heads, for which
+     * the gemm's tile path is slower than a gemv_idx per head (attn_pairs). The units'
+     * quantized queries (q8_unit_scores) go in the block of float queries. */
+    const size_t q8_bytes = ATT_UNIT_ROWS * pi_vec_bytes(PI_VEC_Q8_0, d->head_dim_k) + 64;
+    if (b->k.attn_scores &&
+        (d->type == PI_KV_F16 ||
+         (d->type == PI_KV_Q8_0 && n_tok > 1 &&
+          q8_bytes <= (size_t)ATT_UNIT_ROWS * (size_t)b->max_width * sizeof(float)))) {
         /* a whole GQA group per unit, tokens as many as fit; fewer heads per unit when
          * that leaves too few units for the threads (short steps: decode) */
         const int64_t G = d->n_head / d->n_head_kv, nth = pi_pool_n_threads(b->pool);

@@ -256,6 +256,12 @@ static void test_attention_q8_0(void **state) {
                     near(out[(t * HQ + h) * D + i], o, f32 ? 1e-5 : 2e-2, "attention q8_0", i);
                 }
             }
+        /* each token alone (a decode step at its position) gives the batch's bits */
+        for (int t = 0; t < T; t++) {
+            float one[HQ * D];
+            be->attention(b, kv, 0, q + t * HQ * D, 1, P + t, &ao, one);
+            assert_memory_equal(one, out + t * HQ * D, sizeof one);
+        }
         /* kv_get: the stored blocks; kv_set of other blocks, then back */
         static uint8_t kb[(P + T) * HKV * D / 32 * 34], vb[(P + T) * HKV * D / 32 * 34];
         assert_int_equal(be->kv_get(b, kv, 0, 0, P + T, kb, vb), PI_OK);
