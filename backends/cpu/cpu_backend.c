@@ -1172,17 +1172,20 @@ static void q8_values(const struct pi_backend *b, const struct pi_kv *kv, float 
 }
 
 /* Q8_0 cache, the scores of a unit's query rows q[0..rows) against n_pos positions'
- * rows of their K head: each query quantized (as q8_scores does, into qq) and all of
- * them dotted with each K row in one pass by the Q8_0 gemm, which gives the dot's bits
- * (kernels.h), so a score is what q8_scores gives. Rows of sc are lds floats apart.
- * Float activations, or a query that is not finite: q8_scores row by row. */
+ * rows of their K head: for a full unit (ATT_UNIT_ROWS rows, the gemm's panel path)
+ * each query quantized (as q8_scores does, into qq) and all of them dotted with each K
+ * row in one pass by the Q8_0 gemm, which gives the dot's bits (kernels.h), so a score
+ * is what q8_scores gives. Rows of sc are lds floats apart. Fewer rows (a decode step's
+ * few heads: the gemm's tile path with a run-time count is slower than a gemv_idx per
+ * head), float activations, or a query that is not finite: q8_scores row by row. */
 static void q8_unit_scores(const struct pi_backend *b, const struct pi_kv *kv, float *sc,
                            int64_t lds, const uint8_t *kh, int64_t n_pos, const float *const *q,
                            int64_t rows, uint8_t *qq) {
     const int64_t n = kv->d.head_dim_k;
     const struct pi_dot_kernel *dk = &b->k.dot[PI_TYPE_Q8_0];
     const size_t vb = pi_vec_bytes(PI_VEC_Q8_0, n);
-    int ok = !b->f32_activations && dk->fmt == PI_VEC_Q8_0 && dk->gemm && vb > 0;
+    int ok = rows == ATT_UNIT_ROWS && !b->f32_activations && dk->fmt == PI_VEC_Q8_0 && dk->gemm &&
+             vb > 0;
     for (int64_t r = 0; ok && r < rows; r++) {
         float z = 0.0f;
         for (int64_t i = 0; i < n; i++)
@@ -1197,6 +1200,28 @@ static void q8_unit_scores(const struct pi_backend *b, const struct pi_kv *kv, f
     for (int64_t r = 0; r < rows; r++)
         b->k.quantize_q8_0(q[r], qq + (size_t)r * vb, n);
     dk->gemm(kh, kv->kb, n_pos, qq, vb, rows, sc, lds, n);
+}
+
+/* Q8_0 cache, the weighted sums of V of hg heads of one token: o + h * Dv gets
+ * sum_p a[h * lda + p] * V_p over n_pos rows of their V head (vh, kv->vb bytes apart).
+ * Per group of 16 positions the rows are converted to floats once (into tile, 16 x Dv;
+ * d * q is exact in a float) and every head adds them with axpy_rows[F32], in position
+ * order; q8_values per head would convert each row hg times. */
+static void q8_unit_values(const struct pi_backend *b, const struct pi_kv *kv, float *o,
+                           const float *a, int64_t lda, const uint8_t *vh, int64_t n_pos,
+                           int64_t hg, float *tile) {
+    enum { G = 16 };
+    const int64_t n = kv->d.head_dim_v;
+    for (int64_t p = 0; p < n_pos; p += G) {
+        const int64_t m = n_pos - p < G ? n_pos - p : G;
+        const uint8_t *rows[G];
+        for (int64_t i = 0; i < m; i++) {
+            b->k.to_float[PI_TYPE_Q8_0](vh + (size_t)(p + i) * kv->vb, tile + i * n, n);
+            rows[i] = (const uint8_t *)(tile + i * n);
+        }
+        for (int64_t h = 0; h < hg; h++)
+            b->k.axpy_rows[PI_TYPE_F32](o + h * n, a + h * lda + p, rows, m, n);
+    }
 }
 
 /* One (token, head) pair: scores against every visible position (dot_f16_rows), then
@@ -1309,8 +1334,8 @@ static void attn_units(void *arg, int64_t lo, int64_t hi, int ith) {
             const uint8_t *vh = vl + (size_t)p0 * kv->vb + pi_kv_row_bytes(d->type, hk * Dv);
             float *o = j->out + (t * d->n_head + h0) * Dv;
             if (q8)
-                for (int64_t h = 0; h < uj->hg; h++)
-                    q8_values(j->b, kv, o + h * Dv, s0 + h * lds, vh, n_pos);
+                q8_unit_values(j->b, kv, o, s0, lds, vh, n_pos, uj->hg,
+                               j->b->deq + (size_t)ith * deq_floats(j->b));
             else if (j->b->k.axpy_f16_q)
                 j->b->k.axpy_f16_q(o, Dv, s0, lds, vh, kv->vb, n_pos, uj->hg, Dv);
             else
@@ -1332,15 +1357,15 @@ static void cpu_attention(struct pi_backend *b, struct pi_kv *kv, int64_t layer,
         return;
     }
     const struct pi_kv_desc *d = &kv->d;
-    /* The Q8_0 cache in units for steps of several tokens, whose units are 16 query rows
-     * (the gemm's panel path); a one-token step's units would be a few heads, for which
-     * the gemm's tile path is slower than a gemv_idx per head (attn_pairs). The units'
-     * quantized queries (q8_unit_scores) go in the block of float queries. */
+    /* The Q8_0 cache in units too: their quantized queries (q8_unit_scores) go in the
+     * block of float queries, their V rows as floats (q8_unit_values, 16 x head_dim_v)
+     * in the thread's deq block. */
     const size_t q8_bytes = ATT_UNIT_ROWS * pi_vec_bytes(PI_VEC_Q8_0, d->head_dim_k) + 64;
     if (b->k.attn_scores &&
         (d->type == PI_KV_F16 ||
-         (d->type == PI_KV_Q8_0 && n_tok > 1 &&
-          q8_bytes <= (size_t)ATT_UNIT_ROWS * (size_t)b->max_width * sizeof(float)))) {
+         (d->type == PI_KV_Q8_0 &&
+          q8_bytes <= (size_t)ATT_UNIT_ROWS * (size_t)b->max_width * sizeof(float) &&
+          (size_t)16 * (size_t)d->head_dim_v <= deq_floats(b)))) {
         /* a whole GQA group per unit, tokens as many as fit; fewer heads per unit when
          * that leaves too few units for the threads (short steps: decode) */
         const int64_t G = d->n_head / d->n_head_kv, nth = pi_pool_n_threads(b->pool);
