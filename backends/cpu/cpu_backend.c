@@ -1126,6 +1126,14 @@ struct attn_job {
     float *out;
 };
 
+/* No NaN or infinity in q[0..n) (then every q[i] * 0 is 0). */
+static int all_finite(const float *q, int64_t n) {
+    float z = 0.0f;
+    for (int64_t i = 0; i < n; i++)
+        z += q[i] * 0.0f;
+    return z == 0.0f;
+}
+
 /* Q8_0 cache, the scores of one query head q [head_dim_k] against n_pos positions'
  * rows of its K head (kh, kv->kb bytes apart): q quantized to Q8_0 once and the rows
  * dotted with it by the table's Q8_0 kernels (as a Q8_0 weight row with an activation,
@@ -1134,11 +1142,8 @@ struct attn_job {
 static void q8_scores(const struct pi_backend *b, const struct pi_kv *kv, float *scores,
                       const uint8_t *kh, int64_t n_pos, const float *q) {
     const int64_t n = kv->d.head_dim_k;
-    float s = 0.0f;
-    for (int64_t i = 0; i < n; i++)
-        s += q[i] * 0.0f;
     const struct pi_dot_kernel *dk = &b->k.dot[PI_TYPE_Q8_0];
-    if (!b->f32_activations && s == 0.0f && dk->fmt == PI_VEC_Q8_0) {
+    if (!b->f32_activations && all_finite(q, n) && dk->fmt == PI_VEC_Q8_0) {
         _Alignas(64) uint8_t qq[KV_Q8_MAX_DIM / 256 * PI_Q8_0_GROUP_BYTES];
         b->k.quantize_q8_0(q, qq, n); /* the Q8_0 dot's vector format */
         if (b->k.gemv_idx[PI_TYPE_Q8_0]) {
@@ -1153,21 +1158,6 @@ static void q8_scores(const struct pi_backend *b, const struct pi_kv *kv, float 
     for (int64_t p = 0; p < n_pos; p++) {
         b->k.to_float[PI_TYPE_Q8_0](kh + (size_t)p * kv->kb, row, n);
         scores[p] = b->k.dot[PI_TYPE_F32].dot(row, q, n);
-    }
-}
-
-/* Q8_0 cache, o [head_dim_v] += sum_p a[p] * V_p over n_pos rows of a V head (vh,
- * kv->vb bytes apart), in groups of rows through axpy_rows. */
-static void q8_values(const struct pi_backend *b, const struct pi_kv *kv, float *o,
-                      const float *a, const uint8_t *vh, int64_t n_pos) {
-    enum { G = 16 };
-    const int64_t n = kv->d.head_dim_v;
-    for (int64_t p = 0; p < n_pos; p += G) {
-        const int64_t m = n_pos - p < G ? n_pos - p : G;
-        const uint8_t *rows[G];
-        for (int64_t i = 0; i < m; i++)
-            rows[i] = vh + (size_t)(p + i) * kv->vb;
-        b->k.axpy_rows[PI_TYPE_Q8_0](o, a + p, rows, m, n);
     }
 }
 
@@ -1186,12 +1176,8 @@ static void q8_unit_scores(const struct pi_backend *b, const struct pi_kv *kv, f
     const size_t vb = pi_vec_bytes(PI_VEC_Q8_0, n);
     int ok = rows == ATT_UNIT_ROWS && !b->f32_activations && dk->fmt == PI_VEC_Q8_0 && dk->gemm &&
              vb > 0;
-    for (int64_t r = 0; ok && r < rows; r++) {
-        float z = 0.0f;
-        for (int64_t i = 0; i < n; i++)
-            z += q[r][i] * 0.0f;
-        ok = z == 0.0f;
-    }
+    for (int64_t r = 0; ok && r < rows; r++)
+        ok = all_finite(q[r], n);
     if (!ok) {
         for (int64_t r = 0; r < rows; r++)
             q8_scores(b, kv, sc + r * lds, kh, n_pos, q[r]);
@@ -1206,7 +1192,7 @@ static void q8_unit_scores(const struct pi_backend *b, const struct pi_kv *kv, f
  * sum_p a[h * lda + p] * V_p over n_pos rows of their V head (vh, kv->vb bytes apart).
  * Per group of 16 positions the rows are converted to floats once (into tile, 16 x Dv;
  * d * q is exact in a float) and every head adds them with axpy_rows[F32], in position
- * order; q8_values per head would convert each row hg times. */
+ * order, where a Q8_0 axpy_rows per head would convert each row hg times. */
 static void q8_unit_values(const struct pi_backend *b, const struct pi_kv *kv, float *o,
                            const float *a, int64_t lda, const uint8_t *vh, int64_t n_pos,
                            int64_t hg, float *tile) {
@@ -1262,7 +1248,8 @@ static void attn_pairs(void *arg, int64_t lo, int64_t hi, int ith) {
             o[i] = 0.0f;
         const uint8_t *vh = vl + (size_t)p0 * kv->vb + pi_kv_row_bytes(d->type, hk * d->head_dim_v);
         if (q8)
-            q8_values(j->b, kv, o, scores, vh, n_pos);
+            q8_unit_values(j->b, kv, o, scores, 0, vh, n_pos, 1,
+                           j->b->deq + (size_t)ith * deq_floats(j->b));
         else
             j->b->k.axpy_f16(o, scores, vh, kv->vb, n_pos, d->head_dim_v);
     }
@@ -1274,7 +1261,7 @@ static void attn_pairs(void *arg, int64_t lo, int64_t hi, int ith) {
  * K row converted once for all of them), with the Q8_0 cache quantized for the Q8_0
  * gemm (q8_unit_scores); then each row's softmax over its own positions (as
  * attn_pairs), and per token the weighted sums of V of its hg heads (F16: one
- * axpy_f16_q call; Q8_0: q8_values per head). Every score and sum is computed as it
+ * axpy_f16_q call; Q8_0: q8_unit_values). Every score and sum is computed as it
  * would be alone, so neither the grouping nor the batch changes a bit. */
 struct attn_units_job {
     struct attn_job j;
