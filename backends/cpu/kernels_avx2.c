@@ -2558,28 +2558,36 @@ INLINE void axpy_rows_i8(int type, float *y, const float *a, const uint8_t *cons
                     continue;
                 }
                 if (type == PI_TYPE_Q8_0) {
-                    /* two rows a step: their signed bytes interleaved, maddubs of the
-                     * magnitudes with the coefficients carrying the bytes' signs (at most
-                     * 2 * 128 * 127 per lane), widened to int32 per pair */
+                    /* four rows a step: their signed bytes interleaved (unpack 8 then 16
+                     * bits) so that each 32-bit lane holds one column of the four rows;
+                     * maddubs of the magnitudes with the coefficients carrying the bytes'
+                     * signs (at most 2 * 128 * 127 per 16-bit lane), madd with ones sums
+                     * the two pairs into int32. Lanes: x0 columns 0-3 | 16-19, x1 4-7 |
+                     * 20-23, x2 8-11 | 24-27, x3 12-15 | 28-31. */
+                    const __m256i ones = _mm256_set1_epi16(1);
                     __m256i acc[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(),
                                       _mm256_setzero_si256(), _mm256_setzero_si256()};
-                    const int32_t *qw = quad[0];
-                    for (int r = 0; r < k; r += 2) {
-                        const int16_t pr = (int16_t)(qw[(r >> 2) * 8 + l] >> (8 * (r & 3)));
-                        const __m256i cp = _mm256_set1_epi16(pr);
-                        const __m256i A = loadu256(p[r] + off + 2), B = loadu256(p[r + 1] + off + 2);
-                        const __m256i lo = _mm256_unpacklo_epi8(A, B), hi = _mm256_unpackhi_epi8(A, B);
-                        /* lo: columns 0-7 | 16-23, hi: 8-15 | 24-31 */
-                        const __m256i plo = _mm256_maddubs_epi16(_mm256_abs_epi8(lo), _mm256_sign_epi8(cp, lo));
-                        const __m256i phi = _mm256_maddubs_epi16(_mm256_abs_epi8(hi), _mm256_sign_epi8(cp, hi));
-                        acc[0] = _mm256_add_epi32(acc[0], _mm256_cvtepi16_epi32(_mm256_castsi256_si128(plo)));
-                        acc[1] = _mm256_add_epi32(acc[1], _mm256_cvtepi16_epi32(_mm256_castsi256_si128(phi)));
-                        acc[2] = _mm256_add_epi32(acc[2], _mm256_cvtepi16_epi32(_mm256_extracti128_si256(plo, 1)));
-                        acc[3] = _mm256_add_epi32(acc[3], _mm256_cvtepi16_epi32(_mm256_extracti128_si256(phi, 1)));
+                    for (int j = 0; j < k4 / 4; j++) {
+                        const __m256i cp = _mm256_set1_epi32(quad[j][l]);
+                        const __m256i A = loadu256(p[4 * j] + off + 2), B = loadu256(p[4 * j + 1] + off + 2);
+                        const __m256i C = loadu256(p[4 * j + 2] + off + 2), D = loadu256(p[4 * j + 3] + off + 2);
+                        const __m256i ab0 = _mm256_unpacklo_epi8(A, B), ab1 = _mm256_unpackhi_epi8(A, B);
+                        const __m256i cd0 = _mm256_unpacklo_epi8(C, D), cd1 = _mm256_unpackhi_epi8(C, D);
+                        const __m256i x[4] = {_mm256_unpacklo_epi16(ab0, cd0), _mm256_unpackhi_epi16(ab0, cd0),
+                                              _mm256_unpacklo_epi16(ab1, cd1), _mm256_unpackhi_epi16(ab1, cd1)};
+                        for (int i = 0; i < 4; i++)
+                            acc[i] = _mm256_add_epi32(
+                                acc[i], _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(x[i]),
+                                                                               _mm256_sign_epi8(cp, x[i])),
+                                                          ones));
                     }
                     const __m256 sv = _mm256_set1_ps(sc[l]);
+                    const __m256i col[4] = {_mm256_permute2x128_si256(acc[0], acc[1], 0x20),
+                                            _mm256_permute2x128_si256(acc[2], acc[3], 0x20),
+                                            _mm256_permute2x128_si256(acc[0], acc[1], 0x31),
+                                            _mm256_permute2x128_si256(acc[2], acc[3], 0x31)};
                     for (int i = 0; i < 4; i++)
-                        _mm256_storeu_ps(yb + 8 * i, _mm256_fmadd_ps(sv, _mm256_cvtepi32_ps(acc[i]),
+                        _mm256_storeu_ps(yb + 8 * i, _mm256_fmadd_ps(sv, _mm256_cvtepi32_ps(col[i]),
                                                                      _mm256_loadu_ps(yb + 8 * i)));
                     continue;
                 }
