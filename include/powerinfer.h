@@ -1639,11 +1639,13 @@ PI_API int pi_model_quantize(const char *in_path, const char *out_path,
 /* =================================================================================
  * Activation sparsity for ordinary models (pi-sparsify)
  *
- * pi_model_sparsify rewrites a dense GGUF file with a gated FFN (ffn_gate, ffn_up,
- * ffn_down in every layer; no experts, no FFN biases or post-FFN norm) into a
+ * pi_model_sparsify rewrites a dense GGUF file with a gated FFN (ffn_gate and ffn_up,
+ * or a fused gate_up as Phi-3's, and ffn_down in every layer; a post-FFN norm as
+ * Gemma 2/3's is kept and applied; no experts, no FFN biases) into a
  * sparse-capable GGUF file (docs/formats.md, "Sparsified files"): every tensor is
  * copied except blk.N.ffn_down.weight, replaced by blk.N.ffn_down_t.weight, the
- * transposed down projection (one row of n_embd per neuron); metadata gains the keys
+ * transposed down projection (one row of n_embd per neuron), and a fused gate_up,
+ * written as ffn_gate and ffn_up (its halves); metadata gains the keys
  * powerinfer.sparsify.*, the per-layer thresholds among them. Such a file runs in
  * PI_SPARSE_THRESHOLD mode by default and exactly in PI_SPARSE_DENSE. The thresholds
  * come from a calibration (pi_ctx_params.gate_histogram and pi_stats_gate_quantile;

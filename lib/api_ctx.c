@@ -105,9 +105,9 @@ static int setup_thresholds(struct pi_ctx *c, const pi_ctx_params *p) {
                 "(ffn_gate in every layer) and a CPU-only context");
     if (c->gate_hist)
         for (int64_t l = 0; l < L; l++)
-            if (!c->model->desc.layers[l].ffn_gate)
+            if (!c->model->desc.layers[l].ffn_gate && !c->model->desc.layers[l].up_fused)
                 PI_FAIL(&c->err, PI_ERR_UNSUPPORTED, "gate_histogram: layer %lld has no "
-                        "separate ffn_gate", (long long)l);
+                        "ffn_gate (separate or fused with ffn_up)", (long long)l);
     if (p->sparse_thresholds && p->n_sparse_thresholds != (uint64_t)L)
         PI_FAIL(&c->err, PI_ERR_INVALID_ARG, "pi_ctx_params: %llu sparse_thresholds for a "
                 "model of %lld layers", (unsigned long long)p->n_sparse_thresholds,

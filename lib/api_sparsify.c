@@ -5,7 +5,9 @@
  * library runs, with a gated FFN in every layer, are accepted. The output is streamed
  * like pi_model_quantize's: the metadata carried over as raw bytes plus the
  * powerinfer.sparsify.* keys, the header with every tensor's type and offset, then
- * the tensors in the input's order. Each blk.N.ffn_down.weight {n_ff, n_embd} becomes
+ * the tensors in the input's order. A fused gate_up (Phi-3's blk.N.ffn_up.weight
+ * {n_embd, 2 n_ff}) is written as blk.N.ffn_gate.weight and blk.N.ffn_up.weight, its
+ * two halves. Each blk.N.ffn_down.weight {n_ff, n_embd} becomes
  * blk.N.ffn_down_t.weight {n_embd, n_ff}: dequantized to floats, transposed, and
  * quantized row by row (one row of n_embd per neuron) to the chosen type; the round
  * trip's error is measured against the dequantized source. Memory: the metadata and
@@ -50,6 +52,8 @@ struct srun {
     int64_t *layer_of; /* per input tensor: the layer whose ffn_down it is, or -1 */
     int64_t *perm_of;  /* per input tensor: the layer whose gate or up it is when
                         * neuron_order is given, or -1 */
+    int64_t *fused_of; /* per input tensor: the layer whose fused gate_up {E, 2F} it is
+                        * (written as ffn_gate, then ffn_up), or -1 */
     uint32_t *down_to; /* per layer: the type of ffn_down_t */
     struct pi_pool *pool;
     float *dq, *tr; /* [n_ff * n_embd] one layer's down, as stored and transposed */
@@ -137,16 +141,15 @@ static int check_model(struct srun *r) {
                     "layer %lld has experts: pi_model_sparsify "
                     "takes dense gated FFNs",
                     (long long)l);
-        if (!L->ffn_gate)
+        if (!L->ffn_gate && !L->up_fused)
             PI_FAIL(r->err, PI_ERR_UNSUPPORTED,
-                    "layer %lld's FFN is not gated with a separate "
-                    "ffn_gate (plain or fused gate_up): the thresholded FFN needs "
-                    "act(gate . x) per neuron",
+                    "layer %lld's FFN is not gated (no ffn_gate, no fused "
+                    "gate_up): the thresholded FFN needs act(gate . x) per neuron",
                     (long long)l);
-        if (L->b_gate || L->b_up || L->b_down || L->ffn_post_norm)
+        if (L->b_gate || L->b_up || L->b_down)
             PI_FAIL(r->err, PI_ERR_UNSUPPORTED,
-                    "layer %lld has FFN biases or a post-FFN norm, "
-                    "which the thresholded FFN does not apply yet",
+                    "layer %lld has FFN biases, which the thresholded FFN does not "
+                    "apply yet",
                     (long long)l);
         if (!L->ffn_down || !pi_type_traits(L->ffn_down->type)->to_float)
             PI_FAIL(r->err, PI_ERR_UNSUPPORTED, "layer %lld: ffn_down cannot be read",
@@ -208,11 +211,20 @@ static int plan(struct srun *r) {
     for (uint64_t i = 0; st == PI_OK && i < f->n_tensors; i++) {
         const struct gguf_tensor *t = &f->tensors[i];
         const int64_t l = r->layer_of[i];
+        char name[64];
+        if (r->fused_of[i] >= 0) { /* Phi-3's gate_up: gate rows, then up rows */
+            const int64_t ne[2] = {E, F};
+            snprintf(name, sizeof name, "blk.%lld.ffn_gate.weight", (long long)r->fused_of[i]);
+            st = gguf_writer_add_tensor_info(r->w, name, t->type, 2, ne);
+            snprintf(name, sizeof name, "blk.%lld.ffn_up.weight", (long long)r->fused_of[i]);
+            if (st == PI_OK)
+                st = gguf_writer_add_tensor_info(r->w, name, t->type, 2, ne);
+            continue;
+        }
         if (l < 0) {
             st = gguf_writer_add_tensor_info(r->w, t->name, t->type, t->n_dims, t->ne);
             continue;
         }
-        char name[64];
         snprintf(name, sizeof name, "blk.%lld.ffn_down_t.weight", (long long)l);
         const int64_t ne[2] = {E, F};
         st = gguf_writer_add_tensor_info(r->w, name, r->down_to[l], 2, ne);
@@ -290,13 +302,15 @@ static int copy_tensor(struct srun *r, const struct gguf_tensor *t) {
     return PI_OK;
 }
 
-/* Layer l's gate or up {E, F} with its rows (neurons) in neuron_order. */
-static int copy_permuted(struct srun *r, const struct gguf_tensor *t, int64_t l) {
+/* Layer l's gate or up {E, F}, or its fused gate_up {E, 2F} (parts 2: the gate's F
+ * rows, then the up's), with the rows (neurons) of each part in neuron_order. */
+static int copy_permuted(struct srun *r, const struct gguf_tensor *t, int64_t l, int parts) {
     const int64_t F = r->d.hp.n_ff;
     const int32_t *ord = r->p.neuron_order + l * F;
-    const uint64_t rb = t->nbytes / (uint64_t)F;
-    for (int64_t i = 0; i < F; i++)
-        PI_TRY(put(r, t->data + (uint64_t)ord[i] * rb, rb));
+    const uint64_t rb = t->nbytes / (uint64_t)(F * parts);
+    for (int p = 0; p < parts; p++)
+        for (int64_t i = 0; i < F; i++)
+            PI_TRY(put(r, t->data + ((uint64_t)p * (uint64_t)F + (uint64_t)ord[i]) * rb, rb));
     r->done += t->nbytes;
     return progress(r);
 }
@@ -379,18 +393,23 @@ static int sparsify(struct srun *r, int n_threads) {
                             (size_t)(r->f.n_tensors ? r->f.n_tensors : 1) * sizeof *r->layer_of);
     r->perm_of = pi_malloc(&pi_default_allocator,
                            (size_t)(r->f.n_tensors ? r->f.n_tensors : 1) * sizeof *r->perm_of);
+    r->fused_of = pi_malloc(&pi_default_allocator,
+                            (size_t)(r->f.n_tensors ? r->f.n_tensors : 1) * sizeof *r->fused_of);
     r->down_to = pi_calloc(&pi_default_allocator, (size_t)hp->n_layer, sizeof *r->down_to);
     r->seen = pi_malloc(&pi_default_allocator, (size_t)hp->n_ff);
-    if (!r->layer_of || !r->perm_of || !r->down_to || !r->seen)
+    if (!r->layer_of || !r->perm_of || !r->fused_of || !r->down_to || !r->seen)
         PI_FAIL(r->err, PI_ERR_NOMEM, "out of memory");
     PI_TRY(check_model(r));
     for (uint64_t i = 0; i < r->f.n_tensors; i++) {
         r->layer_of[i] = -1;
         r->perm_of[i] = -1;
+        r->fused_of[i] = -1;
         for (int64_t l = 0; l < hp->n_layer; l++) {
             const struct pi_layer_desc *L = &r->d.layers[l];
             if (L->ffn_down == &r->f.tensors[i])
                 r->layer_of[i] = l;
+            if (L->up_fused && L->ffn_up == &r->f.tensors[i])
+                r->fused_of[i] = l;
             if (r->p.neuron_order &&
                 (L->ffn_gate == &r->f.tensors[i] || L->ffn_up == &r->f.tensors[i]))
                 r->perm_of[i] = l;
@@ -410,8 +429,8 @@ static int sparsify(struct srun *r, int n_threads) {
         if (r->layer_of[i] >= 0)
             PI_TRY(transpose_down(r, t, r->layer_of[i]));
         else if (r->perm_of[i] >= 0)
-            PI_TRY(copy_permuted(r, t, r->perm_of[i]));
-        else
+            PI_TRY(copy_permuted(r, t, r->perm_of[i], r->fused_of[i] >= 0 ? 2 : 1));
+        else /* a fused gate_up unpermuted: its bytes are the gate's, then the up's */
             PI_TRY(copy_tensor(r, t));
     }
     st = gguf_writer_finish(r->w, r->fp);
@@ -467,6 +486,7 @@ int pi_model_sparsify(const char *in_path, const char *out_path, const pi_sparsi
     pi_free(a, r.obuf);
     pi_free(a, r.layer_of);
     pi_free(a, r.perm_of);
+    pi_free(a, r.fused_of);
     pi_free(a, r.seen);
     pi_free(a, r.down_to);
     gguf_writer_destroy(r.w);

@@ -1021,8 +1021,12 @@ static int step(struct pi_ctx *c, const pi_batch_entry *e, const int32_t *pos, i
                                 truth);
             } else {
                 const int64_t n = ffn_sparse(c, l, T, n_dev ? D->on_dev : NULL, y);
-                if (!n_dev)
+                if (!n_dev) {
+                    /* a post-FFN norm (Gemma 2/3) on the whole output; a split
+                     * layer's, once its two parts are added (below) */
+                    rms_inplace(&r.host, y, &L->ffn_post_norm, hp->norm_eps, T);
                     out(&r.xn, HOST);
+                }
                 if ((c->mode == PI_SPARSE_ORACLE || c->mode == PI_SPARSE_THRESHOLD) && !n_dev) {
                     /* g valid on the selected rows */
                     truth = c->g;
@@ -1040,6 +1044,23 @@ static int step(struct pi_ctx *c, const pi_batch_entry *e, const int32_t *pos, i
                 c->trace_fn(c->trace_user, l, T, c->xn, have_pred ? c->score : NULL);
             float *x = inout(&r, &r.x, at);
             nx->be->add(nx->b, x, in(&r, &r.xn, at), T * E);
+        } else if (L->ffn_post_norm.data) {
+            /* a split layer with a post-FFN norm (a sparsified Gemma file): the device
+             * part comes to the host, the host part is added, the sum is normed there,
+             * then added to x where the next layer wants it */
+            int st = hy->be->download(hy->b, hy->yd_host, hy->yd, (size_t)(T * E) * sizeof(float));
+            r.st = r.st < 0 ? r.st : st;
+            if (host_part)
+                c->be->add(c->b, hy->yd_host, hy->yc_host, T * E);
+            rms_inplace(&r.host, hy->yd_host, &L->ffn_post_norm, hp->norm_eps, T);
+            c->be->sync(c->b);
+            if (at == DEV) {
+                st = hy->be->upload(hy->b, hy->yc, hy->yd_host, (size_t)(T * E) * sizeof(float));
+                r.st = r.st < 0 ? r.st : st;
+                hy->be->add(hy->b, inout(&r, &r.x, DEV), hy->yc, T * E);
+            } else {
+                c->be->add(c->b, inout(&r, &r.x, HOST), hy->yd_host, T * E);
+            }
         } else if (at == DEV) { /* device part + host part */
             float *x = inout(&r, &r.x, DEV);
             hy->be->add(hy->b, x, hy->yd, T * E);

@@ -562,11 +562,9 @@ static int build_layer(struct reader *r, const struct pi_hparams *hp, int64_t il
     PI_TRY(want(r, BIAS("ffn_up"), K_NORM, L->up_fused ? 2 * F : F, 0, 1, &L->b_up));
     PI_TRY(want(r, NAME("post_ffw_norm"), K_NORM, E, 0, 1, &L->ffn_post_norm));
     if (hp->sparsified) { /* pi_model_sparsify's file: ffn_down_t, no predictors */
-        if (!L->ffn_gate || L->b_gate || L->b_up || L->ffn_post_norm ||
-            gguf_find_tensor(r->f, BIAS("ffn_down")) >= 0)
+        if (!L->ffn_gate || L->b_gate || L->b_up || gguf_find_tensor(r->f, BIAS("ffn_down")) >= 0)
             PI_FAIL(r->err, PI_ERR_UNSUPPORTED, "layer %lld of this sparsified file has a fused "
-                    "gate, FFN biases or a post-FFN norm, which the thresholded FFN does not "
-                    "apply", (long long)il);
+                    "gate or FFN biases, which the thresholded FFN does not apply", (long long)il);
         if (gguf_find_tensor(r->f, NAME("ffn_down")) >= 0)
             PI_FAIL(r->err, PI_ERR_FORMAT, "sparsified file has '%s'; it stores the down "
                     "projection transposed as ffn_down_t", n);

@@ -25,10 +25,14 @@ Checks:
      --order-stats permutes gate, up and down_t rows by the statistics' active counts
      (recorded as powerinfer.sparsify.neuron_order), the same logits up to summation order;
   4. bad input fails cleanly (exit status, a message, no output file): a plain FFN
-     (falcon), a post-FFN norm (gemma2), a missing file, a bad --sparsity, a sparsified
+     (falcon), FFN biases (llama-bias), a missing file, a bad --sparsity, a sparsified
      file given again; threshold mode on a dense file and a wrong number of thresholds are
      refused; with a CPU stand-in device holding some neurons, threshold and dense mode
-     compute what the CPU alone computes.
+     compute what the CPU alone computes;
+  5. Gemma 2 and 3 (post-FFN norm) and Phi-3 (fused gate_up, split by pi-sparsify): at
+     S = 0 threshold mode equals transformers' logits, at S = 0.5 it moves them while
+     dense mode does not; Phi-3's halves bit for bit, --order-stats on them; a CPU
+     stand-in device splitting layers equals the CPU alone.
 Exit status 0 when every check passes."""
 
 import os
@@ -302,7 +306,7 @@ check(r.returncode == 1 and "order-stats" in r.stderr, f"a missing --order-stats
 bad = os.path.join(WORK, "bad.gguf")
 for what, args, status, msg in (
         ("a plain (ungated) FFN", [os.path.join(ARCHS, "falcon-7b.f16.gguf"), 0.5], 1, "gated"),
-        ("a post-FFN norm", [os.path.join(ARCHS, "gemma2.f16.gguf"), 0.5], 1, "post-FFN norm"),
+        ("FFN biases", [os.path.join(ARCHS, "llama-bias.f16.gguf"), 0.5], 1, "FFN biases"),
         ("a missing file", [os.path.join(WORK, "nope.gguf"), 0.5], 1, "nope.gguf"),
         ("sparsity 1", [FIX, 1.0], 2, "--sparsity"),
         ("sparsity -0.1", [FIX, -0.1], 2, "--sparsity"),
@@ -314,6 +318,72 @@ for what, args, status, msg in (
     check(r.returncode == status and msg in r.stderr and not os.path.exists(bad)
           and not any(f.startswith("bad.gguf.tmp") for f in os.listdir(WORK)),
           f"pi-sparsify refuses {what} (exit {r.returncode}: {r.stderr.strip()[:160]})")
+
+# 5. other families (tests/fixtures/archs, against transformers' float64 logits): Gemma 2
+# and 3 (GELU-gated, a post-FFN norm applied to the thresholded FFN's output) and Phi-3
+# (gate and up fused in one {E, 2F} ffn_up, written as ffn_gate and ffn_up). S = 0
+# keeps every neuron (|act| > 0), so threshold mode must give the reference's logits;
+# S = 0.5 must change them (neurons really skipped) and dense mode must not; a CPU
+# stand-in device holding some neurons (layers split: the post-FFN norm applies to the
+# sum of both parts) computes what the CPU alone computes, up to summation order
+for fam in ("gemma2", "gemma3", "phi3", "phi3-longrope"):
+    src = os.path.join(ARCHS, f"{fam}.f16.gguf")
+    ftoks, fref = read_ref(os.path.join(ARCHS, f"{fam}.ref.bin"))
+    f0, f5 = os.path.join(WORK, f"{fam}.s0.gguf"), os.path.join(WORK, f"{fam}.s50.gguf")
+    r0, r5 = sparsify(f0, 0.0, src=src), sparsify(f5, 0.5, src=src)
+    check(r0.returncode == 0 and r5.returncode == 0,
+          f"{fam}: pi-sparsify --sparsity 0 and 0.5 succeed ({(r0.stderr + r5.stderr).strip()[:200]})")
+    if r0.returncode or r5.returncode:
+        continue
+    e0 = rel(engine_logits(f0, ftoks, "auto")[0], fref)
+    s5 = engine_logits(f5, ftoks, "auto")[0]
+    e5, ed = rel(s5, fref), rel(engine_logits(f5, ftoks, "dense")[0], fref)
+    check(e0 < 2e-3 and ed < 2e-3 and e5 > 1e-2,
+          f"{fam}: threshold mode at S = 0 = transformers ({e0:.1e}), dense mode of the S = 0.5 "
+          f"file too ({ed:.1e}), its threshold mode moves the logits ({e5:.1e})")
+    if fam.startswith("phi3"):
+        import gguf
+        rs, ro = gguf.GGUFReader(src), gguf.GGUFReader(f0)
+        ts = {t.name: t for t in rs.tensors}
+        to = {t.name: t for t in ro.tensors}
+        nl = int(next(v.contents() for k, v in rs.fields.items() if k.endswith(".block_count")))
+        ok = True
+        for l in range(nl):
+            fused = np.asarray(ts[f"blk.{l}.ffn_up.weight"].data)
+            g, u = np.asarray(to[f"blk.{l}.ffn_gate.weight"].data), np.asarray(to[f"blk.{l}.ffn_up.weight"].data)
+            half = fused.shape[0] // 2
+            ok = ok and g.tobytes() == fused[:half].tobytes() and u.tobytes() == fused[half:].tobytes()
+        check(ok, f"{fam}: the fused gate_up written as ffn_gate (first half of its rows) and "
+              f"ffn_up (second half), bit for bit")
+        # --order-stats over a fused gate_up: both halves permuted alike
+        mm = pi.Model(f0)
+        st = os.path.join(WORK, f"{fam}.stats.gguf")
+        with pi.Context(mm, n_ctx=64, n_threads=2, stats="on") as c:
+            c.decode(mm.tokenize(open(calib, encoding="utf-8").read(), add_special=True)[:64])
+            c.stats.save(st)
+        mm.close()
+        fo = os.path.join(WORK, f"{fam}.s0o.gguf")
+        r = sparsify(fo, 0.0, src=src, extra=("--order-stats", st))
+        eo = rel(engine_logits(fo, ftoks, "auto")[0], fref) if r.returncode == 0 else 1.0
+        check(r.returncode == 0 and eo < 2e-3, f"{fam}: --order-stats on a fused gate_up: "
+              f"threshold mode at S = 0 = transformers ({eo:.1e})")
+    mm = pi.Model(f0)
+    want = engine_logits(f0, ftoks, "auto")[0]
+    worst, n_split = 0.0, 0
+    for frac in (0.25, 0.5, 0.75):
+        with pi.Context(mm, n_ctx=64, n_threads=2, device="cpu",
+                        device_budget=int(os.path.getsize(f0) * frac)) as c:
+            got = []
+            for t in ftoks:
+                c.decode([t])
+                got.append(np.array(c.logits(), np.float64))
+            nd = sum(c.plan.layer_neurons(l) for l in range(c.plan.n_layer))
+            n_split += 0 < nd
+        worst = max(worst, rel(np.stack(got), want))
+    mm.close()
+    check(n_split > 0 and worst < 1e-4, f"{fam}: a CPU device holding some neurons = CPU only "
+          f"({worst:.1e} over three budgets)")
+
 m = pi.Model(FIX)
 try:
     pi.Context(m, n_ctx=16, sparse_mode="threshold")
