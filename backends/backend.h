@@ -251,7 +251,8 @@ struct pi_backend_vtable {
                            const int32_t *map, float thr);
     /* The thresholded activation of a subset of a layer's neurons (a sparsified file's
      * PI_SPARSE_THRESHOLD mode, the device part): for i < n, a = act(g[i]) (act
-     * non-gated: PI_ACT_SILU, _GELU, _GELU_ERF, _RELU), v = a * u[i], and
+     * non-gated: PI_ACT_SILU, _GELU, _GELU_ERF, _RELU), v = a * u[i] (v = a when u is
+     * NULL: a plain FFN's activation, act(up . x + b_up)), and
      *   g[i] = v  if |teal ? v : a| > thr,   g[i] = 0  otherwise.
      * Optional: NULL refuses a context that places neurons of such a file on the
      * device in that mode (exec.c). */

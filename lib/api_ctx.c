@@ -99,11 +99,10 @@ static int setup_thresholds(struct pi_ctx *c, const pi_ctx_params *p) {
                    : p->gate_histogram == PI_HIST_INTER ? PI_HIST_INTER
                    : p->gate_histogram                  ? PI_HIST_GATE
                                                         : 0;
-    if (c->gate_hist && (c->model->desc.n_moe_layers || !(hp->info->flags & PI_AF_GATED) ||
-                         p->device != PI_DEVICE_NONE))
-        PI_FAIL(&c->err, PI_ERR_UNSUPPORTED, "gate_histogram needs a gated FFN without experts "
-                "(ffn_gate in every layer) and a CPU-only context");
-    if (c->gate_hist)
+    if (c->gate_hist && (c->model->desc.n_moe_layers || p->device != PI_DEVICE_NONE))
+        PI_FAIL(&c->err, PI_ERR_UNSUPPORTED, "gate_histogram needs an FFN without experts "
+                "and a CPU-only context");
+    if (c->gate_hist && (hp->info->flags & PI_AF_GATED))
         for (int64_t l = 0; l < L; l++)
             if (!c->model->desc.layers[l].ffn_gate && !c->model->desc.layers[l].up_fused)
                 PI_FAIL(&c->err, PI_ERR_UNSUPPORTED, "gate_histogram: layer %lld has no "
@@ -162,9 +161,10 @@ static int setup_sparse(struct pi_ctx *c, const pi_ctx_params *p) {
         ((hp->ffn_act != PI_FFN_SILU && hp->ffn_act != PI_FFN_GELU &&
           hp->ffn_act != PI_FFN_GELU_ERF && hp->ffn_act != PI_FFN_RELU) ||
          c->model->desc.n_moe_layers))
-        PI_FAIL(&c->err, PI_ERR_UNSUPPORTED, "sparse mode threshold runs gated FFNs with "
-                "SiLU, GELU or ReLU on the gate, without experts");
-    for (int64_t l = 0; c->mode == PI_SPARSE_THRESHOLD && l < hp->n_layer; l++)
+        PI_FAIL(&c->err, PI_ERR_UNSUPPORTED, "sparse mode threshold runs FFNs with SiLU, "
+                "GELU or ReLU (on the gate of a gated one), without experts");
+    for (int64_t l = 0; c->mode == PI_SPARSE_THRESHOLD && (hp->info->flags & PI_AF_GATED) &&
+                        l < hp->n_layer; l++)
         if (!c->model->desc.layers[l].ffn_gate)
             PI_FAIL(&c->err, PI_ERR_UNSUPPORTED, "sparse mode threshold needs a gated FFN; "
                     "layer %lld has no ffn_gate", (long long)l);

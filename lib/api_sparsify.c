@@ -141,15 +141,16 @@ static int check_model(struct srun *r) {
                     "layer %lld has experts: pi_model_sparsify "
                     "takes dense gated FFNs",
                     (long long)l);
-        if (!L->ffn_gate && !L->up_fused)
+        const int gated = (hp->info->flags & PI_AF_GATED) != 0;
+        if (gated && !L->ffn_gate && !L->up_fused)
             PI_FAIL(r->err, PI_ERR_UNSUPPORTED,
-                    "layer %lld's FFN is not gated (no ffn_gate, no fused "
-                    "gate_up): the thresholded FFN needs act(gate . x) per neuron",
+                    "layer %lld's gated FFN has no ffn_gate (separate or fused "
+                    "with ffn_up): the thresholded FFN needs act(gate . x) per neuron",
                     (long long)l);
-        if (L->b_gate || L->b_up || L->b_down)
+        if (L->b_gate || (gated && L->b_up))
             PI_FAIL(r->err, PI_ERR_UNSUPPORTED,
-                    "layer %lld has FFN biases, which the thresholded FFN does not "
-                    "apply yet",
+                    "layer %lld has gate or up biases in a gated FFN, which the "
+                    "thresholded FFN does not apply yet",
                     (long long)l);
         if (!L->ffn_down || !pi_type_traits(L->ffn_down->type)->to_float)
             PI_FAIL(r->err, PI_ERR_UNSUPPORTED, "layer %lld: ffn_down cannot be read",

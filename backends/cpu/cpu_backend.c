@@ -1463,7 +1463,7 @@ static void cpu_ffn_act_thr(struct pi_backend *b, enum pi_act act, float *g, con
                             int64_t n, float thr, int teal) {
     cpu_ffn_act(b, act, g, NULL, n);
     for (int64_t i = 0; i < n; i++) {
-        const float v = g[i] * u[i];
+        const float v = u ? g[i] * u[i] : g[i];
         g[i] = fabsf(teal ? v : g[i]) > thr ? v : 0.0f;
     }
 }

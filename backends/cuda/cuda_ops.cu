@@ -476,20 +476,20 @@ void pi_cuda_ffn_act_masked(struct pi_backend *b, enum pi_act a, float *g, const
     pi_cuda_launched(b);
 }
 
-/* g [n] = v = act(g) * u where |teal ? v : act(g)| > thr, else 0 (a sparsified file's
- * threshold mode; act non-gated). */
+/* g [n] = v = act(g) * u (act(g) when u is NULL) where |teal ? v : act(g)| > thr, else 0
+ * (a sparsified file's threshold mode; act non-gated). */
 __global__ void k_ffn_act_thr(int a, float *g, const float *__restrict__ u, int64_t n, float thr,
                               int teal) {
     for (int64_t k = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; k < n;
          k += (int64_t)gridDim.x * blockDim.x) {
-        const float x = act(a, g[k], u, k), v = x * u[k];
+        const float x = act(a, g[k], u, k), v = u ? x * u[k] : x; /* u NULL: a plain FFN */
         g[k] = fabsf(teal ? v : x) > thr ? v : 0.0f;
     }
 }
 
 void pi_cuda_ffn_act_thr(struct pi_backend *b, enum pi_act a, float *g, const float *u, int64_t n,
                          float thr, int teal) {
-    if (!g || !u || n < 0 || (int)a < 0 || a >= PI_ACT_COUNT || pi_act_gated(a)) {
+    if (!g || n < 0 || (int)a < 0 || a >= PI_ACT_COUNT || pi_act_gated(a)) {
         pi_cuda_fail(b, PI_ERR_INVALID_ARG);
         return;
     }

@@ -256,6 +256,24 @@ static int64_t ffn_sparse(struct pi_ctx *c, int64_t l, int64_t T, const uint8_t 
             be->matmul_rows(b, &L->up, c->xn, T, c->idx, n, up);
         }
         rows_gate = gated ? rows_up : 0;
+    } else if (c->mode == PI_SPARSE_THRESHOLD && !gated) {
+        /* a plain FFN (Falcon, StarCoder2): a = act(up xn + b_up) for every neuron (of
+         * the host's share), the down projection where |a| > t_l (both methods: the
+         * activation is the FFN's intermediate) */
+        rows_gate = 0;
+        rows_up = skip ? host_rows(c, skip) : F;
+        if (skip)
+            be->matmul_rows(b, &L->up, c->xn, T, c->idx, rows_up, c->g);
+        else
+            be->matmul(b, &L->up, c->xn, T, c->g);                   /* g [T][F] */
+        if (L->b_up.data)
+            be->add_rows(b, c->g, &L->b_up, T);
+        be->ffn_act(b, act_of(hp->ffn_act, 0), c->g, NULL, T * F);  /* a = act(g) */
+        be->sync(b);
+        biased = 1;
+        if (c->gate_hist)
+            gate_hist(c, l, c->g, T);
+        n = select_abs(c, c->g, T, c->layer_thr[l], skip);
     } else if (c->mode == PI_SPARSE_THRESHOLD && hp->teal) {
         /* TEAL-style: gate and up for every neuron (of the host's share), m = act(gate
          * xn) * (up xn), the down projection where |m| > t_l (each token masked to its
@@ -313,7 +331,8 @@ static int64_t ffn_sparse(struct pi_ctx *c, int64_t l, int64_t T, const uint8_t 
     /* a sparsified file's smooth activation (SiLU, GELU) on every row at once, g = act(g)
      * * u, the rows outside the union unread; ReLU ones are applied row by row below */
     const int smooth = gated && hp->ffn_act != PI_FFN_RELU && hp->ffn_act != PI_FFN_RELU_BOTH;
-    const int teal = c->mode == PI_SPARSE_THRESHOLD && hp->teal; /* g = m already */
+    /* g = m (teal) or a (a plain FFN) already: kept as it is where above t_l */
+    const int teal = c->mode == PI_SPARSE_THRESHOLD && (hp->teal || !gated);
     if (smooth && c->mode != PI_SPARSE_THRESHOLD)
         be->ffn_act(b, act_of(hp->ffn_act, 1), c->g, c->u, T * F);
     be->sync(b);
@@ -415,7 +434,13 @@ static void ffn_device(struct run *r, int64_t l, const struct pi_dev_layer *D) {
     const float *xn = in(r, &r->xn, DEV);
     const float *score = c->mode == PI_SPARSE_PREDICTOR ? in(r, &r->score, DEV) : NULL;
     /* oracle and dense need no mask: relu zeroes the inactive neurons */
-    if (c->mode == PI_SPARSE_THRESHOLD) { /* |act(g)| (teal: |act(g) u|) above t_l */
+    if (c->mode == PI_SPARSE_THRESHOLD && !D->gate.data) { /* plain: |act(up xn + b_up)| */
+        u->be->matmul(u->b, &D->up, xn, T, h->gd);                     /* gd [T][n] */
+        if (D->b_up.data)
+            u->be->add_rows(u->b, h->gd, &D->b_up, T);
+        u->be->ffn_act_thr(u->b, act_of(c->hp->ffn_act, 0), h->gd, NULL, T * n,
+                           c->layer_thr[l], 0);
+    } else if (c->mode == PI_SPARSE_THRESHOLD) { /* |act(g)| (teal: |act(g) u|) above t_l */
         u->be->matmul(u->b, &D->gate, xn, T, h->gd);                   /* gd [T][n] */
         u->be->matmul(u->b, &D->up, xn, T, h->ud);                     /* ud [T][n] */
         u->be->ffn_act_thr(u->b, act_of(c->hp->ffn_act, 0), h->gd, h->ud, T * n,
@@ -597,6 +622,10 @@ static const float *ffn_dense(struct run *r, int64_t l, const struct unit *u,
             gate_hist(c, l, g, T);
     } else {
         u->be->ffn_act(u->b, act_of(hp->ffn_act, gated), g, gated ? up : NULL, T * F);
+        if (c->gate_hist && !gated && u->at == HOST) { /* a plain FFN: its activation */
+            u->be->sync(u->b);
+            gate_hist(c, l, g, T);
+        }
     }
     float *y = out(y_s, u->at);
     if (W->has_down)

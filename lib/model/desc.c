@@ -132,9 +132,6 @@ static int read_sparsify(struct reader *r, struct pi_hparams *hp) {
         PI_FAIL(r->err, PI_ERR_UNSUPPORTED, "powerinfer.sparsify.method '%.*s' is not "
                 "supported (cats and teal are)", (int)(n > 32 ? 32 : n), s);
     hp->teal = memcmp(s, "teal", 4) == 0;
-    if (!(hp->info->flags & PI_AF_GATED))
-        PI_FAIL(r->err, PI_ERR_UNSUPPORTED, "powerinfer.sparsify needs a gated FFN; "
-                "architecture '%s' has none", hp->info->name);
     if (hp->ffn_act != PI_FFN_SILU && hp->ffn_act != PI_FFN_GELU &&
         hp->ffn_act != PI_FFN_GELU_ERF && hp->ffn_act != PI_FFN_RELU)
         PI_FAIL(r->err, PI_ERR_UNSUPPORTED, "powerinfer.sparsify: this FFN activation is not "
@@ -562,9 +559,12 @@ static int build_layer(struct reader *r, const struct pi_hparams *hp, int64_t il
     PI_TRY(want(r, BIAS("ffn_up"), K_NORM, L->up_fused ? 2 * F : F, 0, 1, &L->b_up));
     PI_TRY(want(r, NAME("post_ffw_norm"), K_NORM, E, 0, 1, &L->ffn_post_norm));
     if (hp->sparsified) { /* pi_model_sparsify's file: ffn_down_t, no predictors */
-        if (!L->ffn_gate || L->b_gate || L->b_up || gguf_find_tensor(r->f, BIAS("ffn_down")) >= 0)
+        /* gated with a separate gate and no gate/up biases, or plain (act(up x + b_up)) */
+        if (((flags & PI_AF_GATED) && !L->ffn_gate) || L->b_gate || (L->ffn_gate && L->b_up))
             PI_FAIL(r->err, PI_ERR_UNSUPPORTED, "layer %lld of this sparsified file has a fused "
-                    "gate or FFN biases, which the thresholded FFN does not apply", (long long)il);
+                    "gate or gate/up biases beside a gate, which the thresholded FFN does not "
+                    "apply", (long long)il);
+        PI_TRY(want(r, BIAS("ffn_down"), K_NORM, E, 0, 1, &L->b_down));
         if (gguf_find_tensor(r->f, NAME("ffn_down")) >= 0)
             PI_FAIL(r->err, PI_ERR_FORMAT, "sparsified file has '%s'; it stores the down "
                     "projection transposed as ffn_down_t", n);

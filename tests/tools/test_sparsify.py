@@ -24,12 +24,13 @@ Checks:
      reference masked that way, reads the whole gate and up and the kept down rows;
      --order-stats permutes gate, up and down_t rows by the statistics' active counts
      (recorded as powerinfer.sparsify.neuron_order), the same logits up to summation order;
-  4. bad input fails cleanly (exit status, a message, no output file): a plain FFN
-     (falcon), FFN biases (llama-bias), a missing file, a bad --sparsity, a sparsified
+  4. bad input fails cleanly (exit status, a message, no output file): experts
+     (mixtral), gate/up biases in a gated FFN (llama-bias), a missing file, a bad --sparsity, a sparsified
      file given again; threshold mode on a dense file and a wrong number of thresholds are
      refused; with a CPU stand-in device holding some neurons, threshold and dense mode
      compute what the CPU alone computes;
-  5. Gemma 2 and 3 (post-FFN norm) and Phi-3 (fused gate_up, split by pi-sparsify): at
+  5. Gemma 2 and 3 (post-FFN norm), Phi-3 (fused gate_up, split by pi-sparsify), Falcon
+     and StarCoder2 (plain FFNs, thresholds on act(up . h + b_up)): at
      S = 0 threshold mode equals transformers' logits, at S = 0.5 it moves them while
      dense mode does not; Phi-3's halves bit for bit, --order-stats on them; a CPU
      stand-in device splitting layers equals the CPU alone.
@@ -305,8 +306,8 @@ check(r.returncode == 1 and "order-stats" in r.stderr, f"a missing --order-stats
 # 4. bad input
 bad = os.path.join(WORK, "bad.gguf")
 for what, args, status, msg in (
-        ("a plain (ungated) FFN", [os.path.join(ARCHS, "falcon-7b.f16.gguf"), 0.5], 1, "gated"),
-        ("FFN biases", [os.path.join(ARCHS, "llama-bias.f16.gguf"), 0.5], 1, "FFN biases"),
+        ("experts", [os.path.join(ARCHS, "mixtral.f16.gguf"), 0.5], 1, "experts"),
+        ("gate/up biases", [os.path.join(ARCHS, "llama-bias.f16.gguf"), 0.5], 1, "biases"),
         ("a missing file", [os.path.join(WORK, "nope.gguf"), 0.5], 1, "nope.gguf"),
         ("sparsity 1", [FIX, 1.0], 2, "--sparsity"),
         ("sparsity -0.1", [FIX, -0.1], 2, "--sparsity"),
@@ -320,13 +321,15 @@ for what, args, status, msg in (
           f"pi-sparsify refuses {what} (exit {r.returncode}: {r.stderr.strip()[:160]})")
 
 # 5. other families (tests/fixtures/archs, against transformers' float64 logits): Gemma 2
-# and 3 (GELU-gated, a post-FFN norm applied to the thresholded FFN's output) and Phi-3
-# (gate and up fused in one {E, 2F} ffn_up, written as ffn_gate and ffn_up). S = 0
+# and 3 (GELU-gated, a post-FFN norm applied to the thresholded FFN's output), Phi-3
+# (gate and up fused in one {E, 2F} ffn_up, written as ffn_gate and ffn_up), and the
+# plain FFNs of Falcon (both layouts) and StarCoder2 (thresholds on a = act(up . h +
+# b_up), the down rows where |a| > t_l, StarCoder2's up and down biases). S = 0
 # keeps every neuron (|act| > 0), so threshold mode must give the reference's logits;
 # S = 0.5 must change them (neurons really skipped) and dense mode must not; a CPU
 # stand-in device holding some neurons (layers split: the post-FFN norm applies to the
 # sum of both parts) computes what the CPU alone computes, up to summation order
-for fam in ("gemma2", "gemma3", "phi3", "phi3-longrope"):
+for fam in ("gemma2", "gemma3", "phi3", "phi3-longrope", "falcon-7b", "falcon-40b", "starcoder2"):
     src = os.path.join(ARCHS, f"{fam}.f16.gguf")
     ftoks, fref = read_ref(os.path.join(ARCHS, f"{fam}.ref.bin"))
     f0, f5 = os.path.join(WORK, f"{fam}.s0.gguf"), os.path.join(WORK, f"{fam}.s50.gguf")
@@ -341,6 +344,15 @@ for fam in ("gemma2", "gemma3", "phi3", "phi3-longrope"):
     check(e0 < 2e-3 and ed < 2e-3 and e5 > 1e-2,
           f"{fam}: threshold mode at S = 0 = transformers ({e0:.1e}), dense mode of the S = 0.5 "
           f"file too ({ed:.1e}), its threshold mode moves the logits ({e5:.1e})")
+    mm = pi.Model(f5)  # the calibration's own tokens: about half of the neurons kept
+    ct = mm.tokenize(open(calib, encoding="utf-8").read(), add_special=True)[:48]
+    with pi.Context(mm, n_ctx=64, n_threads=2, stats="on") as c:
+        for t in ct:
+            c.decode([t])
+        kept = [ls.rows_down / (len(ct) * mm.n_ff) for ls in c.stats.layers()]
+    mm.close()
+    check(all(0.4 < k < 0.6 for k in kept), f"{fam}: S = 0.5 keeps about half of the neurons "
+          f"on calibration text ({', '.join(f'{k:.3f}' for k in kept)} per layer)")
     if fam.startswith("phi3"):
         import gguf
         rs, ro = gguf.GGUFReader(src), gguf.GGUFReader(f0)
