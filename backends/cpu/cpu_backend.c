@@ -34,6 +34,12 @@ struct pi_backend {
     void *xp_block, *panel_block;
     uint8_t *xp, *panel;
     int32_t *rows;  /* max_width row ids (matmul_t_rows) */
+    /* The 8-bit down projection of 1 .. AXPY_DEQ_TOKENS - 1 tokens (accumulate_rows_i8):
+     * each token's non-zero rows [AXPY_DEQ_TOKENS - 1][max_width] and the partial sums
+     * of its row chunks [AXPY_DEQ_TOKENS - 1][AXPY_RCHUNKS][max_width]; NULL with
+     * f32_activations. */
+    int32_t *own;
+    float *tpart;
     float *deq;     /* per thread: a tile of weight rows as floats (axpy_cols_job),
                      * deq_floats() */
     /* RoPE's rotations of the last step, cos and sin per (token, pair) [max_tokens][2][..]
@@ -57,6 +63,13 @@ struct pi_backend {
 /* From this many tokens on, a group's rows are converted to floats once per chunk and
  * every token adds them from there (one conversion instead of one per token). */
 #define AXPY_DEQ_TOKENS 4
+/* Fewer tokens take the 8-bit path (accumulate_rows_i8): each token's non-zero rows in
+ * at most AXPY_RCHUNKS chunks of whole rows (at least AXPY_RCHUNK_MIN rows, a multiple
+ * of AXPY_GROUP; sizes from the row count alone), a partial sum per chunk, then the
+ * chunks' sums added in order: whole rows per thread, the same sums for any number of
+ * threads. */
+#define AXPY_RCHUNKS    16
+#define AXPY_RCHUNK_MIN 64
 /* That prompt path's groups and chunks: a token needs few of a group's rows (a sparse
  * prompt's down projection: one row in ten), so groups are long, for each token's call
  * to add several rows per load and store of its outputs; chunks are narrow, for the
@@ -90,6 +103,8 @@ static void cpu_destroy(struct pi_backend *b) {
     pi_free(b->alloc, b->xp_block);
     pi_free(b->alloc, b->panel_block);
     pi_free(b->alloc, b->rows);
+    pi_free(b->alloc, b->own);
+    pi_free(b->alloc, b->tpart);
     pi_free(b->alloc, b->rope_cs);
     pi_free(b->alloc, b);
 }
@@ -172,7 +187,15 @@ static int cpu_create(struct pi_backend **out, const struct pi_backend_config *c
         b->xp_block = pi_malloc(b->alloc, pi_gemm_pack_bytes(w, cfg->max_tokens) + 64);
         b->xp = b->xp_block ? align64(b->xp_block) : NULL;
     }
-    int st = b->xq && b->rows && b->rope_cs && (!b->packed || b->xp) ? PI_OK : PI_ERR_NOMEM;
+    if (!cfg->f32_activations) {
+        const size_t nt = (size_t)(AXPY_DEQ_TOKENS - 1), wd = (size_t)cfg->max_width;
+        b->own = pi_malloc(b->alloc, nt * wd * sizeof *b->own);
+        b->tpart = pi_malloc(b->alloc, nt * AXPY_RCHUNKS * wd * sizeof *b->tpart);
+    }
+    int st = b->xq && b->rows && b->rope_cs && (!b->packed || b->xp) &&
+                     (cfg->f32_activations || (b->own && b->tpart))
+                 ? PI_OK
+                 : PI_ERR_NOMEM;
     if (st == PI_OK)
         st = pi_pool_create(&b->pool, cfg->n_threads, b->alloc);
     if (st == PI_OK)
@@ -692,41 +715,6 @@ static void axpy_cols_job(void *arg, int64_t lo, int64_t hi, int ith) {
         }
         return;
     }
-    pi_axpy_rows_fn axpy_i8 = j->b->f32_activations ? NULL : j->b->k.axpy_rows_i8[w->type];
-    if (axpy_i8 && axpy_rows) {
-        /* Fast mode, 1-3 tokens: 8-bit coefficients, integer sums (kernels.h,
-         * axpy_rows_i8). Its groups of 16 are each token's own non-zero rows in list
-         * order, so that a token's output does not depend on what else is in the batch. */
-        int32_t *own = (int32_t *)tmp; /* max_width >= n_rows row ids */
-        for (int64_t t = 0; t < j->n_tok; t++) {
-            const float *xt = j->x + t * w->n_out;
-            int64_t k = 0;
-            for (int64_t i = 0; i < j->n_rows; i++)
-                if (xt[j->b->rows[i]] != 0.0f)
-                    own[k++] = j->b->rows[i];
-            float *yt = j->y + t * w->n_in + lo;
-            for (int64_t g = 0; g < k; g += AXPY_GROUP) {
-                const int64_t ge = g + AXPY_GROUP < k ? g + AXPY_GROUP : k;
-                const int64_t ne = ge + AXPY_GROUP < k ? ge + AXPY_GROUP : k;
-                const uint8_t *ptr[AXPY_GROUP], *pc[AXPY_GROUP];
-                float a[AXPY_GROUP];
-                for (int64_t i = g; i < ge; i++) {
-                    ptr[i - g] = base + (size_t)own[i] * w->row_bytes;
-                    a[i - g] = xt[own[i]];
-                }
-                for (int64_t c0 = 0; c0 < hi - lo; c0 += chunk) {
-                    const int64_t cn = hi - lo - c0 < chunk ? hi - lo - c0 : chunk;
-                    const size_t co = (size_t)(c0 / tt->block_size) * tt->block_bytes;
-                    for (int64_t i = ge; i < ne; i++)
-                        prefetch_bytes(base + (size_t)own[i] * w->row_bytes + co, chunk_bytes, 1);
-                    for (int64_t q = 0; q < ge - g; q++)
-                        pc[q] = ptr[q] + co;
-                    axpy_i8(yt + c0, a, pc, ge - g, cn);
-                }
-            }
-        }
-        return;
-    }
     for (int64_t g = 0; g < j->n_rows; g += AXPY_GROUP) {
         const int64_t ge = g + AXPY_GROUP < j->n_rows ? g + AXPY_GROUP : j->n_rows;
         const int64_t ne = ge + AXPY_GROUP < j->n_rows ? ge + AXPY_GROUP : j->n_rows;
@@ -773,6 +761,121 @@ static void axpy_cols_job(void *arg, int64_t lo, int64_t hi, int ith) {
     }
 }
 
+/* accumulate_rows_i8: job j = chunk c of token t (the tokens' chunks one after another),
+ * its partial sum over whole rows, all columns, in groups of AXPY_GROUP rows (8-bit
+ * coefficients, kernels.h axpy_rows_i8); the next group's column chunk is prefetched
+ * while one is added. */
+struct rchunk_job {
+    struct pi_backend *b;
+    const struct pi_weight *w;
+    const float *x;
+    int64_t n_tok;
+    int64_t per[AXPY_DEQ_TOKENS], k[AXPY_DEQ_TOKENS], first[AXPY_DEQ_TOKENS + 1];
+};
+
+static void rchunk_job(void *arg, int64_t lo, int64_t hi, int ith) {
+    const struct rchunk_job *j = arg;
+    const struct pi_weight *w = j->w;
+    const struct pi_type_traits *tt = pi_type_traits(w->type);
+    const pi_axpy_rows_fn axpy_i8 = j->b->k.axpy_rows_i8[w->type];
+    const int64_t cb = AXPY_CHUNK / tt->block_size > 0 ? AXPY_CHUNK / tt->block_size : 1;
+    const int64_t chunk = cb * tt->block_size, E = w->n_in;
+    const size_t chunk_bytes = (size_t)cb * tt->block_bytes;
+    const uint8_t *base = (const uint8_t *)w->data;
+    (void)ith;
+    for (int64_t job = lo; job < hi; job++) {
+        int64_t t = 0;
+        while (job >= j->first[t + 1])
+            t++;
+        const int64_t c = job - j->first[t];
+        const int32_t *own = j->b->own + (size_t)t * (size_t)j->b->max_width;
+        const float *xt = j->x + t * w->n_out;
+        float *part = j->b->tpart + ((size_t)t * AXPY_RCHUNKS + (size_t)c) * (size_t)j->b->max_width;
+        const int64_t r0 = c * j->per[t];
+        const int64_t r1 = r0 + j->per[t] < j->k[t] ? r0 + j->per[t] : j->k[t];
+        memset(part, 0, (size_t)E * sizeof *part);
+        for (int64_t i = r0; i < r1 && i < r0 + AXPY_GROUP; i++)
+            prefetch_bytes(base + (size_t)own[i] * w->row_bytes, chunk_bytes, 1);
+        for (int64_t g = r0; g < r1; g += AXPY_GROUP) {
+            const int64_t ge = g + AXPY_GROUP < r1 ? g + AXPY_GROUP : r1;
+            const int64_t ne = ge + AXPY_GROUP < r1 ? ge + AXPY_GROUP : r1;
+            const uint8_t *ptr[AXPY_GROUP], *pc[AXPY_GROUP];
+            float a[AXPY_GROUP];
+            for (int64_t i = g; i < ge; i++) {
+                ptr[i - g] = base + (size_t)own[i] * w->row_bytes;
+                a[i - g] = xt[own[i]];
+            }
+            for (int64_t c0 = 0; c0 < E; c0 += chunk) {
+                const int64_t cn = E - c0 < chunk ? E - c0 : chunk;
+                const size_t co = (size_t)(c0 / tt->block_size) * tt->block_bytes;
+                /* the same chunk of the next group's rows */
+                for (int64_t i = ge; i < ne; i++)
+                    prefetch_bytes(base + (size_t)own[i] * w->row_bytes + co, chunk_bytes, 1);
+                for (int64_t q = 0; q < ge - g; q++)
+                    pc[q] = ptr[q] + co;
+                axpy_i8(part + c0, a, pc, ge - g, cn);
+            }
+        }
+    }
+}
+
+/* y[t] = the sum of token t's chunk sums, in chunk order, over columns [lo, hi). */
+struct rsum_job {
+    const struct rchunk_job *r;
+    float *y;
+};
+
+static void rsum_job(void *arg, int64_t lo, int64_t hi, int ith) {
+    const struct rsum_job *s = arg;
+    const struct rchunk_job *j = s->r;
+    const size_t mw = (size_t)j->b->max_width;
+    (void)ith;
+    for (int64_t t = 0; t < j->n_tok; t++) {
+        float *yt = s->y + t * j->w->n_in;
+        const int64_t nc = j->first[t + 1] - j->first[t];
+        if (!nc) {
+            memset(yt + lo, 0, (size_t)(hi - lo) * sizeof *yt);
+            continue;
+        }
+        const float *p0 = j->b->tpart + (size_t)t * AXPY_RCHUNKS * mw;
+        memcpy(yt + lo, p0 + lo, (size_t)(hi - lo) * sizeof *yt);
+        for (int64_t c = 1; c < nc; c++)
+            j->b->k.axpy[PI_TYPE_F32](yt + lo, 1.0f, (const uint8_t *)(p0 + (size_t)c * mw + lo),
+                                      hi - lo);
+    }
+}
+
+/* The 8-bit path of accumulate_rows for 1 .. AXPY_DEQ_TOKENS - 1 tokens over the union
+ * rows b->rows[0..n): per token its non-zero rows in list order, cut into chunks whose
+ * size depends only on their count, each chunk's sum by one thread over whole rows (a
+ * thread owning a slice of columns read a part of every row: strided, the hardware
+ * prefetcher's worst case), then the chunk sums added in order. */
+static void accumulate_rows_i8(struct pi_backend *b, const struct pi_weight *w, const float *x,
+                               int64_t n_tok, int64_t n, float *y) {
+    struct rchunk_job j = {b, w, x, n_tok, {0}, {0}, {0}};
+    for (int64_t t = 0; t < n_tok; t++) {
+        int32_t *own = b->own + (size_t)t * (size_t)b->max_width;
+        const float *xt = x + t * w->n_out;
+        int64_t k = 0;
+        for (int64_t i = 0; i < n; i++)
+            if (xt[b->rows[i]] != 0.0f)
+                own[k++] = b->rows[i];
+        int64_t per = (k + AXPY_RCHUNKS - 1) / AXPY_RCHUNKS;
+        per = (per + AXPY_GROUP - 1) / AXPY_GROUP * AXPY_GROUP;
+        per = per < AXPY_RCHUNK_MIN ? AXPY_RCHUNK_MIN : per;
+        j.k[t] = k;
+        j.per[t] = per;
+        j.first[t + 1] = j.first[t] + (k + per - 1) / per;
+    }
+    if (j.first[n_tok])
+        pi_pool_for(b->pool, j.first[n_tok], 1, rchunk_job, &j);
+    struct rsum_job s = {&j, y};
+    const int64_t bs = pi_type_traits(w->type)->block_size;
+    const int nt = pi_pool_n_threads(b->pool);
+    int64_t grain = (w->n_in / bs + nt - 1) / nt * bs;
+    pi_pool_for(b->pool, w->n_in, grain < bs ? bs : grain, rsum_job, &s);
+}
+
 /* The accumulation over rows idx[0..n_idx) (all rows when idx is NULL) that some token
  * needs (activation non-zero), each thread owning one slice of the output columns: it
  * streams its part of every row once. Returns the rows read. */
@@ -790,6 +893,11 @@ static int64_t accumulate_rows(struct pi_backend *b, const struct pi_weight *w, 
                 b->rows[n++] = (int32_t)r;
                 break;
             }
+    }
+    if (n_tok < AXPY_DEQ_TOKENS && b->tpart && b->k.axpy_rows_i8[w->type] &&
+        b->k.axpy_rows[w->type] && w->n_in <= b->max_width) {
+        accumulate_rows_i8(b, w, x, n_tok, n, y);
+        return n;
     }
     struct trows_job j = {b, w, x, y, n_tok, n};
     const int64_t bs = pi_type_traits(w->type)->block_size;
