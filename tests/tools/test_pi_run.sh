@@ -165,7 +165,9 @@ if [ -n "$smol" ] && [ -f "$smol" ]; then
             && ok "--json-schema: the output parses" || bad "--json-schema output"
     fi
     "$pirun" -m "$smol" -p x --grammar 'root ::= "a" | b' > /dev/null 2> "$work/gerr.txt"
-    [ $? -eq 1 ] && grep -q "1:16: undefined rule 'b'" "$work/gerr.txt" && ok "bad --grammar: exit 1 naming 1:16" || bad "bad --grammar"
+    st=$?
+    [ $st -eq 1 ] && grep -q "1:16: undefined rule 'b'" "$work/gerr.txt" && ok "bad --grammar: exit 1 naming 1:16" \
+        || bad "bad --grammar (exit $st: $(head -c 200 "$work/gerr.txt" | tr '\n' ' '))"
     "$pirun" -m "$smol" -p x --json-schema '{"type":"string","pattern":"a"}' > /dev/null 2> "$work/jerr.txt"
     [ $? -eq 1 ] && grep -q "keyword 'pattern' is not supported" "$work/jerr.txt" && ok "bad --json-schema: exit 1 naming the keyword" || bad "bad --json-schema"
     "$pirun" -m "$smol" -p "Hello" -n 0 --dump-logits "$work/logits.bin" > /dev/null 2>&1
