@@ -877,7 +877,8 @@ static void accumulate_rows_i8(struct pi_backend *b, const struct pi_weight *w, 
 }
 
 /* The accumulation over rows idx[0..n_idx) (all rows when idx is NULL) that some token
- * needs (activation non-zero), each thread owning one slice of the output columns: it
+ * needs (activation non-zero). The 8-bit path of 1-3 tokens goes by row chunks
+ * (accumulate_rows_i8); otherwise each thread owns one slice of the output columns and
  * streams its part of every row once. Returns the rows read. */
 static int64_t accumulate_rows(struct pi_backend *b, const struct pi_weight *w, const float *x,
                                int64_t n_tok, const int32_t *idx, int64_t n_idx, float *y) {
