@@ -312,3 +312,163 @@ void pi_quantize_row(uint32_t type, const float *src, void *dst, int64_t n) {
     default: break; /* callers check pi_quantize_supported */
     }
 }
+
+/* ---- least-squares quantizers (not gguf's bytes) ----------------------------------------
+ *
+ * pi_quantize_row_mse: the same block layouts with the scale (and min) chosen to
+ * minimize the block's squared error rather than by its extremes. Symmetric types
+ * (Q4_0, Q5_0, Q8_0): for each of 42 trial scales, the largest-magnitude element mapped
+ * to -(L + k/10) or to (L - 1 + k/10) levels, k = -10 .. 10 (L = 8, 16, 127; Q8_0 keeps
+ * -127 .. 127 as gguf does), the quants are rounded and clamped, the least-squares scale
+ * for those quants sum(x q) / sum(q q) is taken, rounded to f16, and the quants rounded
+ * again with it; the trial with the least error wins, the extremes' choice included as
+ * a trial, so no block is worse than the reference quantizer's up to the f16 rounding.
+ * Offset types (Q4_1, Q5_1): from min/max, up to 8 rounds of rounding the quants and
+ * solving the 2 x 2 least squares for (d, m), keeping the best. A block with a
+ * non-finite value, or all zeros, is quantized as pi_quantize_row does it. */
+
+static int block_finite(const float *x) {
+    for (int j = 0; j < QK; j++)
+        if (!isfinite(x[j]))
+            return 0;
+    return 1;
+}
+
+/* q = clamp(round(x / d), lo, hi) for j < QK; returns the squared error with d. */
+static double sym_round(const float *x, float d, int lo, int hi, int *q) {
+    double e = 0.0;
+    for (int j = 0; j < QK; j++) {
+        int v = d != 0.0f ? (int)lrintf(x[j] / d) : 0;
+        v = v < lo ? lo : v > hi ? hi : v;
+        q[j] = v;
+        const double r = (double)x[j] - (double)d * v;
+        e += r * r;
+    }
+    return e;
+}
+
+/* The best f16 scale for x over levels lo .. hi (lo = -L); q gets the quants. */
+static float sym_search(const float *x, int lo, int hi, int *q) {
+    float amax = 0.0f, v = 0.0f;
+    for (int j = 0; j < QK; j++)
+        if (fabsf(x[j]) > amax) {
+            amax = fabsf(x[j]);
+            v = x[j];
+        }
+    int t[QK];
+    float best_d = pi_fp16_to_fp32(pi_fp32_to_fp16(v / (float)lo));
+    double best = sym_round(x, best_d, lo, hi, q);
+    for (int side = 0; side < 2; side++)
+        for (int k = -10; k <= 10; k++) {
+            const float lv = side ? (float)hi + 0.1f * (float)k : (float)lo - 0.1f * (float)k;
+            if (fabsf(lv) < 0.5f)
+                continue;
+            sym_round(x, v / lv, lo, hi, t);
+            double sxq = 0.0, sqq = 0.0;
+            for (int j = 0; j < QK; j++) {
+                sxq += (double)x[j] * t[j];
+                sqq += (double)t[j] * t[j];
+            }
+            if (sqq <= 0.0)
+                continue;
+            const float d = pi_fp16_to_fp32(pi_fp32_to_fp16((float)(sxq / sqq)));
+            if (!isfinite(d) || d == 0.0f)
+                continue;
+            const double e = sym_round(x, d, lo, hi, t);
+            if (e < best) {
+                best = e;
+                best_d = d;
+                memcpy(q, t, sizeof t);
+            }
+        }
+    return best_d;
+}
+
+/* The best f16 (d, m) for x over levels 0 .. top: x ~ d q + m. */
+static void min_search(const float *x, int top, int *q, float *dd, float *mm) {
+    float mn, mx;
+    min_max(x, &mn, &mx);
+    float d = (mx - mn) / (float)top, m = mn;
+    double best = INFINITY;
+    *dd = 0.0f;
+    *mm = mn;
+    int t[QK];
+    for (int it = 0; it < 8; it++) {
+        const float d16 = pi_fp16_to_fp32(pi_fp32_to_fp16(d)), m16 = pi_fp16_to_fp32(pi_fp32_to_fp16(m));
+        double e = 0.0, sq = 0.0, sqq = 0.0, sx = 0.0, sxq = 0.0;
+        for (int j = 0; j < QK; j++) {
+            int v = d16 != 0.0f ? (int)lrintf((x[j] - m16) / d16) : 0;
+            v = v < 0 ? 0 : v > top ? top : v;
+            t[j] = v;
+            const double r = (double)x[j] - ((double)d16 * v + m16);
+            e += r * r;
+            sq += v;
+            sqq += (double)v * v;
+            sx += x[j];
+            sxq += (double)x[j] * v;
+        }
+        if (e < best) {
+            best = e;
+            *dd = d16;
+            *mm = m16;
+            memcpy(q, t, sizeof t);
+        }
+        const double det = QK * sqq - sq * sq;
+        if (det <= 0.0)
+            break;
+        d = (float)((QK * sxq - sq * sx) / det);
+        m = (float)((sx - d * sq) / QK);
+        if (!isfinite(d) || !isfinite(m))
+            break;
+    }
+}
+
+void pi_quantize_row_mse(uint32_t type, const float *src, void *dst, int64_t n) {
+    const int sym = type == PI_TYPE_Q4_0 || type == PI_TYPE_Q5_0 || type == PI_TYPE_Q8_0;
+    const int offs = type == PI_TYPE_Q4_1 || type == PI_TYPE_Q5_1;
+    if (!sym && !offs) {
+        pi_quantize_row(type, src, dst, n);
+        return;
+    }
+    const size_t bb = pi_type_row_bytes(type, QK);
+    uint8_t *b = dst;
+    for (int64_t i = 0; i < n / QK; i++, src += QK, b += bb) {
+        int zero = 1;
+        for (int j = 0; j < QK; j++)
+            zero &= src[j] == 0.0f;
+        if (zero || !block_finite(src)) {
+            pi_quantize_row(type, src, b, QK);
+            continue;
+        }
+        int q[QK];
+        uint8_t u[QK];
+        if (type == PI_TYPE_Q8_0) {
+            wr16(b, pi_fp32_to_fp16(sym_search(src, -127, 127, q)));
+            for (int j = 0; j < QK; j++)
+                b[2 + j] = (uint8_t)(q[j] & 0xff);
+        } else if (sym) {
+            const int L = type == PI_TYPE_Q4_0 ? 8 : 16;
+            wr16(b, pi_fp32_to_fp16(sym_search(src, -L, L - 1, q)));
+            for (int j = 0; j < QK; j++)
+                u[j] = (uint8_t)(q[j] + L);
+            if (type == PI_TYPE_Q4_0)
+                for (int j = 0; j < QK / 2; j++)
+                    b[2 + j] = (uint8_t)(u[j] | (u[j + QK / 2] << 4));
+            else
+                pack5(u, b + 2, b + 6);
+        } else {
+            const int top = type == PI_TYPE_Q4_1 ? 15 : 31;
+            float d = 0.0f, m = 0.0f;
+            min_search(src, top, q, &d, &m);
+            wr16(b, pi_fp32_to_fp16(d));
+            wr16(b + 2, pi_fp32_to_fp16(m));
+            for (int j = 0; j < QK; j++)
+                u[j] = (uint8_t)q[j];
+            if (type == PI_TYPE_Q4_1)
+                for (int j = 0; j < QK / 2; j++)
+                    b[4 + j] = (uint8_t)(u[j] | (u[j + QK / 2] << 4));
+            else
+                pack5(u, b + 4, b + 8);
+        }
+    }
+}

@@ -26,6 +26,13 @@ int pi_quantize_supported(uint32_t type);
  * pi_type_row_bytes(type, n) bytes. `type` must be supported. */
 void pi_quantize_row(uint32_t type, const float *src, void *dst, int64_t n);
 
+/* The same block layouts with the scale (and min) chosen by least squares per block
+ * (quantize.c says how): a smaller error than pi_quantize_row's, not gguf's bytes.
+ * Q4_0, Q5_0, Q8_0, Q4_1, Q5_1; other supported types as pi_quantize_row. For
+ * requantizing already-quantized weights along another axis (pi-sparsify's
+ * ffn_down_t). */
+void pi_quantize_row_mse(uint32_t type, const float *src, void *dst, int64_t n);
+
 void pi_quantize_f32(const float *src, void *dst, int64_t n);
 void pi_quantize_f16(const float *src, void *dst, int64_t n);
 void pi_quantize_bf16(const float *src, void *dst, int64_t n);
