@@ -1656,10 +1656,12 @@ PI_API int pi_model_quantize(const char *in_path, const char *out_path,
 typedef struct pi_sparsify_params {
     uint32_t struct_size; /* set by pi_sparsify_default_params */
     /* Type of ffn_down_t. 0 (default): ffn_down's own type when it is F32, F16 or BF16
-     * (an exact transpose) or Q8_0; Q8_0 for other quantized types (dequantized,
-     * transposed, quantized again: requantizing a 4-bit down to 4 bits along the
-     * other axis costs far more, docs/formats.md); F16 when Q8_0's block does not
-     * divide n_embd. Otherwise one of F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0
+     * (an exact transpose) or Q8_0; for other quantized types (dequantized, transposed,
+     * quantized again with a least-squares scale per block) Q5_0 from a source of at
+     * most 4.5 bits per weight (Q4_0, Q4_1, IQ4_NL, IQ4_XS, MXFP4, Q4_K, Q3_K, Q2_K),
+     * Q8_0 from Q5_0, Q5_1, Q5_K, Q6_K (requantizing a 4-bit down to 4 bits along the
+     * other axis costs far more, docs/formats.md); F16 when a 32-block does not divide
+     * n_embd. Otherwise one of F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0
      * (PI_ERR_INVALID_ARG; PI_TYPE_F32 is 0, "the same", so F32 is kept only from an
      * F32 source), PI_ERR_UNSUPPORTED when its block does not divide n_embd. */
     uint32_t down_type;

@@ -175,12 +175,12 @@ struct pi_cpu_kernels {
      * one shorter); per group and block of 32 columns the coefficients c_r = a[r] d_r
      * (d_r the row's block scale) become 8-bit, q_r = rint(c_r * (127 / m)) with m the
      * largest |c_r|, and y[i] = fmaf(m / 127, sum_r q_r v_r[i], y[i]), v the block's
-     * integer quant (Q4_0: nibble - 8, Q8_0: the signed byte), the sum in integers:
-     * a third to a quarter of the float version's vector operations. A block whose c_r
-     * are not all finite, or whose m is below 1e-30, takes the exact path (axpy_rows
-     * for that block and group). Every implementation gives the bytes of
-     * pi_axpy_rows_i8_q4_0_ref / _q8_0_ref. Q4_0 and Q8_0; NULL elsewhere, and in the
-     * reference and NEON tables (callers then use axpy_rows). */
+     * integer quant (Q4_0: nibble - 8, Q5_0: value - 16, Q8_0: the signed byte), the
+     * sum in integers: a third to a quarter of the float version's vector operations.
+     * A block whose c_r are not all finite, or whose m is below 1e-30, takes the exact
+     * path (axpy_rows for that block and group). Every implementation gives the bytes
+     * of pi_axpy_rows_i8_q4_0_ref / _q5_0_ref / _q8_0_ref. Q4_0, Q5_0 and Q8_0; NULL
+     * elsewhere, and in the reference and NEON tables (callers then use axpy_rows). */
     pi_axpy_rows_fn axpy_rows_i8[PI_TYPE_ID_LIMIT];
     /* y[idx[i]] = dot[type].dot(W row idx[i], x, n) for i < ni, bit for bit (one token of
      * a sparse matmul: rows scattered, fetched ahead). May be NULL: callers then use
@@ -255,9 +255,11 @@ void pi_cpu_kernels_init(struct pi_cpu_kernels *k, unsigned flags);
 void pi_cpu_kernels_ref(struct pi_cpu_kernels *k);
 /* One attention score as attn_scores defines it: q [n] floats, x [n] F16. */
 float pi_attn_score_ref(const float *q, const void *x, int64_t n);
-/* axpy_rows_i8 for Q4_0 and Q8_0 as defined above (not in the reference table: scalar
- * integer code is no faster than the exact float path there). */
+/* axpy_rows_i8 for Q4_0, Q5_0 and Q8_0 as defined above (not in the reference table:
+ * scalar integer code is no faster than the exact float path there). */
 void pi_axpy_rows_i8_q4_0_ref(float *y, const float *a, const uint8_t *const *w,
+                              int64_t nrows, int64_t n);
+void pi_axpy_rows_i8_q5_0_ref(float *y, const float *a, const uint8_t *const *w,
                               int64_t nrows, int64_t n);
 void pi_axpy_rows_i8_q8_0_ref(float *y, const float *a, const uint8_t *const *w,
                               int64_t nrows, int64_t n);

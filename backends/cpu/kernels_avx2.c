@@ -107,6 +107,29 @@ INLINE __m256i unpack_nibbles(const uint8_t *qs) {
     return _mm256_and_si256(v, _mm256_set1_epi8(0x0f));
 }
 
+/* A Q5_0 block's 32 quants as unsigned bytes 0..31 in value order; blk at its qh. Bit j
+ * of qh goes to byte j: each byte takes qh's byte j / 8 and tests its own bit. */
+INLINE __m256i unpack_q5(const uint8_t *blk) {
+    uint32_t qh;
+    memcpy(&qh, blk, 4);
+    const __m256i sel = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2,
+                                         2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
+    const __m256i by = _mm256_shuffle_epi8(_mm256_set1_epi32((int)qh), sel);
+    const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(by, bit), bit);
+    return _mm256_or_si256(unpack_nibbles(blk + 4), _mm256_and_si256(set, _mm256_set1_epi8(0x10)));
+}
+
+/* A Q4_0, Q5_0 or Q8_0 block's 32 integer quants as signed bytes (offset removed); blk
+ * at the block's scale. */
+INLINE __m256i sym_quants(int type, const uint8_t *blk) {
+    if (type == PI_TYPE_Q4_0)
+        return _mm256_sub_epi8(unpack_nibbles(blk + 2), _mm256_set1_epi8(8));
+    if (type == PI_TYPE_Q5_0)
+        return _mm256_sub_epi8(unpack_q5(blk + 2), _mm256_set1_epi8(16));
+    return loadu256(blk + 2);
+}
+
 /* The IQ4 grid (pi_iq4_grid) in both lanes: pshufb of 4-bit indices gives the values. */
 INLINE __m256i iq4_grid256(void) {
     return _mm256_broadcastsi128_si256(loadu128(pi_iq4_grid));
@@ -2195,17 +2218,22 @@ INLINE void store_scaled32(__m256i q, __m256 d, float *dst) {
                                                     _mm256_cvtepi8_epi32(_mm_srli_si128(hi, 8)))));
 }
 
+INLINE void to_float_sym(int type, const uint8_t *b, float *dst, int64_t n) {
+    const size_t bb = type == PI_TYPE_Q4_0 ? 18 : type == PI_TYPE_Q5_0 ? 22 : 34;
+    for (int64_t i = 0; i < n / 32; i++, b += bb, dst += 32)
+        store_scaled32(sym_quants(type, b), _mm256_set1_ps(f16_at(b)), dst);
+}
+
 static void NAME(to_float_q4_0)(const void *src, float *dst, int64_t n) {
-    const uint8_t *b = src;
-    for (int64_t i = 0; i < n / 32; i++, b += 18, dst += 32)
-        store_scaled32(_mm256_sub_epi8(unpack_nibbles(b + 2), _mm256_set1_epi8(8)),
-                       _mm256_set1_ps(f16_at(b)), dst);
+    to_float_sym(PI_TYPE_Q4_0, src, dst, n);
+}
+
+static void NAME(to_float_q5_0)(const void *src, float *dst, int64_t n) {
+    to_float_sym(PI_TYPE_Q5_0, src, dst, n);
 }
 
 static void NAME(to_float_q8_0)(const void *src, float *dst, int64_t n) {
-    const uint8_t *b = src;
-    for (int64_t i = 0; i < n / 32; i++, b += 34, dst += 32)
-        store_scaled32(loadu256(b + 2), _mm256_set1_ps(f16_at(b)), dst);
+    to_float_sym(PI_TYPE_Q8_0, src, dst, n);
 }
 
 static void NAME(to_float_q4_1)(const void *src, float *dst, int64_t n) {
@@ -2387,12 +2415,14 @@ static void NAME(axpy_f16_row)(float *y, float a, const void *w, int64_t n) {
     axpy_float(PI_TYPE_F16, y, a, w, n);
 }
 
+INLINE void axpy_sym(int type, float *y, float a, const uint8_t *b, int64_t n) {
+    const size_t bb = type == PI_TYPE_Q4_0 ? 18 : type == PI_TYPE_Q5_0 ? 22 : 34;
+    for (int64_t i = 0; i < n / 32; i++, b += bb, y += 32)
+        axpy32(y, sym_quants(type, b), _mm256_set1_ps(a * f16_at(b)), _mm256_setzero_ps(), 0);
+}
+
 static void NAME(axpy_q4_0)(float *y, float a, const void *w, int64_t n) {
-    const uint8_t *b = w;
-    const __m256 zero = _mm256_setzero_ps();
-    for (int64_t i = 0; i < n / 32; i++, b += 18, y += 32)
-        axpy32(y, _mm256_sub_epi8(unpack_nibbles(b + 2), _mm256_set1_epi8(8)),
-               _mm256_set1_ps(a * f16_at(b)), zero, 0);
+    axpy_sym(PI_TYPE_Q4_0, y, a, w, n);
 }
 
 static void NAME(axpy_q4_1)(float *y, float a, const void *w, int64_t n) {
@@ -2402,11 +2432,12 @@ static void NAME(axpy_q4_1)(float *y, float a, const void *w, int64_t n) {
                _mm256_set1_ps(a * f16_at(b + 2)), 1);
 }
 
+static void NAME(axpy_q5_0)(float *y, float a, const void *w, int64_t n) {
+    axpy_sym(PI_TYPE_Q5_0, y, a, w, n);
+}
+
 static void NAME(axpy_q8_0)(float *y, float a, const void *w, int64_t n) {
-    const uint8_t *b = w;
-    const __m256 zero = _mm256_setzero_ps();
-    for (int64_t i = 0; i < n / 32; i++, b += 34, y += 32)
-        axpy32(y, loadu256(b + 2), _mm256_set1_ps(a * f16_at(b)), zero, 0);
+    axpy_sym(PI_TYPE_Q8_0, y, a, w, n);
 }
 
 /* Many rows into one y: per block of 32 columns, y is loaded once, every row's product
@@ -2414,7 +2445,7 @@ static void NAME(axpy_q8_0)(float *y, float a, const void *w, int64_t n) {
  * stored once. */
 INLINE void axpy_rows_quant(int type, float *y, const float *a, const uint8_t *const *w,
                             int64_t nrows, int64_t n) {
-    const size_t bb = type == PI_TYPE_Q4_0 ? 18 : type == PI_TYPE_Q4_1 ? 20 : 34;
+    const size_t bb = type == PI_TYPE_Q4_0 ? 18 : type == PI_TYPE_Q4_1 ? 20 : type == PI_TYPE_Q5_0 ? 22 : 34;
     for (int64_t b = 0; b < n / 32; b++) {
         __m256 acc[4];
         for (int j = 0; j < 4; j++)
@@ -2423,13 +2454,11 @@ INLINE void axpy_rows_quant(int type, float *y, const float *a, const uint8_t *c
             const uint8_t *p = w[r] + (size_t)b * bb;
             __m256i q;
             __m256 s = _mm256_set1_ps(a[r] * f16_at(p)), t = _mm256_setzero_ps();
-            if (type == PI_TYPE_Q4_0) {
-                q = _mm256_sub_epi8(unpack_nibbles(p + 2), _mm256_set1_epi8(8));
-            } else if (type == PI_TYPE_Q4_1) {
+            if (type == PI_TYPE_Q4_1) {
                 q = unpack_nibbles(p + 4);
                 t = _mm256_set1_ps(a[r] * f16_at(p + 2));
             } else {
-                q = loadu256(p + 2);
+                q = sym_quants(type, p);
             }
             __m128i lo = _mm256_castsi256_si128(q), hi = _mm256_extracti128_si256(q, 1);
             __m128i part[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
@@ -2473,6 +2502,7 @@ AXPY_ROWS(f32, PI_TYPE_F32, axpy_rows_float)
 AXPY_ROWS(f16, PI_TYPE_F16, axpy_rows_float)
 AXPY_ROWS(q4_0, PI_TYPE_Q4_0, axpy_rows_quant)
 AXPY_ROWS(q4_1, PI_TYPE_Q4_1, axpy_rows_quant)
+AXPY_ROWS(q5_0, PI_TYPE_Q5_0, axpy_rows_quant)
 AXPY_ROWS(q8_0, PI_TYPE_Q8_0, axpy_rows_quant)
 #undef AXPY_ROWS
 
@@ -2499,7 +2529,7 @@ INLINE __m128i scales8(const uint8_t *p, size_t bb, int64_t b0, int64_t nb) {
 
 INLINE void axpy_rows_i8(int type, float *y, const float *a, const uint8_t *const *w,
                          int64_t nrows, int64_t n) {
-    const size_t bb = type == PI_TYPE_Q4_0 ? 18 : 34;
+    const size_t bb = type == PI_TYPE_Q4_0 ? 18 : type == PI_TYPE_Q5_0 ? 22 : 34;
     const int64_t nb = n / 32;
     const __m256 absm = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
     const __m256 inf = _mm256_set1_ps(INFINITY), tiny = _mm256_set1_ps(1e-30f);
@@ -2550,45 +2580,55 @@ INLINE void axpy_rows_i8(int type, float *y, const float *a, const uint8_t *cons
                 float *yb = y + 32 * b;
                 if (!(ok >> l & 1)) { /* the exact path */
                     for (int r = 0; r < k; r++)
-                        axpy32(yb,
-                               type == PI_TYPE_Q4_0
-                                   ? _mm256_sub_epi8(unpack_nibbles(p[r] + off + 2), _mm256_set1_epi8(8))
-                                   : loadu256(p[r] + off + 2),
+                        axpy32(yb, sym_quants(type, p[r] + off),
                                _mm256_set1_ps(a[g + r] * f16_at(p[r] + off)), _mm256_setzero_ps(), 0);
                     continue;
                 }
-                if (type == PI_TYPE_Q8_0) {
-                    /* four rows a step: their signed bytes interleaved (unpack 8 then 16
-                     * bits) so that each 32-bit lane holds one column of the four rows;
-                     * maddubs of the magnitudes with the coefficients carrying the bytes'
-                     * signs (at most 2 * 128 * 127 per 16-bit lane), madd with ones sums
-                     * the two pairs into int32. Lanes: x0 columns 0-3 | 16-19, x1 4-7 |
-                     * 20-23, x2 8-11 | 24-27, x3 12-15 | 28-31. */
+                if (type == PI_TYPE_Q8_0 || type == PI_TYPE_Q5_0) {
+                    /* four rows a step: their bytes interleaved (unpack 8 then 16 bits) so
+                     * that each 32-bit lane holds one column of the four rows; maddubs
+                     * of unsigned bytes with signed coefficients (Q8_0: the magnitudes
+                     * with the coefficients carrying the bytes' signs, at most
+                     * 2 * 128 * 127 per 16-bit lane; Q5_0: the quants 0..31, whose
+                     * offset of 16 comes off once per block as 16 * sum(q)), madd with
+                     * ones sums the two pairs into int32. Lanes: x0 columns 0-3 |
+                     * 16-19, x1 4-7 | 20-23, x2 8-11 | 24-27, x3 12-15 | 28-31. */
                     const __m256i ones = _mm256_set1_epi16(1);
                     __m256i acc[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(),
                                       _mm256_setzero_si256(), _mm256_setzero_si256()};
                     for (int j = 0; j < k4 / 4; j++) {
                         const __m256i cp = _mm256_set1_epi32(quad[j][l]);
-                        const __m256i A = loadu256(p[4 * j] + off + 2), B = loadu256(p[4 * j + 1] + off + 2);
-                        const __m256i C = loadu256(p[4 * j + 2] + off + 2), D = loadu256(p[4 * j + 3] + off + 2);
+                        __m256i A, B, C, D;
+                        if (type == PI_TYPE_Q5_0) {
+                            A = unpack_q5(p[4 * j] + off + 2), B = unpack_q5(p[4 * j + 1] + off + 2);
+                            C = unpack_q5(p[4 * j + 2] + off + 2), D = unpack_q5(p[4 * j + 3] + off + 2);
+                        } else {
+                            A = loadu256(p[4 * j] + off + 2), B = loadu256(p[4 * j + 1] + off + 2);
+                            C = loadu256(p[4 * j + 2] + off + 2), D = loadu256(p[4 * j + 3] + off + 2);
+                        }
                         const __m256i ab0 = _mm256_unpacklo_epi8(A, B), ab1 = _mm256_unpackhi_epi8(A, B);
                         const __m256i cd0 = _mm256_unpacklo_epi8(C, D), cd1 = _mm256_unpackhi_epi8(C, D);
                         const __m256i x[4] = {_mm256_unpacklo_epi16(ab0, cd0), _mm256_unpackhi_epi16(ab0, cd0),
                                               _mm256_unpacklo_epi16(ab1, cd1), _mm256_unpackhi_epi16(ab1, cd1)};
                         for (int i = 0; i < 4; i++)
                             acc[i] = _mm256_add_epi32(
-                                acc[i], _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(x[i]),
-                                                                               _mm256_sign_epi8(cp, x[i])),
-                                                          ones));
+                                acc[i],
+                                _mm256_madd_epi16(type == PI_TYPE_Q5_0
+                                                      ? _mm256_maddubs_epi16(x[i], cp)
+                                                      : _mm256_maddubs_epi16(_mm256_abs_epi8(x[i]),
+                                                                             _mm256_sign_epi8(cp, x[i])),
+                                                  ones));
                     }
                     const __m256 sv = _mm256_set1_ps(sc[l]);
+                    const __m256i o = _mm256_set1_epi32(type == PI_TYPE_Q5_0 ? 16 * sq[l] : 0);
                     const __m256i col[4] = {_mm256_permute2x128_si256(acc[0], acc[1], 0x20),
                                             _mm256_permute2x128_si256(acc[2], acc[3], 0x20),
                                             _mm256_permute2x128_si256(acc[0], acc[1], 0x31),
                                             _mm256_permute2x128_si256(acc[2], acc[3], 0x31)};
                     for (int i = 0; i < 4; i++)
-                        _mm256_storeu_ps(yb + 8 * i, _mm256_fmadd_ps(sv, _mm256_cvtepi32_ps(col[i]),
-                                                                     _mm256_loadu_ps(yb + 8 * i)));
+                        _mm256_storeu_ps(yb + 8 * i,
+                                         _mm256_fmadd_ps(sv, _mm256_cvtepi32_ps(_mm256_sub_epi32(col[i], o)),
+                                                         _mm256_loadu_ps(yb + 8 * i)));
                     continue;
                 }
                 __m256i acc[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(),
@@ -2621,6 +2661,11 @@ INLINE void axpy_rows_i8(int type, float *y, const float *a, const uint8_t *cons
 static void NAME(axpy_rows_i8_q4_0)(float *y, const float *a, const uint8_t *const *w,
                                     int64_t nrows, int64_t n) {
     axpy_rows_i8(PI_TYPE_Q4_0, y, a, w, nrows, n);
+}
+
+static void NAME(axpy_rows_i8_q5_0)(float *y, const float *a, const uint8_t *const *w,
+                                    int64_t nrows, int64_t n) {
+    axpy_rows_i8(PI_TYPE_Q5_0, y, a, w, nrows, n);
 }
 
 static void NAME(axpy_rows_i8_q8_0)(float *y, const float *a, const uint8_t *const *w,
@@ -2718,17 +2763,21 @@ void pi_cpu_kernels_avx2(struct pi_cpu_kernels *k) {
     k->axpy[PI_TYPE_F16] = NAME(axpy_f16_row);
     k->axpy[PI_TYPE_Q4_0] = NAME(axpy_q4_0);
     k->axpy[PI_TYPE_Q4_1] = NAME(axpy_q4_1);
+    k->axpy[PI_TYPE_Q5_0] = NAME(axpy_q5_0);
     k->axpy[PI_TYPE_Q8_0] = NAME(axpy_q8_0);
     k->axpy_rows[PI_TYPE_F32] = NAME(axpy_rows_f32);
     k->axpy_rows[PI_TYPE_F16] = NAME(axpy_rows_f16);
     k->axpy_rows[PI_TYPE_Q4_0] = NAME(axpy_rows_q4_0);
     k->axpy_rows[PI_TYPE_Q4_1] = NAME(axpy_rows_q4_1);
+    k->axpy_rows[PI_TYPE_Q5_0] = NAME(axpy_rows_q5_0);
     k->axpy_rows[PI_TYPE_Q8_0] = NAME(axpy_rows_q8_0);
     k->axpy_rows_i8[PI_TYPE_Q4_0] = NAME(axpy_rows_i8_q4_0);
+    k->axpy_rows_i8[PI_TYPE_Q5_0] = NAME(axpy_rows_i8_q5_0);
     k->axpy_rows_i8[PI_TYPE_Q8_0] = NAME(axpy_rows_i8_q8_0);
     k->to_float[PI_TYPE_BF16] = NAME(to_float_bf16);
     k->to_float[PI_TYPE_Q4_0] = NAME(to_float_q4_0);
     k->to_float[PI_TYPE_Q4_1] = NAME(to_float_q4_1);
+    k->to_float[PI_TYPE_Q5_0] = NAME(to_float_q5_0);
     k->to_float[PI_TYPE_Q8_0] = NAME(to_float_q8_0);
     k->to_float[PI_TYPE_Q4_K] = NAME(to_float_q4_k);
     k->to_float[PI_TYPE_Q6_K] = NAME(to_float_q6_k);

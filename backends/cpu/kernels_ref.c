@@ -245,9 +245,18 @@ static void axpy_q8_0_ref(float *y, float a, const void *w, int64_t n) {
     }
 }
 
-static void axpy_rows_i8_ref(int q8, float *y, const float *a, const uint8_t *const *w,
+/* The integer quant v of a row's block at blk (its scale first) for Q4_0, Q5_0, Q8_0. */
+static int32_t i8_quant(int type, const uint8_t *blk, int v) {
+    switch (type) {
+    case PI_TYPE_Q8_0: return (int32_t)s8(blk[2 + v]);
+    case PI_TYPE_Q5_0: return q5_quant(blk + 6, rd32(blk + 2), v) - 16;
+    default: return v < 16 ? (blk[2 + v] & 15) - 8 : (blk[2 + v - 16] >> 4) - 8;
+    }
+}
+
+static void axpy_rows_i8_ref(int type, float *y, const float *a, const uint8_t *const *w,
                              int64_t nrows, int64_t n) {
-    const size_t bb = q8 ? 34 : 18;
+    const size_t bb = type == PI_TYPE_Q8_0 ? 34 : type == PI_TYPE_Q5_0 ? 22 : 18;
     for (int64_t g = 0; g < nrows; g += 16) {
         const int k = nrows - g < 16 ? (int)(nrows - g) : 16;
         for (int64_t b = 0; b < n / 32; b++) {
@@ -262,8 +271,10 @@ static void axpy_rows_i8_ref(int q8, float *y, const float *a, const uint8_t *co
             float *yb = y + 32 * b;
             if (!finite || !(m >= 1e-30f)) { /* the exact path */
                 for (int r = 0; r < k; r++)
-                    if (q8)
+                    if (type == PI_TYPE_Q8_0)
                         axpy_q8_0_ref(yb, a[g + r], w[g + r] + off, 32);
+                    else if (type == PI_TYPE_Q5_0)
+                        axpy_q5_0_ref(yb, a[g + r], w[g + r] + off, 32);
                     else
                         axpy_q4_0_ref(yb, a[g + r], w[g + r] + off, 32);
                 continue;
@@ -274,11 +285,8 @@ static void axpy_rows_i8_ref(int q8, float *y, const float *a, const uint8_t *co
                 q[r] = (int32_t)lrintf(c[r] * inv);
             for (int v = 0; v < 32; v++) {
                 int32_t sum = 0;
-                for (int r = 0; r < k; r++) {
-                    const uint8_t *blk = w[g + r] + off + 2;
-                    sum += q[r] * (q8 ? (int32_t)s8(blk[v])
-                                      : (v < 16 ? (blk[v] & 15) - 8 : (blk[v - 16] >> 4) - 8));
-                }
+                for (int r = 0; r < k; r++)
+                    sum += q[r] * i8_quant(type, w[g + r] + off, v);
                 yb[v] = fmaf(s, (float)sum, yb[v]);
             }
         }
@@ -287,12 +295,17 @@ static void axpy_rows_i8_ref(int q8, float *y, const float *a, const uint8_t *co
 
 void pi_axpy_rows_i8_q4_0_ref(float *y, const float *a, const uint8_t *const *w,
                               int64_t nrows, int64_t n) {
-    axpy_rows_i8_ref(0, y, a, w, nrows, n);
+    axpy_rows_i8_ref(PI_TYPE_Q4_0, y, a, w, nrows, n);
+}
+
+void pi_axpy_rows_i8_q5_0_ref(float *y, const float *a, const uint8_t *const *w,
+                              int64_t nrows, int64_t n) {
+    axpy_rows_i8_ref(PI_TYPE_Q5_0, y, a, w, nrows, n);
 }
 
 void pi_axpy_rows_i8_q8_0_ref(float *y, const float *a, const uint8_t *const *w,
                               int64_t nrows, int64_t n) {
-    axpy_rows_i8_ref(1, y, a, w, nrows, n);
+    axpy_rows_i8_ref(PI_TYPE_Q8_0, y, a, w, nrows, n);
 }
 
 #define AXPY_ROWS_REF(name)                                                                       \

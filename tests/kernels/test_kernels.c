@@ -1113,7 +1113,7 @@ static void test_gemm_packed(void **state) {
  * holds it NaN, for every weight type and table: quantizing to int8 must not turn it into
  * finite numbers (a NaN block became a zero block; an infinity rounded to -128). The
  * quantized vectors of every table equal the reference's bit for bit. */
-/* axpy_rows_i8 (Q4_0, Q8_0): the reference within the bound that 8-bit coefficients allow of
+/* axpy_rows_i8 (Q4_0, Q5_0, Q8_0): the reference within the bound that 8-bit coefficients allow of
  * the exact sum, every table's version equal to the reference bit for bit (NaN for NaN),
  * over 1..40 rows (groups of 16 and a short one), with zero, tiny, dominant and
  * non-finite coefficients and an infinite block scale (those blocks take the exact
@@ -1132,11 +1132,15 @@ static void test_axpy_rows_i8(void **state) {
     (void)state;
     pi_cpu_kernels_ref(&ref);
     int checked = 0;
-    for (int ti = 0; ti < 2; ti++)
+    static const int types[] = {PI_TYPE_Q4_0, PI_TYPE_Q5_0, PI_TYPE_Q8_0};
+    static const char *const tnames[] = {"Q4_0", "Q5_0", "Q8_0"};
+    static const pi_axpy_rows_fn want_fns[] = {pi_axpy_rows_i8_q4_0_ref, pi_axpy_rows_i8_q5_0_ref,
+                                               pi_axpy_rows_i8_q8_0_ref};
+    for (int ti = 0; ti < 3; ti++)
     for (size_t j = 0; j < sizeof blocks / sizeof blocks[0]; j++) {
-        const int type = ti ? PI_TYPE_Q8_0 : PI_TYPE_Q4_0;
-        const size_t bb = ti ? 34 : 18;
-        pi_axpy_rows_fn want_fn = ti ? pi_axpy_rows_i8_q8_0_ref : pi_axpy_rows_i8_q4_0_ref;
+        const int type = types[ti];
+        const size_t bb = pi_type_traits((uint32_t)type)->block_bytes;
+        pi_axpy_rows_fn want_fn = want_fns[ti];
         assert_null(ref.axpy_rows_i8[type]); /* not in the reference table */
         const int64_t nb = blocks[j], n = nb * 32;
         const size_t wb = (size_t)nb * bb;
@@ -1195,7 +1199,7 @@ static void test_axpy_rows_i8(void **state) {
                     if (!(fabs((double)y1[e] - want) <= tol)) {
                         print_error("%s axpy_rows_i8 reference: pattern %d n=%lld rows=%d "
                                     "value %lld: %.9g, want %.9g (tolerance %.3g)\n",
-                                    ti ? "Q8_0" : "Q4_0", pattern,
+                                    tnames[ti], pattern,
                                     (long long)n, nr, (long long)e, y1[e], want, tol);
                         fail();
                     }
@@ -1219,7 +1223,7 @@ static void test_axpy_rows_i8(void **state) {
                     checked++;
                     if (!same_floats(y1, y2, n)) {
                         print_error("%s: %s axpy_rows_i8 pattern %d n=%lld rows=%d differs "
-                                    "from the reference\n", impls[i].name, ti ? "Q8_0" : "Q4_0",
+                                    "from the reference\n", impls[i].name, tnames[ti],
                                     pattern, (long long)n, nr);
                         fail();
                     }
@@ -1621,6 +1625,7 @@ static int run_bench_decode(int sparse_only) {
                (long long)n, (long long)nr, best);
     }
     bench_sparse_decode(&k, PI_TYPE_Q4_0, w, x, xf, y, pool);
+    bench_sparse_decode(&k, PI_TYPE_Q5_0, w, x, xf, y, pool);
     bench_sparse_decode(&k, PI_TYPE_Q8_0, w, x, xf, y, pool);
     afree(w);
     afree(x);

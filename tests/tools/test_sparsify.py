@@ -24,6 +24,9 @@ Checks:
      reference masked that way, reads the whole gate and up and the kept down rows;
      --order-stats permutes gate, up and down_t rows by the statistics' active counts
      (recorded as powerinfer.sparsify.neuron_order), the same logits up to summation order;
+     quantized sources get the default ffn_down_t type (Q4_0 -> Q5_0, Q5_1 -> Q8_0) with
+     less error per layer than the gguf package's quantizer of that type, and a Q4_0
+     source's S = 0 file stays close to its dense logits;
   4. bad input fails cleanly (exit status, a message, no output file): experts
      (mixtral), gate/up biases in a gated FFN (llama-bias), a missing file, a bad --sparsity, a sparsified
      file given again; threshold mode on a dense file and a wrong number of thresholds are
@@ -302,6 +305,44 @@ r = sparsify(os.path.join(WORK, "bad.gguf"), 0.5, extra=("--order-stats", os.pat
     ROOT, "tests", "fixtures", "gpuidx", "nope.gguf")))
 check(r.returncode == 1 and "order-stats" in r.stderr, f"a missing --order-stats file is "
       f"refused ({r.stderr.strip()[:120]})")
+
+# 3d. quantized sources: the default ffn_down_t type (Q5_0 from a 4-bit down, Q8_0 from a
+# 5-bit one), requantized with least-squares block scales (less error than the gguf
+# package's reference quantizer of the same type on the same transposed rows), and
+# threshold mode at S = 0 of the Q4_0 file close to that file's dense logits
+import gguf  # noqa: E402
+from gguf.quants import dequantize, quantize  # noqa: E402
+for qt, want in (("q4_0", gguf.GGMLQuantizationType.Q5_0), ("q5_1", gguf.GGMLQuantizationType.Q8_0)):
+    src = os.path.join(WORK, f"qwen2.{qt}.gguf")
+    pi.quantize(FIX, src, qt, n_threads=2)
+    dst = os.path.join(WORK, f"qwen2.{qt}.s0.gguf")
+    r = sparsify(dst, 0, src=src)
+    rd = gguf.GGUFReader(dst)
+    dt = {t.name: t for t in rd.tensors}
+    Ts, _ = tensors(src)
+    types_ok, err_ok, errs = True, True, []
+    for l in range(L):
+        t = dt[f"blk.{l}.ffn_down_t.weight"]
+        types_ok &= t.tensor_type == want
+        d_src = Ts[f"blk.{l}.ffn_down.weight"].T.astype(np.float32)
+        ours = dequantize(t.data, t.tensor_type).reshape(d_src.shape)
+        theirs = dequantize(quantize(d_src, want), want).reshape(d_src.shape)
+        e_ours = float(np.sqrt(((ours - d_src) ** 2).sum() / (d_src ** 2).sum()))
+        e_ref = float(np.sqrt(((theirs - d_src) ** 2).sum() / (d_src ** 2).sum()))
+        errs.append((round(e_ours, 4), round(e_ref, 4)))
+        err_ok &= e_ours < e_ref
+    check(r.returncode == 0 and types_ok and err_ok,
+          f"{qt} source: ffn_down_t is {want.name}, each layer's error below the reference "
+          f"quantizer's (ours, reference: {errs})")
+    if qt == "q4_0":
+        # this 2-layer fixture is sensitive: Q4_0 itself moves its logits by ~0.6 of
+        # max |logit| from the F16 file's; the requantized down must add a small part
+        d_steps = engine_logits(src, tokens, "dense")[0]
+        t_steps = engine_logits(dst, tokens, "auto")[0]
+        e, e_src = rel(t_steps, d_steps), rel(d_steps, ref)
+        check(e < 0.1 * e_src, f"Q4_0 source, Q5_0 ffn_down_t: threshold mode at S = 0 within "
+              f"{e:.2e} of the source's dense logits, a tenth of the Q4_0 source's own distance "
+              f"from transformers' ({e_src:.2e})")
 
 # 4. bad input
 bad = os.path.join(WORK, "bad.gguf")
