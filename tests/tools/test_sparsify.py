@@ -343,6 +343,24 @@ for qt, want in (("q4_0", gguf.GGMLQuantizationType.Q5_0), ("q5_1", gguf.GGMLQua
         check(e < 0.1 * e_src, f"Q4_0 source, Q5_0 ffn_down_t: threshold mode at S = 0 within "
               f"{e:.2e} of the source's dense logits, a tenth of the Q4_0 source's own distance "
               f"from transformers' ({e_src:.2e})")
+        # a CPU stand-in device holding some neurons (the Q5_0 rows split between the
+        # two sides' 8-bit down projections) computes what the CPU alone computes
+        mq = pi.Model(dst)
+        plan = mq.plan(device="cpu", n_ctx=64)
+        worst, n_dev = 0.0, []
+        for div in (2, 4):
+            with pi.Context(mq, n_ctx=64, n_threads=2, device="cpu",
+                            device_budget=plan.bytes() - plan.bytes("neurons") // div) as c:
+                got = []
+                for t in tokens:
+                    c.decode([t])
+                    got.append(np.array(c.logits(), np.float64))
+                n_dev.append(sum(c.plan.layer_neurons(l) for l in range(L)))
+            worst = max(worst, rel(np.stack(got), t_steps))
+        mq.close()
+        check(all(0 < n < L * F for n in n_dev) and worst < 1e-4,
+              f"Q5_0 ffn_down_t: a CPU device holding {n_dev} of {L * F} neurons = CPU only "
+              f"({worst:.1e})")
 
 # 4. bad input
 bad = os.path.join(WORK, "bad.gguf")
