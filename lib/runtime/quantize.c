@@ -132,6 +132,13 @@ void pi_quantize_bf16(const float *src, void *dst, int64_t n) {
         wr16(p + 2 * i, pi_fp32_to_bf16(src[i]));
 }
 
+/* 32 quants of 4 bits into qs[16]: q[j] in the low nibble of qs[j], q[j+16] in the high
+ * (higher bits of q ignored). */
+static void pack4(const uint8_t *q, uint8_t *qs) {
+    for (int j = 0; j < QK / 2; j++)
+        qs[j] = (uint8_t)((q[j] & 0x0f) | (q[j + QK / 2] << 4));
+}
+
 /* Q4_0, 18 B: d f16 | qs[16], q[j] in the low nibble of qs[j], q[j+16] in the high.
  *   max = blocks[abs(blocks).argmax()];  d = max / -8;  id = where(d == 0, 0, 1 / d)
  *   q = trunc(blocks * id + 8.5).astype(uint8).clip(0, 15) */
@@ -140,8 +147,7 @@ void pi_quantize_q4_0(const float *src, void *dst, int64_t n) {
     for (int64_t i = 0; i < n / QK; i++, src += QK, b += 18) {
         uint8_t q[QK];
         wr16(b, pi_fp32_to_fp16(quants_sym(src, 8, -8.0f, q)));
-        for (int j = 0; j < QK / 2; j++)
-            b[2 + j] = (uint8_t)(q[j] | (q[j + QK / 2] << 4));
+        pack4(q, b + 2);
     }
 }
 
@@ -155,8 +161,7 @@ void pi_quantize_q4_1(const float *src, void *dst, int64_t n) {
         float mn;
         wr16(b, pi_fp32_to_fp16(quants_min(src, 15, q, &mn)));
         wr16(b + 2, pi_fp32_to_fp16(mn));
-        for (int j = 0; j < QK / 2; j++)
-            b[4 + j] = (uint8_t)(q[j] | (q[j + QK / 2] << 4));
+        pack4(q, b + 4);
     }
 }
 
@@ -167,8 +172,7 @@ static void pack5(const uint8_t *q, uint8_t *qh, uint8_t *qs) {
         h |= (uint32_t)((q[j] >> 4) & 1u) << j;
     for (int k = 0; k < 4; k++)
         qh[k] = (uint8_t)(h >> (8 * k));
-    for (int j = 0; j < QK / 2; j++)
-        qs[j] = (uint8_t)((q[j] & 0x0f) | (q[j + QK / 2] << 4));
+    pack4(q, qs);
 }
 
 /* Q5_0, 22 B: d f16 | qh u32 | qs[16].
@@ -276,8 +280,7 @@ void pi_quantize_mxfp4(const float *src, void *dst, int64_t n) {
             q[j] = (uint8_t)best;
         }
         b[0] = e;
-        for (int j = 0; j < QK / 2; j++)
-            b[1 + j] = (uint8_t)(q[j] | (q[j + QK / 2] << 4));
+        pack4(q, b + 1);
     }
 }
 
@@ -452,21 +455,19 @@ void pi_quantize_row_mse(uint32_t type, const float *src, void *dst, int64_t n) 
             for (int j = 0; j < QK; j++)
                 u[j] = (uint8_t)(q[j] + L);
             if (type == PI_TYPE_Q4_0)
-                for (int j = 0; j < QK / 2; j++)
-                    b[2 + j] = (uint8_t)(u[j] | (u[j + QK / 2] << 4));
+                pack4(u, b + 2);
             else
                 pack5(u, b + 2, b + 6);
         } else {
             const int top = type == PI_TYPE_Q4_1 ? 15 : 31;
-            float d = 0.0f, m = 0.0f;
+            float d, m;
             min_search(src, top, q, &d, &m);
             wr16(b, pi_fp32_to_fp16(d));
             wr16(b + 2, pi_fp32_to_fp16(m));
             for (int j = 0; j < QK; j++)
                 u[j] = (uint8_t)q[j];
             if (type == PI_TYPE_Q4_1)
-                for (int j = 0; j < QK / 2; j++)
-                    b[4 + j] = (uint8_t)(u[j] | (u[j + QK / 2] << 4));
+                pack4(u, b + 4);
             else
                 pack5(u, b + 4, b + 8);
         }
