@@ -1641,7 +1641,9 @@ PI_API int pi_model_quantize(const char *in_path, const char *out_path,
  *
  * pi_model_sparsify rewrites a dense GGUF file with a gated FFN (ffn_gate and ffn_up,
  * or a fused gate_up as Phi-3's, and ffn_down in every layer; a post-FFN norm as
- * Gemma 2/3's is kept and applied; no experts, no gate or up biases) or a plain one
+ * Gemma 2/3's is kept and applied; gate and up biases (a Llama with mlp_bias) added
+ * before the activation and its threshold; no experts, no bias on a fused gate_up) or
+ * a plain one
  * (act(up . x + b_up), Falcon's, StarCoder2's: thresholds on that activation, down
  * biases kept) into a
  * sparse-capable GGUF file (docs/formats.md, "Sparsified files"): every tensor is

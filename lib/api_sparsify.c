@@ -156,10 +156,10 @@ static int check_model(struct srun *r) {
                     "layer %lld's gated FFN has no ffn_gate (separate or fused "
                     "with ffn_up): the thresholded FFN needs act(gate . x) per neuron",
                     (long long)l);
-        if (L->b_gate || (gated && L->b_up))
+        if (L->up_fused && L->b_up)
             PI_FAIL(r->err, PI_ERR_UNSUPPORTED,
-                    "layer %lld has gate or up biases in a gated FFN, which the "
-                    "thresholded FFN does not apply yet",
+                    "layer %lld has a bias on its fused gate_up, which pi_model_sparsify "
+                    "does not split",
                     (long long)l);
         if (!L->ffn_down || !pi_type_traits(L->ffn_down->type)->to_float)
             PI_FAIL(r->err, PI_ERR_UNSUPPORTED, "layer %lld: ffn_down cannot be read",
@@ -313,7 +313,8 @@ static int copy_tensor(struct srun *r, const struct gguf_tensor *t) {
 }
 
 /* Layer l's gate or up {E, F}, or its fused gate_up {E, 2F} (parts 2: the gate's F
- * rows, then the up's), with the rows (neurons) of each part in neuron_order. */
+ * rows, then the up's), or the gate's or up's bias {F} (a row: one value), with the
+ * rows (neurons) of each part in neuron_order. */
 static int copy_permuted(struct srun *r, const struct gguf_tensor *t, int64_t l, int parts) {
     const int64_t F = r->d.hp.n_ff;
     const int32_t *ord = r->p.neuron_order + l * F;
@@ -421,7 +422,8 @@ static int sparsify(struct srun *r, int n_threads) {
             if (L->up_fused && L->ffn_up == &r->f.tensors[i])
                 r->fused_of[i] = l;
             if (r->p.neuron_order &&
-                (L->ffn_gate == &r->f.tensors[i] || L->ffn_up == &r->f.tensors[i]))
+                (L->ffn_gate == &r->f.tensors[i] || L->ffn_up == &r->f.tensors[i] ||
+                 L->b_gate == &r->f.tensors[i] || L->b_up == &r->f.tensors[i]))
                 r->perm_of[i] = l;
         }
         r->total += r->f.tensors[i].nbytes;

@@ -165,6 +165,16 @@ static void count(struct pi_ctx *c, int64_t l, int64_t T, int have_pred, const f
         ls->tokens_observed += (uint64_t)T;
 }
 
+/* A gated layer's gate and up biases (a biased Llama's; data NULL: none) added to
+ * c->g and c->u [T][F] on the host, before the activation: where `gate` / `up`. Rows
+ * not computed get them too and stay unread. */
+static void gated_bias(struct pi_ctx *c, const struct pi_layer_w *L, int64_t T, int gate, int up) {
+    if (gate && L->b_gate.data)
+        c->be->add_rows(c->b, c->g, &L->b_gate, T);
+    if (up && L->b_up.data)
+        c->be->add_rows(c->b, c->u, &L->b_up, T);
+}
+
 /* y [T][E] = the FFN block of layer l on xn = ffn_norm(x) (sparse modes), over the
  * neurons not marked in `skip` (the device's, or NULL for none); with a skip mask,
  * dense mode computes every neuron not skipped. y may be c->xn. */
@@ -204,6 +214,7 @@ static int64_t ffn_sparse(struct pi_ctx *c, int64_t l, int64_t T, const uint8_t 
             be->matmul(b, &L->gate, c->xn, T, c->g);
             be->matmul(b, &L->up, c->xn, T, c->u);
         }
+        gated_bias(c, L, T, 1, 1);
         n = select_union(c, c->score, T, c->threshold, 0, skip);
         rows_gate = rows_up = F;
     } else if (predictor && gated && T > PI_SPARSE_TILE) {
@@ -231,6 +242,7 @@ static int64_t ffn_sparse(struct pi_ctx *c, int64_t l, int64_t T, const uint8_t 
                 rows_up += m;
             }
         }
+        gated_bias(c, L, T, 1, 1);
         n = select_union(c, c->score, T, c->threshold, 0, skip);
         rows_gate = rows_up;
     } else if (predictor || c->mode == PI_SPARSE_DENSE) {
@@ -255,6 +267,8 @@ static int64_t ffn_sparse(struct pi_ctx *c, int64_t l, int64_t T, const uint8_t 
                 be->matmul_rows(b, &L->gate, c->xn, T, c->idx, n, c->g);
             be->matmul_rows(b, &L->up, c->xn, T, c->idx, n, up);
         }
+        if (gated)
+            gated_bias(c, L, T, 1, 1);
         rows_gate = gated ? rows_up : 0;
     } else if (c->mode == PI_SPARSE_THRESHOLD && !gated) {
         /* a plain FFN (Falcon, StarCoder2): a = act(up xn + b_up) for every neuron (of
@@ -286,6 +300,7 @@ static int64_t ffn_sparse(struct pi_ctx *c, int64_t l, int64_t T, const uint8_t 
             be->matmul(b, &L->gate, c->xn, T, c->g);                 /* g [T][F] */
             be->matmul(b, &L->up, c->xn, T, c->u);                   /* u [T][F] */
         }
+        gated_bias(c, L, T, 1, 1);
         be->ffn_act(b, act_of(hp->ffn_act, 1), c->g, c->u, T * F);   /* m = act(g) u */
         be->sync(b);
         if (c->gate_hist == PI_HIST_INTER)
@@ -299,6 +314,7 @@ static int64_t ffn_sparse(struct pi_ctx *c, int64_t l, int64_t T, const uint8_t 
             be->matmul_rows(b, &L->gate, c->xn, T, c->idx, rows_gate, c->g);
         else
             be->matmul(b, &L->gate, c->xn, T, c->g);                 /* g [T][F] */
+        gated_bias(c, L, T, 1, 0);
         be->ffn_act(b, act_of(hp->ffn_act, 0), c->g, NULL, T * F);   /* a = act(g) */
         be->sync(b);
         if (c->gate_hist == PI_HIST_GATE)
@@ -309,8 +325,11 @@ static int64_t ffn_sparse(struct pi_ctx *c, int64_t l, int64_t T, const uint8_t 
             be->matmul(b, &L->up, c->xn, T, c->u);
         else
             be->matmul_rows(b, &L->up, c->xn, T, c->idx, n, c->u);
+        gated_bias(c, L, T, 0, 1);
     } else if (gated) { /* oracle: the whole gate, then up where it fired */
         be->matmul(b, &L->gate, c->xn, T, c->g);
+        gated_bias(c, L, T, 1, 0);
+        be->sync(b);
         n = select_union(c, c->g, T, 0.0f, 1, skip);
         rows_gate = F;
         rows_up = n > dense_above ? F : n;
@@ -318,6 +337,7 @@ static int64_t ffn_sparse(struct pi_ctx *c, int64_t l, int64_t T, const uint8_t 
             be->matmul(b, &L->up, c->xn, T, c->u);
         else
             be->matmul_rows(b, &L->up, c->xn, T, c->idx, n, c->u);
+        gated_bias(c, L, T, 0, 1);
     } else { /* oracle without a gate: the whole up (+ bias), the neurons above 0 */
         be->matmul(b, &L->up, c->xn, T, c->g);
         if (L->b_up.data)
@@ -390,6 +410,10 @@ static void true_activations(struct pi_ctx *c, int64_t l, const struct pi_layer_
     }
     c->be->matmul(c->b, &L->gate, c->xn, T, c->gfull);
     c->be->matmul(c->b, &L->up, c->xn, T, c->ufull);
+    if (L->b_gate.data)
+        c->be->add_rows(c->b, c->gfull, &L->b_gate, T);
+    if (L->b_up.data)
+        c->be->add_rows(c->b, c->ufull, &L->b_up, T);
     if (c->hp->sparsified) { /* active: |act(gate xn)| (teal: |act(gate xn) up xn|) above
                               * the layer's threshold */
         const float thr = c->layer_thr[l];
@@ -425,6 +449,22 @@ static void predict(struct run *r, const struct unit *u, const struct pi_layer_w
     u->be->matmul(u->b, fc2, h, T, out(&r->score, u->at));              /* s [T][F] */
 }
 
+/* y [T][width] += bias, where the layer has one. */
+static void bias(const struct unit *u, float *y, const struct pi_vector *b, int64_t T) {
+    if (b->data)
+        u->be->add_rows(u->b, y, b, T);
+}
+
+/* gd, ud [T][n] = gate xn + b_gate, up xn + b_up at the device's n neurons of a gated
+ * layer (biases where the file has them), queued. */
+static void gate_up_dev(const struct unit *u, const struct pi_dev_layer *D, const float *xn,
+                        int64_t T, float *gd, float *ud) {
+    u->be->matmul(u->b, &D->gate, xn, T, gd);
+    u->be->matmul(u->b, &D->up, xn, T, ud);
+    bias(u, gd, &D->b_gate, T);
+    bias(u, ud, &D->b_up, T);
+}
+
 /* The device's share of layer l's sparse FFN: yd [T][E] over its n_dev neurons, queued. */
 static void ffn_device(struct run *r, int64_t l, const struct pi_dev_layer *D) {
     struct pi_ctx *c = r->c;
@@ -441,13 +481,11 @@ static void ffn_device(struct run *r, int64_t l, const struct pi_dev_layer *D) {
         u->be->ffn_act_thr(u->b, act_of(c->hp->ffn_act, 0), h->gd, NULL, T * n,
                            c->layer_thr[l], 0);
     } else if (c->mode == PI_SPARSE_THRESHOLD) { /* |act(g)| (teal: |act(g) u|) above t_l */
-        u->be->matmul(u->b, &D->gate, xn, T, h->gd);                   /* gd [T][n] */
-        u->be->matmul(u->b, &D->up, xn, T, h->ud);                     /* ud [T][n] */
+        gate_up_dev(u, D, xn, T, h->gd, h->ud);
         u->be->ffn_act_thr(u->b, act_of(c->hp->ffn_act, 0), h->gd, h->ud, T * n,
                            c->layer_thr[l], c->hp->teal);
     } else if (D->gate.data) {
-        u->be->matmul(u->b, &D->gate, xn, T, h->gd);                   /* gd [T][n] */
-        u->be->matmul(u->b, &D->up, xn, T, h->ud);                     /* ud [T][n] */
+        gate_up_dev(u, D, xn, T, h->gd, h->ud);
         u->be->ffn_act_masked(u->b, act_of(c->hp->ffn_act, 1), h->gd, h->ud, T, n, score,
                               c->hp->n_ff, D->map, c->threshold);
     } else { /* relu(up xn + b_up) */
@@ -507,12 +545,6 @@ static void norm(struct run *r, const struct unit *u, const struct pi_norm_w *n,
                  struct slot *dst) {
     const float *x = in(r, src, u->at);
     norm_rows(u, r->c->hp, n, x, r->T, out(dst, u->at));
-}
-
-/* y [T][width] += bias, where the layer has one. */
-static void bias(const struct unit *u, float *y, const struct pi_vector *b, int64_t T) {
-    if (b->data)
-        u->be->add_rows(u->b, y, b, T);
 }
 
 /* A per-head or whole-row RMSNorm in place (q/k norms, Gemma's post-norms). */

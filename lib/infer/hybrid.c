@@ -65,11 +65,13 @@ static uint64_t ffn_small_bytes(const struct pi_layer_desc *L) {
 }
 
 /* Bytes one neuron of a sparse layer takes on the device: its rows of gate (none in
- * Falcon and OPT), up and down_t, its up bias (OPT) and its id. */
+ * Falcon and OPT), up and down_t, its gate and up biases (OPT's up, a biased Llama's
+ * both) and its id. */
 static uint64_t sparse_neuron_bytes(const struct pi_layer_desc *L, int64_t n_embd) {
     return (L->ffn_gate ? pi_type_row_bytes(L->ffn_gate->type, n_embd) : 0) +
            pi_type_row_bytes(L->ffn_up->type, n_embd) +
-           pi_type_row_bytes(L->ffn_down_t->type, n_embd) + (L->b_up ? 4 : 0) + 4;
+           pi_type_row_bytes(L->ffn_down_t->type, n_embd) + (L->b_gate ? 4 : 0) +
+           (L->b_up ? 4 : 0) + 4;
 }
 
 /* A mixture-of-experts layer's part that every token runs: router and shared expert
@@ -465,6 +467,24 @@ static float vec_value(const struct pi_vector *v, int64_t i) {
     return v->type == PI_TYPE_F16 ? pi_fp16_to_fp32(u) : pi_bf16_to_fp32(u);
 }
 
+/* A bias's values at the neurons ids[0..n) as a device F32 vector of n (v->data NULL:
+ * none, out stays absent); staged in `stage` (n floats at least). */
+static int up_bias_at(struct pi_hybrid *h, const struct pi_vector *v, const int32_t *ids,
+                      int64_t n, uint8_t *stage, struct pi_vector *out) {
+    *out = (struct pi_vector){0};
+    if (!v->data)
+        return PI_OK;
+    float *bv = (float *)(void *)stage;
+    for (int64_t i = 0; i < n; i++)
+        bv[i] = vec_value(v, ids[i]);
+    void *d;
+    PI_TRY(dev_alloc(h, (size_t)n * sizeof(float), bv, &d));
+    /* upload may return before the copy is made only from a buffer it no longer needs */
+    PI_TRY(h->be->sync(h->b));
+    *out = (struct pi_vector){d, PI_TYPE_F32, n};
+    return PI_OK;
+}
+
 static int supported(const struct pi_hybrid *h, uint32_t type) {
     return !h->be->supports || h->be->supports(h->b, type);
 }
@@ -627,15 +647,8 @@ static int setup_layer(struct pi_ctx *c, struct pi_hybrid *h, int64_t l, int32_t
         PI_TRY(up_rows(h, &L->gate, ids, n, *stage, &D->gate));
     PI_TRY(up_rows(h, &L->up, ids, n, *stage, &D->up));
     PI_TRY(up_rows(h, &L->down_t, ids, n, *stage, &D->down));
-    if (L->b_up.data) { /* up's bias at the device's neurons, as F32 */
-        float *bv = (float *)(void *)*stage;
-        for (int64_t i = 0; i < n; i++)
-            bv[i] = vec_value(&L->b_up, ids[i]);
-        void *d;
-        PI_TRY(dev_alloc(h, (size_t)n * sizeof(float), bv, &d));
-        PI_TRY(h->be->sync(h->b));
-        D->b_up = (struct pi_vector){d, PI_TYPE_F32, n};
-    }
+    PI_TRY(up_bias_at(h, &L->b_gate, ids, n, *stage, &D->b_gate));
+    PI_TRY(up_bias_at(h, &L->b_up, ids, n, *stage, &D->b_up));
     PI_TRY(up_vector(h, &L->b_down, &D->b_down));
     void *map;
     PI_TRY(dev_alloc(h, (size_t)n * sizeof(int32_t), ids, &map));

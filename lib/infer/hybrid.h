@@ -68,8 +68,10 @@ struct pi_dev_layer {
     struct pi_layer_w w;
     struct pi_weight gate, up, down;    /* sparse files: the device's neurons (gate
                                          * data NULL: no gate, Falcon and OPT) */
-    struct pi_vector b_up, b_down;      /* OPT: up's bias at those neurons [n_dev] (F32)
-                                         * and down's [n_embd]; data NULL: none */
+    struct pi_vector b_gate, b_up;      /* gate's and up's biases at those neurons
+                                         * [n_dev] (F32; OPT's up, a biased Llama's
+                                         * both); data NULL: none */
+    struct pi_vector b_down;            /* down's [n_embd]; data NULL: none */
     int32_t *map;                       /* device [n_dev]: neuron ids */
     int64_t n_dev;
     const uint8_t *on_dev;              /* host [n_ff]: 1 = computed on the device */

@@ -559,11 +559,11 @@ static int build_layer(struct reader *r, const struct pi_hparams *hp, int64_t il
     PI_TRY(want(r, BIAS("ffn_up"), K_NORM, L->up_fused ? 2 * F : F, 0, 1, &L->b_up));
     PI_TRY(want(r, NAME("post_ffw_norm"), K_NORM, E, 0, 1, &L->ffn_post_norm));
     if (hp->sparsified) { /* pi_model_sparsify's file: ffn_down_t, no predictors */
-        /* gated with a separate gate and no gate/up biases, or plain (act(up x + b_up)) */
-        if (((flags & PI_AF_GATED) && !L->ffn_gate) || L->b_gate || (L->ffn_gate && L->b_up))
+        /* gated with a separate gate (and its biases, if any), or plain (act(up x + b_up)) */
+        if ((flags & PI_AF_GATED) && !L->ffn_gate)
             PI_FAIL(r->err, PI_ERR_UNSUPPORTED, "layer %lld of this sparsified file has a fused "
-                    "gate or gate/up biases beside a gate, which the thresholded FFN does not "
-                    "apply", (long long)il);
+                    "gate_up, which the thresholded FFN does not run (pi_model_sparsify "
+                    "writes ffn_gate and ffn_up)", (long long)il);
         PI_TRY(want(r, BIAS("ffn_down"), K_NORM, E, 0, 1, &L->b_down));
         if (gguf_find_tensor(r->f, NAME("ffn_down")) >= 0)
             PI_FAIL(r->err, PI_ERR_FORMAT, "sparsified file has '%s'; it stores the down "

@@ -28,15 +28,16 @@ Checks:
      less error per layer than the gguf package's quantizer of that type, and a Q4_0
      source's S = 0 file stays close to its dense logits;
   4. bad input fails cleanly (exit status, a message, no output file): experts
-     (mixtral), gate/up biases in a gated FFN (llama-bias), a missing file, a bad --sparsity, a sparsified
-     file given again; threshold mode on a dense file and a wrong number of thresholds are
+     (mixtral), a missing file, a bad --sparsity, a sparsified file given again;
+     threshold mode on a dense file and a wrong number of thresholds are
      refused; with a CPU stand-in device holding some neurons, threshold and dense mode
      compute what the CPU alone computes;
   5. Gemma 2 and 3 (post-FFN norm), Phi-3 (fused gate_up, split by pi-sparsify), Falcon
-     and StarCoder2 (plain FFNs, thresholds on act(up . h + b_up)): at
-     S = 0 threshold mode equals transformers' logits, at S = 0.5 it moves them while
-     dense mode does not; Phi-3's halves bit for bit, --order-stats on them; a CPU
-     stand-in device splitting layers equals the CPU alone.
+     and StarCoder2 (plain FFNs, thresholds on act(up . h + b_up)), a Llama with gate, up
+     and down biases (mlp_bias): at S = 0 threshold mode equals transformers' logits, at
+     S = 0.5 it moves them while dense mode does not; Phi-3's halves bit for bit;
+     --order-stats (rows and biases permuted) gives the same logits; a CPU stand-in
+     device splitting layers equals the CPU alone.
 Exit status 0 when every check passes."""
 
 import os
@@ -366,7 +367,6 @@ for qt, want in (("q4_0", gguf.GGMLQuantizationType.Q5_0), ("q5_1", gguf.GGMLQua
 bad = os.path.join(WORK, "bad.gguf")
 for what, args, status, msg in (
         ("experts", [os.path.join(ARCHS, "mixtral.f16.gguf"), 0.5], 1, "experts"),
-        ("gate/up biases", [os.path.join(ARCHS, "llama-bias.f16.gguf"), 0.5], 1, "biases"),
         ("a missing file", [os.path.join(WORK, "nope.gguf"), 0.5], 1, "nope.gguf"),
         ("sparsity 1", [FIX, 1.0], 2, "--sparsity"),
         ("sparsity -0.1", [FIX, -0.1], 2, "--sparsity"),
@@ -383,12 +383,14 @@ for what, args, status, msg in (
 # and 3 (GELU-gated, a post-FFN norm applied to the thresholded FFN's output), Phi-3
 # (gate and up fused in one {E, 2F} ffn_up, written as ffn_gate and ffn_up), and the
 # plain FFNs of Falcon (both layouts) and StarCoder2 (thresholds on a = act(up . h +
-# b_up), the down rows where |a| > t_l, StarCoder2's up and down biases). S = 0
+# b_up), the down rows where |a| > t_l, StarCoder2's up and down biases), and a Llama with
+# gate, up and down biases (mlp_bias: act(gate . h + b_gate) thresholded). S = 0
 # keeps every neuron (|act| > 0), so threshold mode must give the reference's logits;
 # S = 0.5 must change them (neurons really skipped) and dense mode must not; a CPU
 # stand-in device holding some neurons (layers split: the post-FFN norm applies to the
 # sum of both parts) computes what the CPU alone computes, up to summation order
-for fam in ("gemma2", "gemma3", "phi3", "phi3-longrope", "falcon-7b", "falcon-40b", "starcoder2"):
+for fam in ("gemma2", "gemma3", "phi3", "phi3-longrope", "falcon-7b", "falcon-40b", "starcoder2",
+            "llama-bias"):
     src = os.path.join(ARCHS, f"{fam}.f16.gguf")
     ftoks, fref = read_ref(os.path.join(ARCHS, f"{fam}.ref.bin"))
     f0, f5 = os.path.join(WORK, f"{fam}.s0.gguf"), os.path.join(WORK, f"{fam}.s50.gguf")
@@ -426,18 +428,25 @@ for fam in ("gemma2", "gemma3", "phi3", "phi3-longrope", "falcon-7b", "falcon-40
             ok = ok and g.tobytes() == fused[:half].tobytes() and u.tobytes() == fused[half:].tobytes()
         check(ok, f"{fam}: the fused gate_up written as ffn_gate (first half of its rows) and "
               f"ffn_up (second half), bit for bit")
-        # --order-stats over a fused gate_up: both halves permuted alike
-        mm = pi.Model(f0)
-        st = os.path.join(WORK, f"{fam}.stats.gguf")
-        with pi.Context(mm, n_ctx=64, n_threads=2, stats="on") as c:
-            c.decode(mm.tokenize(open(calib, encoding="utf-8").read(), add_special=True)[:64])
-            c.stats.save(st)
-        mm.close()
-        fo = os.path.join(WORK, f"{fam}.s0o.gguf")
-        r = sparsify(fo, 0.0, src=src, extra=("--order-stats", st))
-        eo = rel(engine_logits(fo, ftoks, "auto")[0], fref) if r.returncode == 0 else 1.0
-        check(r.returncode == 0 and eo < 2e-3, f"{fam}: --order-stats on a fused gate_up: "
-              f"threshold mode at S = 0 = transformers ({eo:.1e})")
+    # --order-stats: gate, up (both halves of a fused gate_up) and their biases permuted alike;
+    # the S = 0.5 file's statistics (at S = 0 every neuron fires: the order would be 0 .. F-1)
+    mm = pi.Model(f5)
+    st = os.path.join(WORK, f"{fam}.stats.gguf")
+    with pi.Context(mm, n_ctx=64, n_threads=2, stats="on") as c:
+        c.decode(mm.tokenize(open(calib, encoding="utf-8").read(), add_special=True)[:64])
+        c.stats.save(st)
+    mm.close()
+    fo = os.path.join(WORK, f"{fam}.s0o.gguf")
+    r = sparsify(fo, 0.0, src=src, extra=("--order-stats", st))
+    eo = rel(engine_logits(fo, ftoks, "auto")[0], fref) if r.returncode == 0 else 1.0
+    moved = 0
+    if r.returncode == 0:
+        import gguf
+        fd = gguf.GGUFReader(fo).fields["powerinfer.sparsify.neuron_order"]
+        order = np.array([fd.parts[i][0] for i in fd.data])
+        moved = int(np.sum(order != np.tile(np.arange(order.size // len(kept)), len(kept))))
+    check(r.returncode == 0 and eo < 2e-3 and moved > 0, f"{fam}: {moved} neurons moved by "
+          f"--order-stats: threshold mode at S = 0 = transformers ({eo:.1e})")
     mm = pi.Model(f0)
     want = engine_logits(f0, ftoks, "auto")[0]
     worst, n_split = 0.0, 0
@@ -454,6 +463,31 @@ for fam in ("gemma2", "gemma3", "phi3", "phi3-longrope", "falcon-7b", "falcon-40
     mm.close()
     check(n_split > 0 and worst < 1e-4, f"{fam}: a CPU device holding some neurons = CPU only "
           f"({worst:.1e} over three budgets)")
+    if fam == "llama-bias":  # TEAL: gate and up (with their biases) for every neuron
+        ft0, ft5 = os.path.join(WORK, f"{fam}.t0.gguf"), os.path.join(WORK, f"{fam}.t50.gguf")
+        r0 = sparsify(ft0, 0.0, src=src, extra=("--method", "teal"))
+        r5 = sparsify(ft5, 0.5, src=src, extra=("--method", "teal"))
+        et0 = rel(engine_logits(ft0, ftoks, "auto")[0], fref) if r0.returncode == 0 else 1.0
+        et5, es = 1.0, -1.0  # es: the worst split's distance (-1: no budget split the layer)
+        if r5.returncode == 0:
+            cpu5 = engine_logits(ft5, ftoks, "auto")[0]
+            et5 = rel(cpu5, fref)
+            mm = pi.Model(ft5)
+            for frac in (0.25, 0.5, 0.75):
+                with pi.Context(mm, n_ctx=64, n_threads=2, device="cpu",
+                                device_budget=int(os.path.getsize(ft5) * frac)) as c:
+                    got = []
+                    for t in ftoks:
+                        c.decode([t])
+                        got.append(np.array(c.logits(), np.float64))
+                    nd = sum(c.plan.layer_neurons(l) for l in range(c.plan.n_layer))
+                print(f"#     teal S = 0.5, budget {frac}: {nd} of {mm.n_ff} neurons on the device")
+                if 0 < nd < mm.n_ff:
+                    es = max(es, rel(np.stack(got), cpu5))
+            mm.close()
+        check(et0 < 2e-3 and et5 > 1e-2 and 0 <= es < 1e-4, f"{fam}: --method teal at S = 0 = "
+              f"transformers ({et0:.1e}), at S = 0.5 moves the logits ({et5:.1e}) and a CPU "
+              f"device holding some neurons = CPU only ({es:.1e})")
 
 m = pi.Model(FIX)
 try:
