@@ -1271,19 +1271,23 @@ static void q8_scores(const struct pi_backend *b, const struct pi_kv *kv, float 
 }
 
 /* Q8_0 cache, the scores of a unit's query rows q[0..rows) against n_pos positions'
- * rows of their K head: for a full unit (ATT_UNIT_ROWS rows, the gemm's panel path)
- * each query quantized (as q8_scores does, into qq) and all of them dotted with each K
- * row in one pass by the Q8_0 gemm, which gives the dot's bits (kernels.h), so a score
- * is what q8_scores gives. Rows of sc are lds floats apart. Fewer rows (a decode step's
- * few heads: the gemm's tile path with a run-time count is slower than a gemv_idx per
- * head), float activations, or a query that is not finite: q8_scores row by row. */
+ * rows of their K head: each query quantized (as q8_scores does, into qq) and all of
+ * them dotted with each K row in one pass, by the Q8_0 gemm for a full unit
+ * (ATT_UNIT_ROWS rows, its panel path) or by gemm_few for fewer (a decode step's heads
+ * of one GQA group: each K row decoded once for all of them, where the gemm's tile path
+ * with a run-time count is slower than a gemv_idx per head); both give the dot's bits
+ * (kernels.h), so a score is what q8_scores gives. Rows of sc are lds floats apart.
+ * Float activations, a query that is not finite, or a table with neither kernel:
+ * q8_scores row by row. */
 static void q8_unit_scores(const struct pi_backend *b, const struct pi_kv *kv, float *sc,
                            int64_t lds, const uint8_t *kh, int64_t n_pos, const float *const *q,
                            int64_t rows, uint8_t *qq) {
     const int64_t n = kv->d.head_dim_k;
     const struct pi_dot_kernel *dk = &b->k.dot[PI_TYPE_Q8_0];
     const size_t vb = pi_vec_bytes(PI_VEC_Q8_0, n);
-    int ok = rows == ATT_UNIT_ROWS && !b->f32_activations && dk->fmt == PI_VEC_Q8_0 && dk->gemm &&
+    const pi_gemm_fn few = b->k.gemm_few[PI_TYPE_Q8_0];
+    const pi_gemm_fn gemm = rows == ATT_UNIT_ROWS ? dk->gemm : few;
+    int ok = rows <= ATT_UNIT_ROWS && !b->f32_activations && dk->fmt == PI_VEC_Q8_0 && gemm &&
              vb > 0;
     for (int64_t r = 0; ok && r < rows; r++)
         ok = all_finite(q[r], n);
@@ -1294,7 +1298,7 @@ static void q8_unit_scores(const struct pi_backend *b, const struct pi_kv *kv, f
     }
     for (int64_t r = 0; r < rows; r++)
         b->k.quantize_q8_0(q[r], qq + (size_t)r * vb, n);
-    dk->gemm(kh, kv->kb, n_pos, qq, vb, rows, sc, lds, n);
+    gemm(kh, kv->kb, n_pos, qq, vb, rows, sc, lds, n);
 }
 
 /* Q8_0 cache, the weighted sums of V of hg heads of one token: o + h * Dv gets
@@ -1463,7 +1467,9 @@ static void cpu_attention(struct pi_backend *b, struct pi_kv *kv, int64_t layer,
           q8_bytes <= (size_t)ATT_UNIT_ROWS * (size_t)b->max_width * sizeof(float) &&
           (size_t)16 * (size_t)d->head_dim_v <= deq_floats(b)))) {
         /* a whole GQA group per unit, tokens as many as fit; fewer heads per unit when
-         * that leaves too few units for the threads (short steps: decode) */
+         * that leaves too few units for the threads (4 per thread for a prompt; a decode
+         * step's units are alike, so one per thread will do, and whole groups read each
+         * K and V row once for all their heads) */
         const int64_t G = d->n_head / d->n_head_kv, nth = pi_pool_n_threads(b->pool);
         struct attn_units_job uj = {j, 1, 1};
         for (int64_t hg = G; hg >= 1; hg--) {
@@ -1472,7 +1478,7 @@ static void cpu_attention(struct pi_backend *b, struct pi_kv *kv, int64_t layer,
             uj.hg = hg;
             uj.tq = ATT_UNIT_ROWS / hg;
             const int64_t units = (n_tok + uj.tq - 1) / uj.tq * (d->n_head / hg);
-            if (units >= 4 * nth)
+            if (units >= (n_tok == 1 ? 1 : 4) * nth)
                 break;
         }
         pi_pool_for(b->pool, (n_tok + uj.tq - 1) / uj.tq * (d->n_head / uj.hg), 1, attn_units,

@@ -191,6 +191,11 @@ struct pi_cpu_kernels {
      * the tile's activations prepared once for the whole list rather than once per run
      * of consecutive rows. May be NULL: callers then call gemm per run. */
     pi_gemm_idx_fn gemm_idx[PI_TYPE_ID_LIMIT];
+    /* gemm for a few vectors (nt <= 16: a decode step's GQA group of queries against the
+     * rows of a Q8_0 K cache), each row decoded once for all of them: Y[t * ldy + r] =
+     * dot[type].dot(W row r, X vector t), bit for bit. May be NULL (the reference and
+     * NEON tables): callers then use gemv_idx or dot per vector. */
+    pi_gemm_fn gemm_few[PI_TYPE_ID_LIMIT];
     /* For r = 0 .. nrows-1 in order: y[i] = y[i] + a[r] * x_r[i], i < n, x_r the F16 row
      * at x + r * stride bytes (attention's weighted sum of V; nrows = 1 is a plain
      * axpy). Each product is rounded to float, then added (no FMA): every

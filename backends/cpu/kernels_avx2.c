@@ -1752,6 +1752,131 @@ INLINE void gemv_idx_units(int type, const void *W, size_t rb, const int32_t *id
     }
 }
 
+/* gemm_few: Y[t * ldy + r] = dot(row r, x_t) for r < nr, t < nt, with few vectors (a
+ * decode step's GQA group of queries against a Q8_0 K cache): each pair of rows is
+ * decoded once (load_group / load_partial, the transposes) for all the vectors, then
+ * every vector's terms are applied exactly as rows_ptr_to_y applies one vector's (same
+ * lanes, same merged partial group, same reduction), so each value is the dot's bit for
+ * bit. Rows past one K-block, K-quants and more than FEW_MAX vectors take gemm_units. */
+#define FEW_MAX 16
+
+/* The activation group xg with blocks 0 .. nb-1 (nb = 1 or 2) repeated over all 8 lanes
+ * (lane j holds block j % nb), for rows of nb blocks packed 8 / nb to a group. */
+INLINE void repeat_blocks(const uint8_t *xg, int nb, uint8_t *out) {
+    const __m256i pick = nb == 1 ? _mm256_setzero_si256()
+                                 : _mm256_setr_epi32(0, 1, 0, 1, 0, 1, 0, 1);
+    UNROLL
+    for (int u = 0; u < 11; u++) /* 8 steps, d, s, sum */
+        _mm256_storeu_si256((__m256i *)(void *)(out + 32 * u),
+                            _mm256_permutevar8x32_epi32(loadu256(xg + 32 * u), pick));
+}
+
+/* gemm_few of rows of nb = 1 or 2 blocks (head dims 32 and 64): 8 / nb rows per group,
+ * row i in lanes nb i .. nb i + nb - 1 (its blocks copied next to each other in bl), the
+ * activations' blocks repeated to match (xr, repeat_blocks). Lane values are those of
+ * the rows' own groups (the same d, dx and integer sums); a row's value is its lane
+ * (nb = 1) or its two lanes added (hadd), plus 0: what rows_ptr_to_y's reduction gives,
+ * its other lanes being exact zeros (+0 + x = x, and the final 0 + makes -0 +0 alike).
+ * Returns the rows done (a multiple of 8 / nb). */
+INLINE int64_t few_packed(int type, const uint8_t *w, size_t rb, int64_t nr,
+                          const uint8_t (*xr)[PI_Q8_0_GROUP_BYTES], int64_t nt, float *Y,
+                          int64_t ldy, int nb) {
+    const int rpg = 8 / nb;
+    const size_t rowb = (size_t)nb * block_bytes(type);
+    _Alignas(32) uint8_t bl[8 * 34];
+    int64_t r = 0;
+    for (; r + rpg <= nr; r += rpg) {
+        for (int i = 0; i < rpg; i++)
+            memcpy(bl + (size_t)i * rowb, w + (size_t)(r + i) * rb, rowb);
+        struct wgroup wg;
+        load_group_at(type, bl, 8, &wg);
+        for (int64_t t = 0; t < nt; t++) {
+            __m256 a = group_dot(type, &wg, xr[t], _mm256_setzero_ps());
+            if (nb == 2) /* rows 0, 1 in lanes 0, 1; rows 2, 3 in lanes 4, 5 */
+                a = _mm256_hadd_ps(a, a);
+            _Alignas(32) float v[8];
+            _mm256_store_ps(v, _mm256_add_ps(_mm256_setzero_ps(), a));
+            float *y = Y + t * ldy + r;
+            if (nb == 2) {
+                y[0] = v[0];
+                y[1] = v[1];
+                y[2] = v[4];
+                y[3] = v[5];
+            } else {
+                memcpy(y, v, sizeof v);
+            }
+        }
+    }
+    return r;
+}
+
+INLINE void gemm_few_units(int type, const void *W, size_t rb, int64_t nr, const void *X,
+                           size_t vb, int64_t nt, float *Y, int64_t ldy, int64_t n) {
+    if (nt > FEW_MAX || is_k_quant(type) || is_kgroup(type) || (n + 255) / 256 > KB_UNITS) {
+        gemm_units(type, W, rb, NULL, nr, X, vb, nt, Y, ldy, n);
+        return;
+    }
+    const uint8_t *w = W, *x = X;
+    const int64_t nb = n / 32, gf = nb / 8;
+    const int rt = (int)(nb % 8), merge = rt > 0 && rt <= 4;
+    const size_t gb = group_bytes(type), tail = (size_t)gf * PI_Q8_0_GROUP_BYTES;
+    _Alignas(32) uint8_t xd[FEW_MAX][PI_Q8_0_GROUP_BYTES];
+    int64_t r = 0;
+    if (nb <= 2) { /* 4 or 8 rows to a group */
+        for (int64_t t = 0; t < nt; t++)
+            repeat_blocks(x + (size_t)t * vb, (int)nb, xd[t]);
+        r = few_packed(type, w, rb, nr, (const uint8_t (*)[PI_Q8_0_GROUP_BYTES])xd, nt, Y, ldy,
+                       (int)nb);
+    }
+    for (int64_t t = 0; merge && t < nt; t++)
+        dup_low_half(x + (size_t)t * vb + tail, xd[t]);
+    for (; r + 2 <= nr; r += 2) {
+        const uint8_t *r0 = w + (size_t)r * rb, *r1 = r0 + rb;
+        __m256 acc[FEW_MAX][2];
+        for (int64_t t = 0; t < nt; t++)
+            acc[t][0] = acc[t][1] = _mm256_setzero_ps();
+        for (int64_t g = 0; g < gf; g++) {
+            struct wgroup w0, w1;
+            load_group_at(type, r0 + (size_t)g * gb, 8, &w0);
+            load_group_at(type, r1 + (size_t)g * gb, 8, &w1);
+            for (int64_t t = 0; t < nt; t++) {
+                const uint8_t *xg = x + (size_t)t * vb + (size_t)g * PI_Q8_0_GROUP_BYTES;
+                acc[t][0] = group_dot(type, &w0, xg, acc[t][0]);
+                acc[t][1] = group_dot(type, &w1, xg, acc[t][1]);
+            }
+        }
+        if (merge) { /* both rows' partial groups in one, as rows_ptr_to_y merges them */
+            struct wgroup wg;
+            const struct gsrc src = {r0 + (size_t)gf * gb, r1 + (size_t)gf * gb, block_bytes(type),
+                                     rt, rt};
+            load_partial(type, &src, &wg);
+            for (int64_t t = 0; t < nt; t++) {
+                const struct gterms tm = group_terms(type, &wg, xd[t]);
+                acc[t][0] = apply_terms(type, tm, acc[t][0], 1);
+                acc[t][1] = apply_terms(type, high_terms(tm), acc[t][1], 1);
+            }
+        } else if (rt > 0) {
+            struct wgroup w0, w1;
+            load_group_at(type, r0 + (size_t)gf * gb, rt, &w0);
+            load_group_at(type, r1 + (size_t)gf * gb, rt, &w1);
+            for (int64_t t = 0; t < nt; t++) {
+                const uint8_t *xl = x + (size_t)t * vb + tail;
+                acc[t][0] = group_dot(type, &w0, xl, acc[t][0]);
+                acc[t][1] = group_dot(type, &w1, xl, acc[t][1]);
+            }
+        }
+        for (int64_t t = 0; t < nt; t++) {
+            float a, b;
+            hsum2_ps(acc[t][0], acc[t][1], &a, &b);
+            Y[t * ldy + r] = 0.0f + a;
+            Y[t * ldy + r + 1] = 0.0f + b;
+        }
+    }
+    for (; r < nr; r++)
+        for (int64_t t = 0; t < nt; t++)
+            Y[t * ldy + r] = dot_units(type, w + (size_t)r * rb, x + (size_t)t * vb, n);
+}
+
 /* clang-format off */
 #define UNIT_KERNELS(name, TYPE)                                                                   \
     static float NAME(dot_##name)(const void *w, const void *x, int64_t n) {                       \
@@ -1769,6 +1894,10 @@ INLINE void gemv_idx_units(int type, const void *W, size_t rb, const int32_t *id
     static void NAME(gemv_idx_##name)(const void *W, size_t rb, const int32_t *idx, int64_t ni,    \
                                       const void *X, float *Y, int64_t n) {                        \
         gemv_idx_units(TYPE, W, rb, idx, ni, X, Y, n);                                             \
+    }                                                                                              \
+    static void NAME(gemm_few_##name)(const void *W, size_t rb, int64_t nr, const void *X,         \
+                                      size_t vb, int64_t nt, float *Y, int64_t ldy, int64_t n) {   \
+        gemm_few_units(TYPE, W, rb, nr, X, vb, nt, Y, ldy, n);                                     \
     }
 #if defined(PI_VNNI)
 #  define PACKED_KERNELS(name, TYPE)                                                               \
@@ -2714,6 +2843,19 @@ void pi_cpu_kernels_avx2(struct pi_cpu_kernels *k) {
     k->gemv_idx[PI_TYPE_Q3_K] = NAME(gemv_idx_q3_k);
     k->gemv_idx[PI_TYPE_ID_IQ4_XS] = NAME(gemv_idx_iq4_xs);
     k->gemv_idx[PI_TYPE_MXFP4] = NAME(gemv_idx_mxfp4);
+    k->gemm_few[PI_TYPE_Q4_0] = NAME(gemm_few_q4_0);
+    k->gemm_few[PI_TYPE_Q4_1] = NAME(gemm_few_q4_1);
+    k->gemm_few[PI_TYPE_Q5_0] = NAME(gemm_few_q5_0);
+    k->gemm_few[PI_TYPE_Q5_1] = NAME(gemm_few_q5_1);
+    k->gemm_few[PI_TYPE_Q8_0] = NAME(gemm_few_q8_0);
+    k->gemm_few[PI_TYPE_ID_IQ4_NL] = NAME(gemm_few_iq4_nl);
+    k->gemm_few[PI_TYPE_MXFP4] = NAME(gemm_few_mxfp4);
+    k->gemm_few[PI_TYPE_Q4_K] = NAME(gemm_few_q4_k); /* these: gemm_units */
+    k->gemm_few[PI_TYPE_Q5_K] = NAME(gemm_few_q5_k);
+    k->gemm_few[PI_TYPE_Q6_K] = NAME(gemm_few_q6_k);
+    k->gemm_few[PI_TYPE_Q2_K] = NAME(gemm_few_q2_k);
+    k->gemm_few[PI_TYPE_Q3_K] = NAME(gemm_few_q3_k);
+    k->gemm_few[PI_TYPE_ID_IQ4_XS] = NAME(gemm_few_iq4_xs);
     k->gemm_idx[PI_TYPE_Q4_0] = NAME(gemm_idx_q4_0);
     k->gemm_idx[PI_TYPE_Q4_1] = NAME(gemm_idx_q4_1);
     k->gemm_idx[PI_TYPE_Q5_0] = NAME(gemm_idx_q5_0);

@@ -950,6 +950,82 @@ static void test_gemv_idx(void **state) {
     }
 }
 
+/* gemm_few[type] (a decode step's GQA group of queries against a quantized K cache): for
+ * every table that has it and every type, 1..16 vectors against 1..37 rows (odd counts
+ * for the row pairs' tail), lengths of 1..9 blocks (the merged partial groups of head
+ * dims 64 and 128 among them) and past one K-block: Y[t * ldy + r] is the table's dot
+ * bit for bit (kernels.h), and the padding between Y's rows keeps its sentinel. */
+static void test_gemm_few(void **state) {
+    static const int nblk32[] = {1, 2, 3, 4, 5, 7, 8, 9, 12, 17, 65};
+    static const int nblk_other[] = {1, 2, 3};
+    static const int64_t nrs[] = {1, 2, 5, 37}, nts[] = {1, 2, 3, 4, 8, 16};
+    enum { NR = 37, LDY = NR + 3, NT = 16 };
+    const float sentinel = -12345.0f;
+    struct pi_cpu_kernels ref, k;
+    (void)state;
+    pi_cpu_kernels_ref(&ref);
+    for (size_t i = 0; i < N_IMPLS; i++) {
+        int n_checked = 0;
+        if (!impl_table(i, &k))
+            continue;
+        for (int type = 0; type < PI_TYPE_ID_LIMIT; type++) {
+            if (!k.gemm_few[type])
+                continue;
+            const struct pi_type_traits *tt = pi_type_traits((uint32_t)type);
+            size_t t = 0;
+            while (t < N_TYPES && test_types[t] != type)
+                t++;
+            if (t == N_TYPES || !k.dot[type].dot)
+                fail_msg("%s: gemm_few for %s, which is not under test or has no dot",
+                         impls[i].name, tt->name);
+            const int bs = block_of(type);
+            const int *nblk = bs == 32 ? nblk32 : nblk_other;
+            const size_t nn = bs == 32 ? sizeof nblk32 / sizeof nblk32[0]
+                                       : sizeof nblk_other / sizeof nblk_other[0];
+            for (size_t j = 0; j < nn; j++) {
+                const int64_t n = (int64_t)nblk[j] * (bs == 1 ? 37 : bs);
+                struct problem p;
+                static float y[NT * LDY];
+                problem_make_fmt(&p, &ref, type, fmt_of(&k, type), n, NR, NT);
+                for (size_t a = 0; a < sizeof nrs / sizeof nrs[0]; a++)
+                    for (size_t b = 0; b < sizeof nts / sizeof nts[0]; b++) {
+                        const int64_t nr = nrs[a], nt = nts[b];
+                        for (int e = 0; e < NT * LDY; e++)
+                            y[e] = sentinel;
+                        k.gemm_few[type](p.w, p.rb, nr, p.x, p.vb, nt, y, LDY, n);
+                        for (int64_t tk = 0; tk < NT; tk++)
+                            for (int64_t r = 0; r < LDY; r++) {
+                                const float got = y[tk * LDY + r];
+                                if (tk < nt && r < nr) {
+                                    const float want = k.dot[type].dot(
+                                        p.w + (size_t)r * p.rb, p.x + (size_t)tk * p.vb, n);
+                                    if (memcmp(&got, &want, sizeof got) == 0)
+                                        continue;
+                                    print_error("%s: %s gemm_few n=%lld nr=%lld nt=%lld "
+                                                "y[%lld][%lld] = %.9g != dot %.9g\n",
+                                                impls[i].name, tt->name, (long long)n,
+                                                (long long)nr, (long long)nt, (long long)tk,
+                                                (long long)r, got, want);
+                                    fail();
+                                } else if (memcmp(&got, &sentinel, sizeof got) != 0) {
+                                    print_error("%s: %s gemm_few n=%lld nr=%lld nt=%lld wrote "
+                                                "y[%lld][%lld] outside its nt x nr\n",
+                                                impls[i].name, tt->name, (long long)n,
+                                                (long long)nr, (long long)nt, (long long)tk,
+                                                (long long)r);
+                                    fail();
+                                }
+                            }
+                    }
+                problem_free(&p);
+            }
+            n_checked++;
+        }
+        print_message("# gemm_few: the %s table has it for %d type(s), all checked\n",
+                      impls[i].name, n_checked);
+    }
+}
+
 /* gemm_idx[type] (a sparse prompt's gate and up): for every table that has it, rows in
  * a random order (a subset of them), token counts across the full-tile and tail paths
  * (1, 3, 8, 9, 16, 19), odd lengths: each value is the table's dot bit for bit, and
@@ -1643,7 +1719,8 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_axpy_f16),     cmocka_unit_test(test_from_float_f16),     cmocka_unit_test(test_dot_f16_rows),
         cmocka_unit_test(test_axpy_rows),    cmocka_unit_test(test_axpy_rows_i8),
         cmocka_unit_test(test_non_finite_activations),
-        cmocka_unit_test(test_gemv_idx), cmocka_unit_test(test_gemm_idx),
+        cmocka_unit_test(test_gemv_idx), cmocka_unit_test(test_gemm_few),
+        cmocka_unit_test(test_gemm_idx),
         cmocka_unit_test(test_gemm_packed),  cmocka_unit_test(test_attn_scores),
     };
     if (argc > 1 && strcmp(argv[1], "--bench") == 0)

@@ -209,7 +209,9 @@ static void test_attention(void **state) {
 static void test_attention_q8_0(void **state) {
     (void)state;
     const struct pi_backend_vtable *be = pi_backend_cpu();
-    enum { L = 1, CTX = 40, HQ = 4, HKV = 2, D = 64, P = 30, T = 3 };
+    /* T = 16 one-head units: the prompt's scores through the Q8_0 gemm's panel path, a
+     * decode step's through gemm_few; both must give the dot's bits */
+    enum { L = 1, CTX = 64, HQ = 4, HKV = 2, D = 64, P = 30, T = 16 };
     static float k[(P + T) * HKV * D], v[(P + T) * HKV * D], q[T * HQ * D];
     static float kd[(P + T) * HKV * D], vd[(P + T) * HKV * D];
     for (int i = 0; i < (P + T) * HKV * D; i++) {
@@ -224,7 +226,7 @@ static void test_attention_q8_0(void **state) {
     pi_quantize_q8_0(v, blocks, (P + T) * HKV * D);
     pi_dequant_q8_0(blocks, vd, (P + T) * HKV * D);
     for (int f32 = 0; f32 <= 1; f32++) {
-        struct pi_backend_config cfg = {&pi_default_allocator, 2, 8, 256, f32, 0};
+        struct pi_backend_config cfg = {&pi_default_allocator, 2, T, 256, f32, 0};
         struct pi_backend *b;
         assert_int_equal(be->create(&b, &cfg), PI_OK);
         struct pi_kv_desc d = {L, CTX, HQ, HKV, D, D, PI_KV_Q8_0};
