@@ -806,8 +806,9 @@ typedef struct pi_ctx_params {
      * default): binary16. PI_KV_TYPE_Q8_0: GGUF's Q8_0 blocks (32 values share an F16
      * scale), 34 bytes per 32 values instead of 64, so about half the memory; the
      * logits move by the blocks' rounding (docs/performance.md has its perplexity
-     * cost), and attention takes longer than with binary16 (at 4096 positions a 1B
-     * model's prompt and decode ran at about 0.7x on a 2-core AVX2 CPU). Q8_0 needs head dimensions that are multiples of 32 and a CPU-only
+     * cost); at 4096 positions a 1B model decoded at about binary16's speed (0.96x)
+     * and its prompt ran at 0.7-0.9x on a 2-core AVX2 CPU. Q8_0 needs head dimensions
+     * that are multiples of 32 and a CPU-only
      * context (PI_ERR_UNSUPPORTED otherwise); states (pi_ctx_state_save) hold the
      * cache as stored and load only into a context with the same kv_type. Since: 0.1 */
     uint32_t kv_type;
