@@ -857,6 +857,18 @@ static void test_dot_gemm(void **state) {
                       tol_dot(test_types[t]));
 }
 
+/* Table `name`'s entry `what` for `type` is checked against that table's dot on rows
+ * random_weights makes: the type must be one of test_types and have a dot. */
+static void require_testable(const struct pi_cpu_kernels *k, int type, const char *name,
+                             const char *what) {
+    size_t t = 0;
+    while (t < N_TYPES && test_types[t] != type)
+        t++;
+    if (t == N_TYPES || !k->dot[type].dot)
+        fail_msg("%s: %s for %s, which is not under test or has no dot", name, what,
+                 pi_type_traits((uint32_t)type)->name);
+}
+
 /* gemv_idx[type] (one token of a sparse matmul): for every table, the reference included,
  * and every type where the entry is non-NULL, on a matrix of 37 rows and idx the first ni
  * entries of a random permutation of them (scattered rows, no repeats, any order):
@@ -887,13 +899,7 @@ static void test_gemv_idx(void **state) {
             if (!k.gemv_idx[type])
                 continue;
             const struct pi_type_traits *tt = pi_type_traits((uint32_t)type);
-            size_t t = 0;
-            while (t < N_TYPES && test_types[t] != type)
-                t++;
-            if (!k.dot[type].dot)
-                fail_msg("%s: gemv_idx for %s without a dot", name, tt->name);
-            if (t == N_TYPES) /* random_weights would not know how to make its rows */
-                fail_msg("%s: gemv_idx for %s, which is not under test", name, tt->name);
+            require_testable(&k, type, name, "gemv_idx");
             const int bs = block_of(type);
             const int *nblk = bs == 32 ? nblk32 : nblk_other;
             const size_t nn = bs == 32 ? sizeof nblk32 / sizeof nblk32[0]
@@ -972,12 +978,7 @@ static void test_gemm_few(void **state) {
             if (!k.gemm_few[type])
                 continue;
             const struct pi_type_traits *tt = pi_type_traits((uint32_t)type);
-            size_t t = 0;
-            while (t < N_TYPES && test_types[t] != type)
-                t++;
-            if (t == N_TYPES || !k.dot[type].dot)
-                fail_msg("%s: gemm_few for %s, which is not under test or has no dot",
-                         impls[i].name, tt->name);
+            require_testable(&k, type, impls[i].name, "gemm_few");
             const int bs = block_of(type);
             const int *nblk = bs == 32 ? nblk32 : nblk_other;
             const size_t nn = bs == 32 ? sizeof nblk32 / sizeof nblk32[0]
@@ -1047,11 +1048,7 @@ static void test_gemm_idx(void **state) {
             if (!k.gemm_idx[type])
                 continue;
             const struct pi_type_traits *tt = pi_type_traits((uint32_t)type);
-            size_t t = 0;
-            while (t < N_TYPES && test_types[t] != type)
-                t++;
-            if (t == N_TYPES || !k.dot[type].dot)
-                fail_msg("%s: gemm_idx for %s, which is not under test", impls[i].name, tt->name);
+            require_testable(&k, type, impls[i].name, "gemm_idx");
             const int bs = block_of(type);
             const int *nblk = bs == 32 ? nblk32 : nblk_other;
             const size_t nn = bs == 32 ? sizeof nblk32 / sizeof nblk32[0]
