@@ -789,8 +789,10 @@ typedef struct pi_ctx_params {
      * (pi_stats_gate_histogram, pi_stats_gate_quantile: the calibration of
      * PI_SPARSE_THRESHOLD), in PI_SPARSE_DENSE mode (PI_HIST_GATE: also in
      * PI_SPARSE_THRESHOLD mode of a "cats" file; not counted in the others). Gated
-     * FFNs without experts only (PI_ERR_UNSUPPORTED otherwise); CPU-only contexts.
-     * Default 0. Since: 0.1 */
+     * FFNs (a layer's experts counted together: every chosen expert's neurons for
+     * every token routed to it) or plain ones; experts need a SiLU, GELU or ReLU gate
+     * (not gpt-oss's); PI_ERR_UNSUPPORTED otherwise. CPU-only contexts. Default 0.
+     * Since: 0.1 */
     uint32_t gate_histogram;
     /* How a device step is submitted, PI_GRAPHS_*. PI_GRAPHS_AUTO (default): where
      * the device backend has graphs (CUDA; not HIP) and no layer splits its work
@@ -1643,10 +1645,13 @@ PI_API int pi_model_quantize(const char *in_path, const char *out_path,
  * pi_model_sparsify rewrites a dense GGUF file with a gated FFN (ffn_gate and ffn_up,
  * or a fused gate_up as Phi-3's, and ffn_down in every layer; a post-FFN norm as
  * Gemma 2/3's is kept and applied; gate and up biases (a Llama with mlp_bias) added
- * before the activation and its threshold; no experts, no bias on a fused gate_up) or
- * a plain one
+ * before the activation and its threshold; no bias on a fused gate_up) or a plain one
  * (act(up . x + b_up), Falcon's, StarCoder2's: thresholds on that activation, down
- * biases kept) into a
+ * biases kept), or one with mixture-of-experts layers (SiLU/GELU/ReLU experts, no
+ * expert biases, no neuron_order; blk.N.ffn_down_exps.weight is replaced by
+ * blk.N.ffn_down_exps_t.weight {n_embd, n_ff_exp, n_expert}, each expert's down
+ * transposed; one threshold per layer for all its experts, whose gate and up run whole
+ * and whose down reads the kept neurons' rows; a shared expert stays dense) into a
  * sparse-capable GGUF file (docs/formats.md, "Sparsified files"): every tensor is
  * copied except blk.N.ffn_down.weight, replaced by blk.N.ffn_down_t.weight, the
  * transposed down projection (one row of n_embd per neuron), and a fused gate_up,

@@ -99,12 +99,17 @@ static int setup_thresholds(struct pi_ctx *c, const pi_ctx_params *p) {
                    : p->gate_histogram == PI_HIST_INTER ? PI_HIST_INTER
                    : p->gate_histogram                  ? PI_HIST_GATE
                                                         : 0;
-    if (c->gate_hist && (c->model->desc.n_moe_layers || p->device != PI_DEVICE_NONE))
-        PI_FAIL(&c->err, PI_ERR_UNSUPPORTED, "gate_histogram needs an FFN without experts "
-                "and a CPU-only context");
+    if (c->gate_hist && p->device != PI_DEVICE_NONE)
+        PI_FAIL(&c->err, PI_ERR_UNSUPPORTED, "gate_histogram needs a CPU-only context");
+    if (c->gate_hist && c->model->desc.n_moe_layers && hp->ffn_act != PI_FFN_SILU &&
+        hp->ffn_act != PI_FFN_GELU && hp->ffn_act != PI_FFN_GELU_ERF &&
+        hp->ffn_act != PI_FFN_RELU)
+        PI_FAIL(&c->err, PI_ERR_UNSUPPORTED, "gate_histogram of experts needs a SiLU, GELU "
+                "or ReLU gate (this model's experts have no act(gate) of their own)");
     if (c->gate_hist && (hp->info->flags & PI_AF_GATED))
         for (int64_t l = 0; l < L; l++)
-            if (!c->model->desc.layers[l].ffn_gate && !c->model->desc.layers[l].up_fused)
+            if (!c->model->desc.layers[l].router && !c->model->desc.layers[l].ffn_gate &&
+                !c->model->desc.layers[l].up_fused)
                 PI_FAIL(&c->err, PI_ERR_UNSUPPORTED, "gate_histogram: layer %lld has no "
                         "ffn_gate (separate or fused with ffn_up)", (long long)l);
     if (p->sparse_thresholds && p->n_sparse_thresholds != (uint64_t)L)
@@ -159,13 +164,12 @@ static int setup_sparse(struct pi_ctx *c, const pi_ctx_params *p) {
                 "PI_SPARSE_DENSE");
     if (c->mode == PI_SPARSE_THRESHOLD &&
         ((hp->ffn_act != PI_FFN_SILU && hp->ffn_act != PI_FFN_GELU &&
-          hp->ffn_act != PI_FFN_GELU_ERF && hp->ffn_act != PI_FFN_RELU) ||
-         c->model->desc.n_moe_layers))
+          hp->ffn_act != PI_FFN_GELU_ERF && hp->ffn_act != PI_FFN_RELU)))
         PI_FAIL(&c->err, PI_ERR_UNSUPPORTED, "sparse mode threshold runs FFNs with SiLU, "
-                "GELU or ReLU (on the gate of a gated one), without experts");
+                "GELU or ReLU (on the gate of a gated one)");
     for (int64_t l = 0; c->mode == PI_SPARSE_THRESHOLD && (hp->info->flags & PI_AF_GATED) &&
                         l < hp->n_layer; l++)
-        if (!c->model->desc.layers[l].ffn_gate)
+        if (!c->model->desc.layers[l].ffn_gate && !c->model->desc.layers[l].router)
             PI_FAIL(&c->err, PI_ERR_UNSUPPORTED, "sparse mode threshold needs a gated FFN; "
                     "layer %lld has no ffn_gate", (long long)l);
     if (c->mode != PI_SPARSE_DENSE && c->mode != PI_SPARSE_THRESHOLD && !hp->sparse &&
@@ -190,8 +194,9 @@ static int setup_sparse(struct pi_ctx *c, const pi_ctx_params *p) {
         const int64_t rmax = max64(c->model->desc.max_rank, 1);
         c->score = pi_calloc(a, (size_t)(B * F), sizeof(float));
         c->hid = pi_calloc(a, (size_t)(B * rmax), sizeof(float));
-        c->idx = pi_calloc(a, (size_t)F, sizeof *c->idx);
-        c->mark = pi_calloc(a, (size_t)F, 1);
+        const int64_t Fx = max64(F, hp->n_ff_exp); /* a layer's neurons, or an expert's */
+        c->idx = pi_calloc(a, (size_t)Fx, sizeof *c->idx);
+        c->mark = pi_calloc(a, (size_t)Fx, 1);
         if (!c->score || !c->hid || !c->idx || !c->mark)
             PI_FAIL(&c->err, PI_ERR_NOMEM, "out of memory for the sparse FFN's scratch");
         if (c->mode == PI_SPARSE_PREDICTOR && c->stats_level == PI_STATS_DIAGNOSTIC) {

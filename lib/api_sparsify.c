@@ -145,13 +145,17 @@ static int check_model(struct srun *r) {
     const int64_t E = hp->n_embd;
     for (int64_t l = 0; l < hp->n_layer; l++) {
         const struct pi_layer_desc *L = &r->d.layers[l];
-        if (L->router)
+        if (L->router && r->p.neuron_order)
             PI_FAIL(r->err, PI_ERR_UNSUPPORTED,
-                    "layer %lld has experts: pi_model_sparsify "
-                    "takes dense gated FFNs",
+                    "layer %lld has experts: a neuron order (one permutation per layer) "
+                    "does not apply to them",
                     (long long)l);
+        if (L->router && (L->b_gate_exps || L->b_up_exps || L->b_down_exps))
+            PI_FAIL(r->err, PI_ERR_UNSUPPORTED,
+                    "layer %lld's experts have biases, which the thresholded experts do "
+                    "not run", (long long)l);
         const int gated = (hp->info->flags & PI_AF_GATED) != 0;
-        if (gated && !L->ffn_gate && !L->up_fused)
+        if (gated && !L->router && !L->ffn_gate && !L->up_fused)
             PI_FAIL(r->err, PI_ERR_UNSUPPORTED,
                     "layer %lld's gated FFN has no ffn_gate (separate or fused "
                     "with ffn_up): the thresholded FFN needs act(gate . x) per neuron",
@@ -161,10 +165,11 @@ static int check_model(struct srun *r) {
                     "layer %lld has a bias on its fused gate_up, which pi_model_sparsify "
                     "does not split",
                     (long long)l);
-        if (!L->ffn_down || !pi_type_traits(L->ffn_down->type)->to_float)
-            PI_FAIL(r->err, PI_ERR_UNSUPPORTED, "layer %lld: ffn_down cannot be read",
+        const struct gguf_tensor *down = L->router ? L->down_exps : L->ffn_down;
+        if (!down || !pi_type_traits(down->type)->to_float)
+            PI_FAIL(r->err, PI_ERR_UNSUPPORTED, "layer %lld: its down projection cannot be read",
                     (long long)l);
-        PI_TRY(down_type(r, L->ffn_down->type, E, &r->down_to[l]));
+        PI_TRY(down_type(r, down->type, E, &r->down_to[l]));
         if (r->p.neuron_order) { /* a permutation of 0 .. F - 1 */
             const int32_t *o = r->p.neuron_order + l * hp->n_ff;
             memset(r->seen, 0, (size_t)hp->n_ff);
@@ -235,9 +240,11 @@ static int plan(struct srun *r) {
             st = gguf_writer_add_tensor_info(r->w, t->name, t->type, t->n_dims, t->ne);
             continue;
         }
-        snprintf(name, sizeof name, "blk.%lld.ffn_down_t.weight", (long long)l);
-        const int64_t ne[2] = {E, F};
-        st = gguf_writer_add_tensor_info(r->w, name, r->down_to[l], 2, ne);
+        const int moe = r->d.layers[l].router != NULL; /* {E, Fe, X}: experts' down_t */
+        snprintf(name, sizeof name, moe ? "blk.%lld.ffn_down_exps_t.weight"
+                                        : "blk.%lld.ffn_down_t.weight", (long long)l);
+        const int64_t ne[3] = {E, moe ? hp->n_ff_exp : F, hp->n_expert};
+        st = gguf_writer_add_tensor_info(r->w, name, r->down_to[l], moe ? 3 : 2, ne);
     }
     if (st == PI_ERR_NOMEM)
         PI_FAIL(r->err, PI_ERR_NOMEM, "out of memory");
@@ -275,30 +282,39 @@ static void down_rows(void *arg, int64_t lo, int64_t hi, int ith) {
     }
 }
 
+/* Layer l's down projection {F, E} (E rows of F: row e = output e over the neurons),
+ * or its experts' {Fe, E, X}, written transposed: F rows of E per expert (row n =
+ * neuron n, in neuron_order where given), in down_to[l]; down_error[l] = the relative
+ * error of all of them together. */
 static int transpose_down(struct srun *r, const struct gguf_tensor *t, int64_t l) {
-    const int64_t E = r->d.hp.n_embd, F = r->d.hp.n_ff;
-    /* t: {F, E}: E rows of F (row e = output e over the neurons) */
-    pi_type_traits(t->type)->to_float(t->data, r->dq, F * E);
+    const int64_t E = r->d.hp.n_embd;
+    const int moe = r->d.layers[l].router != NULL;
+    const int64_t F = moe ? r->d.hp.n_ff_exp : r->d.hp.n_ff, X = moe ? r->d.hp.n_expert : 1;
     const int32_t *ord = r->p.neuron_order ? r->p.neuron_order + l * F : NULL;
-    for (int64_t e = 0; e < E; e++)
-        for (int64_t n = 0; n < F; n++)
-            r->tr[(size_t)n * (size_t)E + (size_t)e] =
-                r->dq[(size_t)e * (size_t)F + (size_t)(ord ? ord[n] : n)];
+    const uint64_t in_bytes = t->nbytes / (uint64_t)X; /* one expert's */
     struct tr_job job = {r, E, r->down_to[l], pi_type_row_bytes(r->down_to[l], E)};
-    if (r->pool)
-        pi_pool_for(r->pool, F, ROW_GRAIN, down_rows, &job);
-    else
-        down_rows(&job, 0, F, 0);
     double e2 = 0.0, s2 = 0.0;
-    for (int64_t n = 0; n < F; n++) {
-        e2 += r->err2[2 * n];
-        s2 += r->err2[2 * n + 1];
+    for (int64_t x = 0; x < X; x++) {
+        pi_type_traits(t->type)->to_float(t->data + (uint64_t)x * in_bytes, r->dq, F * E);
+        for (int64_t e = 0; e < E; e++)
+            for (int64_t n = 0; n < F; n++)
+                r->tr[(size_t)n * (size_t)E + (size_t)e] =
+                    r->dq[(size_t)e * (size_t)F + (size_t)(ord ? ord[n] : n)];
+        if (r->pool)
+            pi_pool_for(r->pool, F, ROW_GRAIN, down_rows, &job);
+        else
+            down_rows(&job, 0, F, 0);
+        for (int64_t n = 0; n < F; n++) {
+            e2 += r->err2[2 * n];
+            s2 += r->err2[2 * n + 1];
+        }
+        PI_TRY(put(r, r->obuf, (uint64_t)F * job.row_bytes));
+        r->done += in_bytes;
+        PI_TRY(progress(r));
     }
     if (r->p.down_error)
         r->p.down_error[l] = s2 > 0.0 ? sqrt(e2 / s2) : 0.0;
-    PI_TRY(put(r, r->obuf, (uint64_t)F * job.row_bytes));
-    r->done += t->nbytes;
-    return progress(r);
+    return PI_OK;
 }
 
 static int copy_tensor(struct srun *r, const struct gguf_tensor *t) {
@@ -328,11 +344,14 @@ static int copy_permuted(struct srun *r, const struct gguf_tensor *t, int64_t l,
 
 static int buffers(struct srun *r, int n_threads) {
     const struct pi_allocator *a = &pi_default_allocator;
-    const int64_t E = r->d.hp.n_embd, F = r->d.hp.n_ff;
+    const int64_t E = r->d.hp.n_embd;
+    int64_t F = 1; /* the widest FFN (or expert) */
     uint64_t ob = 0;
     for (int64_t l = 0; l < r->d.hp.n_layer; l++) {
-        const uint64_t b = pi_type_row_bytes(r->down_to[l], E) * (uint64_t)F;
+        const int64_t Fl = r->d.layers[l].router ? r->d.hp.n_ff_exp : r->d.hp.n_ff;
+        const uint64_t b = pi_type_row_bytes(r->down_to[l], E) * (uint64_t)Fl;
         ob = b > ob ? b : ob;
+        F = Fl > F ? Fl : F;
     }
     if ((uint64_t)F * (uint64_t)E > SIZE_MAX / sizeof(float) / 2 || ob > SIZE_MAX)
         PI_FAIL(r->err, PI_ERR_NOMEM, "the down projection is too large for this system");
@@ -417,7 +436,7 @@ static int sparsify(struct srun *r, int n_threads) {
         r->fused_of[i] = -1;
         for (int64_t l = 0; l < hp->n_layer; l++) {
             const struct pi_layer_desc *L = &r->d.layers[l];
-            if (L->ffn_down == &r->f.tensors[i])
+            if (L->ffn_down == &r->f.tensors[i] || L->down_exps == &r->f.tensors[i])
                 r->layer_of[i] = l;
             if (L->up_fused && L->ffn_up == &r->f.tensors[i])
                 r->fused_of[i] = l;

@@ -61,8 +61,13 @@ static void experts_of(struct pi_layer_w *w, const struct pi_layer_desc *L,
         x->gate_stride = (size_t)Fe * x->gate.row_bytes;
         x->up_stride = (size_t)Fe * x->up.row_bytes;
     }
-    x->down = weight_rows(L->down_exps, 0, E);
-    x->down_stride = (size_t)E * x->down.row_bytes;
+    if (L->down_exps_t) {
+        x->down_t = weight_rows(L->down_exps_t, 0, Fe);
+        x->down_t_stride = (size_t)Fe * x->down_t.row_bytes;
+    } else {
+        x->down = weight_rows(L->down_exps, 0, E);
+        x->down_stride = (size_t)E * x->down.row_bytes;
+    }
     w->sh_gate = weight_of(L->gate_shexp);
     w->sh_up = weight_of(L->up_shexp);
     w->sh_down = weight_of(L->down_shexp);
@@ -224,11 +229,14 @@ int pi_exec_resolve(struct pi_ctx *c) {
         x->norm_dev = D && D->norm;
         x->ffn_whole_dev = D && D->ffn_whole;
         x->n_dev = D ? D->n_dev : 0;
-        if (x->n_dev && !x->ffn_whole_dev && c->mode == PI_SPARSE_THRESHOLD &&
-            !hy->be->ffn_act_thr)
+        /* thresholded on the device: some neurons of a split layer, or placed experts
+         * of a sparsified file */
+        const int dev_thr = (x->n_dev && !x->ffn_whole_dev) ||
+                            (D && D->n_dev_exp && c->layers[l].exps.down_t.data);
+        if (dev_thr && c->mode == PI_SPARSE_THRESHOLD && !hy->be->ffn_act_thr)
             PI_FAIL(&c->err, PI_ERR_UNSUPPORTED, "the %s backend has no thresholded "
-                    "activation (ffn_act_thr) for PI_SPARSE_THRESHOLD: give its neurons no "
-                    "room (a budget for the dense parts only), or run dense or predictor mode",
+                    "activation (ffn_act_thr) for PI_SPARSE_THRESHOLD: give its neurons (or "
+                    "experts) no room (a budget for the dense parts only), or run dense or predictor mode",
                     hy->be->name);
         if (D && (x->attn_dev || x->norm_dev || x->ffn_whole_dev || x->kv_dev)) {
             const char *op = missing_op(hy->be, hp, &c->layers[l]);

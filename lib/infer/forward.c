@@ -89,10 +89,11 @@ static int64_t select_union(struct pi_ctx *c, const float *src, int64_t T, float
     return n;
 }
 
-/* Gate histograms (pi_ctx_params.gate_histogram): a [T][F] = act(gate xn) of layer l. */
-static void gate_hist(struct pi_ctx *c, int64_t l, const float *a, int64_t T) {
+/* Gate histograms (pi_ctx_params.gate_histogram): a [n] = act(gate xn) (or the
+ * intermediate) of layer l: T * n_ff values, or an expert's n * n_ff_exp. */
+static void gate_hist(struct pi_ctx *c, int64_t l, const float *a, int64_t n) {
     uint64_t *h = c->stats->gate_hist + (size_t)l * PI_GATE_HIST_BINS;
-    for (int64_t i = 0; i < T * c->hp->n_ff; i++)
+    for (int64_t i = 0; i < n; i++)
         h[pi_stats_gate_bin(a[i])]++;
 }
 
@@ -286,7 +287,7 @@ static int64_t ffn_sparse(struct pi_ctx *c, int64_t l, int64_t T, const uint8_t 
         be->sync(b);
         biased = 1;
         if (c->gate_hist)
-            gate_hist(c, l, c->g, T);
+            gate_hist(c, l, c->g, T * F);
         n = select_abs(c, c->g, T, c->layer_thr[l], skip);
     } else if (c->mode == PI_SPARSE_THRESHOLD && hp->teal) {
         /* TEAL-style: gate and up for every neuron (of the host's share), m = act(gate
@@ -304,7 +305,7 @@ static int64_t ffn_sparse(struct pi_ctx *c, int64_t l, int64_t T, const uint8_t 
         be->ffn_act(b, act_of(hp->ffn_act, 1), c->g, c->u, T * F);   /* m = act(g) u */
         be->sync(b);
         if (c->gate_hist == PI_HIST_INTER)
-            gate_hist(c, l, c->g, T);
+            gate_hist(c, l, c->g, T * F);
         n = select_abs(c, c->g, T, c->layer_thr[l], skip);
     } else if (c->mode == PI_SPARSE_THRESHOLD) { /* gated (desc.c and api_ctx.c check) */
         /* the whole gate (of the host's share) and its activation, then up where |a| >
@@ -318,7 +319,7 @@ static int64_t ffn_sparse(struct pi_ctx *c, int64_t l, int64_t T, const uint8_t 
         be->ffn_act(b, act_of(hp->ffn_act, 0), c->g, NULL, T * F);   /* a = act(g) */
         be->sync(b);
         if (c->gate_hist == PI_HIST_GATE)
-            gate_hist(c, l, c->g, T);
+            gate_hist(c, l, c->g, T * F);
         n = select_abs(c, c->g, T, c->layer_thr[l], skip);
         rows_up = n > dense_above ? F : n;
         if (n > dense_above)
@@ -617,6 +618,18 @@ static void attention_block(struct run *r, int64_t l, struct slot *ao) {
     rms_inplace(a, y, &W->attn_post_norm, hp->norm_eps, T);
 }
 
+/* The rows of a [n][F] that some token uses (not 0): the rows matmul_t reads. */
+static uint64_t rows_used(const float *a, int64_t n, int64_t F) {
+    uint64_t rows = 0;
+    for (int64_t i = 0; i < F; i++) {
+        int any = 0;
+        for (int64_t t = 0; t < n && !any; t++)
+            any = a[t * F + i] != 0.0f;
+        rows += (uint64_t)any;
+    }
+    return rows;
+}
+
 /* y [T][E] = the dense FFN of layer l on unit u over xn (slot): gated
  * down(act(gate xn) * up xn) or plain down(act(up xn)), with biases and post-norm. y
  * may be xn. Returns the activations [T][F] on u (host: the statistics' truth). */
@@ -644,19 +657,19 @@ static const float *ffn_dense(struct run *r, int64_t l, const struct unit *u,
         u->be->ffn_act(u->b, act_of(hp->ffn_act, 0), g, NULL, T * F);
         u->be->sync(u->b);
         if (c->gate_hist == PI_HIST_GATE)
-            gate_hist(c, l, g, T);
+            gate_hist(c, l, g, T * F);
         if (c->probe_fn)
             memcpy(c->probe_act, g, (size_t)(T * F) * sizeof(float));
         const int both = hp->ffn_act == PI_FFN_RELU_BOTH;
         for (int64_t i = 0; i < T * F; i++)
             g[i] *= both ? (up[i] > 0.0f ? up[i] : 0.0f) : up[i];
         if (c->gate_hist == PI_HIST_INTER)
-            gate_hist(c, l, g, T);
+            gate_hist(c, l, g, T * F);
     } else {
         u->be->ffn_act(u->b, act_of(hp->ffn_act, gated), g, gated ? up : NULL, T * F);
         if (c->gate_hist && !gated && u->at == HOST) { /* a plain FFN: its activation */
             u->be->sync(u->b);
-            gate_hist(c, l, g, T);
+            gate_hist(c, l, g, T * F);
         }
     }
     float *y = out(y_s, u->at);
@@ -670,13 +683,7 @@ static const float *ffn_dense(struct run *r, int64_t l, const struct unit *u,
         pi_layer_stats *ls = &c->stats->layer[l];
         uint64_t down_bytes = (uint64_t)W->down.n_out * W->down.row_bytes, rows = (uint64_t)F;
         if (!W->has_down) { /* matmul_t reads only rows some token needs */
-            rows = 0;
-            for (int64_t i = 0; i < F; i++) {
-                int any = 0;
-                for (int64_t t = 0; t < T && !any; t++)
-                    any = g[t * F + i] != 0.0f;
-                rows += (uint64_t)any;
-            }
+            rows = rows_used(g, T, F);
             down_bytes = rows * W->down_t.row_bytes;
         }
         ls->rows_gate_up += (uint64_t)F;
@@ -765,27 +772,81 @@ static struct pi_weight expert(const struct pi_weight *w0, size_t stride, int64_
 
 /* One expert on unit u: y [n][E] = down(act(gate xin, up xin)) for xin [n][E], with
  * scratch g, up [n][Fe] on u; queued (the caller syncs before reading y). x holds the
- * expert tensors in u's memory, `e` is the expert's index there. */
-static void expert_ffn(const struct unit *u, const struct pi_experts *x, int64_t e,
-                       enum pi_act act, const float *xin, int64_t n, int64_t Fe, float *g,
-                       float *up, float *y) {
+ * expert tensors in u's memory, `e` is the expert's index there. A sparsified file's
+ * experts (x->down_t, transposed) in threshold mode: a = act(gate xin) and m = a *
+ * (up xin) kept where |a| (teal: |m|) > t_l, the layer's threshold, and matmul_t reads
+ * only the down rows of neurons some token kept; on the host a "cats" file's up is
+ * computed only for those neurons too (on a device the whole up, then ffn_act_thr:
+ * the same kept values). Dense mode: every neuron's m. Calibration (gate_histogram,
+ * host): a and m counted like a dense layer's, one threshold per layer for all its
+ * experts. Returns the rows of up read. */
+static int64_t expert_ffn(struct pi_ctx *c, int64_t l, const struct unit *u,
+                       const struct pi_experts *x, int64_t e, enum pi_act act, const float *xin,
+                       int64_t n, int64_t Fe, float *g, float *up, float *y) {
     const struct pi_weight wg = expert(&x->gate, x->gate_stride, e);
     const struct pi_weight wu = expert(&x->up, x->up_stride, e);
-    const struct pi_weight wd = expert(&x->down, x->down_stride, e);
     /* gpt-oss's expert biases, where the file has them (a device's: the placed
      * experts' rows, packed like their weights, hybrid.c) */
     const struct pi_vector bg = expert_bias(&x->b_gate, e), bu = expert_bias(&x->b_up, e);
     const struct pi_vector bd = expert_bias(&x->b_down, e);
+    const enum pi_act act1 = act_of(c->hp->ffn_act, 0);
+    const int thr_mode = x->down_t.data && c->mode == PI_SPARSE_THRESHOLD;
+    const float thr = c->layer_thr[l];
+    int64_t up_rows = Fe;
     u->be->matmul(u->b, &wg, xin, n, g);                             /* g [n][Fe] */
-    u->be->matmul(u->b, &wu, xin, n, up);                            /* up [n][Fe] */
     if (bg.data)
         u->be->add_rows(u->b, g, &bg, n);
-    if (bu.data)
-        u->be->add_rows(u->b, up, &bu, n);
-    u->be->ffn_act(u->b, act, g, up, n * Fe);
-    u->be->matmul(u->b, &wd, g, n, y);                               /* y [n][E] */
+    if (thr_mode && !c->hp->teal && u->at == HOST) {
+        u->be->ffn_act(u->b, act1, g, NULL, n * Fe);                 /* a = act(g) */
+        u->be->sync(u->b);
+        memset(c->mark, 0, (size_t)Fe);
+        for (int64_t t = 0; t < n; t++)
+            for (int64_t i = 0; i < Fe; i++)
+                c->mark[i] |= fabsf(g[t * Fe + i]) > thr;
+        int64_t k = 0;
+        for (int64_t i = 0; i < Fe; i++)
+            if (c->mark[i])
+                c->idx[k++] = (int32_t)i;
+        /* up for the kept neurons only (other rows of up stay unread) */
+        if (k > (int64_t)(PI_SPARSE_DENSE_UNION * (double)Fe))
+            u->be->matmul(u->b, &wu, xin, n, up);
+        else if (k)
+            u->be->matmul_rows(u->b, &wu, xin, n, c->idx, k, up);
+        up_rows = k > (int64_t)(PI_SPARSE_DENSE_UNION * (double)Fe) ? Fe : k;
+        if (bu.data)
+            u->be->add_rows(u->b, up, &bu, n);
+        u->be->sync(u->b);
+        for (int64_t i = 0; i < n * Fe; i++)
+            g[i] = fabsf(g[i]) > thr ? g[i] * up[i] : 0.0f;
+    } else {
+        u->be->matmul(u->b, &wu, xin, n, up);                        /* up [n][Fe] */
+        if (bu.data)
+            u->be->add_rows(u->b, up, &bu, n);
+        if (thr_mode) {
+            u->be->ffn_act_thr(u->b, act1, g, up, n * Fe, thr, c->hp->teal);
+        } else if (c->gate_hist && u->at == HOST) { /* a, then m = a * up */
+            u->be->ffn_act(u->b, act1, g, NULL, n * Fe);
+            u->be->sync(u->b);
+            if (c->gate_hist == PI_HIST_GATE)
+                gate_hist(c, l, g, n * Fe);
+            for (int64_t i = 0; i < n * Fe; i++)
+                g[i] *= up[i];
+            if (c->gate_hist == PI_HIST_INTER)
+                gate_hist(c, l, g, n * Fe);
+        } else {
+            u->be->ffn_act(u->b, act, g, up, n * Fe);
+        }
+    }
+    if (x->down_t.data) {
+        const struct pi_weight wt = expert(&x->down_t, x->down_t_stride, e);
+        u->be->matmul_t(u->b, &wt, g, n, y);                         /* y [n][E] */
+    } else {
+        const struct pi_weight wd = expert(&x->down, x->down_stride, e);
+        u->be->matmul(u->b, &wd, g, n, y);                           /* y [n][E] */
+    }
     if (bd.data)
         u->be->add_rows(u->b, y, &bd, n);
+    return up_rows;
 }
 
 /* The shared expert of W on unit u: y [T][E] = down(act(gate xn, up xn)) and, where
@@ -852,7 +913,7 @@ static void ffn_moe(struct run *r, int64_t l) {
     }
     for (int64_t i = 0; i < T * K; i++)
         c->moe_list[fill[c->moe_sel[i]]++] = (int32_t)i;
-    uint64_t experts_run = 0;
+    uint64_t experts_run = 0, up_rows = 0, down_rows = 0;
     /* the device's experts first: their rows gathered (staged in moe_ye, which upload
      * no longer needs when it returns), packed in ascending expert order */
     int64_t nd = 0;
@@ -870,10 +931,12 @@ static void ffn_moe(struct run *r, int64_t l) {
             const int64_t n = start[e + 1] - start[e];
             if (!n || slot[e] < 0)
                 continue;
-            expert_ffn(dev, &D->w.exps, slot[e], act, h->moe_xg + at * E, n, Fe,
-                       h->moe_g + at * Fe, h->moe_u + at * Fe, h->moe_ye + at * E);
+            up_rows += (uint64_t)expert_ffn(c, l, dev, &D->w.exps, slot[e], act,
+                                            h->moe_xg + at * E, n, Fe, h->moe_g + at * Fe,
+                                            h->moe_u + at * Fe, h->moe_ye + at * E);
             at += n;
             experts_run++;
+            down_rows += (uint64_t)Fe; /* not counted there: an upper bound */
         }
     }
     if (W->sh_up.data && dense_dev)
@@ -891,9 +954,12 @@ static void ffn_moe(struct run *r, int64_t l) {
                 memcpy(c->moe_xg + i * E, xn + (list[i] / K) * E, (size_t)E * sizeof(float));
             xin = c->moe_xg;
         }
-        expert_ffn(host, x, e, act, xin, n, Fe, c->g, c->u, c->moe_ye + start[e] * E);
+        up_rows += (uint64_t)expert_ffn(c, l, host, x, e, act, xin, n, Fe, c->g, c->u,
+                                        c->moe_ye + start[e] * E);
         host->be->sync(host->b);
         experts_run++;
+        /* the down rows read: a transposed down's, only those of kept neurons */
+        down_rows += c->stats && x->down_t.data ? rows_used(c->g, n, Fe) : (uint64_t)Fe;
     }
     const float *ysh = c->moe_yg; /* the shared expert's output [T][E] */
     if (W->sh_up.data && !dense_dev) {
@@ -954,8 +1020,10 @@ static void ffn_moe(struct run *r, int64_t l) {
         pi_layer_stats *ls = &c->stats->layer[l];
         ls->tokens_observed += (uint64_t)T; /* a MoE layer: tokens routed */
         uint64_t bytes = (uint64_t)W->router.n_out * W->router.row_bytes +
-                         experts_run * ((uint64_t)Fe * (x->gate.row_bytes + x->up.row_bytes) +
-                                        (uint64_t)E * x->down.row_bytes);
+                         experts_run * (uint64_t)Fe * x->gate.row_bytes +
+                         up_rows * x->up.row_bytes +
+                         (x->down_t.data ? down_rows * x->down_t.row_bytes
+                                         : experts_run * (uint64_t)E * x->down.row_bytes);
         if (W->sh_up.data)
             bytes += (uint64_t)W->sh_gate.n_out * W->sh_gate.row_bytes +
                      (uint64_t)W->sh_up.n_out * W->sh_up.row_bytes +
@@ -963,7 +1031,7 @@ static void ffn_moe(struct run *r, int64_t l) {
                      W->sh_gate_inp.row_bytes;
         ls->bytes_ffn += bytes;
         ls->rows_gate_up += experts_run * (uint64_t)Fe;
-        ls->rows_down += experts_run * (uint64_t)Fe;
+        ls->rows_down += down_rows;
     }
 }
 

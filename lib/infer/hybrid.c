@@ -84,6 +84,7 @@ static uint64_t moe_dense_bytes(const struct pi_layer_desc *L) {
 /* All experts of a mixture-of-experts layer (3-D tensors of n_expert equal slices). */
 static uint64_t experts_bytes(const struct pi_layer_desc *L) {
     return nb(L->gate_exps) + nb(L->up_exps) + nb(L->gate_up_exps) + nb(L->down_exps) +
+           nb(L->down_exps_t) + /* a sparsified file's, instead of down_exps */
            nb(L->b_gate_exps) + nb(L->b_up_exps) + nb(L->b_down_exps); /* gpt-oss's biases */
 }
 
@@ -490,10 +491,14 @@ static int supported(const struct pi_hybrid *h, uint32_t type) {
 }
 
 /* One expert tensor's slices of the experts marked in on_dev, packed into a device
- * buffer: out = expert 0's view there, stride = one slice. */
+ * buffer: out = expert 0's view there, stride = one slice (w->data NULL: none). */
 static int up_experts(struct pi_hybrid *h, const struct pi_weight *w, size_t stride,
                       const uint8_t *on_dev, int64_t n_expert, int64_t n, struct pi_weight *out,
                       size_t *out_stride) {
+    *out = *w;
+    *out_stride = 0;
+    if (!w->data)
+        return PI_OK;
     void *d;
     const size_t slice = w->row_bytes * (size_t)w->n_out;
     PI_TRY(dev_alloc(h, slice * (size_t)n, NULL, &d));
@@ -536,7 +541,7 @@ static int setup_experts(struct pi_ctx *c, struct pi_hybrid *h, int64_t l) {
     const int64_t X = c->hp->n_expert, n = p->n_experts[l];
     const struct pi_weight *ws[] = {&L->router, &L->sh_gate, &L->sh_up, &L->sh_down,
                                     &L->sh_gate_inp, &L->exps.gate, &L->exps.up,
-                                    &L->exps.down};
+                                    &L->exps.down, &L->exps.down_t};
     for (size_t i = 0; i < sizeof ws / sizeof *ws; i++)
         if ((i < 5 ? D->norm : n > 0) && ws[i]->data && !supported(h, ws[i]->type))
             PI_FAIL(&c->err, PI_ERR_UNSUPPORTED, "the %s backend cannot compute %s weights "
@@ -565,6 +570,8 @@ static int setup_experts(struct pi_ctx *c, struct pi_hybrid *h, int64_t l) {
     PI_TRY(up_experts(h, &x->gate, x->gate_stride, on_dev, X, n, &dx->gate, &dx->gate_stride));
     PI_TRY(up_experts(h, &x->up, x->up_stride, on_dev, X, n, &dx->up, &dx->up_stride));
     PI_TRY(up_experts(h, &x->down, x->down_stride, on_dev, X, n, &dx->down, &dx->down_stride));
+    PI_TRY(up_experts(h, &x->down_t, x->down_t_stride, on_dev, X, n, &dx->down_t,
+                      &dx->down_t_stride));
     PI_TRY(up_expert_bias(h, &x->b_gate, on_dev, X, n, &dx->b_gate)); /* gpt-oss */
     PI_TRY(up_expert_bias(h, &x->b_up, on_dev, X, n, &dx->b_up));
     PI_TRY(up_expert_bias(h, &x->b_down, on_dev, X, n, &dx->b_down));

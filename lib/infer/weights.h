@@ -35,6 +35,10 @@ struct pi_layer_w {
          * gate_up tensor is two views with a stride of both halves */
         struct pi_weight gate, up, down;
         size_t gate_stride, up_stride, down_stride;
+        /* a sparsified file's: expert 0's down transposed {n_embd, n_ff_exp} (row r =
+         * neuron r; down.data is then NULL), expert e's moved by e times down_t_stride */
+        struct pi_weight down_t;
+        size_t down_t_stride;
         /* gpt-oss: expert 0's biases [n_ff_exp], [n_ff_exp], [n_embd] (expert e's are the
          * e-th rows of their tensors); data NULL: none */
         struct pi_vector b_gate, b_up, b_down;

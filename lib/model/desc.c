@@ -432,7 +432,17 @@ static int build_moe(struct reader *r, const struct pi_hparams *hp, int64_t il,
         PI_TRY(want3(r, NAME("ffn_gate_exps"), E, Fe, X, 0, &L->gate_exps));
         PI_TRY(want3(r, NAME("ffn_up_exps"), E, Fe, X, 0, &L->up_exps));
     }
-    PI_TRY(want3(r, NAME("ffn_down_exps"), Fe, E, X, 0, &L->down_exps));
+    if (hp->sparsified) { /* pi_model_sparsify's: each expert's down transposed */
+        if (gguf_find_tensor(r->f, NAME("ffn_down_exps")) >= 0)
+            PI_FAIL(r->err, PI_ERR_FORMAT, "sparsified file has '%s'; it stores the experts' "
+                    "down projections transposed as ffn_down_exps_t", n);
+        if (L->b_down_exps)
+            PI_FAIL(r->err, PI_ERR_UNSUPPORTED, "layer %lld of this sparsified file has "
+                    "expert biases, which the thresholded experts do not run", (long long)il);
+        PI_TRY(want3(r, NAME("ffn_down_exps_t"), E, Fe, X, 0, &L->down_exps_t));
+    } else {
+        PI_TRY(want3(r, NAME("ffn_down_exps"), Fe, E, X, 0, &L->down_exps));
+    }
     if (gguf_find_tensor(r->f, NAME("ffn_up_shexp")) >= 0) {
         PI_TRY(want(r, NAME("ffn_gate_shexp"), K_WEIGHT, E, Fs, 0, &L->gate_shexp));
         PI_TRY(want(r, NAME("ffn_up_shexp"), K_WEIGHT, E, Fs, 0, &L->up_shexp));
@@ -538,9 +548,6 @@ static int build_layer(struct reader *r, const struct pi_hparams *hp, int64_t il
     if ((flags & PI_AF_MOE_BIASES) && gguf_find_tensor(r->f, NAME("ffn_gate_inp")) < 0)
         PI_FAIL(r->err, PI_ERR_FORMAT, "tensor '%s' is missing (every %s layer is a "
                 "mixture-of-experts layer)", n, hp->info->name);
-    if (gguf_find_tensor(r->f, NAME("ffn_gate_inp")) >= 0 && hp->sparsified)
-        PI_FAIL(r->err, PI_ERR_UNSUPPORTED, "layer %lld of this sparsified file has experts, "
-                "which the thresholded FFN does not run", (long long)il);
     if (gguf_find_tensor(r->f, NAME("ffn_gate_inp")) >= 0)
         return build_moe(r, hp, il, L);
     /* FFN: gated with gate and up, gated with up holding both (Phi-3), or plain */
@@ -831,7 +838,7 @@ static int check_tensors(struct reader *r, struct pi_model_desc *d, const struct
             L->norm_ffn.w,  L->norm_ffn.b,  L->ffn_gate, L->ffn_up,     L->ffn_down,
             L->ffn_down_t,  L->b_gate,      L->b_up,     L->b_down,     L->ffn_post_norm,
             L->fc1,         L->fc2,         L->router,   L->gate_exps,  L->up_exps,
-            L->gate_up_exps, L->down_exps,  L->gate_shexp, L->up_shexp, L->down_shexp,
+            L->gate_up_exps, L->down_exps,  L->down_exps_t, L->gate_shexp, L->up_shexp, L->down_shexp,
             L->gate_inp_shexp, L->attn_sinks,  L->router_b, L->b_gate_exps, L->b_up_exps,
             L->b_down_exps};
         for (size_t i = 0; i < sizeof ts / sizeof *ts; i++)

@@ -196,6 +196,10 @@ struct pi_layer_desc {
      * {n_embd, n_expert}, row e = expert e's */
     const struct gguf_tensor *b_gate_exps, *b_up_exps, *b_down_exps;
     const struct gguf_tensor *gate_exps, *up_exps, *gate_up_exps, *down_exps;
+    /* a sparsified file's experts' down projections transposed, {n_embd, n_ff_exp,
+     * n_expert} (expert e: n_ff_exp rows of n_embd, row r = neuron r), instead of
+     * down_exps */
+    const struct gguf_tensor *down_exps_t;
     const struct gguf_tensor *gate_shexp, *up_shexp, *down_shexp, *gate_inp_shexp;
     /* resolved per layer */
     int64_t window;                       /* sliding window; 0: the whole context */

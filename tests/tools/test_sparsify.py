@@ -27,8 +27,8 @@ Checks:
      quantized sources get the default ffn_down_t type (Q4_0 -> Q5_0, Q5_1 -> Q8_0) with
      less error per layer than the gguf package's quantizer of that type, and a Q4_0
      source's S = 0 file stays close to its dense logits;
-  4. bad input fails cleanly (exit status, a message, no output file): experts
-     (mixtral), a missing file, a bad --sparsity, a sparsified file given again;
+  4. bad input fails cleanly (exit status, a message, no output file): gpt-oss's
+     experts (clamped SwiGLU), a missing file, a bad --sparsity, a sparsified file given again;
      threshold mode on a dense file and a wrong number of thresholds are
      refused; with a CPU stand-in device holding some neurons, threshold and dense mode
      compute what the CPU alone computes;
@@ -37,7 +37,10 @@ Checks:
      and down biases (mlp_bias): at S = 0 threshold mode equals transformers' logits, at
      S = 0.5 it moves them while dense mode does not; Phi-3's halves bit for bit;
      --order-stats (rows and biases permuted) gives the same logits; a CPU stand-in
-     device splitting layers equals the CPU alone.
+     device splitting layers equals the CPU alone. Mixture-of-experts files (Mixtral,
+     Qwen2-MoE, Qwen3-MoE, OLMoE): the same checks with every expert thresholded
+     (ffn_down_exps_t), kept counted over the routed experts, the device holding whole
+     experts (S = 0 and 0.5), TEAL on Qwen2-MoE, --order-stats refused.
 Exit status 0 when every check passes."""
 
 import os
@@ -90,7 +93,7 @@ def sparsify(out, sparsity, src=FIX, extra=()):
 def device_splits(path, tokens, want):
     """Decode `tokens` one by one with a CPU stand-in device at three budgets (a quarter,
     half and three quarters of the file's size): the largest rel distance from `want`
-    over the budgets that put some neurons on the device, and how many did."""
+    over the budgets that put some neurons (or experts) on the device, and how many did."""
     m = pi.Model(path)
     worst, n = 0.0, 0
     for frac in (0.25, 0.5, 0.75):
@@ -101,6 +104,7 @@ def device_splits(path, tokens, want):
                 c.decode([t])
                 got.append(np.array(c.logits(), np.float64))
             nd = sum(c.plan.layer_neurons(l) for l in range(c.plan.n_layer))
+            nd += sum(c.plan.layer_experts(l) for l in range(c.plan.n_layer))
         if nd > 0:
             n += 1
             worst = max(worst, rel(np.stack(got), want))
@@ -387,7 +391,8 @@ for qt, want in (("q4_0", gguf.GGMLQuantizationType.Q5_0), ("q5_1", gguf.GGMLQua
 # 4. bad input
 bad = os.path.join(WORK, "bad.gguf")
 for what, args, status, msg in (
-        ("experts", [os.path.join(ARCHS, "mixtral.f16.gguf"), 0.5], 1, "experts"),
+        ("gpt-oss's experts (clamped SwiGLU: no act(gate) of their own)",
+         [os.path.join(ARCHS, "gptoss.f16.gguf"), 0.5], 1, "experts"),
         ("a missing file", [os.path.join(WORK, "nope.gguf"), 0.5], 1, "nope.gguf"),
         ("sparsity 1", [FIX, 1.0], 2, "--sparsity"),
         ("sparsity -0.1", [FIX, -0.1], 2, "--sparsity"),
@@ -410,8 +415,24 @@ for what, args, status, msg in (
 # S = 0.5 must change them (neurons really skipped) and dense mode must not; a CPU
 # stand-in device holding some neurons (layers split: the post-FFN norm applies to the
 # sum of both parts) computes what the CPU alone computes, up to summation order
+# Mixture-of-experts files (Mixtral, Qwen2-MoE with its shared expert, Qwen3-MoE, OLMoE):
+# every expert's FFN thresholded with the layer's t_l (gate and up whole, down_t only for
+# the kept neurons; the shared expert dense), kept = the down rows read over the routed
+# experts' neurons; the stand-in device holds whole experts; --order-stats is refused.
+def moe_shape(path):
+    """(experts used per token, an expert's neurons), or None for a dense FFN."""
+    import gguf
+    fs = gguf.GGUFReader(path).fields
+    arch = fs["general.architecture"].contents()
+    k = fs.get(f"{arch}.expert_used_count")
+    if k is None:
+        return None
+    fe = fs.get(f"{arch}.expert_feed_forward_length") or fs[f"{arch}.feed_forward_length"]
+    return int(k.contents()), int(fe.contents())
+
+
 for fam in ("gemma2", "gemma3", "phi3", "phi3-longrope", "falcon-7b", "falcon-40b", "starcoder2",
-            "llama-bias"):
+            "llama-bias", "mixtral", "qwen2moe", "qwen3moe", "olmoe"):
     src = os.path.join(ARCHS, f"{fam}.f16.gguf")
     ftoks, fref = read_ref(os.path.join(ARCHS, f"{fam}.ref.bin"))
     f0, f5 = os.path.join(WORK, f"{fam}.s0.gguf"), os.path.join(WORK, f"{fam}.s50.gguf")
@@ -431,7 +452,9 @@ for fam in ("gemma2", "gemma3", "phi3", "phi3-longrope", "falcon-7b", "falcon-40
     with pi.Context(mm, n_ctx=64, n_threads=2, stats="on") as c:
         for t in ct:
             c.decode([t])
-        kept = [ls.rows_down / (len(ct) * mm.n_ff) for ls in c.stats.layers()]
+        moe = moe_shape(f5)
+        width = moe[0] * moe[1] if moe else mm.n_ff  # neurons a token could use
+        kept = [ls.rows_down / (len(ct) * width) for ls in c.stats.layers()]
     mm.close()
     check(all(0.4 < k < 0.6 for k in kept), f"{fam}: S = 0.5 keeps about half of the neurons "
           f"on calibration text ({', '.join(f'{k:.3f}' for k in kept)} per layer)")
@@ -459,19 +482,27 @@ for fam in ("gemma2", "gemma3", "phi3", "phi3-longrope", "falcon-7b", "falcon-40
     mm.close()
     fo = os.path.join(WORK, f"{fam}.s0o.gguf")
     r = sparsify(fo, 0.0, src=src, extra=("--order-stats", st))
+    if moe:
+        check(r.returncode == 1 and "experts" in r.stderr and not os.path.exists(fo),
+              f"{fam}: --order-stats is refused for experts ({r.stderr.strip()[:120]})")
     eo = rel(engine_logits(fo, ftoks, "auto")[0], fref) if r.returncode == 0 else 1.0
     moved = 0
-    if r.returncode == 0:
+    if r.returncode == 0 and not moe:
         import gguf
         fd = gguf.GGUFReader(fo).fields["powerinfer.sparsify.neuron_order"]
         order = np.array([fd.parts[i][0] for i in fd.data])
         moved = int(np.sum(order != np.tile(np.arange(order.size // len(kept)), len(kept))))
-    check(r.returncode == 0 and eo < 2e-3 and moved > 0, f"{fam}: {moved} neurons moved by "
-          f"--order-stats: threshold mode at S = 0 = transformers ({eo:.1e})")
+    if not moe:
+        check(r.returncode == 0 and eo < 2e-3 and moved > 0, f"{fam}: {moved} neurons moved "
+              f"by --order-stats: threshold mode at S = 0 = transformers ({eo:.1e})")
     worst, n_split = device_splits(f0, ftoks, engine_logits(f0, ftoks, "auto")[0])
-    check(n_split > 0 and worst < 1e-4, f"{fam}: a CPU device holding some neurons = CPU only "
-          f"({worst:.1e} over three budgets)")
-    if fam == "llama-bias":  # TEAL: gate and up (with their biases) for every neuron
+    check(n_split > 0 and worst < 1e-4, f"{fam}: a CPU device holding some neurons (experts) "
+          f"= CPU only ({worst:.1e} over three budgets)")
+    if moe:  # the S = 0.5 file's thresholded experts split alike
+        worst, n_split = device_splits(f5, ftoks, s5)
+        check(n_split > 0 and worst < 1e-4, f"{fam}: at S = 0.5, a CPU device holding some "
+              f"experts = CPU only ({worst:.1e})")
+    if fam in ("llama-bias", "qwen2moe"):  # TEAL: gate and up (with biases) for every neuron
         ft0, ft5 = os.path.join(WORK, f"{fam}.t0.gguf"), os.path.join(WORK, f"{fam}.t50.gguf")
         r0 = sparsify(ft0, 0.0, src=src, extra=("--method", "teal"))
         r5 = sparsify(ft5, 0.5, src=src, extra=("--method", "teal"))
