@@ -2723,6 +2723,9 @@ INLINE void axpy_rows_i8(int type, float *y, const float *a, const uint8_t *cons
                      * ones sums the two pairs into int32. Lanes: x0 columns 0-3 |
                      * 16-19, x1 4-7 | 20-23, x2 8-11 | 24-27, x3 12-15 | 28-31. */
                     const __m256i ones = _mm256_set1_epi16(1);
+#if defined(PI_VNNI)
+                    const __m256i flip = _mm256_set1_epi8((char)0x80);
+#endif
                     __m256i acc[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(),
                                       _mm256_setzero_si256(), _mm256_setzero_si256()};
                     for (int j = 0; j < k4 / 4; j++) {
@@ -2739,6 +2742,15 @@ INLINE void axpy_rows_i8(int type, float *y, const float *a, const uint8_t *cons
                         const __m256i cd0 = _mm256_unpacklo_epi8(C, D), cd1 = _mm256_unpackhi_epi8(C, D);
                         const __m256i x[4] = {_mm256_unpacklo_epi16(ab0, cd0), _mm256_unpackhi_epi16(ab0, cd0),
                                               _mm256_unpacklo_epi16(ab1, cd1), _mm256_unpackhi_epi16(ab1, cd1)};
+#if defined(PI_VNNI)
+                        /* vpdpbusd of unsigned bytes: Q8_0's signed ones + 128 (the
+                         * offset comes off as 128 * sum(q), like Q5_0's 16) */
+                        (void)ones;
+                        for (int i = 0; i < 4; i++)
+                            acc[i] = _mm256_dpbusd_epi32(
+                                acc[i], type == PI_TYPE_Q5_0 ? x[i] : _mm256_xor_si256(x[i], flip),
+                                cp);
+#else
                         for (int i = 0; i < 4; i++)
                             acc[i] = _mm256_add_epi32(
                                 acc[i],
@@ -2747,9 +2759,14 @@ INLINE void axpy_rows_i8(int type, float *y, const float *a, const uint8_t *cons
                                                       : _mm256_maddubs_epi16(_mm256_abs_epi8(x[i]),
                                                                              _mm256_sign_epi8(cp, x[i])),
                                                   ones));
+#endif
                     }
                     const __m256 sv = _mm256_set1_ps(sc[l]);
+#if defined(PI_VNNI)
+                    const __m256i o = _mm256_set1_epi32((type == PI_TYPE_Q5_0 ? 16 : 128) * sq[l]);
+#else
                     const __m256i o = _mm256_set1_epi32(type == PI_TYPE_Q5_0 ? 16 * sq[l] : 0);
+#endif
                     const __m256i col[4] = {_mm256_permute2x128_si256(acc[0], acc[1], 0x20),
                                             _mm256_permute2x128_si256(acc[2], acc[3], 0x20),
                                             _mm256_permute2x128_si256(acc[0], acc[1], 0x31),

@@ -6,7 +6,8 @@
 static int is_sparse_part(const char *name) {
     /* the FFN's tensors, whose reads the statistics count (experts: only those run) */
     static const char *const parts[] = {".ffn_gate.", ".ffn_up.", ".ffn_down.", ".ffn_down_t.",
-                                        ".fc1.", ".fc2.", "_exps.", "_shexp.", ".ffn_gate_inp."};
+                                        ".fc1.", ".fc2.", "_exps.", "_exps_t.", "_shexp.",
+                                        ".ffn_gate_inp."};
     for (size_t i = 0; i < sizeof parts / sizeof *parts; i++)
         if (strstr(name, parts[i]))
             return 1;
