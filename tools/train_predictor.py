@@ -169,6 +169,10 @@ def file_kind(path):
     thr = np.array(r.fields["powerinfer.sparsify.thresholds"].contents(), np.float32)
     if any(t.name.endswith((".fc1.weight", ".fc2.weight")) for t in r.tensors):
         sys.exit(f"{path} already has predictors: train on the file pi-sparsify wrote")
+    if any(t.name.endswith(".ffn_down_exps_t.weight") for t in r.tensors):
+        sys.exit(f"{path} has mixture-of-experts layers: their predictors would be per "
+                 "expert, which PowerInfer's layout (one fc1/fc2 per layer) cannot hold; "
+                 "run the file in threshold mode")
     method = r.fields["powerinfer.sparsify.method"].contents()
     return ("teal" if method == "teal" else "sparsified"), thr
 

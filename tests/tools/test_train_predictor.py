@@ -245,7 +245,14 @@ check(all(rc > 0.8 for rc, _, _ in q), "TEAL file, held-out text, engine statist
       ", ".join(f"{rc:.3f}/{pr:.3f} vs {act:.3f}" for rc, pr, act in q) + ")")
 
 # 4. refusals
+moe = os.path.join(WORK, "mixtral.s50.gguf")
+r = subprocess.run([SPARSIFY, "-m", os.path.join(ROOT, "tests", "fixtures", "archs", "mixtral.f16.gguf"),
+                    "-o", moe, "--sparsity", "0.5", "--calib", calib, "-t", "2", "-q"],
+                   capture_output=True, text=True)
+check(r.returncode == 0, f"pi-sparsify of the Mixtral fixture ({r.stderr.strip()[:200]})")
 for what, args, msg in (
+        ("a sparsified mixture-of-experts file", ["-m", moe, "--calib", calib, "-o", "x.gguf"],
+         "mixture-of-experts"),
         ("a dense file that is not sparsified", ["-m", QWEN2, "--calib", calib, "-o", "x.gguf"],
          "pi-sparsify"),
         ("-o for a PowerInfer file", ["-m", os.path.join(SPARSE, "relu-llama.f16.gguf"),
