@@ -112,12 +112,17 @@ INLINE __m256i unpack_nibbles(const uint8_t *qs) {
 INLINE __m256i unpack_q5(const uint8_t *blk) {
     uint32_t qh;
     memcpy(&qh, blk, 4);
+#if defined(PI_VNNI) /* AVX-512 BW/VL: qh is the byte mask itself */
+    const __m256i nib = unpack_nibbles(blk + 4);
+    return _mm256_mask_add_epi8(nib, (__mmask32)qh, nib, _mm256_set1_epi8(0x10));
+#else
     const __m256i sel = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2,
                                          2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
     const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
     const __m256i by = _mm256_shuffle_epi8(_mm256_set1_epi32((int)qh), sel);
     const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(by, bit), bit);
     return _mm256_or_si256(unpack_nibbles(blk + 4), _mm256_and_si256(set, _mm256_set1_epi8(0x10)));
+#endif
 }
 
 /* A Q4_0, Q5_0 or Q8_0 block's 32 integer quants as signed bytes (offset removed); blk
