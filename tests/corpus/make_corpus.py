@@ -514,6 +514,19 @@ def tiny_gptoss(drop=(), extra_kvs=(), extra_tensors=()):
                     extra_kvs=extra_kvs, extra_tensors=ts + list(extra_tensors))
 
 
+def sparsified_moe(down="ffn_down_exps_t", dims=(8, 16, 4)):
+    """tiny_moe as pi-sparsify writes it (issue 17): the powerinfer.sparsify keys and
+    each expert's down projection transposed (ffn_down_exps_t {n_embd, Fe, n_expert})."""
+    n = dims[0] * dims[1] * dims[2]
+    return tiny_moe(drop=("blk.0.ffn_down_exps.weight",),
+                    extra_kvs=[("powerinfer.sparsify.method", STRING, "cats"),
+                               ("powerinfer.sparsify.sparsity", F32, 0.5),
+                               ("powerinfer.sparsify.thresholds", ARRAY, arr(F32, [0.05])),
+                               ("powerinfer.sparsify.calibration", STRING, "corpus"),
+                               ("powerinfer.sparsify.calibration_tokens", U64, 64)],
+                    extra_tensors=[("blk.0.%s.weight" % down, list(dims), T_F32, f32s(n, 54))])
+
+
 def moe_files():
     """(valid, refused) mixture-of-experts models (issue 16)."""
     qk = lambda E, seed: [("blk.0.attn_q_norm.weight", [E], T_F32, f32s(E, seed, 1.0)),
@@ -534,6 +547,8 @@ def moe_files():
         "model_qwen3moe.gguf": tiny_moe(arch="qwen3moe", extra_tensors=qk(4, 61)),
         # gpt-oss: sinks, biases, softmax over the top k; with a window of 2 and YaRN
         "model_gptoss.gguf": tiny_gptoss(),
+        # a sparsified Mixtral (pi-sparsify): thresholded experts by default
+        "model_llama_moe_sparsified.gguf": sparsified_moe(),
         "model_gptoss_swa_yarn.gguf": tiny_gptoss(extra_kvs=[
             ("gpt-oss.attention.sliding_window", U32, 2),
             ("gpt-oss.rope.scaling.type", STRING, "yarn"),
@@ -567,6 +582,10 @@ def moe_files():
         "model_gptoss_no_router_bias.gguf": tiny_gptoss(drop=("blk.0.ffn_gate_inp.bias",)),
         "model_gptoss_down_bias_shape.gguf": tiny_gptoss(drop=("blk.0.ffn_down_exps.bias",),
             extra_tensors=[("blk.0.ffn_down_exps.bias", [8, 3], T_F32, f32s(24, 76))]),
+        # sparsified experts whose down projection is not transposed, or is transposed
+        # with the wrong expert width
+        "model_llama_moe_sparsified_down.gguf": sparsified_moe("ffn_down_exps", (16, 8, 4)),
+        "model_llama_moe_sparsified_width.gguf": sparsified_moe(dims=(8, 12, 4)),
         "model_gptoss_ffn_norm.gguf": tiny_gptoss(drop=("blk.0.post_attention_norm.weight",),
             extra_tensors=[("blk.0.ffn_norm.weight", [8], T_F32, f32s(8, 77, 1.0))]),
     }
