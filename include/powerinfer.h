@@ -1650,8 +1650,9 @@ PI_API int pi_model_quantize(const char *in_path, const char *out_path,
  * biases kept), or one with mixture-of-experts layers (SiLU/GELU/ReLU experts, no
  * expert biases, no neuron_order; blk.N.ffn_down_exps.weight is replaced by
  * blk.N.ffn_down_exps_t.weight {n_embd, n_ff_exp, n_expert}, each expert's down
- * transposed; one threshold per layer for all its experts, whose gate and up run whole
- * and whose down reads the kept neurons' rows; a shared expert stays dense) into a
+ * transposed; one threshold per layer for all its experts, each run like a dense
+ * layer of the method: the kept neurons' rows of up (CATS, on the CPU) and down; a
+ * shared expert stays dense) into a
  * sparse-capable GGUF file (docs/formats.md, "Sparsified files"): every tensor is
  * copied except blk.N.ffn_down.weight, replaced by blk.N.ffn_down_t.weight, the
  * transposed down projection (one row of n_embd per neuron), and a fused gate_up,

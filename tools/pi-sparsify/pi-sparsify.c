@@ -31,7 +31,7 @@ static void usage(FILE *out) {
                  "calibrated on TEXT so that a fraction S of the FFN neurons fall below it,\n"
                  "and the down projection stored transposed (ffn_down_t; experts:\n"
                  "ffn_down_exps_t), so that only the neurons above t_l are read for up and\n"
-                 "down (experts: for down; their gate and up are read whole). OUT runs that way\n"
+                 "down (an expert placed on a GPU reads its up whole). OUT runs that way\n"
                  "by default in pi-run, pi-bench, pi-perplexity and pi-server\n"
                  "(--sparse-mode threshold), and exactly dense with --sparse-mode dense.\n"
                  "\n"
