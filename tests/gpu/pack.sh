@@ -10,7 +10,7 @@
 set -eu
 B=$1 O=$2 LL=${3:-}
 mkdir -p "$O"
-cp "$B/tests/gpu/test_gpu_kernels" "$B/tests/gpu/test_gpu_archs" "$B/tests/test_hybrid" "$B/tests/test_batch" "$B/tests/test_graphs" "$B/tools/pi-bench" "$B/tools/pi-run" "$O/"
+cp "$B/tests/gpu/test_gpu_kernels" "$B/tests/gpu/test_gpu_archs" "$B/tests/test_hybrid" "$B/tests/test_batch" "$B/tests/test_graphs" "$B/tools/pi-bench" "$B/tools/pi-run" "$B/tools/pi-sparsify" "$O/"
 for f in "$B"/lib/libpowerinfer.so*; do
     [ -d "$f" ] || cp -P "$f" "$O/"
 done

@@ -3,7 +3,8 @@
 # H200): the kernel conformance table (each GPU op and weight type against the CPU
 # scalar reference on random shapes), the hybrid equality tests on the GPU (every
 # budget gives the CPU-only logits), the architecture fixtures (tests/fixtures/archs)
-# as GPU hybrid contexts against CPU only, graph submission against op by op
+# as GPU hybrid contexts against CPU only (with pi-sparsify's S = 0 files of five of them:
+# thresholded neurons and experts on the device), graph submission against op by op
 # (test_graphs --gpu: the same logits bit for bit, no graph failed), and pi-bench at a
 # few budgets on a synthetic 1B-shape PowerInfer model, the whole-model budget also
 # with --no-graphs (what CUDA graphs gain in decode). A summary table comes last.
@@ -68,6 +69,17 @@ if [ -x "$archs" ]; then
         [ -f "$r" ] || r=${m%.*.gguf}.ref.bin
         [ -f "$r" ] && set -- "$@" "$m" "$r"
     done
+    # pi-sparsify's files at S = 0 (every neuron kept: threshold mode equals dense up
+    # to rounding, so no neuron near a threshold can flip between GPU and CPU sums):
+    # the device's thresholded activation, transposed down and thresholded experts
+    sp=$(dirname "$bench")/pi-sparsify
+    if [ -x "$sp" ]; then
+        for f in llama-bias gemma2 starcoder2 mixtral qwen2moe; do
+            "$sp" -m "$here/tests/fixtures/archs/$f.f16.gguf" -o "$log/$f.s0.gguf" --sparsity 0 \
+                --calib "$here/tests/fixtures/perplexity/text.txt" -q >"$log/sparsify-$f.txt" 2>&1 &&
+                set -- "$@" "$log/$f.s0.gguf" "$here/tests/fixtures/archs/$f.ref.bin"
+        done
+    fi
     "$archs" "$@" >"$log/archs.txt" 2>&1
     a_rc=$?
     grep -E '^#|ERROR|FAILED|PASSED|SKIP' "$log/archs.txt"
