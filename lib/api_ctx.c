@@ -101,9 +101,7 @@ static int setup_thresholds(struct pi_ctx *c, const pi_ctx_params *p) {
                                                         : 0;
     if (c->gate_hist && p->device != PI_DEVICE_NONE)
         PI_FAIL(&c->err, PI_ERR_UNSUPPORTED, "gate_histogram needs a CPU-only context");
-    if (c->gate_hist && c->model->desc.n_moe_layers && hp->ffn_act != PI_FFN_SILU &&
-        hp->ffn_act != PI_FFN_GELU && hp->ffn_act != PI_FFN_GELU_ERF &&
-        hp->ffn_act != PI_FFN_RELU)
+    if (c->gate_hist && c->model->desc.n_moe_layers && !pi_ffn_act_thresholdable(hp->ffn_act))
         PI_FAIL(&c->err, PI_ERR_UNSUPPORTED, "gate_histogram of experts needs a SiLU, GELU "
                 "or ReLU gate (this model's experts have no act(gate) of their own)");
     if (c->gate_hist && (hp->info->flags & PI_AF_GATED))
@@ -162,9 +160,7 @@ static int setup_sparse(struct pi_ctx *c, const pi_ctx_params *p) {
         PI_FAIL(&c->err, PI_ERR_UNSUPPORTED, "this sparsified file has no predictors "
                 "(tools/train_predictor.py adds them): use PI_SPARSE_THRESHOLD or "
                 "PI_SPARSE_DENSE");
-    if (c->mode == PI_SPARSE_THRESHOLD &&
-        ((hp->ffn_act != PI_FFN_SILU && hp->ffn_act != PI_FFN_GELU &&
-          hp->ffn_act != PI_FFN_GELU_ERF && hp->ffn_act != PI_FFN_RELU)))
+    if (c->mode == PI_SPARSE_THRESHOLD && !pi_ffn_act_thresholdable(hp->ffn_act))
         PI_FAIL(&c->err, PI_ERR_UNSUPPORTED, "sparse mode threshold runs FFNs with SiLU, "
                 "GELU or ReLU (on the gate of a gated one)");
     for (int64_t l = 0; c->mode == PI_SPARSE_THRESHOLD && (hp->info->flags & PI_AF_GATED) &&

@@ -137,8 +137,7 @@ static int check_model(struct srun *r) {
                 "pi_model_sparsify: %llu thresholds for a model "
                 "of %lld layers",
                 (unsigned long long)r->p.n_thresholds, (long long)hp->n_layer);
-    if (hp->ffn_act != PI_FFN_SILU && hp->ffn_act != PI_FFN_GELU &&
-        hp->ffn_act != PI_FFN_GELU_ERF && hp->ffn_act != PI_FFN_RELU)
+    if (!pi_ffn_act_thresholdable(hp->ffn_act))
         PI_FAIL(r->err, PI_ERR_UNSUPPORTED,
                 "this model's FFN activation is not one the "
                 "thresholded FFN runs (silu, gelu, relu)");

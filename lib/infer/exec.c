@@ -236,7 +236,8 @@ int pi_exec_resolve(struct pi_ctx *c) {
         if (dev_thr && c->mode == PI_SPARSE_THRESHOLD && !hy->be->ffn_act_thr)
             PI_FAIL(&c->err, PI_ERR_UNSUPPORTED, "the %s backend has no thresholded "
                     "activation (ffn_act_thr) for PI_SPARSE_THRESHOLD: give its neurons (or "
-                    "experts) no room (a budget for the dense parts only), or run dense or predictor mode",
+                    "experts) no room (a budget for the dense parts only), or run dense or "
+                    "predictor mode",
                     hy->be->name);
         if (D && (x->attn_dev || x->norm_dev || x->ffn_whole_dev || x->kv_dev)) {
             const char *op = missing_op(hy->be, hp, &c->layers[l]);

@@ -98,10 +98,10 @@ static void gate_hist(struct pi_ctx *c, int64_t l, const float *a, int64_t n) {
 }
 
 /* THRESHOLD mode: idx = the neurons whose |a| > thr for some token (a [T][F] =
- * act(gate xn)), except those marked in skip (NULL: none). */
-static int64_t select_abs(struct pi_ctx *c, const float *a, int64_t T, float thr,
+ * act(gate xn); F: the layer's n_ff or an expert's n_ff_exp), except those marked in
+ * skip (NULL: none). */
+static int64_t select_abs(struct pi_ctx *c, const float *a, int64_t T, int64_t F, float thr,
                           const uint8_t *skip) {
-    const int64_t F = c->hp->n_ff;
     memset(c->mark, 0, (size_t)F);
     for (int64_t t = 0; t < T; t++) {
         const float *s = a + t * F;
@@ -288,7 +288,7 @@ static int64_t ffn_sparse(struct pi_ctx *c, int64_t l, int64_t T, const uint8_t 
         biased = 1;
         if (c->gate_hist)
             gate_hist(c, l, c->g, T * F);
-        n = select_abs(c, c->g, T, c->layer_thr[l], skip);
+        n = select_abs(c, c->g, T, F, c->layer_thr[l], skip);
     } else if (c->mode == PI_SPARSE_THRESHOLD && hp->teal) {
         /* TEAL-style: gate and up for every neuron (of the host's share), m = act(gate
          * xn) * (up xn), the down projection where |m| > t_l (each token masked to its
@@ -306,7 +306,7 @@ static int64_t ffn_sparse(struct pi_ctx *c, int64_t l, int64_t T, const uint8_t 
         be->sync(b);
         if (c->gate_hist == PI_HIST_INTER)
             gate_hist(c, l, c->g, T * F);
-        n = select_abs(c, c->g, T, c->layer_thr[l], skip);
+        n = select_abs(c, c->g, T, F, c->layer_thr[l], skip);
     } else if (c->mode == PI_SPARSE_THRESHOLD) { /* gated (desc.c and api_ctx.c check) */
         /* the whole gate (of the host's share) and its activation, then up where |a| >
          * t_l (each token masked to its own set below) */
@@ -320,7 +320,7 @@ static int64_t ffn_sparse(struct pi_ctx *c, int64_t l, int64_t T, const uint8_t 
         be->sync(b);
         if (c->gate_hist == PI_HIST_GATE)
             gate_hist(c, l, c->g, T * F);
-        n = select_abs(c, c->g, T, c->layer_thr[l], skip);
+        n = select_abs(c, c->g, T, F, c->layer_thr[l], skip);
         rows_up = n > dense_above ? F : n;
         if (n > dense_above)
             be->matmul(b, &L->up, c->xn, T, c->u);
@@ -799,20 +799,13 @@ static int64_t expert_ffn(struct pi_ctx *c, int64_t l, const struct unit *u,
     if (thr_mode && !c->hp->teal && u->at == HOST) {
         u->be->ffn_act(u->b, act1, g, NULL, n * Fe);                 /* a = act(g) */
         u->be->sync(u->b);
-        memset(c->mark, 0, (size_t)Fe);
-        for (int64_t t = 0; t < n; t++)
-            for (int64_t i = 0; i < Fe; i++)
-                c->mark[i] |= fabsf(g[t * Fe + i]) > thr;
-        int64_t k = 0;
-        for (int64_t i = 0; i < Fe; i++)
-            if (c->mark[i])
-                c->idx[k++] = (int32_t)i;
+        const int64_t k = select_abs(c, g, n, Fe, thr, NULL);
         /* up for the kept neurons only (other rows of up stay unread) */
-        if (k > (int64_t)(PI_SPARSE_DENSE_UNION * (double)Fe))
+        up_rows = k > (int64_t)(PI_SPARSE_DENSE_UNION * (double)Fe) ? Fe : k;
+        if (up_rows == Fe)
             u->be->matmul(u->b, &wu, xin, n, up);
         else if (k)
             u->be->matmul_rows(u->b, &wu, xin, n, c->idx, k, up);
-        up_rows = k > (int64_t)(PI_SPARSE_DENSE_UNION * (double)Fe) ? Fe : k;
         if (bu.data)
             u->be->add_rows(u->b, up, &bu, n);
         u->be->sync(u->b);

@@ -132,8 +132,7 @@ static int read_sparsify(struct reader *r, struct pi_hparams *hp) {
         PI_FAIL(r->err, PI_ERR_UNSUPPORTED, "powerinfer.sparsify.method '%.*s' is not "
                 "supported (cats and teal are)", (int)(n > 32 ? 32 : n), s);
     hp->teal = memcmp(s, "teal", 4) == 0;
-    if (hp->ffn_act != PI_FFN_SILU && hp->ffn_act != PI_FFN_GELU &&
-        hp->ffn_act != PI_FFN_GELU_ERF && hp->ffn_act != PI_FFN_RELU)
+    if (!pi_ffn_act_thresholdable(hp->ffn_act))
         PI_FAIL(r->err, PI_ERR_UNSUPPORTED, "powerinfer.sparsify: this FFN activation is not "
                 "thresholded (silu, gelu, relu are)");
     const struct gguf_kv *tk = gguf_find_kv(r->f, "powerinfer.sparsify.thresholds");

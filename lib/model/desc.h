@@ -39,6 +39,12 @@ enum pi_ffn_act {
                         * g' = min(g, 7) */
 };
 
+/* Whether the thresholded FFN (a sparsified file, gate_histogram of experts) runs this
+ * activation: one of its own, act(gate), to threshold. */
+static inline int pi_ffn_act_thresholdable(enum pi_ffn_act a) {
+    return a == PI_FFN_SILU || a == PI_FFN_GELU || a == PI_FFN_GELU_ERF || a == PI_FFN_RELU;
+}
+
 enum pi_norm_kind {
     PI_NORM_RMS,   /* x / rms(x) * w */
     PI_NORM_LAYER, /* (x - mean) / std(x) * w + b */
