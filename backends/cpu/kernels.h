@@ -119,6 +119,9 @@ typedef void (*pi_gemm_idx_fn)(const void *W, size_t row_bytes, const int32_t *i
                                int64_t n);
 typedef void (*pi_axpy_rows_fn)(float *y, const float *a, const uint8_t *const *w, int64_t nrows,
                                 int64_t n);
+typedef void (*pi_axpy_rows_tok_fn)(float *y, int64_t ldy, const float *a, int64_t lda,
+                                    int64_t ntok, const uint8_t *const *w, int64_t nrows,
+                                    int64_t n);
 /* Tiles [tile0, tile1) of the packed form XP (pi_gemm_pack_bytes(n, nt) bytes, 64-byte
  * aligned) of nt activation vectors of the type's format, vb bytes apart in X. */
 typedef void (*pi_pack_x_fn)(const void *X, size_t vb, int64_t nt, int64_t n, int64_t tile0,
@@ -182,6 +185,13 @@ struct pi_cpu_kernels {
      * of pi_axpy_rows_i8_q4_0_ref / _q5_0_ref / _q8_0_ref. Q4_0, Q5_0 and Q8_0; NULL
      * elsewhere, and in the reference and NEON tables (callers then use axpy_rows). */
     pi_axpy_rows_fn axpy_rows_i8[PI_TYPE_ID_LIMIT];
+    /* axpy_rows_i8 for ntok tokens over the same rows (a prompt's down projection):
+     * for each token t and group of 16 rows g .. g+15 (the last one shorter), in group
+     * order: nothing when a[t * lda + r] is 0 for every r of the group, else
+     * axpy_rows_i8(y + t * ldy, a + t * lda + g, w + g, rows of the group, n). Each
+     * group's rows are decoded and interleaved once for all tokens. Every implementation
+     * gives the bytes of pi_axpy_rows_i8_tok_ref; set exactly where axpy_rows_i8 is. */
+    pi_axpy_rows_tok_fn axpy_rows_i8_tok[PI_TYPE_ID_LIMIT];
     /* y[idx[i]] = dot[type].dot(W row idx[i], x, n) for i < ni, bit for bit (one token of
      * a sparse matmul: rows scattered, fetched ahead). May be NULL: callers then use
      * dot row by row. */
@@ -266,6 +276,9 @@ void pi_axpy_rows_i8_q4_0_ref(float *y, const float *a, const uint8_t *const *w,
                               int64_t nrows, int64_t n);
 void pi_axpy_rows_i8_q5_0_ref(float *y, const float *a, const uint8_t *const *w,
                               int64_t nrows, int64_t n);
+/* axpy_rows_i8_tok as defined above, for type Q4_0, Q5_0 or Q8_0. */
+void pi_axpy_rows_i8_tok_ref(int type, float *y, int64_t ldy, const float *a, int64_t lda,
+                             int64_t ntok, const uint8_t *const *w, int64_t nrows, int64_t n);
 void pi_axpy_rows_i8_q8_0_ref(float *y, const float *a, const uint8_t *const *w,
                               int64_t nrows, int64_t n);
 

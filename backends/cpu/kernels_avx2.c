@@ -2661,14 +2661,53 @@ INLINE __m128i scales8(const uint8_t *p, size_t bb, int64_t b0, int64_t nb) {
                           (short)h[5], (short)h[6], (short)h[7]);
 }
 
+/* One group's 8-bit coefficients for blocks b0 .. b0+7 (kernels.h, axpy_rows_i8): scl[r]
+ * holds row r's 8 block scales (rows k .. 15 unused), a the group's k activations. Out:
+ * sc the blocks' steps m / 127, sq the sums of their 8-bit q, quad[j] rows 4j .. 4j+3's
+ * q as the four bytes of each block's lane (rows past k: 0); returns the mask of the
+ * blocks that take the 8-bit path (finite, m >= 1e-30). */
+INLINE int i8_coefs(const __m256 *scl, const float *a, int k, float *sc, int32_t *sq,
+                    int32_t (*quad)[8]) {
+    const __m256 absm = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    const __m256 inf = _mm256_set1_ps(INFINITY), tiny = _mm256_set1_ps(1e-30f);
+    const __m256 c127 = _mm256_set1_ps(127.0f);
+    const __m256i ff = _mm256_set1_epi32(0xff);
+    __m256 c[16];
+    __m256 m = _mm256_setzero_ps(), fin = _mm256_castsi256_ps(_mm256_set1_epi32(-1));
+    UNROLL
+    for (int r = 0; r < 16; r++) {
+        if (r >= k) {
+            c[r] = _mm256_setzero_ps();
+            continue;
+        }
+        c[r] = _mm256_mul_ps(scl[r], _mm256_set1_ps(a[r]));
+        const __m256 ab = _mm256_and_ps(c[r], absm);
+        fin = _mm256_and_ps(fin, _mm256_cmp_ps(ab, inf, _CMP_LT_OQ));
+        m = _mm256_max_ps(m, ab);
+    }
+    const int ok = _mm256_movemask_ps(_mm256_and_ps(fin, _mm256_cmp_ps(m, tiny, _CMP_GE_OQ)));
+    const __m256 inv = _mm256_div_ps(c127, m);
+    _mm256_storeu_ps(sc, _mm256_div_ps(m, c127));
+    __m256i sum = _mm256_setzero_si256();
+    UNROLL
+    for (int j = 0; j < 4; j++) {
+        __m256i qd = _mm256_setzero_si256();
+        for (int i = 0; i < 4; i++) {
+            const __m256i q = _mm256_cvtps_epi32(_mm256_mul_ps(c[4 * j + i], inv));
+            sum = _mm256_add_epi32(sum, q);
+            qd = _mm256_or_si256(qd, _mm256_slli_epi32(_mm256_and_si256(q, ff), 8 * i));
+        }
+        _mm256_storeu_si256((__m256i *)quad[j], qd);
+    }
+    _mm256_storeu_si256((__m256i *)sq, sum);
+    return ok;
+}
+
 INLINE void axpy_rows_i8(int type, float *y, const float *a, const uint8_t *const *w,
                          int64_t nrows, int64_t n) {
     const size_t bb = type == PI_TYPE_Q4_0 ? 18 : type == PI_TYPE_Q5_0 ? 22 : 34;
     const int64_t nb = n / 32;
-    const __m256 absm = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
-    const __m256 inf = _mm256_set1_ps(INFINITY), tiny = _mm256_set1_ps(1e-30f);
-    const __m256 c127 = _mm256_set1_ps(127.0f);
-    const __m256i m0f = _mm256_set1_epi8(0x0f), ff = _mm256_set1_epi32(0xff);
+    const __m256i m0f = _mm256_set1_epi8(0x0f);
     /* lane 0: bytes 0, 1 (rows r, r+1) of each 32-bit quad; lane 1: bytes 2, 3 */
     const __m256i pat = _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2,
                                          3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3);
@@ -2679,34 +2718,12 @@ INLINE void axpy_rows_i8(int type, float *y, const float *a, const uint8_t *cons
         for (int r = 0; r < 16; r++)
             p[r] = w[g + (r < k ? r : 0)];
         for (int64_t b0 = 0; b0 < nb; b0 += 8) {
-            __m256 c[16];
-            __m256 m = _mm256_setzero_ps(), fin = _mm256_castsi256_ps(_mm256_set1_epi32(-1));
-            for (int r = 0; r < 16; r++) {
-                if (r >= k) {
-                    c[r] = _mm256_setzero_ps();
-                    continue;
-                }
-                c[r] = _mm256_mul_ps(_mm256_cvtph_ps(scales8(p[r], bb, b0, nb)), _mm256_set1_ps(a[g + r]));
-                const __m256 ab = _mm256_and_ps(c[r], absm);
-                fin = _mm256_and_ps(fin, _mm256_cmp_ps(ab, inf, _CMP_LT_OQ));
-                m = _mm256_max_ps(m, ab);
-            }
-            const int ok = _mm256_movemask_ps(_mm256_and_ps(fin, _mm256_cmp_ps(m, tiny, _CMP_GE_OQ)));
-            const __m256 inv = _mm256_div_ps(c127, m);
+            __m256 scl[16];
+            for (int r = 0; r < k; r++)
+                scl[r] = _mm256_cvtph_ps(scales8(p[r], bb, b0, nb));
             _Alignas(32) float sc[8];
             _Alignas(32) int32_t sq[8], quad[4][8];
-            _mm256_store_ps(sc, _mm256_div_ps(m, c127));
-            __m256i sum = _mm256_setzero_si256();
-            for (int j = 0; j < 4; j++) {
-                __m256i qd = _mm256_setzero_si256();
-                for (int i = 0; i < 4; i++) {
-                    const __m256i q = _mm256_cvtps_epi32(_mm256_mul_ps(c[4 * j + i], inv));
-                    sum = _mm256_add_epi32(sum, q);
-                    qd = _mm256_or_si256(qd, _mm256_slli_epi32(_mm256_and_si256(q, ff), 8 * i));
-                }
-                _mm256_store_si256((__m256i *)quad[j], qd);
-            }
-            _mm256_store_si256((__m256i *)sq, sum);
+            const int ok = i8_coefs(scl, a + g, k, sc, sq, quad);
             const int64_t be = b0 + 8 < nb ? b0 + 8 : nb;
             for (int64_t b = b0; b < be; b++) {
                 const int l = (int)(b - b0);
@@ -2808,6 +2825,159 @@ INLINE void axpy_rows_i8(int type, float *y, const float *a, const uint8_t *cons
         }
     }
 }
+
+/* axpy_rows_i8 for several tokens (kernels.h, axpy_rows_i8_tok). Per 64 rows (four
+ * groups of 16) and 8 blocks, once for all tokens: the rows' quants as unsigned bytes
+ * (Q4_0 nibbles 0..15, Q5_0 0..31; Q8_0's signed bytes, + 128 in the VNNI build), four
+ * rows interleaved per 32-bit lane and the lanes ordered so that accumulator i holds
+ * columns 8i .. 8i+7, and the rows' scales as floats. Then per token each group's
+ * coefficients (i8_coefs) and per block y in registers across the groups: per four rows
+ * one vpdpbusd per 8 columns (AVX2: maddubs + madd; Q8_0 with the sign trick), the
+ * quants' offset off as off * sum(q), one FMA per group. The integer sums are exact and
+ * the groups go in order, so the bytes are axpy_rows_i8's. */
+enum { I8T_GROUPS = 4 };
+
+INLINE void axpy_rows_i8_tok(int type, float *y, int64_t ldy, const float *a, int64_t lda,
+                             int64_t ntok, const uint8_t *const *w, int64_t nrows, int64_t n) {
+    const size_t bb = type == PI_TYPE_Q4_0 ? 18 : type == PI_TYPE_Q5_0 ? 22 : 34;
+    const int64_t nb = n / 32;
+#if defined(PI_VNNI)
+    const int off = type == PI_TYPE_Q4_0 ? 8 : type == PI_TYPE_Q5_0 ? 16 : 128;
+#else
+    const int off = type == PI_TYPE_Q4_0 ? 8 : type == PI_TYPE_Q5_0 ? 16 : 0;
+    const __m256i ones = _mm256_set1_epi16(1);
+#endif
+    for (int64_t G = 0; G < nrows; G += 16 * I8T_GROUPS) {
+        const int64_t rows = nrows - G < 16 * I8T_GROUPS ? nrows - G : 16 * I8T_GROUPS;
+        const int ng = (int)((rows + 15) / 16);
+        int kg[I8T_GROUPS];
+        const uint8_t *p[I8T_GROUPS][16];
+        for (int gi = 0; gi < ng; gi++) {
+            const int64_t g = G + 16 * gi;
+            kg[gi] = nrows - g < 16 ? (int)(nrows - g) : 16;
+            for (int r = 0; r < 16; r++)
+                p[gi][r] = w[g + (r < kg[gi] ? r : 0)];
+        }
+        for (int64_t b0 = 0; b0 < nb; b0 += 8) {
+            const int64_t be = b0 + 8 < nb ? b0 + 8 : nb;
+            __m256 scl[I8T_GROUPS][16];
+            __m256i x[I8T_GROUPS][8][4][4]; /* [group][block][four rows j][8 columns] */
+            for (int gi = 0; gi < ng; gi++) {
+                const int k = kg[gi];
+                for (int r = 0; r < k; r++)
+                    scl[gi][r] = _mm256_cvtph_ps(scales8(p[gi][r], bb, b0, nb));
+                for (int64_t b = b0; b < be; b++) {
+                    const size_t o = (size_t)b * bb + 2;
+                    for (int j = 0; j < (k + 3) / 4; j++) {
+                        __m256i q[4];
+                        for (int i = 0; i < 4; i++) {
+                            const uint8_t *blk = p[gi][4 * j + i] + o;
+                            if (type == PI_TYPE_Q4_0)
+                                q[i] = unpack_nibbles(blk);
+                            else if (type == PI_TYPE_Q5_0)
+                                q[i] = unpack_q5(blk);
+                            else
+#if defined(PI_VNNI)
+                                q[i] = _mm256_xor_si256(loadu256(blk), _mm256_set1_epi8((char)0x80));
+#else
+                                q[i] = loadu256(blk);
+#endif
+                        }
+                        const __m256i ab0 = _mm256_unpacklo_epi8(q[0], q[1]), ab1 = _mm256_unpackhi_epi8(q[0], q[1]);
+                        const __m256i cd0 = _mm256_unpacklo_epi8(q[2], q[3]), cd1 = _mm256_unpackhi_epi8(q[2], q[3]);
+                        /* lanes: u0 columns 0-3 | 16-19, u1 4-7 | 20-23, u2 8-11 | 24-27,
+                         * u3 12-15 | 28-31 */
+                        const __m256i u0 = _mm256_unpacklo_epi16(ab0, cd0), u1 = _mm256_unpackhi_epi16(ab0, cd0);
+                        const __m256i u2 = _mm256_unpacklo_epi16(ab1, cd1), u3 = _mm256_unpackhi_epi16(ab1, cd1);
+                        __m256i *xb = x[gi][b - b0][j];
+                        xb[0] = _mm256_permute2x128_si256(u0, u1, 0x20);
+                        xb[1] = _mm256_permute2x128_si256(u2, u3, 0x20);
+                        xb[2] = _mm256_permute2x128_si256(u0, u1, 0x31);
+                        xb[3] = _mm256_permute2x128_si256(u2, u3, 0x31);
+                    }
+                }
+            }
+            for (int64_t t = 0; t < ntok; t++) {
+                _Alignas(32) float sc[I8T_GROUPS][8];
+                _Alignas(32) int32_t sq[I8T_GROUPS][8], quad[I8T_GROUPS][4][8];
+                int ok[I8T_GROUPS], any = 0;
+                const float *at = a + t * lda + G;
+                for (int gi = 0; gi < ng; gi++) {
+                    int nz = 0;
+                    for (int r = 0; r < kg[gi]; r++)
+                        nz |= at[16 * gi + r] != 0.0f;
+                    ok[gi] = nz ? i8_coefs(scl[gi], at + 16 * gi, kg[gi], sc[gi], sq[gi], quad[gi]) : 0;
+                    any |= nz << gi;
+                }
+                if (!any)
+                    continue;
+                float *yt = y + t * ldy;
+                for (int64_t b = b0; b < be; b++) {
+                    const int l = (int)(b - b0);
+                    float *yb = yt + 32 * b;
+                    __m256 yv[4];
+                    UNROLL
+                    for (int i = 0; i < 4; i++)
+                        yv[i] = _mm256_loadu_ps(yb + 8 * i);
+                    for (int gi = 0; gi < ng; gi++) {
+                        if (!(any >> gi & 1))
+                            continue;
+                        if (!(ok[gi] >> l & 1)) { /* the exact path */
+                            const size_t o = (size_t)b * bb;
+                            for (int i = 0; i < 4; i++)
+                                _mm256_storeu_ps(yb + 8 * i, yv[i]);
+                            for (int r = 0; r < kg[gi]; r++)
+                                axpy32(yb, sym_quants(type, p[gi][r] + o),
+                                       _mm256_set1_ps(at[16 * gi + r] * f16_at(p[gi][r] + o)),
+                                       _mm256_setzero_ps(), 0);
+                            for (int i = 0; i < 4; i++)
+                                yv[i] = _mm256_loadu_ps(yb + 8 * i);
+                            continue;
+                        }
+                        __m256i acc[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(),
+                                          _mm256_setzero_si256(), _mm256_setzero_si256()};
+                        for (int j = 0; j < (kg[gi] + 3) / 4; j++) {
+                            const __m256i cp = _mm256_set1_epi32(quad[gi][j][l]);
+                            const __m256i *xb = x[gi][l][j];
+                            UNROLL
+                            for (int i = 0; i < 4; i++)
+#if defined(PI_VNNI)
+                                acc[i] = _mm256_dpbusd_epi32(acc[i], xb[i], cp);
+#else
+                                acc[i] = _mm256_add_epi32(
+                                    acc[i], _mm256_madd_epi16(
+                                                type == PI_TYPE_Q8_0
+                                                    ? _mm256_maddubs_epi16(_mm256_abs_epi8(xb[i]),
+                                                                           _mm256_sign_epi8(cp, xb[i]))
+                                                    : _mm256_maddubs_epi16(xb[i], cp),
+                                                ones));
+#endif
+                        }
+                        const __m256 sv = _mm256_set1_ps(sc[gi][l]);
+                        const __m256i oq = _mm256_set1_epi32(off * sq[gi][l]);
+                        UNROLL
+                        for (int i = 0; i < 4; i++)
+                            yv[i] = _mm256_fmadd_ps(sv, _mm256_cvtepi32_ps(_mm256_sub_epi32(acc[i], oq)), yv[i]);
+                    }
+                    UNROLL
+                    for (int i = 0; i < 4; i++)
+                        _mm256_storeu_ps(yb + 8 * i, yv[i]);
+                }
+            }
+        }
+    }
+}
+
+#define AXPY_ROWS_TOK(name, TYPE)                                                                  \
+    static void NAME(axpy_rows_i8_tok_##name)(float *y, int64_t ldy, const float *a, int64_t lda, \
+                                              int64_t ntok, const uint8_t *const *w,              \
+                                              int64_t nrows, int64_t n) {                         \
+        axpy_rows_i8_tok(TYPE, y, ldy, a, lda, ntok, w, nrows, n);                                \
+    }
+AXPY_ROWS_TOK(q4_0, PI_TYPE_Q4_0)
+AXPY_ROWS_TOK(q5_0, PI_TYPE_Q5_0)
+AXPY_ROWS_TOK(q8_0, PI_TYPE_Q8_0)
+#undef AXPY_ROWS_TOK
 
 static void NAME(axpy_rows_i8_q4_0)(float *y, const float *a, const uint8_t *const *w,
                                     int64_t nrows, int64_t n) {
@@ -2938,6 +3108,9 @@ void pi_cpu_kernels_avx2(struct pi_cpu_kernels *k) {
     k->axpy_rows_i8[PI_TYPE_Q4_0] = NAME(axpy_rows_i8_q4_0);
     k->axpy_rows_i8[PI_TYPE_Q5_0] = NAME(axpy_rows_i8_q5_0);
     k->axpy_rows_i8[PI_TYPE_Q8_0] = NAME(axpy_rows_i8_q8_0);
+    k->axpy_rows_i8_tok[PI_TYPE_Q4_0] = NAME(axpy_rows_i8_tok_q4_0);
+    k->axpy_rows_i8_tok[PI_TYPE_Q5_0] = NAME(axpy_rows_i8_tok_q5_0);
+    k->axpy_rows_i8_tok[PI_TYPE_Q8_0] = NAME(axpy_rows_i8_tok_q8_0);
     k->to_float[PI_TYPE_BF16] = NAME(to_float_bf16);
     k->to_float[PI_TYPE_Q4_0] = NAME(to_float_q4_0);
     k->to_float[PI_TYPE_Q4_1] = NAME(to_float_q4_1);

@@ -308,6 +308,19 @@ void pi_axpy_rows_i8_q8_0_ref(float *y, const float *a, const uint8_t *const *w,
     axpy_rows_i8_ref(PI_TYPE_Q8_0, y, a, w, nrows, n);
 }
 
+void pi_axpy_rows_i8_tok_ref(int type, float *y, int64_t ldy, const float *a, int64_t lda,
+                             int64_t ntok, const uint8_t *const *w, int64_t nrows, int64_t n) {
+    for (int64_t t = 0; t < ntok; t++)
+        for (int64_t g = 0; g < nrows; g += 16) {
+            const int64_t k = nrows - g < 16 ? nrows - g : 16;
+            int any = 0;
+            for (int64_t r = 0; r < k; r++)
+                any |= a[t * lda + g + r] != 0.0f;
+            if (any)
+                axpy_rows_i8_ref(type, y + t * ldy, a + t * lda + g, w + g, k, n);
+        }
+}
+
 #define AXPY_ROWS_REF(name)                                                                       \
     static void axpy_rows_##name##_ref(float *y, const float *a, const uint8_t *const *w,         \
                                        int64_t nrows, int64_t n) {                                 \

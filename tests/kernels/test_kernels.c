@@ -1312,6 +1312,92 @@ static void test_axpy_rows_i8(void **state) {
     print_message("# axpy_rows_i8: %d table calls equal to the reference\n", checked);
 }
 
+/* axpy_rows_i8_tok (Q4_0, Q5_0, Q8_0): every table's version equal to the reference bit
+ * for bit (NaN for NaN) for 1..9 tokens over 1..40 rows, with tokens whose group is all
+ * zero (skipped), a dominant row, non-finite and tiny coefficients (the exact path); the
+ * reference is per token axpy_rows_i8 where no group is all zero; the table has it exactly
+ * where it has axpy_rows_i8. */
+static void test_axpy_rows_i8_tok(void **state) {
+    enum { MR = 40, MT = 9 };
+    static const int types[] = {PI_TYPE_Q4_0, PI_TYPE_Q5_0, PI_TYPE_Q8_0};
+    static const pi_axpy_rows_fn one_fns[] = {pi_axpy_rows_i8_q4_0_ref, pi_axpy_rows_i8_q5_0_ref,
+                                              pi_axpy_rows_i8_q8_0_ref};
+    static const int64_t blocks[] = {1, 8, 11};
+    struct pi_cpu_kernels k;
+    (void)state;
+    int checked = 0;
+    for (size_t i = 0; i < N_IMPLS; i++)
+        if (impl_table(i, &k))
+            for (int t = 0; t < PI_TYPE_ID_LIMIT; t++)
+                assert_true(!k.axpy_rows_i8_tok[t] == !k.axpy_rows_i8[t]);
+    for (int ti = 0; ti < 3; ti++)
+        for (size_t j = 0; j < sizeof blocks / sizeof blocks[0]; j++) {
+            const int type = types[ti];
+            const size_t bb = pi_type_traits((uint32_t)type)->block_bytes;
+            const int64_t nb = blocks[j], n = nb * 32, ldy = n + 5, lda = MR + 3;
+            const size_t wb = (size_t)nb * bb;
+            uint8_t *wr = malloc(wb * MR);
+            float *y0 = malloc((size_t)(MT * ldy) * sizeof *y0);
+            float *y1 = malloc((size_t)(MT * ldy) * sizeof *y1);
+            float *y2 = malloc((size_t)(MT * ldy) * sizeof *y2);
+            float *ar = malloc((size_t)(MT * lda) * sizeof *ar);
+            assert_true(wr && y0 && y1 && y2 && ar);
+            const uint8_t *ptr[MR];
+            for (int pattern = 0; pattern < 5; pattern++) {
+                random_weights(type, wr, wb * MR);
+                for (int r = 0; r < MR; r++)
+                    ptr[r] = wr + (size_t)((r * 7) % MR) * wb;
+                for (int t = 0; t < MT; t++)
+                    for (int r = 0; r < lda; r++) {
+                        float v = frand(-2.0f, 2.0f);
+                        if (pattern == 1 && (r * 3 + t) % 4 != 0) /* a sparse prompt */
+                            v = 0.0f;
+                        if (pattern == 2 && t % 3 == 1 && r >= 16 && r < 32) /* a zero group */
+                            v = 0.0f;
+                        if (pattern == 3 && t == 2 && r == 20)
+                            v = NAN;
+                        if (pattern == 3 && t == 4 && r < 16)
+                            v = r == 3 ? 1e-34f : 0.0f;
+                        if (pattern == 4 && r % 16 == 5)
+                            v = 300.0f;
+                        ar[t * lda + r] = v;
+                    }
+                for (int64_t e = 0; e < MT * ldy; e++)
+                    y0[e] = frand(-1.0f, 1.0f);
+                for (int nt = 1; nt <= MT; nt += 2)
+                    for (int nr = 1; nr <= MR; nr += nr < 16 ? 5 : 3) {
+                        memcpy(y1, y0, (size_t)(MT * ldy) * sizeof *y0);
+                        pi_axpy_rows_i8_tok_ref(type, y1, ldy, ar, lda, nt, ptr, nr, n);
+                        if (pattern == 0 || pattern == 4) { /* no zero group: axpy_rows_i8 */
+                            memcpy(y2, y0, (size_t)(MT * ldy) * sizeof *y0);
+                            for (int t = 0; t < nt; t++)
+                                one_fns[ti](y2 + t * ldy, ar + t * lda, ptr, nr, n);
+                            assert_true(same_floats(y1, y2, MT * ldy));
+                        }
+                        for (size_t i = 0; i < N_IMPLS; i++) {
+                            if (!impl_table(i, &k) || !k.axpy_rows_i8_tok[type])
+                                continue;
+                            memcpy(y2, y0, (size_t)(MT * ldy) * sizeof *y0);
+                            k.axpy_rows_i8_tok[type](y2, ldy, ar, lda, nt, ptr, nr, n);
+                            checked++;
+                            if (!same_floats(y1, y2, MT * ldy)) {
+                                print_error("%s: type %d axpy_rows_i8_tok pattern %d n=%lld "
+                                            "tokens=%d rows=%d differs from the reference\n",
+                                            impls[i].name, type, pattern, (long long)n, nt, nr);
+                                fail();
+                            }
+                        }
+                    }
+            }
+            free(wr);
+            free(y0);
+            free(y1);
+            free(y2);
+            free(ar);
+        }
+    print_message("# axpy_rows_i8_tok: %d table calls equal to the reference\n", checked);
+}
+
 static void test_non_finite_activations(void **state) {
     static const float bad[] = {NAN, INFINITY, -INFINITY};
     struct pi_cpu_kernels ref, k;
@@ -1715,6 +1801,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_ref_vs_float), cmocka_unit_test(test_dot_gemm),
         cmocka_unit_test(test_axpy_f16),     cmocka_unit_test(test_from_float_f16),     cmocka_unit_test(test_dot_f16_rows),
         cmocka_unit_test(test_axpy_rows),    cmocka_unit_test(test_axpy_rows_i8),
+        cmocka_unit_test(test_axpy_rows_i8_tok),
         cmocka_unit_test(test_non_finite_activations),
         cmocka_unit_test(test_gemv_idx), cmocka_unit_test(test_gemm_few),
         cmocka_unit_test(test_gemm_idx),

@@ -384,7 +384,8 @@ static void test_matmul_and_transpose(void **state) {
 }
 
 /* Sparse ops: matmul_rows equals matmul on the listed rows (bit for bit: the same
- * kernels) and writes nothing else; matmul_t_rows (3 and 6 tokens: both of its paths) equals a double-precision sum over
+ * kernels) and writes nothing else; matmul_t_rows (3 and 6 tokens, dense and sparse
+ * activations: each of its paths) equals a double-precision sum over
  * the listed rows, skips rows with zero activations, reports the rows it read, and
  * gives the same bytes for 1, 2 and 3 threads. Float and quantized weights. */
 static void test_sparse_ops(void **state) {
@@ -465,10 +466,11 @@ static void test_sparse_ops(void **state) {
                     want_rows += any;
                 }
                 assert_int_equal(got, want_rows);
-                /* Q4_0 and Q8_0 below 4 tokens: the fast mode's 8-bit coefficients
-                 * (kernels.h, axpy_rows_i8), each row off by at most half a step of
-                 * its group's largest |x d| / 127 times |quant| (8 or 128) */
-                const int i8 = (type == PI_TYPE_Q4_0 || type == PI_TYPE_Q8_0) && nt < 4;
+                /* Q4_0 and Q8_0: the fast mode's 8-bit coefficients (kernels.h,
+                 * axpy_rows_i8; 6 tokens using 80 % of the rows: axpy_rows_i8_tok), each
+                 * row off by at most half a step of its group's largest |x d| / 127 times
+                 * |quant| (8 or 128) */
+                const int i8 = type == PI_TYPE_Q4_0 || type == PI_TYPE_Q8_0;
                 const size_t qbb = type == PI_TYPE_Q4_0 ? 18 : 34; /* block bytes */
                 const double vmax = type == PI_TYPE_Q4_0 ? 8.0 : 128.0; /* |quant| */
                 for (int t = 0; t < nt; t++) {
@@ -513,6 +515,22 @@ static void test_sparse_ops(void **state) {
                                  tt->name);
                     be->destroy(bf);
                 }
+            }
+            { /* a sparse prompt: 8 tokens, each with its own eighth of the rows
+               * (below AXPY_I8_TOK_DENSITY): the float tile, exact */
+                enum { TS = 8 };
+                static float xs[TS * OUT], ysp[TS * IN];
+                for (int t = 0; t < TS; t++)
+                    for (int r = 0; r < OUT; r++)
+                        xs[t * OUT + r] = r % TS == t ? xt[(t % T) * OUT + r] : 0.0f;
+                be->matmul_t_rows(b, &wv, xs, TS, idx, n, ysp);
+                for (int t = 0; t < TS; t++)
+                    for (int i = 0; i < IN; i++) {
+                        double sum = 0;
+                        for (int64_t j = 0; j < n; j++)
+                            sum += (double)xs[t * OUT + idx[j]] * wf[idx[j] * IN + i];
+                        near(ysp[t * IN + i], sum, 2e-5, "matmul_t_rows (sparse prompt)", i);
+                    }
             }
             if (threads > 1 && memcmp(yt[0], yt[threads - 1], sizeof yt[0]) != 0)
                 fail_msg("%s matmul_t_rows depends on the thread count", tt->name);

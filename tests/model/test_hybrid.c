@@ -110,8 +110,10 @@ static double max_rel(float a[NSTEP][MAXV], float b[NSTEP][MAXV], int64_t nv) {
 /* Sweep budgets for one model and mode. With a CPU device each sweep runs with float
  * activations (every split within 1e-4 of max |logit|: the placement's own error) and
  * in the fast mode (bit for bit without neurons on the device; with some there, within
- * 2e-2: the sparse down projection's 8-bit coefficients are grouped over the rows each
- * side computes, kernels.h axpy_rows_i8, so moving rows moves that rounding). */
+ * 4e-2: the sparse down projection's 8-bit coefficients, of decode steps and of dense
+ * enough prompts, are grouped over the rows each side computes, kernels.h axpy_rows_i8
+ * and axpy_rows_i8_tok, so moving rows moves that rounding; worst seen 2.5e-2, on the
+ * tiny random ReLU model, whose logits amplify it). */
 static void sweep_act(const char *path, int mode, int f32);
 static void sweep(const char *path, int mode) {
     if (g_gpu) {
@@ -180,7 +182,7 @@ static void sweep_act(const char *path, int mode, int f32) {
                 fail_msg("%s mode %d budget %llu: no neuron on the device, yet logits differ "
                          "by %g", path, mode, (unsigned long long)budgets[i], d);
         }
-        if (d > (g_gpu ? 2e-3 : f32 ? 1e-4 : 2e-2))
+        if (d > (g_gpu ? 2e-3 : f32 ? 1e-4 : 4e-2))
             fail_msg("%s mode %d%s budget %llu (%lld neurons on the device): logits differ "
                      "by %g of max |logit|", path, mode, f32 ? "" : " (fast)",
                      (unsigned long long)budgets[i], (long long)neurons, d);
