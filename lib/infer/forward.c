@@ -361,8 +361,23 @@ static int64_t ffn_sparse(struct pi_ctx *c, int64_t l, int64_t T, const uint8_t 
      * g holds a = act(gate xn), kept where |a| > t_l). */
     const int add_bias = !gated && !biased && L->b_up.data;
     const int thr_mode = c->mode == PI_SPARSE_THRESHOLD;
+    int64_t n_tok_masked = 0;
     const float thr = c->layer_thr[l];
-    for (int64_t t = 0; t < T; t++) {
+    if (thr_mode && !skip) {
+        /* every row of every token in one vectorizable pass: a row outside the union has
+         * |g| <= t_l for every token, so it becomes 0 whatever u holds there, and
+         * matmul_t_rows reads only the union's rows anyway */
+        float *g = c->g;
+        const float *u = c->u;
+        if (teal)
+            for (int64_t i = 0; i < T * F; i++)
+                g[i] = fabsf(g[i]) > thr ? g[i] : 0.0f;
+        else
+            for (int64_t i = 0; i < T * F; i++)
+                g[i] = fabsf(g[i]) > thr ? g[i] * u[i] : 0.0f;
+        n_tok_masked = T;
+    }
+    for (int64_t t = n_tok_masked; t < T; t++) {
         float *g = c->g + t * F;
         const float *u = c->u + t * F, *s = c->score + t * F;
         for (int64_t i = 0; i < n; i++) {
