@@ -2661,6 +2661,18 @@ INLINE __m128i scales8(const uint8_t *p, size_t bb, int64_t b0, int64_t nb) {
                           (short)h[5], (short)h[6], (short)h[7]);
 }
 
+/* Four rows' 32 bytes of one block interleaved so that each 32-bit lane holds one
+ * column of the four rows: u0 columns 0-3 | 16-19, u1 4-7 | 20-23, u2 8-11 | 24-27,
+ * u3 12-15 | 28-31 (unpack 8 then 16 bits). */
+INLINE void interleave4(__m256i A, __m256i B, __m256i C, __m256i D, __m256i *u) {
+    const __m256i ab0 = _mm256_unpacklo_epi8(A, B), ab1 = _mm256_unpackhi_epi8(A, B);
+    const __m256i cd0 = _mm256_unpacklo_epi8(C, D), cd1 = _mm256_unpackhi_epi8(C, D);
+    u[0] = _mm256_unpacklo_epi16(ab0, cd0);
+    u[1] = _mm256_unpackhi_epi16(ab0, cd0);
+    u[2] = _mm256_unpacklo_epi16(ab1, cd1);
+    u[3] = _mm256_unpackhi_epi16(ab1, cd1);
+}
+
 /* One group's 8-bit coefficients for blocks b0 .. b0+7 (kernels.h, axpy_rows_i8): scl[r]
  * holds row r's 8 block scales (rows k .. 15 unused), a the group's k activations. Out:
  * sc the blocks' steps m / 127, sq the sums of their 8-bit q, quad[j] rows 4j .. 4j+3's
@@ -2760,10 +2772,8 @@ INLINE void axpy_rows_i8(int type, float *y, const float *a, const uint8_t *cons
                             A = loadu256(p[4 * j] + off + 2), B = loadu256(p[4 * j + 1] + off + 2);
                             C = loadu256(p[4 * j + 2] + off + 2), D = loadu256(p[4 * j + 3] + off + 2);
                         }
-                        const __m256i ab0 = _mm256_unpacklo_epi8(A, B), ab1 = _mm256_unpackhi_epi8(A, B);
-                        const __m256i cd0 = _mm256_unpacklo_epi8(C, D), cd1 = _mm256_unpackhi_epi8(C, D);
-                        const __m256i x[4] = {_mm256_unpacklo_epi16(ab0, cd0), _mm256_unpackhi_epi16(ab0, cd0),
-                                              _mm256_unpacklo_epi16(ab1, cd1), _mm256_unpackhi_epi16(ab1, cd1)};
+                        __m256i x[4];
+                        interleave4(A, B, C, D, x);
 #if defined(PI_VNNI)
                         /* vpdpbusd of unsigned bytes: Q8_0's signed ones + 128 (the
                          * offset comes off as 128 * sum(q), like Q5_0's 16) */
@@ -2883,17 +2893,13 @@ INLINE void axpy_rows_i8_tok(int type, float *y, int64_t ldy, const float *a, in
                                 q[i] = loadu256(blk);
 #endif
                         }
-                        const __m256i ab0 = _mm256_unpacklo_epi8(q[0], q[1]), ab1 = _mm256_unpackhi_epi8(q[0], q[1]);
-                        const __m256i cd0 = _mm256_unpacklo_epi8(q[2], q[3]), cd1 = _mm256_unpackhi_epi8(q[2], q[3]);
-                        /* lanes: u0 columns 0-3 | 16-19, u1 4-7 | 20-23, u2 8-11 | 24-27,
-                         * u3 12-15 | 28-31 */
-                        const __m256i u0 = _mm256_unpacklo_epi16(ab0, cd0), u1 = _mm256_unpackhi_epi16(ab0, cd0);
-                        const __m256i u2 = _mm256_unpacklo_epi16(ab1, cd1), u3 = _mm256_unpackhi_epi16(ab1, cd1);
-                        __m256i *xb = x[gi][b - b0][j];
-                        xb[0] = _mm256_permute2x128_si256(u0, u1, 0x20);
-                        xb[1] = _mm256_permute2x128_si256(u2, u3, 0x20);
-                        xb[2] = _mm256_permute2x128_si256(u0, u1, 0x31);
-                        xb[3] = _mm256_permute2x128_si256(u2, u3, 0x31);
+                        __m256i u[4];
+                        interleave4(q[0], q[1], q[2], q[3], u);
+                        __m256i *xb = x[gi][b - b0][j]; /* columns 0-7, 8-15, 16-23, 24-31 */
+                        xb[0] = _mm256_permute2x128_si256(u[0], u[1], 0x20);
+                        xb[1] = _mm256_permute2x128_si256(u[2], u[3], 0x20);
+                        xb[2] = _mm256_permute2x128_si256(u[0], u[1], 0x31);
+                        xb[3] = _mm256_permute2x128_si256(u[2], u[3], 0x31);
                     }
                 }
             }
