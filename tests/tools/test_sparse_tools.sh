@@ -99,6 +99,10 @@ expect bench "$work/bench.txt" "decode speed-up oracle / sparse"
 expect bandwidth "$work/bench3.txt" "^read bandwidth (2 threads): [0-9.]* GB/s (median of 7 passes, [0-9.]*-[0-9.]*)"
 bw=$(sed -n 's/^read bandwidth ([0-9]* threads): \([0-9.]*\) GB\/s.*/\1/p' "$work/bench3.txt")
 python3 -c "import sys; sys.exit(0 if float('$bw' or 0) > 0 else 1)" && ok "probe figure parses: $bw GB/s" || bad "probe figure '$bw'"
+# a mixture-of-experts model counts no neurons: its active column is unknown ("-"), not 0 %
+"$bench" -m "$root/tests/fixtures/archs/mixtral.f16.gguf" -t 2 -p 4 -n 2 -r 1 --no-bandwidth \
+    > "$work/bench_moe.txt" 2>&1 && ok "pi-bench on a MoE file exits 0" || bad "pi-bench MoE"
+expect bench_moe "$work/bench_moe.txt" "^| dense  | tg2    |.*|      - | "
 "$bench" -m "$dn" -p 4 -n 2 -r 1 --no-bandwidth --sparse-mode sparse > "$work/bench2.txt" 2>&1
 [ $? -eq 1 ] && ok "pi-bench sparse on a dense file exits 1" || bad "pi-bench sparse on dense"
 

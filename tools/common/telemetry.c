@@ -46,6 +46,19 @@ static uint64_t layer_tokens(const pi_layer_stats *ls) {
     return ls->tokens_predicted > ls->tokens_observed ? ls->tokens_predicted : ls->tokens_observed;
 }
 
+/* Whether layer l routed tokens to experts (a mixture-of-experts layer: its statistics
+ * count no neurons). */
+static int routed(const pi_stats *s, int64_t l) {
+    const int64_t n = pi_stats_n_expert(s);
+    double v[4096];
+    if (n <= 0 || n > 4096 || pi_stats_experts(s, l, PI_EXPERT_SELECTED, v, 4096) != PI_OK)
+        return 0;
+    for (int64_t i = 0; i < n; i++)
+        if (v[i] > 0)
+            return 1;
+    return 0;
+}
+
 int tele_sum(const pi_stats *s, struct tele_sum *o) {
     memset(o, 0, sizeof *o);
     if (!s)
@@ -59,10 +72,12 @@ int tele_sum(const pi_stats *s, struct tele_sum *o) {
         if (l == 0)
             o->tokens = layer_tokens(&ls);
         pred += ls.predicted;
-        act += ls.active;
         both += ls.both;
         tp += (double)ls.tokens_predicted;
-        to += (double)ls.tokens_observed;
+        if (!routed(s, l)) { /* the active share: of the layers that count neurons */
+            act += ls.active;
+            to += (double)ls.tokens_observed;
+        }
         if (t > 0) {
             o->ffn_bytes += (double)ls.bytes_ffn / t;
             o->pred_bytes += (double)ls.bytes_predictor / t;

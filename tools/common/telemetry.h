@@ -20,7 +20,8 @@ uint64_t tele_kv_bytes(const pi_model *m, int64_t pos, uint32_t kv_type);
 struct tele_sum {
     uint64_t tokens;          /* tokens counted (per layer) */
     double pred_frac;         /* predicted-active fraction, -1 if unknown */
-    double active_frac;       /* truly active fraction, -1 if unknown */
+    double active_frac;       /* truly active fraction of the layers that count neurons
+                               * (not mixture-of-experts ones), -1 if unknown */
     double recall, precision; /* -1 if unknown */
     double ffn_bytes, pred_bytes; /* per token, all layers */
     double ns_attn, ns_pred, ns_ffn; /* per token, all layers */

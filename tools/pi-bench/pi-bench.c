@@ -563,9 +563,16 @@ int main(int argc, char **argv) {
             eta = bw > 0 ? bytes * r->tg.median / (bw * 1e9) : 0;
             act = r->tele.pred_frac >= 0 ? r->tele.pred_frac : r->tele.active_frac;
         }
-        printf("| %-6s | tg%-4d | %10.2f | %7.2f | %7.2f | %9.1f | %5.1f%% | %.2f |%s\n",
+        /* no telemetry: dense, every neuron; telemetry without neuron counts (a
+         * mixture-of-experts model): unknown */
+        char act_col[16];
+        if (act >= 0 || !r->have_tele)
+            snprintf(act_col, sizeof act_col, "%5.1f%%", act >= 0 ? 100 * act : 100.0);
+        else
+            snprintf(act_col, sizeof act_col, "%6s", "-");
+        printf("| %-6s | tg%-4d | %10.2f | %7.2f | %7.2f | %9.1f | %s | %.2f |%s\n",
                r->name, n_gen, r->tg.median, r->tg.min, r->tg.max, bytes / 1048576.0,
-               act >= 0 ? 100 * act : 100.0, eta, dev_cols);
+               act_col, eta, dev_cols);
     }
     printf("MiB/token: weights and KV cache a decode step needs (attention, norms, output, "
            "the FFN rows computed, predictors, KV); eta = MiB/token x t/s / bandwidth\n");
