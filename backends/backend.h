@@ -108,13 +108,17 @@ struct pi_attn {
 /* How a KV cache stores its values (pi_kv_desc.type). */
 enum pi_kv_type {
     PI_KV_F16 = 0, /* binary16 */
-    PI_KV_Q8_0 = 1 /* GGUF Q8_0 blocks (32 values: an F16 scale, 32 int8), each head's
-                    * slice whole blocks (head dims multiples of 32); the CPU backend only */
+    PI_KV_Q8_0 = 1, /* GGUF Q8_0 blocks (32 values: an F16 scale, 32 int8), each head's
+                     * slice whole blocks (head dims multiples of 32); the CPU backend only */
+    PI_KV_Q4_0 = 2  /* GGUF Q4_0 blocks (32 values: an F16 scale, 16 bytes of nibbles),
+                     * the same conditions */
 };
 
 /* Bytes of n values (one position's K or V) in a cache of this type. */
 static inline size_t pi_kv_row_bytes(int type, int64_t n) {
-    return type == PI_KV_Q8_0 ? (size_t)(n / 32) * 34 : (size_t)n * 2;
+    return type == PI_KV_Q8_0   ? (size_t)(n / 32) * 34
+           : type == PI_KV_Q4_0 ? (size_t)(n / 32) * 18
+                                : (size_t)n * 2;
 }
 
 /* Geometry of a KV cache: n_layer x n_ctx positions of n_kv values (n_head_kv * head

@@ -809,8 +809,12 @@ typedef struct pi_ctx_params {
      * scale), 34 bytes per 32 values instead of 64, so about half the memory; the
      * logits move by the blocks' rounding (docs/performance.md has its perplexity
      * cost); at 4096 positions a 1B model decoded at about binary16's speed (0.96x)
-     * and its prompt ran at 0.7-0.9x on a 2-core AVX2 CPU. Q8_0 needs head dimensions
-     * that are multiples of 32 and a CPU-only
+     * and its prompt ran at 0.7-0.9x on a 2-core AVX2 CPU. PI_KV_TYPE_Q4_0: GGUF's Q4_0
+     * blocks (18 bytes per 32 values: 28 % of binary16), for long contexts where memory
+     * matters more than the larger rounding, its keys stored rotated by a Hadamard
+     * transform per head (queries rotated alike: the same scores; docs/design.md);
+     * docs/performance.md has both types' perplexity cost and speed. The quantized types need head dimensions that are
+     * multiples of 32 and a CPU-only
      * context (PI_ERR_UNSUPPORTED otherwise); states (pi_ctx_state_save) hold the
      * cache as stored and load only into a context with the same kv_type. Since: 0.1 */
     uint32_t kv_type;
@@ -825,7 +829,8 @@ enum {
 /* pi_ctx_params.kv_type. */
 enum {
     PI_KV_TYPE_F16 = 0,
-    PI_KV_TYPE_Q8_0 = 1
+    PI_KV_TYPE_Q8_0 = 1,
+    PI_KV_TYPE_Q4_0 = 2
 };
 
 /* pi_ctx_params.device_graphs. */

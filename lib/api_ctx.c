@@ -7,6 +7,7 @@
 
 #include "infer/ctx.h"
 #include "runtime/fp16.h"
+#include "runtime/hadamard.h"
 #include "runtime/quantize.h"
 #include "runtime/types.h"
 #include "util/os.h"
@@ -178,12 +179,13 @@ static int setup_sparse(struct pi_ctx *c, const pi_ctx_params *p) {
     c->check_layers = p->check_numerics == PI_CHECK_LAYERS;
     c->graphs = p->device_graphs == PI_GRAPHS_AUTO;
     c->kv_type = (int)p->kv_type; /* PI_KV_TYPE_* and enum pi_kv_type share their values */
+    const char *kv_name = c->kv_type == PI_KV_Q4_0 ? "Q4_0" : "Q8_0";
     if (c->kv_type != PI_KV_F16 && p->device != PI_DEVICE_NONE)
-        PI_FAIL(&c->err, PI_ERR_UNSUPPORTED, "a Q8_0 KV cache is CPU-only (the device "
-                "backends store F16): use no device, or PI_KV_TYPE_F16");
-    if (c->kv_type == PI_KV_Q8_0 && (hp->head_dim_k % 32 || hp->head_dim_v % 32))
-        PI_FAIL(&c->err, PI_ERR_UNSUPPORTED, "a Q8_0 KV cache needs head dimensions that are "
-                "multiples of 32; this model's are %lld (K) and %lld (V)",
+        PI_FAIL(&c->err, PI_ERR_UNSUPPORTED, "a %s KV cache is CPU-only (the device "
+                "backends store F16): use no device, or PI_KV_TYPE_F16", kv_name);
+    if (c->kv_type != PI_KV_F16 && (hp->head_dim_k % 32 || hp->head_dim_v % 32))
+        PI_FAIL(&c->err, PI_ERR_UNSUPPORTED, "a %s KV cache needs head dimensions that are "
+                "multiples of 32; this model's are %lld (K) and %lld (V)", kv_name,
                 (long long)hp->head_dim_k, (long long)hp->head_dim_v);
     PI_TRY(setup_thresholds(c, p));
     if (hp->sparse || hp->sparsified) {
@@ -353,7 +355,7 @@ static const char *bad_params(const pi_ctx_params *pp) {
            : p.check_numerics > PI_CHECK_LAYERS ? "check_numerics is not a PI_CHECK_* value"
            : p.embeddings > PI_EMBD_ONLY ? "embeddings is not a PI_EMBD_* value"
            : p.device_graphs > PI_GRAPHS_OFF ? "device_graphs is not a PI_GRAPHS_* value"
-           : p.kv_type > PI_KV_TYPE_Q8_0 ? "kv_type is not a PI_KV_TYPE_* value"
+           : p.kv_type > PI_KV_TYPE_Q4_0 ? "kv_type is not a PI_KV_TYPE_* value"
            : p.reserved0 || p.reserved2 ? "reserved fields are not zero"
            : NULL;
 }
@@ -708,8 +710,11 @@ int pi_ctx_seq_copy(pi_ctx *c, int32_t src, int32_t dst) {
 
 /* n cache values (whole rows) as stored <-> float, for the keys a removal re-rotates. */
 static void kv_to_float(int type, const uint8_t *src, float *dst, int64_t n) {
-    if (type == PI_KV_Q8_0) {
-        pi_dequant_q8_0(src, dst, n);
+    if (type == PI_KV_Q8_0 || type == PI_KV_Q4_0) {
+        if (type == PI_KV_Q8_0)
+            pi_dequant_q8_0(src, dst, n);
+        else
+            pi_dequant_q4_0(src, dst, n);
         return;
     }
     for (int64_t i = 0; i < n; i++) {
@@ -720,8 +725,11 @@ static void kv_to_float(int type, const uint8_t *src, float *dst, int64_t n) {
 }
 
 static void kv_from_float(int type, const float *src, uint8_t *dst, int64_t n) {
-    if (type == PI_KV_Q8_0) {
-        pi_quantize_q8_0(src, dst, n);
+    if (type == PI_KV_Q8_0 || type == PI_KV_Q4_0) {
+        if (type == PI_KV_Q8_0)
+            pi_quantize_q8_0(src, dst, n);
+        else
+            pi_quantize_q4_0(src, dst, n);
         return;
     }
     for (int64_t i = 0; i < n; i++) {
@@ -766,6 +774,10 @@ int pi_ctx_seq_remove(pi_ctx *c, int32_t seq, int64_t p0, int64_t p1) {
             if (st < 0)
                 break;
             kv_to_float(c->kv_type, k, kf, m * nk);
+            /* a Q4_0 cache's keys are stored rotated (runtime/hadamard.h): back first */
+            const int64_t rot = c->kv_type == PI_KV_Q4_0 ? pi_hadamard_block(hp->head_dim_k) : 0;
+            if (rot)
+                pi_hadamard(kf, m * nk, rot);
             /* every head of every moved position turns by the angle of position -d: the
              * layer's RoPE with its magnitude scale undone (angles add, scales would
              * multiply), the host's copy of the factors */
@@ -775,6 +787,9 @@ int pi_ctx_seq_remove(pi_ctx *c, int32_t seq, int64_t p0, int64_t p1) {
                                  ? 1.0f / (1.0f + 0.1f * logf(1.0f / rr.freq_scale))
                                  : 1.0f;
             c->be->rope(c->b, kf, 1, m * hp->n_head_kv, hp->head_dim_k, -d, &rr);
+            c->be->sync(c->b);
+            if (rot)
+                pi_hadamard(kf, m * nk, rot);
             kv_from_float(c->kv_type, kf, k, m * nk);
             st = be->kv_set(b, kv, slot, p0, m, k, v);
         }

@@ -131,6 +131,12 @@ int pi_ctx_state_save(const pi_ctx *c, int32_t seq, void *buf, size_t cap, size_
     return PI_OK;
 }
 
+
+/* The name of a PI_KV_TYPE_* value, for messages. */
+static const char *kv_name(uint32_t t) {
+    return t == PI_KV_TYPE_Q8_0 ? "Q8_0" : t == PI_KV_TYPE_Q4_0 ? "Q4_0" : "F16";
+}
+
 int pi_ctx_state_load(pi_ctx *c, int32_t seq, const void *buf, size_t size) {
     if (!c || !buf)
         return PI_ERR_INVALID_ARG;
@@ -158,7 +164,7 @@ int pi_ctx_state_load(pi_ctx *c, int32_t seq, const void *buf, size_t size) {
         PI_FAIL(&c->err, PI_ERR_FORMAT, "state version %u; this library reads %u", version,
                 STATE_VERSION);
     if (kind > 1 || has_logits > 1 || (kind == 1 && (n_seq != 1 || has_logits)) ||
-        rope_set > PI_ROPE_SET_LONG || kv_type > PI_KV_TYPE_Q8_0)
+        rope_set > PI_ROPE_SET_LONG || kv_type > PI_KV_TYPE_Q4_0)
         PI_FAIL(&c->err, PI_ERR_FORMAT, "state header is inconsistent");
     if ((seq < 0) != (kind == 0))
         PI_FAIL(&c->err, PI_ERR_INVALID_ARG, seq < 0 ? "a one-sequence state needs a target "
@@ -174,7 +180,7 @@ int pi_ctx_state_load(pi_ctx *c, int32_t seq, const void *buf, size_t size) {
                 c->rope_set == PI_ROPE_SET_LONG ? "long" : "short");
     if (kv_type != (uint32_t)c->kv_type)
         PI_FAIL(&c->err, PI_ERR_FORMAT, "the state holds a %s KV cache; this context's is %s "
-                "(pi_ctx_params.kv_type)", kv_type ? "Q8_0" : "F16", c->kv_type ? "Q8_0" : "F16");
+                "(pi_ctx_params.kv_type)", kv_name(kv_type), kv_name((uint32_t)c->kv_type));
     if (n_seq > (uint32_t)c->n_seq && kind == 0)
         PI_FAIL(&c->err, PI_ERR_RANGE, "the state holds %u sequences; the context has %lld",
                 n_seq, (long long)c->n_seq);

@@ -9,6 +9,7 @@
 #include "cpu/kernels.h"
 #include "powerinfer.h"
 #include "runtime/fp16.h"
+#include "runtime/hadamard.h"
 #include "runtime/quantize.h"
 #include "runtime/pool.h"
 #include "util/error.h"
@@ -90,16 +91,25 @@ struct pi_backend {
 #define AXPY_TGROUP 64
 _Static_assert(AXPY_TGROUP % 16 == 0 && AXPY_TGROUP <= AXPY_PGROUP, "AXPY_TGROUP");
 
-/* The widest K head a Q8_0 cache takes (attention quantizes a query head on the stack). */
+/* The widest K head a quantized cache takes (attention quantizes a query head on the
+ * stack). */
 #define KV_Q8_MAX_DIM 1024
 
 struct pi_kv {
     struct pi_kv_desc d;
     int64_t nk, nv;  /* values per position: n_head_kv * head_dim_{k,v} */
     size_t kb, vb;   /* bytes per position (pi_kv_row_bytes) */
-    uint8_t *k, *v;  /* [n_layer][n_ctx][kb], [..][vb]: F16 or Q8_0 (d.type) */
-    int32_t *iota;   /* Q8_0: 0 .. n_ctx - 1 (the positions' rows for gemv_idx) */
+    uint8_t *k, *v;  /* [n_layer][n_ctx][kb], [..][vb]: F16, Q8_0 or Q4_0 (d.type) */
+    int32_t *iota;   /* quantized: 0 .. n_ctx - 1 (the positions' rows for gemv_idx) */
+    int64_t rot;     /* Q4_0: keys stored Hadamard-rotated in blocks of this many values
+                      * per head (runtime/hadamard.h), queries rotated alike; else 0 */
 };
+
+/* The weight type of a quantized cache's rows (PI_TYPE_Q8_0 or PI_TYPE_Q4_0): its
+ * kernels score a query against K rows and convert V rows, as for weights. */
+static int kv_wtype(const struct pi_kv *kv) {
+    return kv->d.type == PI_KV_Q4_0 ? PI_TYPE_Q4_0 : PI_TYPE_Q8_0;
+}
 
 /* ---- life cycle ------------------------------------------------------------------ */
 
@@ -269,11 +279,11 @@ static int refuse(struct pi_backend *b, int64_t width, int64_t n_tok) {
 
 static int cpu_kv_create(struct pi_backend *b, const struct pi_kv_desc *d, struct pi_kv **out) {
     *out = NULL;
-    /* Q8_0: each head's slice whole blocks, and a query head fits the stack buffer of
+    /* Q8_0, Q4_0: each head's slice whole blocks, and a query head fits the stack buffer of
      * its quantized copy (attn_pairs) */
     if (d->type != PI_KV_F16 &&
-        (d->type != PI_KV_Q8_0 || d->head_dim_k % 32 || d->head_dim_v % 32 ||
-         d->head_dim_k > KV_Q8_MAX_DIM))
+        ((d->type != PI_KV_Q8_0 && d->type != PI_KV_Q4_0) || d->head_dim_k % 32 ||
+         d->head_dim_v % 32 || d->head_dim_k > KV_Q8_MAX_DIM))
         return PI_ERR_UNSUPPORTED;
     struct pi_kv *kv = pi_calloc(b->alloc, 1, sizeof *kv);
     if (!kv)
@@ -283,6 +293,7 @@ static int cpu_kv_create(struct pi_backend *b, const struct pi_kv_desc *d, struc
     kv->nv = d->n_head_kv * d->head_dim_v;
     kv->kb = pi_kv_row_bytes(d->type, kv->nk);
     kv->vb = pi_kv_row_bytes(d->type, kv->nv);
+    kv->rot = d->type == PI_KV_Q4_0 ? pi_hadamard_block(d->head_dim_k) : 0;
     /* Not zeroed: a position is always written before it is read, and untouched pages
      * of a large allocation cost no resident memory. */
     size_t cells = (size_t)d->n_ctx * (size_t)d->n_layer;
@@ -292,12 +303,12 @@ static int cpu_kv_create(struct pi_backend *b, const struct pi_kv_desc *d, struc
     }
     kv->k = pi_malloc(b->alloc, cells * kv->kb);
     kv->v = pi_malloc(b->alloc, cells * kv->vb);
-    if (d->type == PI_KV_Q8_0) {
+    if (d->type != PI_KV_F16) {
         kv->iota = pi_malloc(b->alloc, (size_t)d->n_ctx * sizeof *kv->iota);
         for (int64_t i = 0; kv->iota && i < d->n_ctx; i++)
             kv->iota[i] = (int32_t)i;
     }
-    if (!kv->k || !kv->v || (d->type == PI_KV_Q8_0 && !kv->iota)) {
+    if (!kv->k || !kv->v || (d->type != PI_KV_F16 && !kv->iota)) {
         pi_free(b->alloc, kv->k);
         pi_free(b->alloc, kv->v);
         pi_free(b->alloc, kv->iota);
@@ -1216,21 +1227,25 @@ struct kv_store_job {
     const float *k, *v;
 };
 
-/* One position's n values into a Q8_0 row; a row holding NaN or infinity gets NaN
- * scales, so the attention's output (and the logits' check) sees it, as with F16. */
-static void q8_row(const struct pi_backend *b, const float *x, uint8_t *q, int64_t n) {
+/* One position's n values into a Q8_0 or Q4_0 row (GGUF's blocks, not the kernels'
+ * vector format); a row holding NaN or infinity gets NaN scales and zero quants, so the
+ * attention's output (and the logits' check) sees it, as with F16. */
+static void q8_row(int type, const float *x, uint8_t *q, int64_t n) {
     float s = 0.0f;
     for (int64_t i = 0; i < n; i++)
         s += x[i] * 0.0f;
-    (void)b;
     if (s == 0.0f) {
-        pi_quantize_q8_0(x, q, n); /* GGUF's Q8_0 blocks, not the kernels' vector format */
+        if (type == PI_KV_Q4_0)
+            pi_quantize_q4_0(x, q, n);
+        else
+            pi_quantize_q8_0(x, q, n);
         return;
     }
+    const size_t bb = pi_kv_row_bytes(type, 32);
     for (int64_t i = 0; i < n / 32; i++) {
         const uint16_t nan = 0x7e00;
-        memcpy(q + 34 * i, &nan, 2);
-        memset(q + 34 * i + 2, 0, 32);
+        memcpy(q + bb * (size_t)i, &nan, 2);
+        memset(q + bb * (size_t)i + 2, type == PI_KV_Q4_0 ? 0x88 : 0, bb - 2);
     }
 }
 
@@ -1238,10 +1253,22 @@ static void kv_store_tokens(void *arg, int64_t t0, int64_t t1, int ith) {
     const struct kv_store_job *j = arg;
     const struct pi_kv *kv = j->kv;
     (void)ith;
-    if (kv->d.type == PI_KV_Q8_0) {
+    if (kv->d.type != PI_KV_F16) {
+        const int64_t D = kv->d.head_dim_k;
         for (int64_t t = t0; t < t1; t++) {
-            q8_row(j->b, j->k + t * kv->nk, j->kd + (size_t)t * kv->kb, kv->nk);
-            q8_row(j->b, j->v + t * kv->nv, j->vd + (size_t)t * kv->vb, kv->nv);
+            const float *k = j->k + t * kv->nk;
+            uint8_t *kd = j->kd + (size_t)t * kv->kb;
+            if (kv->rot) { /* each key head rotated, then its blocks */
+                float head[KV_Q8_MAX_DIM];
+                for (int64_t h = 0; h < kv->d.n_head_kv; h++) {
+                    memcpy(head, k + h * D, (size_t)D * sizeof *head);
+                    pi_hadamard(head, D, kv->rot);
+                    q8_row(kv->d.type, head, kd + pi_kv_row_bytes(kv->d.type, h * D), D);
+                }
+            } else {
+                q8_row(kv->d.type, k, kd, kv->nk);
+            }
+            q8_row(kv->d.type, j->v + t * kv->nv, j->vd + (size_t)t * kv->vb, kv->nv);
         }
         return;
     }
@@ -1282,20 +1309,28 @@ static int all_finite(const float *q, int64_t n) {
     return z == 0.0f;
 }
 
-/* Q8_0 cache, the scores of one query head q [head_dim_k] against n_pos positions'
- * rows of its K head (kh, kv->kb bytes apart): q quantized to Q8_0 once and the rows
- * dotted with it by the table's Q8_0 kernels (as a Q8_0 weight row with an activation,
- * llama.cpp's q8_0 cache does the same); with float activations (or a query that is
- * not finite) each row dequantized and dotted in float. */
+/* A quantized cache (Q8_0, Q4_0), the scores of one query head q [head_dim_k] against
+ * n_pos positions' rows of its K head (kh, kv->kb bytes apart): q quantized to Q8_0 once
+ * and the rows dotted with it by the table's kernels of the cache's type (as a weight
+ * row with an activation; llama.cpp's q8_0 / q4_0 caches do the same); with float
+ * activations (or a query that is not finite) each row dequantized and dotted in
+ * float. */
 static void q8_scores(const struct pi_backend *b, const struct pi_kv *kv, float *scores,
                       const uint8_t *kh, int64_t n_pos, const float *q) {
     const int64_t n = kv->d.head_dim_k;
-    const struct pi_dot_kernel *dk = &b->k.dot[PI_TYPE_Q8_0];
+    float qrot[KV_Q8_MAX_DIM];
+    if (kv->rot) { /* rotated keys: the query rotated alike, the same dot products */
+        memcpy(qrot, q, (size_t)n * sizeof *qrot);
+        pi_hadamard(qrot, n, kv->rot);
+        q = qrot;
+    }
+    const int wt = kv_wtype(kv);
+    const struct pi_dot_kernel *dk = &b->k.dot[wt];
     if (!b->f32_activations && all_finite(q, n) && dk->fmt == PI_VEC_Q8_0) {
         _Alignas(64) uint8_t qq[KV_Q8_MAX_DIM / 256 * PI_Q8_0_GROUP_BYTES];
-        b->k.quantize_q8_0(q, qq, n); /* the Q8_0 dot's vector format */
-        if (b->k.gemv_idx[PI_TYPE_Q8_0]) {
-            b->k.gemv_idx[PI_TYPE_Q8_0](kh, kv->kb, kv->iota, n_pos, qq, scores, n);
+        b->k.quantize_q8_0(q, qq, n); /* the Q8_0 / Q4_0 dot's vector format */
+        if (b->k.gemv_idx[wt]) {
+            b->k.gemv_idx[wt](kh, kv->kb, kv->iota, n_pos, qq, scores, n);
         } else {
             for (int64_t p = 0; p < n_pos; p++)
                 scores[p] = dk->dot(kh + (size_t)p * kv->kb, qq, n);
@@ -1304,12 +1339,12 @@ static void q8_scores(const struct pi_backend *b, const struct pi_kv *kv, float 
     }
     float row[KV_Q8_MAX_DIM];
     for (int64_t p = 0; p < n_pos; p++) {
-        b->k.to_float[PI_TYPE_Q8_0](kh + (size_t)p * kv->kb, row, n);
+        b->k.to_float[wt](kh + (size_t)p * kv->kb, row, n);
         scores[p] = b->k.dot[PI_TYPE_F32].dot(row, q, n);
     }
 }
 
-/* Q8_0 cache, the scores of a unit's query rows q[0..rows) against n_pos positions'
+/* A quantized cache, the scores of a unit's query rows q[0..rows) against n_pos positions'
  * rows of their K head: each query quantized (as q8_scores does, into qq) and all of
  * them dotted with each K row in one pass, by the Q8_0 gemm for a full unit
  * (ATT_UNIT_ROWS rows, its panel path) or by gemm_few for fewer (a decode step's heads
@@ -1322,9 +1357,9 @@ static void q8_unit_scores(const struct pi_backend *b, const struct pi_kv *kv, f
                            int64_t lds, const uint8_t *kh, int64_t n_pos, const float *const *q,
                            int64_t rows, uint8_t *qq) {
     const int64_t n = kv->d.head_dim_k;
-    const struct pi_dot_kernel *dk = &b->k.dot[PI_TYPE_Q8_0];
+    const struct pi_dot_kernel *dk = &b->k.dot[kv_wtype(kv)];
     const size_t vb = pi_vec_bytes(PI_VEC_Q8_0, n);
-    const pi_gemm_fn few = b->k.gemm_few[PI_TYPE_Q8_0];
+    const pi_gemm_fn few = b->k.gemm_few[kv_wtype(kv)];
     const pi_gemm_fn gemm = rows == ATT_UNIT_ROWS ? dk->gemm : few;
     int ok = rows <= ATT_UNIT_ROWS && !b->f32_activations && dk->fmt == PI_VEC_Q8_0 && gemm &&
              vb > 0;
@@ -1335,12 +1370,20 @@ static void q8_unit_scores(const struct pi_backend *b, const struct pi_kv *kv, f
             q8_scores(b, kv, sc + r * lds, kh, n_pos, q[r]);
         return;
     }
-    for (int64_t r = 0; r < rows; r++)
-        b->k.quantize_q8_0(q[r], qq + (size_t)r * vb, n);
+    for (int64_t r = 0; r < rows; r++) {
+        float qrot[KV_Q8_MAX_DIM];
+        const float *qr = q[r];
+        if (kv->rot) { /* as q8_scores */
+            memcpy(qrot, qr, (size_t)n * sizeof *qrot);
+            pi_hadamard(qrot, n, kv->rot);
+            qr = qrot;
+        }
+        b->k.quantize_q8_0(qr, qq + (size_t)r * vb, n);
+    }
     gemm(kh, kv->kb, n_pos, qq, vb, rows, sc, lds, n);
 }
 
-/* Q8_0 cache, the weighted sums of V of hg heads of one token: o + h * Dv gets
+/* A quantized cache, the weighted sums of V of hg heads of one token: o + h * Dv gets
  * sum_p a[h * lda + p] * V_p over n_pos rows of their V head (vh, kv->vb bytes apart).
  * Per group of 16 positions the rows are converted to floats once (into tile, 16 x Dv;
  * d * q is exact in a float) and every head adds them with axpy_rows[F32], in position
@@ -1354,7 +1397,7 @@ static void q8_unit_values(const struct pi_backend *b, const struct pi_kv *kv, f
         const int64_t m = n_pos - p < G ? n_pos - p : G;
         const uint8_t *rows[G];
         for (int64_t i = 0; i < m; i++) {
-            b->k.to_float[PI_TYPE_Q8_0](vh + (size_t)(p + i) * kv->vb, tile + i * n, n);
+            b->k.to_float[kv_wtype(kv)](vh + (size_t)(p + i) * kv->vb, tile + i * n, n);
             rows[i] = (const uint8_t *)(tile + i * n);
         }
         for (int64_t h = 0; h < hg; h++)
@@ -1376,7 +1419,7 @@ static void attn_pairs(void *arg, int64_t lo, int64_t hi, int ith) {
     float *scores = j->b->scratch + (size_t)ith * (size_t)j->b->max_width;
     const uint8_t *kl = kv->k + (size_t)j->layer * (size_t)d->n_ctx * kv->kb;
     const uint8_t *vl = kv->v + (size_t)j->layer * (size_t)d->n_ctx * kv->vb;
-    const int q8 = d->type == PI_KV_Q8_0;
+    const int q8 = d->type != PI_KV_F16; /* a quantized cache (Q8_0, Q4_0) */
     for (int64_t pair = lo; pair < hi; pair++) {
         const int64_t t = pair / d->n_head, h = pair % d->n_head, hk = h / group;
         /* positions p0 .. pos0 + t: all of them, or the last `window` */
@@ -1410,10 +1453,10 @@ static void attn_pairs(void *arg, int64_t lo, int64_t hi, int ith) {
 /* A unit is up to tq consecutive tokens times hg query heads of one KV head. Their
  * queries are scored against the union of their visible positions in one pass over the
  * K rows: with the F16 cache gathered into one block for the table's attn_scores (each
- * K row converted once for all of them), with the Q8_0 cache quantized for the Q8_0
+ * K row converted once for all of them), with a quantized cache quantized for its
  * gemm (q8_unit_scores); then each row's softmax over its own positions (as
  * attn_pairs), and per token the weighted sums of V of its hg heads (F16: one
- * axpy_f16_q call; Q8_0: q8_unit_values). Every score and sum is computed as it
+ * axpy_f16_q call; Q8_0, Q4_0: q8_unit_values). Every score and sum is computed as it
  * would be alone, so neither the grouping nor the batch changes a bit. */
 struct attn_units_job {
     struct attn_job j;
@@ -1433,7 +1476,7 @@ static void attn_units(void *arg, int64_t lo, int64_t hi, int ith) {
     float *qb = sc + (size_t)ATT_UNIT_ROWS * (size_t)lds;
     const uint8_t *kl = j->kv->k + (size_t)j->layer * (size_t)d->n_ctx * kv->kb;
     const uint8_t *vl = j->kv->v + (size_t)j->layer * (size_t)d->n_ctx * kv->vb;
-    const int q8 = d->type == PI_KV_Q8_0;
+    const int q8 = d->type != PI_KV_F16; /* a quantized cache (Q8_0, Q4_0) */
     for (int64_t u = lo; u < hi; u++) {
         const int64_t t0 = u / ngroups * uj->tq, h0 = u % ngroups * uj->hg, hk = h0 / group;
         const int64_t t1 = t0 + uj->tq < j->n_tok ? t0 + uj->tq : j->n_tok;
@@ -1496,14 +1539,13 @@ static void cpu_attention(struct pi_backend *b, struct pi_kv *kv, int64_t layer,
         return;
     }
     const struct pi_kv_desc *d = &kv->d;
-    /* The Q8_0 cache in units too: their quantized queries (q8_unit_scores) go in the
+    /* A quantized cache in units too: their quantized queries (q8_unit_scores) go in the
      * block of float queries, their V rows as floats (q8_unit_values, 16 x head_dim_v)
      * in the thread's deq block. */
     const size_t q8_bytes = ATT_UNIT_ROWS * pi_vec_bytes(PI_VEC_Q8_0, d->head_dim_k) + 64;
     if (b->k.attn_scores &&
         (d->type == PI_KV_F16 ||
-         (d->type == PI_KV_Q8_0 &&
-          q8_bytes <= (size_t)ATT_UNIT_ROWS * (size_t)b->max_width * sizeof(float) &&
+         (q8_bytes <= (size_t)ATT_UNIT_ROWS * (size_t)b->max_width * sizeof(float) &&
           (size_t)16 * (size_t)d->head_dim_v <= deq_floats(b)))) {
         /* a whole GQA group per unit, tokens as many as fit; fewer heads per unit when
          * that leaves too few units for the threads (4 per thread for a prompt; a decode

@@ -15,6 +15,7 @@
 #include "powerinfer.h"
 #include "runtime/fp16.h"
 #include "runtime/types.h"
+#include "runtime/hadamard.h"
 #include "runtime/quantize.h"
 
 static uint32_t g_rng = 1;
@@ -32,7 +33,7 @@ static struct pi_backend *make(int threads, int64_t width) {
 }
 
 static void near(double got, double want, double tol, const char *what, int i) {
-    if (fabs(got - want) > tol * (1.0 + fabs(want)))
+    if (!(fabs(got - want) <= tol * (1.0 + fabs(want)))) /* NaN fails too */
         fail_msg("%s[%d]: got %.9g, want %.9g", what, i, got, want);
 }
 
@@ -200,15 +201,50 @@ static void test_attention(void **state) {
         }
 }
 
-/* A Q8_0 cache: attention against the exact softmax of the dequantized GGUF Q8_0
- * blocks of K and V (pi_quantize_q8_0, bit-exact with the gguf package's quantizer in
- * the quantize tests): with float activations within float rounding, with 8-bit ones
+/* pi_hadamard against the Sylvester matrix H_ij = (-1)^popcount(i & j) / sqrt(n) in double
+ * (blocks 1..256, three blocks in a row), twice is the identity, and the block sizes
+ * heads get. */
+static void test_hadamard(void **state) {
+    (void)state;
+    enum { NB = 3 };
+    static float x[NB * 256], y[NB * 256];
+    for (int64_t blk = 1; blk <= 256; blk *= 2) {
+        for (int64_t i = 0; i < NB * blk; i++)
+            x[i] = y[i] = rnd() * 4;
+        x[1] = y[1] = 300.0f; /* an outlier */
+        pi_hadamard(y, NB * blk, blk);
+        for (int64_t o = 0; o < NB * blk; o += blk)
+            for (int64_t i = 0; i < blk; i++) {
+                double want = 0;
+                for (int64_t j = 0; j < blk; j++)
+                    want += (__builtin_popcountll((unsigned long long)(i & j)) & 1 ? -1.0 : 1.0) *
+                            x[o + j];
+                near(y[o + i], want / sqrt((double)blk), 1e-5, "hadamard", (int)i);
+            }
+        pi_hadamard(y, NB * blk, blk);
+        for (int64_t i = 0; i < NB * blk; i++)
+            near(y[i], x[i], 1e-5, "hadamard twice", (int)i);
+    }
+    assert_int_equal(pi_hadamard_block(64), 64);
+    assert_int_equal(pi_hadamard_block(96), 32);
+    assert_int_equal(pi_hadamard_block(128), 128);
+    assert_int_equal(pi_hadamard_block(160), 32);
+    assert_int_equal(pi_hadamard_block(512), 256);
+}
+
+/* A Q8_0 and a Q4_0 cache: attention against the exact softmax of the dequantized GGUF
+ * blocks of K and V (pi_quantize_q8_0 / _q4_0, bit-exact with the gguf package's
+ * quantizer in the quantize tests): with float activations within float rounding, with 8-bit ones
  * (the query quantized too) within the query's rounding; kv_get returns the blocks as
  * stored and kv_set puts them back; non-finite keys give a NaN output, as F16 would;
  * head dims that are not multiples of 32 are refused. */
-static void test_attention_q8_0(void **state) {
+static void test_attention_quantized(void **state) {
     (void)state;
     const struct pi_backend_vtable *be = pi_backend_cpu();
+    for (int ty = 0; ty < 2; ty++) {
+    const int kvt = ty ? PI_KV_Q4_0 : PI_KV_Q8_0;
+    void (*quant)(const float *, void *, int64_t) = ty ? pi_quantize_q4_0 : pi_quantize_q8_0;
+    void (*dequant)(const void *, float *, int64_t) = ty ? pi_dequant_q4_0 : pi_dequant_q8_0;
     /* T = 16 one-head units: the prompt's scores through the Q8_0 gemm's panel path, a
      * decode step's through gemm_few; both must give the dot's bits */
     enum { L = 1, CTX = 64, HQ = 4, HKV = 2, D = 64, P = 30, T = 16 };
@@ -221,15 +257,24 @@ static void test_attention_q8_0(void **state) {
     for (int i = 0; i < T * HQ * D; i++)
         q[i] = rnd() * 3;
     static uint8_t blocks[(P + T) * HKV * D / 32 * 34];
-    pi_quantize_q8_0(k, blocks, (P + T) * HKV * D);
-    pi_dequant_q8_0(blocks, kd, (P + T) * HKV * D);
-    pi_quantize_q8_0(v, blocks, (P + T) * HKV * D);
-    pi_dequant_q8_0(blocks, vd, (P + T) * HKV * D);
+    const size_t nbytes = pi_kv_row_bytes(kvt, (P + T) * HKV * D);
+    /* Q4_0 keys are stored rotated per head (runtime/hadamard.h): the keys the scores
+     * see are H dequant(quant(H k)) */
+    static float kr[(P + T) * HKV * D];
+    memcpy(kr, k, sizeof kr);
+    if (ty)
+        pi_hadamard(kr, (P + T) * HKV * D, pi_hadamard_block(D));
+    quant(kr, blocks, (P + T) * HKV * D);
+    dequant(blocks, kd, (P + T) * HKV * D);
+    if (ty)
+        pi_hadamard(kd, (P + T) * HKV * D, pi_hadamard_block(D));
+    quant(v, blocks, (P + T) * HKV * D);
+    dequant(blocks, vd, (P + T) * HKV * D);
     for (int f32 = 0; f32 <= 1; f32++) {
         struct pi_backend_config cfg = {&pi_default_allocator, 2, T, 256, f32, 0};
         struct pi_backend *b;
         assert_int_equal(be->create(&b, &cfg), PI_OK);
-        struct pi_kv_desc d = {L, CTX, HQ, HKV, D, D, PI_KV_Q8_0};
+        struct pi_kv_desc d = {L, CTX, HQ, HKV, D, D, kvt};
         struct pi_kv *kv;
         assert_int_equal(be->kv_create(b, &d, &kv), PI_OK);
         be->kv_store(b, kv, 0, 0, P, k, v);
@@ -255,7 +300,8 @@ static void test_attention_q8_0(void **state) {
                     double o = 0;
                     for (int p = 0; p < n; p++)
                         o += s[p] / sum * vd[(p * HKV + hk) * D + i];
-                    near(out[(t * HQ + h) * D + i], o, f32 ? 1e-5 : 2e-2, "attention q8_0", i);
+                    near(out[(t * HQ + h) * D + i], o, f32 ? 1e-5 : 2e-2,
+                         ty ? "attention q4_0" : "attention q8_0", i);
                 }
             }
         /* each token alone (a decode step at its position) gives the batch's bits */
@@ -267,7 +313,7 @@ static void test_attention_q8_0(void **state) {
         /* kv_get: the stored blocks; kv_set of other blocks, then back */
         static uint8_t kb[(P + T) * HKV * D / 32 * 34], vb[(P + T) * HKV * D / 32 * 34];
         assert_int_equal(be->kv_get(b, kv, 0, 0, P + T, kb, vb), PI_OK);
-        assert_memory_equal(vb, blocks, sizeof vb);
+        assert_memory_equal(vb, blocks, nbytes);
         float out2[T * HQ * D];
         be->kv_store(b, kv, 0, 0, 2, v, k); /* overwrite two positions */
         assert_int_equal(be->kv_set(b, kv, 0, 0, P + T, kb, vb), PI_OK);
@@ -281,11 +327,12 @@ static void test_attention_q8_0(void **state) {
         be->attention(b, kv, 0, q, T, P, &ao, out2);
         assert_true(isnan(out2[0]));
         be->kv_destroy(b, kv);
-        struct pi_kv_desc odd = {L, CTX, HQ, HKV, 48, 64, PI_KV_Q8_0};
+        struct pi_kv_desc odd = {L, CTX, HQ, HKV, 48, 64, kvt};
         assert_int_equal(be->kv_create(b, &odd, &kv), PI_ERR_UNSUPPORTED);
         struct pi_kv_desc unknown = {L, CTX, HQ, HKV, D, D, 7};
         assert_int_equal(be->kv_create(b, &unknown, &kv), PI_ERR_UNSUPPORTED);
         be->destroy(b);
+    }
     }
 }
 
@@ -650,7 +697,8 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_refuses_wider_than_configured),
         cmocka_unit_test(test_rmsnorm),   cmocka_unit_test(test_rope),
-        cmocka_unit_test(test_attention), cmocka_unit_test(test_attention_q8_0),
+        cmocka_unit_test(test_attention), cmocka_unit_test(test_attention_quantized),
+        cmocka_unit_test(test_hadamard),
         cmocka_unit_test(test_matmul_and_transpose),
         cmocka_unit_test(test_norms_and_elementwise), cmocka_unit_test(test_ffn_act),   cmocka_unit_test(test_sparse_ops),
     };

@@ -1,9 +1,9 @@
 #define _POSIX_C_SOURCE 200809L
-/* The Q8_0 KV cache (pi_ctx_params.kv_type) through the public API, on a small llama
- * model with 32-wide heads:
+/* The Q8_0 and Q4_0 KV caches (pi_ctx_params.kv_type) through the public API, on a
+ * small llama model with 32-wide heads:
  *  - the logits of a prompt and decode steps stay within the blocks' rounding of the
- *    F16 cache's (8-bit and float activations), and are not the same bits (the cache
- *    really is another one);
+ *    F16 cache's (8-bit and float activations; Q4_0 further than Q8_0), and are not the
+ *    same bits (the cache really is another one);
  *  - a saved state restores bit for bit (the blocks as stored), and loads only into a
  *    context with the same kv_type; a sequence copy decodes exactly as its source;
  *    removing positions (the keys re-rotated through floats) stays within rounding of
@@ -74,22 +74,25 @@ static void test_logits(void **state) {
         pi_ctx *c = make(PI_KV_TYPE_F16, f32, 1);
         run(c, ref);
         pi_ctx_destroy(c);
-        c = make(PI_KV_TYPE_Q8_0, f32, 1);
-        run(c, got);
-        pi_ctx_destroy(c);
-        double worst = 0;
-        for (int s = 0; s < 5; s++)
-            worst = fmax(worst, rel_diff(ref[s], got[s], nv));
-        print_message("# %s activations: Q8_0 cache vs F16: %.4e of max |logit|\n",
-                      f32 ? "float" : "8-bit", worst);
-        assert_true(worst > 0.0 && worst < 2e-2);
+        double worst[2] = {0, 0};
+        for (int q4 = 0; q4 <= 1; q4++) {
+            c = make(q4 ? PI_KV_TYPE_Q4_0 : PI_KV_TYPE_Q8_0, f32, 1);
+            run(c, got);
+            pi_ctx_destroy(c);
+            for (int s = 0; s < 5; s++)
+                worst[q4] = fmax(worst[q4], rel_diff(ref[s], got[s], nv));
+            print_message("# %s activations: %s cache vs F16: %.4e of max |logit|\n",
+                          f32 ? "float" : "8-bit", q4 ? "Q4_0" : "Q8_0", worst[q4]);
+        }
+        assert_true(worst[0] > 0.0 && worst[0] < 2e-2);
+        /* 4-bit blocks: 16 steps instead of 256, so more rounding, and still close */
+        assert_true(worst[1] > worst[0] && worst[1] < 1e-1);
     }
 }
 
-static void test_state_and_sequences(void **state) {
-    (void)state;
+static void state_and_sequences(uint32_t kv_type, const char *name) {
     const int64_t nv = pi_model_n_vocab(g_model);
-    pi_ctx *c = make(PI_KV_TYPE_Q8_0, 0, 2);
+    pi_ctx *c = make(kv_type, 0, 2);
     assert_int_equal(pi_ctx_decode(c, TOKS, 6), PI_OK);
     size_t size = 0;
     assert_int_equal(pi_ctx_state_save(c, -1, NULL, 0, &size), PI_ERR_RANGE);
@@ -110,7 +113,7 @@ static void test_state_and_sequences(void **state) {
     /* into an F16 context: refused, naming the types */
     pi_ctx *f = make(PI_KV_TYPE_F16, 0, 2);
     assert_int_equal(pi_ctx_state_load(f, -1, buf, size), PI_ERR_FORMAT);
-    assert_non_null(strstr(pi_ctx_errmsg(f), "Q8_0"));
+    assert_non_null(strstr(pi_ctx_errmsg(f), name));
     free(buf);
 
     /* a copy of sequence 0 decodes exactly as sequence 0 */
@@ -137,10 +140,16 @@ static void test_state_and_sequences(void **state) {
         memcpy(k ? b[0] : a[0], pi_ctx_logits(x), (size_t)nv * sizeof(float));
     }
     const double d = rel_diff(a[0], b[0], nv);
-    print_message("# after removing positions: Q8_0 vs F16 %.2e of max |logit|\n", d);
-    assert_true(d < 2e-2);
+    print_message("# after removing positions: %s vs F16 %.2e of max |logit|\n", name, d);
+    assert_true(d < (kv_type == PI_KV_TYPE_Q4_0 ? 1e-1 : 2e-2));
     pi_ctx_destroy(f);
     pi_ctx_destroy(c);
+}
+
+static void test_state_and_sequences(void **state) {
+    (void)state;
+    state_and_sequences(PI_KV_TYPE_Q8_0, "Q8_0");
+    state_and_sequences(PI_KV_TYPE_Q4_0, "Q4_0");
 }
 
 static void test_refused(void **state) {
@@ -152,11 +161,15 @@ static void test_refused(void **state) {
     cp.n_ctx = 32;
     cp.errbuf = err;
     cp.errbuf_cap = sizeof err;
-    cp.kv_type = PI_KV_TYPE_Q8_0 + 1;
+    cp.kv_type = PI_KV_TYPE_Q4_0 + 1;
     assert_int_equal(pi_ctx_create(g_model, &cp, &c), PI_ERR_INVALID_ARG);
     assert_non_null(strstr(err, "kv_type"));
-    cp.kv_type = PI_KV_TYPE_Q8_0;
+    cp.kv_type = PI_KV_TYPE_Q4_0;
     cp.device = PI_DEVICE_CPU;
+    assert_int_equal(pi_ctx_create(g_model, &cp, &c), PI_ERR_UNSUPPORTED);
+    assert_non_null(strstr(err, "CPU-only"));
+    assert_non_null(strstr(err, "Q4_0"));
+    cp.kv_type = PI_KV_TYPE_Q8_0;
     assert_int_equal(pi_ctx_create(g_model, &cp, &c), PI_ERR_UNSUPPORTED);
     assert_non_null(strstr(err, "CPU-only"));
     /* 16-wide heads */
@@ -166,6 +179,9 @@ static void test_refused(void **state) {
     pi_model *m;
     assert_int_equal(pi_model_open(path, NULL, &m), PI_OK);
     cp.device = PI_DEVICE_NONE;
+    assert_int_equal(pi_ctx_create(m, &cp, &c), PI_ERR_UNSUPPORTED);
+    assert_non_null(strstr(err, "multiples of 32"));
+    cp.kv_type = PI_KV_TYPE_Q4_0;
     assert_int_equal(pi_ctx_create(m, &cp, &c), PI_ERR_UNSUPPORTED);
     assert_non_null(strstr(err, "multiples of 32"));
     cp.kv_type = PI_KV_TYPE_F16;

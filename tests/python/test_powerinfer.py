@@ -208,6 +208,16 @@ def test_generate_paris(smollm2):
     assert text.startswith(" Paris"), text
 
 
+def test_quantized_kv_caches(smollm2):
+    for kv in ("q8_0", "q4_0"):
+        with pi.Context(smollm2, n_ctx=256, n_threads=2, kv_type=kv) as ctx:
+            text = "".join(pi.generate(smollm2, "The capital of France is", 3, ctx=ctx,
+                                       temperature=0))
+        assert text.startswith(" Paris"), (kv, text)
+    with pytest.raises(ValueError):
+        pi.Context(smollm2, n_ctx=64, kv_type="q2_k")
+
+
 def test_generate_chat_and_reused_context(smollm2):
     with pi.Context(smollm2, n_ctx=256, n_threads=2) as ctx:
         pieces = list(pi.generate(smollm2, "What is the capital of France?", 24,

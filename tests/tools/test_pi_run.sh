@@ -201,8 +201,12 @@ if [ -n "$smol" ] && [ -f "$smol" ]; then
     cmp -s "$work/greedy.txt" "$work/kvq.txt" && ok "--kv-type q8_0: same greedy text" || bad "--kv-type q8_0 text: $(cat "$work/kvq.txt")"
     "$pirun" -m "$smol" -p "Once upon a time" -c 48 -n 60 --temp 0 --context-shift --kv-type q8_0 > /dev/null 2> "$work/kvq.err"
     expect "--kv-type q8_0 --context-shift" "$work/kvq.err" "generated 60 tokens"
-    "$pirun" -m "$smol" -p "x" --kv-type q4_0 > /dev/null 2> "$work/kvq2.err"
-    [ $? -eq 2 ] && grep -q "f16 or q8_0" "$work/kvq2.err" && ok "bad --kv-type: exit 2" || bad "bad --kv-type"
+    # --kv-type q4_0: runs, and a context shift re-rotates its keys
+    "$pirun" -m "$smol" -p "Once upon a time" -c 48 -n 60 --temp 0 --context-shift --kv-type q4_0 > "$work/kv4.txt" 2> "$work/kv4.err"
+    expect "--kv-type q4_0 --context-shift" "$work/kv4.err" "generated 60 tokens"
+    [ -s "$work/kv4.txt" ] && ok "--kv-type q4_0 prints text" || bad "--kv-type q4_0: no text"
+    "$pirun" -m "$smol" -p "x" --kv-type q2_k > /dev/null 2> "$work/kvq2.err"
+    [ $? -eq 2 ] && grep -q "f16, q8_0 or q4_0" "$work/kvq2.err" && ok "bad --kv-type: exit 2" || bad "bad --kv-type"
     "$pirun" -m "$smol" -p "x" -c 100000000 > /dev/null 2>&1
     [ $? -eq 2 ] && ok "absurd -c rejected" || bad "absurd -c"
     "$pirun" -m "$smol" -p "x" --temp abc > /dev/null 2>&1

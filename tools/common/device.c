@@ -110,8 +110,10 @@ int cli_device_option(struct cli_device *d, const char *a, const char *v, int *t
             d->kv_type = PI_KV_TYPE_F16;
         } else if (!strcmp(v, "q8_0")) {
             d->kv_type = PI_KV_TYPE_Q8_0;
+        } else if (!strcmp(v, "q4_0")) {
+            d->kv_type = PI_KV_TYPE_Q4_0;
         } else {
-            fprintf(stderr, "%s: --kv-type wants f16 or q8_0, not '%s'\n", cli_prog, v);
+            fprintf(stderr, "%s: --kv-type wants f16, q8_0 or q4_0, not '%s'\n", cli_prog, v);
             return 2;
         }
         return 0;

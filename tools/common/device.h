@@ -110,8 +110,8 @@ int cli_device_dry_run_model(struct cli_device *d, const pi_model *m, const char
     "  --no-plan-cache         plan in memory only; by default the plan is cached in\n"   \
     "                          MODEL.generated.gpuidx and reused while the model,\n"     \
     "                          statistics and budget are the same\n"                      \
-    "  --kv-type T             the KV cache's type: f16 (default) or q8_0 (about half\n"  \
-    "                          the memory; CPU-only contexts)\n"                         \
+    "  --kv-type T             the KV cache's type: f16 (default), q8_0 (about half\n"   \
+    "                          the memory) or q4_0 (28 %); CPU-only contexts\n"          \
     "  --no-graphs             submit the device's work op by op (default: decode\n"    \
     "                          steps as CUDA graphs where nothing overlaps them)\n"      \
     "  --print-plan            print the plan (budget, bytes per part, each layer's\n"    \

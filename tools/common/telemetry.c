@@ -35,7 +35,10 @@ uint64_t tele_kv_bytes(const pi_model *m, int64_t pos, uint32_t kv_type) {
         return 0;
     const int64_t hd = pi_model_n_embd(m) / nh;
     const uint64_t f16 = (uint64_t)(2 * pi_model_n_layer(m) * pos * nkv * hd * 2);
-    return kv_type == PI_KV_TYPE_Q8_0 ? f16 / 64 * 34 : f16; /* 34 bytes per 32 values */
+    /* 34 (Q8_0) or 18 (Q4_0) bytes per 32 values */
+    return kv_type == PI_KV_TYPE_Q8_0   ? f16 / 64 * 34
+           : kv_type == PI_KV_TYPE_Q4_0 ? f16 / 64 * 18
+                                        : f16;
 }
 
 static double div0(double a, double b) {

@@ -162,7 +162,7 @@ static void usage(void) {
             "                [-r REPETITIONS] [--sparse-mode LIST] [--no-bandwidth]\n"
             "                [--telemetry] [--device gpu|cpu] [--vram-budget LIST]\n"
             "                [--device-index N] [--plan-stats FILE] [--no-graphs]\n"
-            "                [--kv-type f16|q8_0]\n"
+            "                [--kv-type f16|q8_0|q4_0]\n"
             "                [--no-mmap] [--mlock]\n"
             "  Defaults: -p 128 -n 64 -r 5, threads = all processors, modes: the model's\n"
             "  default (sparse for PowerInfer files, threshold for pi-sparsify's, dense\n"
@@ -178,7 +178,7 @@ static void usage(void) {
             "  --device-index N    which GPU (default 0)\n"
             "  --plan-stats FILE   activation statistics that rank neurons for the planner\n"
             "  --no-graphs         submit device steps op by op, not as CUDA graphs\n"
-            "  --kv-type T         the KV cache's type: f16 (default) or q8_0\n"
+            "  --kv-type T         the KV cache's type: f16 (default), q8_0 or q4_0\n"
             "  --no-mmap           read the model into memory instead of mapping it\n"
             "  --mlock             lock the model in RAM; warns and goes on when refused\n");
 }
@@ -371,11 +371,13 @@ int main(int argc, char **argv) {
             dev.graphs = PI_GRAPHS_OFF;
         } else if (i + 1 < argc && !strcmp(a, "--kv-type")) {
             const char *t = argv[++i];
-            if (strcmp(t, "f16") && strcmp(t, "q8_0")) {
-                fprintf(stderr, "pi-bench: --kv-type wants f16 or q8_0, not '%s'\n", t);
+            if (strcmp(t, "f16") && strcmp(t, "q8_0") && strcmp(t, "q4_0")) {
+                fprintf(stderr, "pi-bench: --kv-type wants f16, q8_0 or q4_0, not '%s'\n", t);
                 return 2;
             }
-            dev.kv_type = strcmp(t, "f16") ? PI_KV_TYPE_Q8_0 : PI_KV_TYPE_F16;
+            dev.kv_type = !strcmp(t, "q8_0")   ? PI_KV_TYPE_Q8_0
+                          : !strcmp(t, "q4_0") ? PI_KV_TYPE_Q4_0
+                                               : PI_KV_TYPE_F16;
         } else if (i + 1 < argc && (!strcmp(a, "-m") || !strcmp(a, "--model"))) {
             path = argv[++i];
         } else if (i + 1 < argc && !strcmp(a, "--sparse-mode")) {

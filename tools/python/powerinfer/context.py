@@ -36,7 +36,7 @@ PLAN_FILES = {"read": 1, "cache": 2, "write": 3}
 # PI_EMBD_*
 EMBEDDINGS = {"off": 0, "on": 1, "only": 2}
 # PI_KV_TYPE_*
-KV_TYPES = {"f16": 0, "q8_0": 1}
+KV_TYPES = {"f16": 0, "q8_0": 1, "q4_0": 2}
 
 
 def _enum(value, table, what):
@@ -141,9 +141,9 @@ class Context(Owner):
     device_budget:    bytes the plan may place on the device, scratch included; None
                       or "auto" (default): the device's free memory minus 256 MiB
                       ("cpu": everything); 0 places nothing.
-    kv_type:          "f16" (default) or "q8_0": how the KV cache stores keys and values
-                      (q8_0: about half the memory, CPU-only contexts, head dimensions
-                      multiples of 32).
+    kv_type:          "f16" (default), "q8_0" or "q4_0": how the KV cache stores keys
+                      and values (q8_0: about half the memory, q4_0: 28 %; CPU-only
+                      contexts, head dimensions multiples of 32).
     device_graphs:    True (default): device steps of up to 8 tokens are submitted as
                       CUDA graphs where nothing overlaps them on the CPU
                       (PI_GRAPHS_AUTO); False: op by op.

@@ -1148,7 +1148,7 @@ pub struct ContextBuilder<'s> {
     n_seq_max: u32,
     check_layers: bool,
     graphs_off: bool,
-    kv_q8_0: bool,
+    kv_type: u32, // PI_KV_TYPE_*
     embeddings: Option<Embeddings>,
 }
 
@@ -1200,9 +1200,16 @@ impl<'s> ContextBuilder<'s> {
         self
     }
     /// Store the KV cache as Q8_0 blocks (`PI_KV_TYPE_Q8_0`: about half the memory of
-    /// the default F16; CPU-only contexts, head dimensions multiples of 32).
+    /// the default F16; CPU-only contexts, head dimensions multiples of 32); `false`:
+    /// F16.
     pub fn kv_q8_0(mut self, yes: bool) -> Self {
-        self.kv_q8_0 = yes;
+        self.kv_type = if yes { 1 } else { 0 };
+        self
+    }
+    /// Store the KV cache as Q4_0 blocks (`PI_KV_TYPE_Q4_0`: 28 % of the F16 cache's
+    /// memory, more rounding than Q8_0; the same conditions); `false`: F16.
+    pub fn kv_q4_0(mut self, yes: bool) -> Self {
+        self.kv_type = if yes { 2 } else { 0 };
         self
     }
     pub fn sparse_mode(mut self, mode: SparseMode) -> Self {
@@ -1273,7 +1280,7 @@ impl<'s> ContextBuilder<'s> {
         p.f32_activations = self.f32_activations as u32;
         p.check_numerics = self.check_layers as u32;
         p.device_graphs = self.graphs_off as u32; // PI_GRAPHS_OFF = 1
-        p.kv_type = self.kv_q8_0 as u32; // PI_KV_TYPE_Q8_0 = 1
+        p.kv_type = self.kv_type;
         if let Some(e) = self.embeddings {
             p.embeddings = e as u32;
         }

@@ -23,6 +23,20 @@ fn greedy_continuation_names_paris() {
     assert!(ctx.pos() > 5);
 }
 
+/// The quantized KV caches (`kv_q8_0`, `kv_q4_0`) decode the same greedy start.
+#[test]
+fn quantized_kv_caches_name_paris() {
+    let model = open();
+    for q4 in [false, true] {
+        let b = Context::builder().n_ctx(256).n_threads(2);
+        let b = if q4 { b.kv_q4_0(true) } else { b.kv_q8_0(true) };
+        let mut ctx = b.build(&model).expect("context");
+        let text = powerinfer::generate_greedy(&model, &mut ctx, "The capital of France is", 3)
+            .expect("generate");
+        assert!(text.starts_with(" Paris"), "q4 {q4}: greedy continuation was {text:?}");
+    }
+}
+
 #[test]
 fn tokenize_detokenize_round_trip() {
     let model = open();
