@@ -100,7 +100,8 @@ static double max_rel(float a[NSTEP][MAXV], float b[NSTEP][MAXV], int64_t nv) {
         double mx = 1e-6, d = 0.0;
         for (int64_t i = 0; i < nv; i++) {
             mx = fmax(mx, fabs(a[s][i]));
-            d = fmax(d, fabs((double)a[s][i] - b[s][i]));
+            const double e = fabs((double)a[s][i] - b[s][i]);
+            d = e != e ? INFINITY : fmax(d, e); /* fmax would drop a NaN */
         }
         worst = fmax(worst, d / mx);
     }

@@ -50,7 +50,8 @@ static double rel_diff(const float *a, const float *b, int64_t n) {
     double mx = 1e-6, d = 0;
     for (int64_t i = 0; i < n; i++) {
         mx = fmax(mx, fabs(a[i]));
-        d = fmax(d, fabs((double)a[i] - b[i]));
+        const double e = fabs((double)a[i] - b[i]);
+        d = e != e ? INFINITY : fmax(d, e); /* fmax would drop a NaN */
     }
     return d / mx;
 }
