@@ -2918,6 +2918,46 @@ INLINE void axpy_rows_i8_tok(int type, float *y, int64_t ldy, const float *a, in
                 if (!any)
                     continue;
                 float *yt = y + t * ldy;
+#if defined(PI_VNNI)
+                /* 512-bit: each four rows' 32 columns in two vpdpbusd (columns 0-15 and
+                 * 16-31: the pack's xb[0], xb[1] and xb[2], xb[3] side by side), the
+                 * group's sum and FMA on two registers; Zen 4 splits them in halves, but
+                 * the instructions to issue halve */
+                for (int64_t b = b0; b < be; b++) {
+                    const int l = (int)(b - b0);
+                    float *yb = yt + 32 * b;
+                    __m512 yv[2] = {_mm512_loadu_ps(yb), _mm512_loadu_ps(yb + 16)};
+                    for (int gi = 0; gi < ng; gi++) {
+                        if (!(any >> gi & 1))
+                            continue;
+                        if (!(ok[gi] >> l & 1)) { /* the exact path */
+                            const size_t o = (size_t)b * bb;
+                            _mm512_storeu_ps(yb, yv[0]);
+                            _mm512_storeu_ps(yb + 16, yv[1]);
+                            for (int r = 0; r < kg[gi]; r++)
+                                axpy32(yb, sym_quants(type, p[gi][r] + o),
+                                       _mm256_set1_ps(at[16 * gi + r] * f16_at(p[gi][r] + o)),
+                                       _mm256_setzero_ps(), 0);
+                            yv[0] = _mm512_loadu_ps(yb);
+                            yv[1] = _mm512_loadu_ps(yb + 16);
+                            continue;
+                        }
+                        __m512i acc0 = _mm512_setzero_si512(), acc1 = _mm512_setzero_si512();
+                        for (int j = 0; j < (kg[gi] + 3) / 4; j++) {
+                            const __m512i cp = _mm512_set1_epi32(quad[gi][j][l]);
+                            const __m256i *xb = x[gi][l][j];
+                            acc0 = _mm512_dpbusd_epi32(acc0, _mm512_loadu_si512(xb), cp);
+                            acc1 = _mm512_dpbusd_epi32(acc1, _mm512_loadu_si512(xb + 2), cp);
+                        }
+                        const __m512 sv = _mm512_set1_ps(sc[gi][l]);
+                        const __m512i oq = _mm512_set1_epi32(off * sq[gi][l]);
+                        yv[0] = _mm512_fmadd_ps(sv, _mm512_cvtepi32_ps(_mm512_sub_epi32(acc0, oq)), yv[0]);
+                        yv[1] = _mm512_fmadd_ps(sv, _mm512_cvtepi32_ps(_mm512_sub_epi32(acc1, oq)), yv[1]);
+                    }
+                    _mm512_storeu_ps(yb, yv[0]);
+                    _mm512_storeu_ps(yb + 16, yv[1]);
+                }
+#else
                 for (int64_t b = b0; b < be; b++) {
                     const int l = (int)(b - b0);
                     float *yb = yt + 32 * b;
@@ -2947,9 +2987,6 @@ INLINE void axpy_rows_i8_tok(int type, float *y, int64_t ldy, const float *a, in
                             const __m256i *xb = x[gi][l][j];
                             UNROLL
                             for (int i = 0; i < 4; i++)
-#if defined(PI_VNNI)
-                                acc[i] = _mm256_dpbusd_epi32(acc[i], xb[i], cp);
-#else
                                 acc[i] = _mm256_add_epi32(
                                     acc[i], _mm256_madd_epi16(
                                                 type == PI_TYPE_Q8_0
@@ -2957,7 +2994,6 @@ INLINE void axpy_rows_i8_tok(int type, float *y, int64_t ldy, const float *a, in
                                                                            _mm256_sign_epi8(cp, xb[i]))
                                                     : _mm256_maddubs_epi16(xb[i], cp),
                                                 ones));
-#endif
                         }
                         const __m256 sv = _mm256_set1_ps(sc[gi][l]);
                         const __m256i oq = _mm256_set1_epi32(off * sq[gi][l]);
@@ -2969,6 +3005,7 @@ INLINE void axpy_rows_i8_tok(int type, float *y, int64_t ldy, const float *a, in
                     for (int i = 0; i < 4; i++)
                         _mm256_storeu_ps(yb + 8 * i, yv[i]);
                 }
+#endif
             }
         }
     }

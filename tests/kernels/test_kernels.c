@@ -7,7 +7,8 @@
  *                         timed in thread CPU time (best of several runs)
  *   test_kernels --bench-decode  one-token gemm on small-model shapes, weights streamed,
  *                         then the sparse decode kernels (bench_sparse_decode)
- *   test_kernels --bench-sparse  only the sparse decode kernels (PI_BENCH_POOL=1: weights
+ *   test_kernels --bench-sparse  only the sparse decode kernels, then the prompt down
+ *                         projection (PI_BENCH_POOL=1: decode weights
  *                         from the last-level cache, the kernels' compute rate)
  *
  * Every SIMD table this CPU supports is compared with the scalar reference on random
@@ -1661,6 +1662,66 @@ static int run_bench(void) {
  * for up and the 8-bit axpy over rows of the transposed down (groups of 16 rows, chunks
  * of 256 columns, the next group's chunk prefetched: axpy_cols_job on one thread). GB/s
  * of the kept rows' bytes, weights cycled through the pool as in bench-decode. */
+/* A prompt's transposed down projection of 64 tokens over one thread's 1024 columns and
+ * 5632 rows, every activation non-zero (dense mode of a sparsified file): axpy_rows_i8_tok
+ * in the caller's 64-row groups, against the table's gemm over the same multiply-adds
+ * (1024 rows of 5632, 64 tokens), in G multiply-adds per second, one thread. */
+static void bench_prompt_down(const struct pi_cpu_kernels *k, int type, uint8_t *w,
+                              const float *xf, size_t wbytes) {
+    enum { T = 64, NC = 1024, NR = 5632, RG = 64 };
+    const pi_axpy_rows_tok_fn tok = k->axpy_rows_i8_tok[type];
+    const size_t rb = (size_t)pi_type_row_bytes((uint32_t)type, NC);
+    const size_t gb = (size_t)pi_type_row_bytes((uint32_t)type, NR);
+    const size_t vb = pi_vec_bytes(PI_VEC_Q8_0, NR);
+    float *yo = malloc((size_t)T * NC * sizeof *yo), *av = malloc((size_t)T * RG * sizeof *av);
+    float *yg = malloc((size_t)T * NC * sizeof *yg);
+    uint8_t *x = amalloc(vb * T);
+    if (!tok || !yo || !av || !yg || !x || rb * NR > wbytes || gb * NC > wbytes)
+        goto done;
+    random_weights(type, w, rb * NR);
+    for (int64_t i = 0; i < T * RG; i++)
+        av[i] = xf[i % 2048] + 0.5f;
+    double best_t = 0.0, best_g = 0.0;
+    const double macs = (double)T * NC * NR;
+    for (int rep = 0; rep < 3; rep++) {
+        double t0 = now(), dt;
+        size_t passes = 0;
+        do {
+            memset(yo, 0, (size_t)T * NC * sizeof *yo);
+            for (int64_t g = 0; g < NR; g += RG) {
+                const uint8_t *pc[RG];
+                for (int64_t i = 0; i < RG; i++)
+                    pc[i] = w + (size_t)(g + i) * rb;
+                tok(yo, NC, av, RG, T, pc, RG, NC);
+            }
+            passes++;
+            dt = now() - t0;
+        } while (dt < 0.3);
+        best_t = macs * (double)passes / dt / 1e9 > best_t ? macs * (double)passes / dt / 1e9 : best_t;
+    }
+    random_weights(type, w, gb * NC);
+    for (int t = 0; t < T; t++)
+        k->quantize_q8_0(xf + (t * 7) % 64, x + (size_t)t * vb, NR);
+    for (int rep = 0; rep < 3; rep++) {
+        double t0 = now(), dt;
+        size_t passes = 0;
+        do {
+            k->dot[type].gemm(w, gb, NC, x, vb, T, yg, NC, NR);
+            passes++;
+            dt = now() - t0;
+        } while (dt < 0.3);
+        best_g = macs * (double)passes / dt / 1e9 > best_g ? macs * (double)passes / dt / 1e9 : best_g;
+    }
+    printf("%-5s prompt down, 64 tokens x 1024 columns x 5632 rows: axpy_rows_i8_tok %6.1f, "
+           "gemm %6.1f G multiply-adds/s\n",
+           pi_type_traits((uint32_t)type)->name, best_t, best_g);
+done:
+    free(yo);
+    free(av);
+    free(yg);
+    afree(x);
+}
+
 static void bench_sparse_decode(const struct pi_cpu_kernels *k, int type, uint8_t *w, uint8_t *x,
                                 const float *xf, float *y, size_t pool) {
     const int64_t n = 2048, nr = 5632;
@@ -1786,6 +1847,10 @@ static int run_bench_decode(int sparse_only) {
     bench_sparse_decode(&k, PI_TYPE_Q4_0, w, x, xf, y, pool);
     bench_sparse_decode(&k, PI_TYPE_Q5_0, w, x, xf, y, pool);
     bench_sparse_decode(&k, PI_TYPE_Q8_0, w, x, xf, y, pool);
+    if (sparse_only)
+        for (int t = 0; t < 3; t++)
+            bench_prompt_down(&k, t == 0 ? PI_TYPE_Q4_0 : t == 1 ? PI_TYPE_Q5_0 : PI_TYPE_Q8_0, w,
+                              xf, (size_t)64 << 20);
     afree(w);
     afree(x);
     free(xf);
