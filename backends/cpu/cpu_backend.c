@@ -536,6 +536,13 @@ static void cpu_matmul_n(struct pi_backend *b, int nw, const struct pi_weight *c
  * for rows a few positions ahead in their list. `all`: the whole row, else its first
  * cache lines (the rest was requested when the row was `all` ahead earlier). */
 #define PREFETCH_ROWS 4
+/* Into L2 only: a sparse kernel's rows further down its list (prefetches into L1 of
+ * whole groups of scattered rows filled its miss buffers and stalled the kernel). */
+static inline void prefetch_l2(const uint8_t *p, size_t n) {
+    for (size_t o = 0; o < n; o += 64)
+        __builtin_prefetch(p + o, 0, 2);
+}
+
 static inline void prefetch_bytes(const uint8_t *p, size_t n, int all) {
     (void)all; /* whole rows for now */
     for (size_t o = 0; o < n; o += 64)
@@ -823,8 +830,9 @@ static void rchunk_job(void *arg, int64_t lo, int64_t hi, int ith) {
     const pi_axpy_rows_fn axpy_i8 = j->b->k.axpy_rows_i8[w->type];
     const int64_t cb = AXPY_CHUNK / tt->block_size > 0 ? AXPY_CHUNK / tt->block_size : 1;
     const int64_t chunk = cb * tt->block_size, E = w->n_in;
-    const size_t chunk_bytes = (size_t)cb * tt->block_bytes;
     const uint8_t *base = (const uint8_t *)w->data;
+    const int64_t steps = (E + chunk - 1) / chunk;
+    const int64_t per_step = (AXPY_GROUP + steps - 1) / steps;
     (void)ith;
     for (int64_t job = lo; job < hi; job++) {
         int64_t t = 0;
@@ -838,7 +846,7 @@ static void rchunk_job(void *arg, int64_t lo, int64_t hi, int ith) {
         const int64_t r1 = r0 + j->per[t] < j->k[t] ? r0 + j->per[t] : j->k[t];
         memset(part, 0, (size_t)E * sizeof *part);
         for (int64_t i = r0; i < r1 && i < r0 + AXPY_GROUP; i++)
-            prefetch_bytes(base + (size_t)own[i] * w->row_bytes, chunk_bytes, 1);
+            prefetch_l2(base + (size_t)own[i] * w->row_bytes, w->row_bytes);
         for (int64_t g = r0; g < r1; g += AXPY_GROUP) {
             const int64_t ge = g + AXPY_GROUP < r1 ? g + AXPY_GROUP : r1;
             const int64_t ne = ge + AXPY_GROUP < r1 ? ge + AXPY_GROUP : r1;
@@ -848,12 +856,12 @@ static void rchunk_job(void *arg, int64_t lo, int64_t hi, int ith) {
                 ptr[i - g] = base + (size_t)own[i] * w->row_bytes;
                 a[i - g] = xt[own[i]];
             }
-            for (int64_t c0 = 0; c0 < E; c0 += chunk) {
+            for (int64_t c0 = 0, step = 0; c0 < E; c0 += chunk, step++) {
                 const int64_t cn = E - c0 < chunk ? E - c0 : chunk;
                 const size_t co = (size_t)(c0 / tt->block_size) * tt->block_bytes;
-                /* the same chunk of the next group's rows */
-                for (int64_t i = ge; i < ne; i++)
-                    prefetch_bytes(base + (size_t)own[i] * w->row_bytes + co, chunk_bytes, 1);
+                /* the next group's whole rows into L2, a share of them per chunk step */
+                for (int64_t i = ge + step * per_step; i < ge + (step + 1) * per_step && i < ne; i++)
+                    prefetch_l2(base + (size_t)own[i] * w->row_bytes, w->row_bytes);
                 for (int64_t q = 0; q < ge - g; q++)
                     pc[q] = ptr[q] + co;
                 axpy_i8(part + c0, a, pc, ge - g, cn);
