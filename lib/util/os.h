@@ -57,7 +57,8 @@ int pi_os_map_file(const char *path, struct pi_file_map *map, struct pi_error *e
 typedef int (*pi_os_read_tick)(void *user, uint64_t done, uint64_t total);
 
 /* Read the whole of `path` into one allocation of `a` (borrowed until unmap), its
- * start aligned to the page size as a mapping's is. tick may be NULL.
+ * start aligned to the page size as a mapping's is (to 2 MiB for a file of 8 MiB or
+ * more, advised into huge pages on Linux, as a mapping is too). tick may be NULL.
  * PI_ERR_IO (as pi_os_file_open / _read, or too large for memory), PI_ERR_NOMEM,
  * PI_ERR_ABORTED. */
 int pi_os_read_file(const char *path, const struct pi_allocator *a, pi_os_read_tick tick,

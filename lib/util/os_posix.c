@@ -86,6 +86,30 @@ static void empty_map(struct pi_file_map *map) {
     memset(map, 0, sizeof *map);
 }
 
+static size_t page_size(void) {
+    long n = sysconf(_SC_PAGESIZE);
+    return n > 0 ? (size_t)n : 4096;
+}
+
+/* Transparent huge pages for the whole 2 MiB pages of [p, p + n) (Linux; elsewhere,
+ * or where the system has them off or refuses, nothing happens). A decode step reads
+ * every weight once: with 4 KiB pages that is a TLB miss per 4 KiB, and with huge
+ * pages decode ran 16-33 % faster from a read copy (docs/performance.md). A mapping
+ * gets them where the file system keeps the file in huge folios (ext4 on Linux >= 6.x
+ * mostly does already); a read copy only when asked before it is written. */
+#define HUGE_PAGE ((size_t)2 << 20)
+static void advise_huge(const void *p, size_t n) {
+#ifdef MADV_HUGEPAGE
+    const uintptr_t a = ((uintptr_t)p + HUGE_PAGE - 1) & ~(uintptr_t)(HUGE_PAGE - 1);
+    const uintptr_t e = ((uintptr_t)p + n) & ~(uintptr_t)(HUGE_PAGE - 1);
+    if (e > a)
+        (void)madvise((void *)a, e - a, MADV_HUGEPAGE);
+#else
+    (void)p;
+    (void)n;
+#endif
+}
+
 int pi_os_map_file(const char *path, struct pi_file_map *map, struct pi_error *err) {
     empty_map(map);
     struct pi_file f;
@@ -103,22 +127,20 @@ int pi_os_map_file(const char *path, struct pi_file_map *map, struct pi_error *e
     pi_os_file_close(&f);
     if (p == MAP_FAILED)
         PI_FAIL(err, PI_ERR_IO, "cannot map '%s': %s", path, strerror(e));
+    advise_huge(p, (size_t)f.size);
     map->data = p;
     map->size = f.size;
     return PI_OK;
 }
 
-static size_t page_size(void) {
-    long n = sysconf(_SC_PAGESIZE);
-    return n > 0 ? (size_t)n : 4096;
-}
 
 int pi_os_read_file(const char *path, const struct pi_allocator *a, pi_os_read_tick tick,
                     void *tick_user, struct pi_file_map *map, struct pi_error *err) {
     empty_map(map);
     struct pi_file f;
     PI_TRY(pi_os_file_open(path, &f, err));
-    const size_t align = page_size();
+    /* a file of several huge pages starts on one, so that all its whole ones are */
+    const size_t align = f.size >= 4 * HUGE_PAGE ? HUGE_PAGE : page_size();
     int st = PI_OK;
     if (f.size > (uint64_t)SIZE_MAX - align) {
         st = pi_error_set(err, PI_ERR_IO, "'%s' is too large to read into memory on this "
@@ -132,6 +154,7 @@ int pi_os_read_file(const char *path, const struct pi_allocator *a, pi_os_read_t
     if (map->heap) {
         map->alloc = a;
         uint8_t *base = (uint8_t *)(((uintptr_t)map->heap + align - 1) & ~(uintptr_t)(align - 1));
+        advise_huge(base, (size_t)f.size); /* before the pages are first written */
         /* chunks of 64 MiB: the caller sees progress and may stop a long read */
         const size_t chunk = (size_t)64 << 20;
         for (uint64_t done = 0; st == PI_OK && done < f.size;) {
