@@ -93,10 +93,10 @@ static size_t page_size(void) {
 
 /* Transparent huge pages for the whole 2 MiB pages of [p, p + n) (Linux; elsewhere,
  * or where the system has them off or refuses, nothing happens). A decode step reads
- * every weight once: with 4 KiB pages that is a TLB miss per 4 KiB, and with huge
- * pages decode ran 16-33 % faster from a read copy (docs/performance.md). A mapping
- * gets them where the file system keeps the file in huge folios (ext4 on Linux >= 6.x
- * mostly does already); a read copy only when asked before it is written. */
+ * every weight once: with 4 KiB pages that is a TLB miss per 4 KiB, and in huge pages
+ * a read copy decoded 1.2-1.4x faster (docs/performance.md, design.md). A mapping gets
+ * them where the page cache holds the file in huge folios (xfs; ext4 from Linux 6.16);
+ * a read copy when advised before its pages are first written. */
 #define HUGE_PAGE ((size_t)2 << 20)
 static void advise_huge(const void *p, size_t n) {
 #ifdef MADV_HUGEPAGE
@@ -132,7 +132,6 @@ int pi_os_map_file(const char *path, struct pi_file_map *map, struct pi_error *e
     map->size = f.size;
     return PI_OK;
 }
-
 
 int pi_os_read_file(const char *path, const struct pi_allocator *a, pi_os_read_tick tick,
                     void *tick_user, struct pi_file_map *map, struct pi_error *err) {

@@ -114,11 +114,39 @@ static void test_map_file(void **state) {
     remove(path);
 }
 
+/* A read copy starts on a page boundary, and a file of 8 MiB or more on a 2 MiB one (so
+ * that all of its whole huge pages can be huge), with the file's bytes. */
+static void test_read_file_alignment(void **state) {
+    (void)state;
+    static const size_t sizes[] = {5, (size_t)9 << 20};
+    for (size_t k = 0; k < 2; k++) {
+        char path[] = "/tmp/pi_test_read_XXXXXX.bin";
+        FILE *fp = fopen(path, "wb");
+        assert_non_null(fp);
+        for (size_t i = 0; i < sizes[k]; i++)
+            fputc((int)((i * 7u) ^ (i >> 13)) & 0xff, fp);
+        fclose(fp);
+        struct pi_file_map m;
+        struct pi_error e;
+        assert_int_equal(pi_os_read_file(path, &pi_default_allocator, NULL, NULL, &m, &e), PI_OK);
+        assert_int_equal(m.size, sizes[k]);
+        assert_int_equal((uintptr_t)m.data % (k ? (uintptr_t)2 << 20 : 4096), 0);
+        size_t bad = 0;
+        for (size_t i = 0; i < sizes[k]; i++)
+            bad += m.data[i] != (uint8_t)(((i * 7u) ^ (i >> 13)) & 0xff);
+        assert_int_equal(bad, 0);
+        pi_os_unmap_file(&m);
+        assert_null(m.data);
+        remove(path);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_error_macros),   cmocka_unit_test(test_error_truncates),
         cmocka_unit_test(test_calloc_overflow), cmocka_unit_test(test_log_levels),
         cmocka_unit_test(test_map_errors),     cmocka_unit_test(test_map_file),
+        cmocka_unit_test(test_read_file_alignment),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
