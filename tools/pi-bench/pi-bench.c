@@ -101,9 +101,10 @@ static struct bw_result read_bandwidth(int threads, size_t bytes, int reps) {
      * read 31 on a Zen 4) */
     const size_t huge = (size_t)2 << 20;
     bytes = (bytes + huge - 1) / huge * huge;
-    uint64_t *buf = aligned_alloc(huge, bytes);
-    if (!buf)
+    void *mem = malloc(bytes + huge); /* not aligned_alloc: MinGW's C library has none */
+    if (!mem)
         return res;
+    uint64_t *buf = (uint64_t *)(((uintptr_t)mem + huge - 1) & ~(uintptr_t)(huge - 1));
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
     (void)madvise(buf, bytes, MADV_HUGEPAGE);
 #endif
@@ -115,12 +116,12 @@ static struct bw_result read_bandwidth(int threads, size_t bytes, int reps) {
     struct bw_job jobs[MAX_T];
     int started = 0;
     if (pthread_barrier_init(&sh.start, NULL, (unsigned)nt) != 0) {
-        free(buf);
+        free(mem);
         return res;
     }
     if (pthread_barrier_init(&sh.done, NULL, (unsigned)nt) != 0) {
         pthread_barrier_destroy(&sh.start);
-        free(buf);
+        free(mem);
         return res;
     }
     pthread_mutex_init(&sh.mu, NULL);
@@ -163,7 +164,7 @@ static struct bw_result read_bandwidth(int threads, size_t bytes, int reps) {
     pthread_barrier_destroy(&sh.start);
     pthread_barrier_destroy(&sh.done);
     sink += jobs[0].sum;
-    free(buf);
+    free(mem);
     if (sink == 1) /* use the sums so that they are not optimised away */
         res.gbs.median = 0.0;
     return res;
