@@ -122,10 +122,11 @@ static inline size_t pi_kv_row_bytes(int type, int64_t n) {
 }
 
 /* Geometry of a KV cache: n_layer x n_ctx positions of n_kv values (n_head_kv * head
- * dim) for K and for V, stored as `type` (zero: F16). */
+ * dim) for K and for V, keys stored as `type` and values as `type_v` (zero: F16). */
 struct pi_kv_desc {
     int64_t n_layer, n_ctx, n_head, n_head_kv, head_dim_k, head_dim_v;
-    int type; /* enum pi_kv_type; kv_create refuses one the backend does not store */
+    int type;   /* the keys' enum pi_kv_type; kv_create refuses one the backend does not store */
+    int type_v; /* the values' (each of the two types may be any the backend stores) */
 };
 
 struct pi_backend_config {

@@ -826,6 +826,18 @@ typedef struct pi_ctx_params {
      * context (PI_ERR_UNSUPPORTED otherwise); states (pi_ctx_state_save) hold the
      * cache as stored and load only into a context with the same kv_type. Since: 0.1 */
     uint32_t kv_type;
+    /* How the KV cache stores values where they differ from keys: 0 (the default):
+     * as kv_type; PI_KV_TYPE_Q8_0 or PI_KV_TYPE_Q4_0: values in that type, keys in
+     * kv_type (PI_KV_TYPE_F16 too). Keys are the more sensitive half (on SmolLM2-135M
+     * Q4_0 values cost about 1.5 % perplexity, Q4_0 keys about 6 % even rotated;
+     * docs/performance.md), so the useful pairs store values smaller than keys:
+     * kv_type PI_KV_TYPE_Q8_0 with kv_type_v PI_KV_TYPE_Q4_0 (41 % of binary16's
+     * memory), or binary16 keys with Q8_0 values (77 %). Quantized keys with binary16
+     * values cannot be asked for. The conditions of a quantized kv_type apply to a
+     * quantized kv_type_v (CPU-only, head dimensions multiples of 32), and a state
+     * loads only into a context with the same keys' and values' types. Since: 0.1 */
+    uint32_t kv_type_v;
+    uint32_t reserved3; /* zero (fills what would be padding, see ABI.md) */
 } pi_ctx_params;
 
 /* pi_ctx_params.gate_histogram. */

@@ -179,11 +179,14 @@ static int setup_sparse(struct pi_ctx *c, const pi_ctx_params *p) {
     c->check_layers = p->check_numerics == PI_CHECK_LAYERS;
     c->graphs = p->device_graphs == PI_GRAPHS_AUTO;
     c->kv_type = (int)p->kv_type; /* PI_KV_TYPE_* and enum pi_kv_type share their values */
-    const char *kv_name = c->kv_type == PI_KV_Q4_0 ? "Q4_0" : "Q8_0";
-    if (c->kv_type != PI_KV_F16 && p->device != PI_DEVICE_NONE)
+    c->kv_type_v = p->kv_type_v ? (int)p->kv_type_v : c->kv_type;
+    const int kq = c->kv_type != PI_KV_F16, vq = c->kv_type_v != PI_KV_F16;
+    const char *kv_name = (kq ? c->kv_type : c->kv_type_v) == PI_KV_Q4_0 ? "Q4_0" : "Q8_0";
+    if ((kq || vq) && p->device != PI_DEVICE_NONE)
         PI_FAIL(&c->err, PI_ERR_UNSUPPORTED, "a %s KV cache is CPU-only (the device "
-                "backends store F16): use no device, or PI_KV_TYPE_F16", kv_name);
-    if (c->kv_type != PI_KV_F16 && (hp->head_dim_k % 32 || hp->head_dim_v % 32))
+                "backends store F16): use no device, or PI_KV_TYPE_F16 for keys and values",
+                kv_name);
+    if ((kq && hp->head_dim_k % 32) || (vq && hp->head_dim_v % 32))
         PI_FAIL(&c->err, PI_ERR_UNSUPPORTED, "a %s KV cache needs head dimensions that are "
                 "multiples of 32; this model's are %lld (K) and %lld (V)", kv_name,
                 (long long)hp->head_dim_k, (long long)hp->head_dim_v);
@@ -327,7 +330,7 @@ static int setup(struct pi_ctx *c, const pi_ctx_params *p) {
             return pi_exec_resolve(c); /* the KV cache lives on the device */
     }
     struct pi_kv_desc kvd = {hp->n_layer * c->n_seq, c->n_ctx, hp->n_head, hp->n_head_kv,
-                             hp->head_dim_k, hp->head_dim_v, c->kv_type};
+                             hp->head_dim_k, hp->head_dim_v, c->kv_type, c->kv_type_v};
     st = c->be->kv_create(c->b, &kvd, &c->kv);
     if (st < 0)
         PI_FAIL(&c->err, st, "out of memory for a KV cache of %lld positions",
@@ -356,7 +359,8 @@ static const char *bad_params(const pi_ctx_params *pp) {
            : p.embeddings > PI_EMBD_ONLY ? "embeddings is not a PI_EMBD_* value"
            : p.device_graphs > PI_GRAPHS_OFF ? "device_graphs is not a PI_GRAPHS_* value"
            : p.kv_type > PI_KV_TYPE_Q4_0 ? "kv_type is not a PI_KV_TYPE_* value"
-           : p.reserved0 || p.reserved2 ? "reserved fields are not zero"
+           : p.kv_type_v > PI_KV_TYPE_Q4_0 ? "kv_type_v is not 0 or a quantized PI_KV_TYPE_* value"
+           : p.reserved0 || p.reserved2 || p.reserved3 ? "reserved fields are not zero"
            : NULL;
 }
 
@@ -683,7 +687,7 @@ int pi_ctx_seq_copy(pi_ctx *c, int32_t src, int32_t dst) {
     }
     const struct pi_hparams *hp = c->hp;
     const size_t kb = pi_kv_row_bytes(c->kv_type, hp->n_head_kv * hp->head_dim_k);
-    const size_t vb = pi_kv_row_bytes(c->kv_type, hp->n_head_kv * hp->head_dim_v);
+    const size_t vb = pi_kv_row_bytes(c->kv_type_v, hp->n_head_kv * hp->head_dim_v);
     uint8_t *buf = pi_malloc(&c->alloc, (size_t)n * (kb + vb));
     if (!buf)
         PI_FAIL(&c->err, PI_ERR_NOMEM, "out of memory copying %lld positions", (long long)n);
@@ -754,7 +758,7 @@ int pi_ctx_seq_remove(pi_ctx *c, int32_t seq, int64_t p0, int64_t p1) {
     if (m > 0) { /* move p1.. down to p0.., keys rotated back by d positions */
         const struct pi_hparams *hp = c->hp;
         const int64_t nk = hp->n_head_kv * hp->head_dim_k, nv = hp->n_head_kv * hp->head_dim_v;
-        const size_t kb = pi_kv_row_bytes(c->kv_type, nk), vb = pi_kv_row_bytes(c->kv_type, nv);
+        const size_t kb = pi_kv_row_bytes(c->kv_type, nk), vb = pi_kv_row_bytes(c->kv_type_v, nv);
         uint8_t *k = pi_malloc(&c->alloc, (size_t)m * (kb + vb));
         float *kf = pi_malloc(&c->alloc, (size_t)(m * nk) * sizeof *kf);
         if (!k || !kf) {

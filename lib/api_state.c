@@ -2,13 +2,13 @@
  * memory and to files. Format (docs/formats.md, "Context state"), little-endian:
  *
  *   magic "PISTATE\0", u32 version 1, u32 kind (bits 0..7: 0 whole context, 1 one
- *   sequence; bits 8..15: the RoPE factor set; bits 16..23: the KV cache type,
- *   PI_KV_TYPE_*),
+ *   sequence; bits 8..15: the RoPE factor set; bits 16..23: the KV cache's keys' type,
+ *   PI_KV_TYPE_*; bits 24..31: its values', 0 when they are stored as the keys),
  *   u64 model identity, u32 n_layer, u32 K values per position, u32 V values per
  *   position, u32 n_vocab, u32 sequences that follow, u32 has_logits,
  *   [f32 logits[n_vocab]]                              (when has_logits)
  *   per sequence: u32 id, u32 len, then per layer K [len][nk] and V [len][nv] as
- *   the cache stores them (F16, or Q8_0 blocks)
+ *   the cache stores them (F16, Q8_0 or Q4_0 blocks)
  *   u64 FNV-1a of everything before it
  *
  * A load checks everything (size, checksum, identity, shape, ids, lengths) before it
@@ -64,7 +64,7 @@ static size_t per_pos(const struct pi_ctx *c, size_t *k_bytes) {
     const size_t kb = pi_kv_row_bytes(c->kv_type, hp->n_head_kv * hp->head_dim_k);
     if (k_bytes)
         *k_bytes = kb;
-    return kb + pi_kv_row_bytes(c->kv_type, hp->n_head_kv * hp->head_dim_v);
+    return kb + pi_kv_row_bytes(c->kv_type_v, hp->n_head_kv * hp->head_dim_v);
 }
 
 /* Bytes of the state of `seq` (-1: all). */
@@ -98,7 +98,9 @@ int pi_ctx_state_save(const pi_ctx *c, int32_t seq, void *buf, size_t cap, size_
     put32(&p, STATE_VERSION);
     /* kind: whole (0) or one sequence (1), and in bits 8..15 the RoPE factor set the
      * keys were rotated with (LongRoPE's short or long; 0 for every other model) */
-    put32(&p, (whole ? 0u : 1u) | (uint32_t)c->rope_set << 8 | (uint32_t)c->kv_type << 16);
+    const uint32_t vt = c->kv_type_v == c->kv_type ? 0u : (uint32_t)c->kv_type_v;
+    put32(&p, (whole ? 0u : 1u) | (uint32_t)c->rope_set << 8 | (uint32_t)c->kv_type << 16 |
+                  vt << 24);
     put64(&p, pi_model_identity(c->model));
     put32(&p, (uint32_t)hp->n_layer);
     put32(&p, (uint32_t)nk);
@@ -156,7 +158,8 @@ int pi_ctx_state_load(pi_ctx *c, int32_t seq, const void *buf, size_t size) {
     p += 8;
     const uint32_t version = get32(&p), kind_word = get32(&p);
     const uint32_t kind = kind_word & 0xffu, rope_set = kind_word >> 8 & 0xffu;
-    const uint32_t kv_type = kind_word >> 16;
+    const uint32_t kv_type = kind_word >> 16 & 0xffu, vt = kind_word >> 24;
+    const uint32_t kv_type_v = vt ? vt : kv_type;
     const uint64_t id = get64(&p);
     const uint32_t n_layer = get32(&p), fk = get32(&p), fv = get32(&p), n_vocab = get32(&p);
     const uint32_t n_seq = get32(&p), has_logits = get32(&p);
@@ -164,7 +167,7 @@ int pi_ctx_state_load(pi_ctx *c, int32_t seq, const void *buf, size_t size) {
         PI_FAIL(&c->err, PI_ERR_FORMAT, "state version %u; this library reads %u", version,
                 STATE_VERSION);
     if (kind > 1 || has_logits > 1 || (kind == 1 && (n_seq != 1 || has_logits)) ||
-        rope_set > PI_ROPE_SET_LONG || kv_type > PI_KV_TYPE_Q4_0)
+        rope_set > PI_ROPE_SET_LONG || kv_type > PI_KV_TYPE_Q4_0 || vt > PI_KV_TYPE_Q4_0)
         PI_FAIL(&c->err, PI_ERR_FORMAT, "state header is inconsistent");
     if ((seq < 0) != (kind == 0))
         PI_FAIL(&c->err, PI_ERR_INVALID_ARG, seq < 0 ? "a one-sequence state needs a target "
@@ -178,9 +181,11 @@ int pi_ctx_state_load(pi_ctx *c, int32_t seq, const void *buf, size_t size) {
                 rope_set == PI_ROPE_SET_LONG ? "long" : "short",
                 rope_set == PI_ROPE_SET_LONG ? "above" : "at most", (long long)hp->rope_ctx_orig,
                 c->rope_set == PI_ROPE_SET_LONG ? "long" : "short");
-    if (kv_type != (uint32_t)c->kv_type)
-        PI_FAIL(&c->err, PI_ERR_FORMAT, "the state holds a %s KV cache; this context's is %s "
-                "(pi_ctx_params.kv_type)", kv_name(kv_type), kv_name((uint32_t)c->kv_type));
+    if (kv_type != (uint32_t)c->kv_type || kv_type_v != (uint32_t)c->kv_type_v)
+        PI_FAIL(&c->err, PI_ERR_FORMAT, "the state holds a KV cache of %s keys and %s values; "
+                "this context's has %s and %s (pi_ctx_params.kv_type, kv_type_v)",
+                kv_name(kv_type), kv_name(kv_type_v), kv_name((uint32_t)c->kv_type),
+                kv_name((uint32_t)c->kv_type_v));
     if (n_seq > (uint32_t)c->n_seq && kind == 0)
         PI_FAIL(&c->err, PI_ERR_RANGE, "the state holds %u sequences; the context has %lld",
                 n_seq, (long long)c->n_seq);

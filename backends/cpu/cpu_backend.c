@@ -99,16 +99,30 @@ struct pi_kv {
     struct pi_kv_desc d;
     int64_t nk, nv;  /* values per position: n_head_kv * head_dim_{k,v} */
     size_t kb, vb;   /* bytes per position (pi_kv_row_bytes) */
-    uint8_t *k, *v;  /* [n_layer][n_ctx][kb], [..][vb]: F16, Q8_0 or Q4_0 (d.type) */
-    int32_t *iota;   /* quantized: 0 .. n_ctx - 1 (the positions' rows for gemv_idx) */
+    uint8_t *k, *v;  /* [n_layer][n_ctx][kb], [..][vb]: F16, Q8_0 or Q4_0 (d.type, d.type_v) */
+    int32_t *iota;   /* quantized keys: 0 .. n_ctx - 1 (the positions' rows for gemv_idx) */
     int64_t rot;     /* Q4_0: keys stored Hadamard-rotated in blocks of this many values
                       * per head (runtime/hadamard.h), queries rotated alike; else 0 */
 };
 
-/* The weight type of a quantized cache's rows (PI_TYPE_Q8_0 or PI_TYPE_Q4_0): its
- * kernels score a query against K rows and convert V rows, as for weights. */
-static int kv_wtype(const struct pi_kv *kv) {
-    return kv->d.type == PI_KV_Q4_0 ? PI_TYPE_Q4_0 : PI_TYPE_Q8_0;
+/* The weight type of a quantized cache type's rows (PI_TYPE_Q8_0 or PI_TYPE_Q4_0): its
+ * kernels score a query against K rows (kv_ktype) and convert V rows (kv_vtype), as
+ * for weights. */
+static int kv_wtype(int type) {
+    return type == PI_KV_Q4_0 ? PI_TYPE_Q4_0 : PI_TYPE_Q8_0;
+}
+
+static int kv_ktype(const struct pi_kv *kv) {
+    return kv_wtype(kv->d.type);
+}
+
+static int kv_vtype(const struct pi_kv *kv) {
+    return kv_wtype(kv->d.type_v);
+}
+
+/* A cache type this backend stores: F16, Q8_0, Q4_0. */
+static int kv_type_known(int type) {
+    return type == PI_KV_F16 || type == PI_KV_Q8_0 || type == PI_KV_Q4_0;
 }
 
 /* ---- life cycle ------------------------------------------------------------------ */
@@ -279,11 +293,11 @@ static int refuse(struct pi_backend *b, int64_t width, int64_t n_tok) {
 
 static int cpu_kv_create(struct pi_backend *b, const struct pi_kv_desc *d, struct pi_kv **out) {
     *out = NULL;
-    /* Q8_0, Q4_0: each head's slice whole blocks, and a query head fits the stack buffer of
-     * its quantized copy (attn_pairs) */
-    if (d->type != PI_KV_F16 &&
-        ((d->type != PI_KV_Q8_0 && d->type != PI_KV_Q4_0) || d->head_dim_k % 32 ||
-         d->head_dim_v % 32 || d->head_dim_k > KV_Q8_MAX_DIM))
+    /* Q8_0, Q4_0 (keys, values or both): each head's slice whole blocks, and a query
+     * head fits the stack buffer of its quantized copy (attn_pairs) */
+    if (!kv_type_known(d->type) || !kv_type_known(d->type_v) ||
+        (d->type != PI_KV_F16 && (d->head_dim_k % 32 || d->head_dim_k > KV_Q8_MAX_DIM)) ||
+        (d->type_v != PI_KV_F16 && d->head_dim_v % 32))
         return PI_ERR_UNSUPPORTED;
     struct pi_kv *kv = pi_calloc(b->alloc, 1, sizeof *kv);
     if (!kv)
@@ -292,7 +306,7 @@ static int cpu_kv_create(struct pi_backend *b, const struct pi_kv_desc *d, struc
     kv->nk = d->n_head_kv * d->head_dim_k;
     kv->nv = d->n_head_kv * d->head_dim_v;
     kv->kb = pi_kv_row_bytes(d->type, kv->nk);
-    kv->vb = pi_kv_row_bytes(d->type, kv->nv);
+    kv->vb = pi_kv_row_bytes(d->type_v, kv->nv);
     kv->rot = d->type == PI_KV_Q4_0 ? pi_hadamard_block(d->head_dim_k) : 0;
     /* Not zeroed: a position is always written before it is read, and untouched pages
      * of a large allocation cost no resident memory. */
@@ -1276,14 +1290,18 @@ static void kv_store_tokens(void *arg, int64_t t0, int64_t t1, int ith) {
             } else {
                 q8_row(kv->d.type, k, kd, kv->nk);
             }
-            q8_row(kv->d.type, j->v + t * kv->nv, j->vd + (size_t)t * kv->vb, kv->nv);
         }
-        return;
+    } else {
+        j->b->k.from_float_f16(j->k + t0 * kv->nk, j->kd + 2 * (size_t)(t0 * kv->nk),
+                               (t1 - t0) * kv->nk);
     }
-    j->b->k.from_float_f16(j->k + t0 * kv->nk, j->kd + 2 * (size_t)(t0 * kv->nk),
-                           (t1 - t0) * kv->nk);
-    j->b->k.from_float_f16(j->v + t0 * kv->nv, j->vd + 2 * (size_t)(t0 * kv->nv),
-                           (t1 - t0) * kv->nv);
+    if (kv->d.type_v != PI_KV_F16) {
+        for (int64_t t = t0; t < t1; t++)
+            q8_row(kv->d.type_v, j->v + t * kv->nv, j->vd + (size_t)t * kv->vb, kv->nv);
+    } else {
+        j->b->k.from_float_f16(j->v + t0 * kv->nv, j->vd + 2 * (size_t)(t0 * kv->nv),
+                               (t1 - t0) * kv->nv);
+    }
 }
 
 static void cpu_kv_store(struct pi_backend *b, struct pi_kv *kv, int64_t layer, int64_t pos0,
@@ -1332,7 +1350,7 @@ static void q8_scores(const struct pi_backend *b, const struct pi_kv *kv, float 
         pi_hadamard(qrot, n, kv->rot);
         q = qrot;
     }
-    const int wt = kv_wtype(kv);
+    const int wt = kv_ktype(kv);
     const struct pi_dot_kernel *dk = &b->k.dot[wt];
     if (!b->f32_activations && all_finite(q, n) && dk->fmt == PI_VEC_Q8_0) {
         _Alignas(64) uint8_t qq[KV_Q8_MAX_DIM / 256 * PI_Q8_0_GROUP_BYTES];
@@ -1365,9 +1383,9 @@ static void q8_unit_scores(const struct pi_backend *b, const struct pi_kv *kv, f
                            int64_t lds, const uint8_t *kh, int64_t n_pos, const float *const *q,
                            int64_t rows, uint8_t *qq) {
     const int64_t n = kv->d.head_dim_k;
-    const struct pi_dot_kernel *dk = &b->k.dot[kv_wtype(kv)];
+    const struct pi_dot_kernel *dk = &b->k.dot[kv_ktype(kv)];
     const size_t vb = pi_vec_bytes(PI_VEC_Q8_0, n);
-    const pi_gemm_fn few = b->k.gemm_few[kv_wtype(kv)];
+    const pi_gemm_fn few = b->k.gemm_few[kv_ktype(kv)];
     const pi_gemm_fn gemm = rows == ATT_UNIT_ROWS ? dk->gemm : few;
     int ok = rows <= ATT_UNIT_ROWS && !b->f32_activations && dk->fmt == PI_VEC_Q8_0 && gemm &&
              vb > 0;
@@ -1405,7 +1423,7 @@ static void q8_unit_values(const struct pi_backend *b, const struct pi_kv *kv, f
         const int64_t m = n_pos - p < G ? n_pos - p : G;
         const uint8_t *rows[G];
         for (int64_t i = 0; i < m; i++) {
-            b->k.to_float[kv_wtype(kv)](vh + (size_t)(p + i) * kv->vb, tile + i * n, n);
+            b->k.to_float[kv_vtype(kv)](vh + (size_t)(p + i) * kv->vb, tile + i * n, n);
             rows[i] = (const uint8_t *)(tile + i * n);
         }
         for (int64_t h = 0; h < hg; h++)
@@ -1427,7 +1445,8 @@ static void attn_pairs(void *arg, int64_t lo, int64_t hi, int ith) {
     float *scores = j->b->scratch + (size_t)ith * (size_t)j->b->max_width;
     const uint8_t *kl = kv->k + (size_t)j->layer * (size_t)d->n_ctx * kv->kb;
     const uint8_t *vl = kv->v + (size_t)j->layer * (size_t)d->n_ctx * kv->vb;
-    const int q8 = d->type != PI_KV_F16; /* a quantized cache (Q8_0, Q4_0) */
+    /* quantized keys, values (Q8_0, Q4_0) */
+    const int qk = d->type != PI_KV_F16, qv = d->type_v != PI_KV_F16;
     for (int64_t pair = lo; pair < hi; pair++) {
         const int64_t t = pair / d->n_head, h = pair % d->n_head, hk = h / group;
         /* positions p0 .. pos0 + t: all of them, or the last `window` */
@@ -1435,7 +1454,7 @@ static void attn_pairs(void *arg, int64_t lo, int64_t hi, int ith) {
         const int64_t p0 = w > 0 && last + 1 > w ? last + 1 - w : 0, n_pos = last + 1 - p0;
         const float *q = j->q + (t * d->n_head + h) * d->head_dim_k;
         const uint8_t *kh = kl + (size_t)p0 * kv->kb + pi_kv_row_bytes(d->type, hk * d->head_dim_k);
-        if (q8)
+        if (qk)
             q8_scores(j->b, kv, scores, kh, n_pos, q);
         else
             j->b->k.dot_f16_rows(scores, kh, kv->kb, n_pos, q, d->head_dim_k);
@@ -1449,8 +1468,9 @@ static void attn_pairs(void *arg, int64_t lo, int64_t hi, int ith) {
             scores[p] *= norm;
         for (int64_t i = 0; i < d->head_dim_v; i++)
             o[i] = 0.0f;
-        const uint8_t *vh = vl + (size_t)p0 * kv->vb + pi_kv_row_bytes(d->type, hk * d->head_dim_v);
-        if (q8)
+        const uint8_t *vh =
+            vl + (size_t)p0 * kv->vb + pi_kv_row_bytes(d->type_v, hk * d->head_dim_v);
+        if (qv)
             q8_unit_values(j->b, kv, o, scores, 0, vh, n_pos, 1,
                            j->b->deq + (size_t)ith * deq_floats(j->b));
         else
@@ -1484,7 +1504,8 @@ static void attn_units(void *arg, int64_t lo, int64_t hi, int ith) {
     float *qb = sc + (size_t)ATT_UNIT_ROWS * (size_t)lds;
     const uint8_t *kl = j->kv->k + (size_t)j->layer * (size_t)d->n_ctx * kv->kb;
     const uint8_t *vl = j->kv->v + (size_t)j->layer * (size_t)d->n_ctx * kv->vb;
-    const int q8 = d->type != PI_KV_F16; /* a quantized cache (Q8_0, Q4_0) */
+    /* quantized keys, values (Q8_0, Q4_0) */
+    const int qk = d->type != PI_KV_F16, qv = d->type_v != PI_KV_F16;
     for (int64_t u = lo; u < hi; u++) {
         const int64_t t0 = u / ngroups * uj->tq, h0 = u % ngroups * uj->hg, hk = h0 / group;
         const int64_t t1 = t0 + uj->tq < j->n_tok ? t0 + uj->tq : j->n_tok;
@@ -1493,7 +1514,7 @@ static void attn_units(void *arg, int64_t lo, int64_t hi, int ith) {
         const int64_t plo = w > 0 && j->pos0 + t0 + 1 > w ? j->pos0 + t0 + 1 - w : 0;
         const uint8_t *kh = kl + (size_t)plo * kv->kb + pi_kv_row_bytes(d->type, hk * D);
         int64_t rows = 0;
-        if (q8) {
+        if (qk) {
             const float *qr[ATT_UNIT_ROWS];
             for (int64_t t = t0; t < t1; t++)
                 for (int64_t h = h0; h < h0 + uj->hg; h++, rows++)
@@ -1521,9 +1542,9 @@ static void attn_units(void *arg, int64_t lo, int64_t hi, int ith) {
                 for (int64_t i = 0; i < Dv; i++)
                     o[i] = 0.0f;
             }
-            const uint8_t *vh = vl + (size_t)p0 * kv->vb + pi_kv_row_bytes(d->type, hk * Dv);
+            const uint8_t *vh = vl + (size_t)p0 * kv->vb + pi_kv_row_bytes(d->type_v, hk * Dv);
             float *o = j->out + (t * d->n_head + h0) * Dv;
-            if (q8)
+            if (qv)
                 q8_unit_values(j->b, kv, o, s0, lds, vh, n_pos, uj->hg,
                                j->b->deq + (size_t)ith * deq_floats(j->b));
             else if (j->b->k.axpy_f16_q)
@@ -1553,8 +1574,8 @@ static void cpu_attention(struct pi_backend *b, struct pi_kv *kv, int64_t layer,
     const size_t q8_bytes = ATT_UNIT_ROWS * pi_vec_bytes(PI_VEC_Q8_0, d->head_dim_k) + 64;
     if (b->k.attn_scores &&
         (d->type == PI_KV_F16 ||
-         (q8_bytes <= (size_t)ATT_UNIT_ROWS * (size_t)b->max_width * sizeof(float) &&
-          (size_t)16 * (size_t)d->head_dim_v <= deq_floats(b)))) {
+         q8_bytes <= (size_t)ATT_UNIT_ROWS * (size_t)b->max_width * sizeof(float)) &&
+        (d->type_v == PI_KV_F16 || (size_t)16 * (size_t)d->head_dim_v <= deq_floats(b))) {
         /* a whole GQA group per unit, tokens as many as fit; fewer heads per unit when
          * that leaves too few units for the threads (4 per thread for a prompt; a decode
          * step's units are alike, so one per thread will do, and whole groups read each

@@ -375,7 +375,7 @@ static int cuda_kv_create(struct pi_backend *b, const struct pi_kv_desc *d, stru
     if (d->n_layer <= 0 || d->n_ctx <= 0 || d->n_head <= 0 || d->n_head_kv <= 0 ||
         d->head_dim_k <= 0 || d->head_dim_v <= 0 || d->n_head % d->n_head_kv != 0)
         return PI_ERR_INVALID_ARG;
-    if (d->type != PI_KV_F16)
+    if (d->type != PI_KV_F16 || d->type_v != PI_KV_F16)
         return PI_ERR_UNSUPPORTED; /* an F16 cache only */
     if (!pi_cuda_attention_ok(b, d))
         return PI_ERR_UNSUPPORTED; /* heads wider than the attention kernel takes */

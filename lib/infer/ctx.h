@@ -99,7 +99,8 @@ struct pi_ctx {
     int stats_level;                   /* PI_STATS_* */
     int check_layers;                  /* PI_CHECK_LAYERS: NaN/Inf after each block */
     int graphs;                        /* PI_GRAPHS_AUTO, and no device failed one */
-    int kv_type;                       /* PI_KV_TYPE_* = enum pi_kv_type (backend.h) */
+    int kv_type, kv_type_v;            /* keys', values' PI_KV_TYPE_* = enum pi_kv_type
+                                        * (backend.h); kv_type_v never 0 for "as keys" */
     int graph_layers;                  /* pi_exec_resolve: no layer overlaps host and
                                         * device work (graph regions allowed) */
     struct pi_stats *stats;            /* NULL when off */

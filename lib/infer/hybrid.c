@@ -755,7 +755,7 @@ static int setup_device(struct pi_ctx *c, struct pi_hybrid *h) {
     }
     if (st >= 0 && p->kv) {
         struct pi_kv_desc kvd = {hp->n_layer * c->n_seq, c->n_ctx, hp->n_head, hp->n_head_kv,
-                                 hp->head_dim_k, hp->head_dim_v, PI_KV_F16};
+                                 hp->head_dim_k, hp->head_dim_v, PI_KV_F16, PI_KV_F16};
         st = h->be->kv_create(h->b, &kvd, &h->kv);
         if (st < 0)
             pi_error_set(&c->err, st, "out of device memory for the KV cache");

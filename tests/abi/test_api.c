@@ -36,7 +36,8 @@ _Static_assert(sizeof(void *) != 8 || offsetof(pi_ctx_params, sparse_thresholds)
 _Static_assert(sizeof(void *) != 8 || offsetof(pi_ctx_params, gate_histogram) == 148, "hist");
 _Static_assert(sizeof(void *) != 8 || offsetof(pi_ctx_params, device_graphs) == 152, "graphs");
 _Static_assert(sizeof(void *) != 8 || offsetof(pi_ctx_params, kv_type) == 156, "kv_type");
-_Static_assert(sizeof(void *) != 8 || sizeof(pi_ctx_params) == 160, "pi_ctx_params size");
+_Static_assert(sizeof(void *) != 8 || offsetof(pi_ctx_params, kv_type_v) == 160, "kv_type_v");
+_Static_assert(sizeof(void *) != 8 || sizeof(pi_ctx_params) == 168, "pi_ctx_params size");
 _Static_assert(sizeof(void *) != 8 || offsetof(pi_sparsify_params, down_error) == 80, "down_err");
 _Static_assert(sizeof(void *) != 8 || offsetof(pi_sparsify_params, method) == 88, "method");
 _Static_assert(sizeof(void *) != 8 || offsetof(pi_sparsify_params, neuron_order) == 96, "order");

@@ -562,17 +562,17 @@ static void attention_case(const struct pi_kv_desc *d, const int64_t *chunks, in
 static void test_attention(void **state) {
     (void)state;
     { /* grouped-query, prefill then decode steps */
-        const struct pi_kv_desc d = {2, 160, 6, 2, 64, 64, PI_KV_F16};
+        const struct pi_kv_desc d = {2, 160, 6, 2, 64, 64, PI_KV_F16, PI_KV_F16};
         const int64_t chunks[] = {7, 1, 33, 1, 64, 1};
         attention_case(&d, chunks, 6, 1, 0, NULL);
     }
     { /* multi-head, odd head dims, K wider than V */
-        const struct pi_kv_desc d = {1, 64, 4, 4, 40, 24, PI_KV_F16};
+        const struct pi_kv_desc d = {1, 64, 4, 4, 40, 24, PI_KV_F16, PI_KV_F16};
         const int64_t chunks[] = {1, 2, 3, 7, 1};
         attention_case(&d, chunks, 5, 0, 0, NULL);
     }
     { /* one K/V head for 8, wide heads, a long context (split positions) */
-        const struct pi_kv_desc d = {1, 3000, 8, 1, 128, 128, PI_KV_F16};
+        const struct pi_kv_desc d = {1, 3000, 8, 1, 128, 128, PI_KV_F16, PI_KV_F16};
         int64_t chunks[64];
         int n = 0;
         for (int64_t p = 0; p < 2990; p += 64)
@@ -582,12 +582,12 @@ static void test_attention(void **state) {
         attention_case(&d, chunks, n, 0, 3, NULL);
     }
     { /* the widest heads the kernel takes on every warp width */
-        const struct pi_kv_desc d = {1, 300, 2, 2, 256, 256, PI_KV_F16};
+        const struct pi_kv_desc d = {1, 300, 2, 2, 256, 256, PI_KV_F16, PI_KV_F16};
         const int64_t chunks[] = {33, 1, 64, 64, 64, 1};
         attention_case(&d, chunks, 6, 0, 0, NULL);
     }
     { /* wider heads: refused at creation, not failed later */
-        const struct pi_kv_desc d = {1, 8, 2, 2, 1024, 1024, PI_KV_F16};
+        const struct pi_kv_desc d = {1, 8, 2, 2, 1024, 1024, PI_KV_F16, PI_KV_F16};
         struct pi_kv *kv = (struct pi_kv *)1;
         assert_int_equal(G->kv_create(gb, &d, &kv), PI_ERR_UNSUPPORTED);
         assert_null(kv);
@@ -608,7 +608,7 @@ static void test_attention(void **state) {
 static void test_attention_options(void **state) {
     (void)state;
     {
-        const struct pi_kv_desc d = {2, 160, 6, 2, 64, 64, PI_KV_F16};
+        const struct pi_kv_desc d = {2, 160, 6, 2, 64, 64, PI_KV_F16, PI_KV_F16};
         const int64_t chunks[] = {7, 1, 33, 1, 64, 1}; /* 107 positions */
         /* gpt-oss's sinks: near the scores, far above and far below them */
         static const float sinks[6] = {0.5f, -2.0f, 3.0f, 60.0f, -60.0f, 0.0f};
@@ -621,7 +621,7 @@ static void test_attention_options(void **state) {
             attention_case(&d, chunks, 6, 1, 0, &opts[i]);
     }
     { /* one K/V head for 8 over a long context: windows of 700 and of 40 (with a cap) */
-        const struct pi_kv_desc d = {1, 3000, 8, 1, 128, 128, PI_KV_F16};
+        const struct pi_kv_desc d = {1, 3000, 8, 1, 128, 128, PI_KV_F16, PI_KV_F16};
         int64_t chunks[64];
         int n = 0;
         for (int64_t p = 0; p < 2990; p += 64)
@@ -634,7 +634,7 @@ static void test_attention_options(void **state) {
         attention_case(&d, chunks, n, 0, 0, &narrow);
     }
     { /* the widest heads, a window and a cap */
-        const struct pi_kv_desc d = {1, 300, 2, 2, 256, 256, PI_KV_F16};
+        const struct pi_kv_desc d = {1, 300, 2, 2, 256, 256, PI_KV_F16, PI_KV_F16};
         const int64_t chunks[] = {33, 1, 64, 64, 64, 1};
         const struct pi_attn o = {0.0625f, 1.0f, 100, NULL};
         attention_case(&d, chunks, 6, 0, 0, &o);
@@ -1100,7 +1100,7 @@ static void test_bench(void **state) {
         free(x);
     }
     /* attention: 32 heads over 8 K/V heads of 128, at the end of a 4096 context */
-    const struct pi_kv_desc d = {1, 4096, 32, 8, 128, 128, PI_KV_F16};
+    const struct pi_kv_desc d = {1, 4096, 32, 8, 128, 128, PI_KV_F16, PI_KV_F16};
     struct pi_kv *kv;
     assert_int_equal(G->kv_create(gb, &d, &kv), PI_OK);
     float *kvh = rnd_floats((size_t)(MAX_TOK * 8 * 128), 1.0f);

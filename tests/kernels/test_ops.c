@@ -153,7 +153,7 @@ static void test_attention(void **state) {
         for (int threads = 1; threads <= 3; threads += 2) {
             const struct pi_attn *ao = &opts[oi];
             struct pi_backend *b = make(threads, 64);
-            struct pi_kv_desc d = {L, CTX, HQ, HKV, DK, DV, PI_KV_F16};
+            struct pi_kv_desc d = {L, CTX, HQ, HKV, DK, DV, PI_KV_F16, PI_KV_F16};
             struct pi_kv *kv;
             assert_int_equal(be->kv_create(b, &d, &kv), PI_OK);
             static float k[(P + T) * HKV * DK], v[(P + T) * HKV * DV], q[T * HQ * DK];
@@ -232,19 +232,47 @@ static void test_hadamard(void **state) {
     assert_int_equal(pi_hadamard_block(512), 256);
 }
 
-/* A Q8_0 and a Q4_0 cache: attention against the exact softmax of the dequantized GGUF
- * blocks of K and V (pi_quantize_q8_0 / _q4_0, bit-exact with the gguf package's
- * quantizer in the quantize tests): with float activations within float rounding, with 8-bit ones
- * (the query quantized too) within the query's rounding; kv_get returns the blocks as
- * stored and kv_set puts them back; non-finite keys give a NaN output, as F16 would;
- * head dims that are not multiples of 32 are refused. */
+/* Binary16 rows as the cache stores them, for the pairs below. */
+static void f16_store(const float *x, void *q, int64_t n) {
+    for (int64_t i = 0; i < n; i++) {
+        const uint16_t h = pi_fp32_to_fp16(x[i]);
+        memcpy((uint8_t *)q + 2 * i, &h, 2);
+    }
+}
+
+static void f16_load(const void *q, float *x, int64_t n) {
+    for (int64_t i = 0; i < n; i++) {
+        uint16_t h;
+        memcpy(&h, (const uint8_t *)q + 2 * i, 2);
+        x[i] = pi_fp16_to_fp32(h);
+    }
+}
+
+/* Quantized caches, keys and values each F16, Q8_0 or Q4_0 (both the same, or values
+ * smaller than keys, or the other way): attention against the exact softmax of the
+ * dequantized GGUF blocks of K and V (pi_quantize_q8_0 / _q4_0, bit-exact with the gguf
+ * package's quantizer in the quantize tests): with float activations within float
+ * rounding, with 8-bit ones (the query quantized too) within the query's rounding;
+ * kv_get returns the rows as stored and kv_set puts them back; non-finite keys give a
+ * NaN output, as F16 would; head dims that are not multiples of 32 are refused for a
+ * quantized half, and unknown types for either. */
 static void test_attention_quantized(void **state) {
     (void)state;
     const struct pi_backend_vtable *be = pi_backend_cpu();
-    for (int ty = 0; ty < 2; ty++) {
-    const int kvt = ty ? PI_KV_Q4_0 : PI_KV_Q8_0;
-    void (*quant)(const float *, void *, int64_t) = ty ? pi_quantize_q4_0 : pi_quantize_q8_0;
-    void (*dequant)(const void *, float *, int64_t) = ty ? pi_dequant_q4_0 : pi_dequant_q8_0;
+    static const int pairs[][2] = {{PI_KV_Q8_0, PI_KV_Q8_0}, {PI_KV_Q4_0, PI_KV_Q4_0},
+                                   {PI_KV_Q8_0, PI_KV_Q4_0}, {PI_KV_F16, PI_KV_Q8_0},
+                                   {PI_KV_F16, PI_KV_Q4_0},  {PI_KV_Q4_0, PI_KV_Q8_0}};
+    for (size_t pr = 0; pr < sizeof pairs / sizeof pairs[0]; pr++) {
+    const int kt = pairs[pr][0], vt = pairs[pr][1];
+    void (*const quant[3])(const float *, void *, int64_t) = {f16_store, pi_quantize_q8_0,
+                                                              pi_quantize_q4_0};
+    void (*const dequant[3])(const void *, float *, int64_t) = {f16_load, pi_dequant_q8_0,
+                                                                pi_dequant_q4_0};
+    const char *what = pr == 0 ? "attention q8_0" : pr == 1 ? "attention q4_0"
+                       : pr == 2 ? "attention q8_0 keys, q4_0 values"
+                       : pr == 3 ? "attention f16 keys, q8_0 values"
+                       : pr == 4 ? "attention f16 keys, q4_0 values"
+                                 : "attention q4_0 keys, q8_0 values";
     /* T = 16 one-head units: the prompt's scores through the Q8_0 gemm's panel path, a
      * decode step's through gemm_few; both must give the dot's bits */
     enum { L = 1, CTX = 64, HQ = 4, HKV = 2, D = 64, P = 30, T = 16 };
@@ -256,25 +284,26 @@ static void test_attention_quantized(void **state) {
     }
     for (int i = 0; i < T * HQ * D; i++)
         q[i] = rnd() * 3;
-    static uint8_t blocks[(P + T) * HKV * D / 32 * 34];
-    const size_t nbytes = pi_kv_row_bytes(kvt, (P + T) * HKV * D);
+    static uint8_t kblocks[(P + T) * HKV * D * 2], vblocks[(P + T) * HKV * D * 2];
+    const size_t kbytes = pi_kv_row_bytes(kt, (P + T) * HKV * D);
+    const size_t vbytes = pi_kv_row_bytes(vt, (P + T) * HKV * D);
     /* Q4_0 keys are stored rotated per head (runtime/hadamard.h): the keys the scores
      * see are H dequant(quant(H k)) */
     static float kr[(P + T) * HKV * D];
     memcpy(kr, k, sizeof kr);
-    if (ty)
+    if (kt == PI_KV_Q4_0)
         pi_hadamard(kr, (P + T) * HKV * D, pi_hadamard_block(D));
-    quant(kr, blocks, (P + T) * HKV * D);
-    dequant(blocks, kd, (P + T) * HKV * D);
-    if (ty)
+    quant[kt](kr, kblocks, (P + T) * HKV * D);
+    dequant[kt](kblocks, kd, (P + T) * HKV * D);
+    if (kt == PI_KV_Q4_0)
         pi_hadamard(kd, (P + T) * HKV * D, pi_hadamard_block(D));
-    quant(v, blocks, (P + T) * HKV * D);
-    dequant(blocks, vd, (P + T) * HKV * D);
+    quant[vt](v, vblocks, (P + T) * HKV * D);
+    dequant[vt](vblocks, vd, (P + T) * HKV * D);
     for (int f32 = 0; f32 <= 1; f32++) {
         struct pi_backend_config cfg = {&pi_default_allocator, 2, T, 256, f32, 0};
         struct pi_backend *b;
         assert_int_equal(be->create(&b, &cfg), PI_OK);
-        struct pi_kv_desc d = {L, CTX, HQ, HKV, D, D, kvt};
+        struct pi_kv_desc d = {L, CTX, HQ, HKV, D, D, kt, vt};
         struct pi_kv *kv;
         assert_int_equal(be->kv_create(b, &d, &kv), PI_OK);
         be->kv_store(b, kv, 0, 0, P, k, v);
@@ -300,8 +329,7 @@ static void test_attention_quantized(void **state) {
                     double o = 0;
                     for (int p = 0; p < n; p++)
                         o += s[p] / sum * vd[(p * HKV + hk) * D + i];
-                    near(out[(t * HQ + h) * D + i], o, f32 ? 1e-5 : 2e-2,
-                         ty ? "attention q4_0" : "attention q8_0", i);
+                    near(out[(t * HQ + h) * D + i], o, f32 ? 1e-5 : 2e-2, what, i);
                 }
             }
         /* each token alone (a decode step at its position) gives the batch's bits */
@@ -310,10 +338,11 @@ static void test_attention_quantized(void **state) {
             be->attention(b, kv, 0, q + t * HQ * D, 1, P + t, &ao, one);
             assert_memory_equal(one, out + t * HQ * D, sizeof one);
         }
-        /* kv_get: the stored blocks; kv_set of other blocks, then back */
-        static uint8_t kb[(P + T) * HKV * D / 32 * 34], vb[(P + T) * HKV * D / 32 * 34];
+        /* kv_get: the stored rows; kv_set of other rows, then back */
+        static uint8_t kb[(P + T) * HKV * D * 2], vb[(P + T) * HKV * D * 2];
         assert_int_equal(be->kv_get(b, kv, 0, 0, P + T, kb, vb), PI_OK);
-        assert_memory_equal(vb, blocks, nbytes);
+        assert_memory_equal(kb, kblocks, kbytes);
+        assert_memory_equal(vb, vblocks, vbytes);
         float out2[T * HQ * D];
         be->kv_store(b, kv, 0, 0, 2, v, k); /* overwrite two positions */
         assert_int_equal(be->kv_set(b, kv, 0, 0, P + T, kb, vb), PI_OK);
@@ -327,10 +356,13 @@ static void test_attention_quantized(void **state) {
         be->attention(b, kv, 0, q, T, P, &ao, out2);
         assert_true(isnan(out2[0]));
         be->kv_destroy(b, kv);
-        struct pi_kv_desc odd = {L, CTX, HQ, HKV, 48, 64, kvt};
+        /* the quantized half's heads 48 wide */
+        struct pi_kv_desc odd = {L, CTX, HQ, HKV, kt ? 48 : 64, kt ? 64 : 48, kt, vt};
         assert_int_equal(be->kv_create(b, &odd, &kv), PI_ERR_UNSUPPORTED);
-        struct pi_kv_desc unknown = {L, CTX, HQ, HKV, D, D, 7};
+        struct pi_kv_desc unknown = {L, CTX, HQ, HKV, D, D, 7, vt};
         assert_int_equal(be->kv_create(b, &unknown, &kv), PI_ERR_UNSUPPORTED);
+        struct pi_kv_desc unknown_v = {L, CTX, HQ, HKV, D, D, kt, 7};
+        assert_int_equal(be->kv_create(b, &unknown_v, &kv), PI_ERR_UNSUPPORTED);
         be->destroy(b);
     }
     }
@@ -679,7 +711,7 @@ static void test_refuses_wider_than_configured(void **state) {
     }
     /* attention over more positions than the scores row holds */
     struct pi_backend *b = make(1, 8);
-    struct pi_kv_desc d = {1, 16, 1, 1, 4, 4, PI_KV_F16};
+    struct pi_kv_desc d = {1, 16, 1, 1, 4, 4, PI_KV_F16, PI_KV_F16};
     const struct pi_attn std = {0.5f, 0.0f, 0, NULL};
     struct pi_kv *kv;
     assert_int_equal(be->kv_create(b, &d, &kv), PI_OK);

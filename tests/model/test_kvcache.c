@@ -29,12 +29,14 @@ static const int32_t TOKS[NTOK] = {1, 7, 3, 22, 9, 31, 5, 12, 2, 17};
 static char g_dir[256];
 static pi_model *g_model; /* 32-wide heads */
 
-static pi_ctx *make(uint32_t kv_type, int f32, uint32_t n_seq) {
+/* kv_type_v: 0 for values as keys */
+static pi_ctx *make2(uint32_t kv_type, uint32_t kv_type_v, int f32, uint32_t n_seq) {
     pi_ctx_params cp;
     pi_ctx_default_params(&cp);
     cp.n_ctx = 32;
     cp.n_threads = 2;
     cp.kv_type = kv_type;
+    cp.kv_type_v = kv_type_v;
     cp.f32_activations = (uint32_t)f32;
     cp.n_seq_max = n_seq;
     pi_ctx *c;
@@ -44,6 +46,10 @@ static pi_ctx *make(uint32_t kv_type, int f32, uint32_t n_seq) {
     if (pi_ctx_create(g_model, &cp, &c) != PI_OK)
         fail_msg("pi_ctx_create: %s", err);
     return c;
+}
+
+static pi_ctx *make(uint32_t kv_type, int f32, uint32_t n_seq) {
+    return make2(kv_type, 0, f32, n_seq);
 }
 
 static double rel_diff(const float *a, const float *b, int64_t n) {
@@ -88,6 +94,29 @@ static void test_logits(void **state) {
         assert_true(worst[0] > 0.0 && worst[0] < 2e-2);
         /* 4-bit blocks: 16 steps instead of 256, so more rounding, and still close */
         assert_true(worst[1] > worst[0] && worst[1] < 1e-1);
+        /* keys and values apart: Q8_0 keys with Q4_0 values, F16 keys with Q8_0 or
+         * Q4_0 values; each differs from the F16 cache and from the Q8_0 one (so the
+         * values took their own type), and stays as close as the Q4_0 cache */
+        float q8[5][MAXV];
+        c = make(PI_KV_TYPE_Q8_0, f32, 1);
+        run(c, q8);
+        pi_ctx_destroy(c);
+        static const uint32_t split[3][2] = {{PI_KV_TYPE_Q8_0, PI_KV_TYPE_Q4_0},
+                                             {PI_KV_TYPE_F16, PI_KV_TYPE_Q8_0},
+                                             {PI_KV_TYPE_F16, PI_KV_TYPE_Q4_0}};
+        for (int i = 0; i < 3; i++) {
+            c = make2(split[i][0], split[i][1], f32, 1);
+            run(c, got);
+            pi_ctx_destroy(c);
+            double w = 0, wq8 = 0;
+            for (int s = 0; s < 5; s++) {
+                w = fmax(w, rel_diff(ref[s], got[s], nv));
+                wq8 = fmax(wq8, rel_diff(q8[s], got[s], nv));
+            }
+            print_message("# %s activations: keys %u, values %u vs F16: %.4e, vs Q8_0: %.4e\n",
+                          f32 ? "float" : "8-bit", split[i][0], split[i][1], w, wq8);
+            assert_true(w > 0.0 && w < 1e-1 && wq8 > 0.0);
+        }
     }
 }
 
@@ -151,6 +180,48 @@ static void test_state_and_sequences(void **state) {
     (void)state;
     state_and_sequences(PI_KV_TYPE_Q8_0, "Q8_0");
     state_and_sequences(PI_KV_TYPE_Q4_0, "Q4_0");
+    /* Q8_0 keys with Q4_0 values: saved and loaded, refused by a Q8_0 context and a
+     * Q8_0 one is refused by it (the values' type is in the state) */
+    const int64_t nv = pi_model_n_vocab(g_model);
+    pi_ctx *c = make2(PI_KV_TYPE_Q8_0, PI_KV_TYPE_Q4_0, 0, 1);
+    pi_ctx *q8 = make(PI_KV_TYPE_Q8_0, 0, 1);
+    assert_int_equal(pi_ctx_decode(c, TOKS, 6), PI_OK);
+    assert_int_equal(pi_ctx_decode(q8, TOKS, 6), PI_OK);
+    size_t size = 0, size8 = 0;
+    assert_int_equal(pi_ctx_state_save(c, -1, NULL, 0, &size), PI_ERR_RANGE);
+    assert_int_equal(pi_ctx_state_save(q8, -1, NULL, 0, &size8), PI_ERR_RANGE);
+    assert_true(size < size8); /* 18 bytes per 32 values instead of 34 */
+    void *buf = malloc(size), *buf8 = malloc(size8);
+    assert_true(buf && buf8);
+    assert_int_equal(pi_ctx_state_save(c, -1, buf, size, &size), PI_OK);
+    assert_int_equal(pi_ctx_state_save(q8, -1, buf8, size8, &size8), PI_OK);
+    float a[MAXV], b[MAXV];
+    assert_int_equal(pi_ctx_decode(c, TOKS + 6, 1), PI_OK);
+    memcpy(a, pi_ctx_logits(c), (size_t)nv * sizeof(float));
+    pi_ctx_seq_clear(c, -1);
+    assert_int_equal(pi_ctx_state_load(c, -1, buf, size), PI_OK);
+    assert_int_equal(pi_ctx_decode(c, TOKS + 6, 1), PI_OK);
+    memcpy(b, pi_ctx_logits(c), (size_t)nv * sizeof(float));
+    assert_memory_equal(a, b, (size_t)nv * sizeof(float));
+    assert_int_equal(pi_ctx_state_load(q8, -1, buf, size), PI_ERR_FORMAT);
+    assert_non_null(strstr(pi_ctx_errmsg(q8), "Q4_0 values"));
+    assert_int_equal(pi_ctx_state_load(c, -1, buf8, size8), PI_ERR_FORMAT);
+    assert_non_null(strstr(pi_ctx_errmsg(c), "Q8_0 values"));
+    /* a removal re-rotates the keys only: within the Q4_0 cache's bound of F16 */
+    assert_int_equal(pi_ctx_decode(q8, TOKS + 6, 4), PI_OK);
+    pi_ctx_seq_clear(c, -1);
+    assert_int_equal(pi_ctx_decode(c, TOKS, 10), PI_OK);
+    assert_int_equal(pi_ctx_seq_remove(c, 0, 1, 5), PI_OK);
+    assert_int_equal(pi_ctx_seq_remove(q8, 0, 1, 5), PI_OK);
+    assert_int_equal(pi_ctx_decode(c, TOKS + 3, 1), PI_OK);
+    assert_int_equal(pi_ctx_decode(q8, TOKS + 3, 1), PI_OK);
+    const double d = rel_diff(pi_ctx_logits(q8), pi_ctx_logits(c), nv);
+    print_message("# after removing positions: Q8_0/Q4_0 vs Q8_0 %.2e of max |logit|\n", d);
+    assert_true(d > 0.0 && d < 1e-1);
+    free(buf);
+    free(buf8);
+    pi_ctx_destroy(q8);
+    pi_ctx_destroy(c);
 }
 
 static void test_refused(void **state) {
@@ -165,6 +236,20 @@ static void test_refused(void **state) {
     cp.kv_type = PI_KV_TYPE_Q4_0 + 1;
     assert_int_equal(pi_ctx_create(g_model, &cp, &c), PI_ERR_INVALID_ARG);
     assert_non_null(strstr(err, "kv_type"));
+    cp.kv_type = PI_KV_TYPE_F16;
+    cp.kv_type_v = PI_KV_TYPE_Q4_0 + 1;
+    assert_int_equal(pi_ctx_create(g_model, &cp, &c), PI_ERR_INVALID_ARG);
+    assert_non_null(strstr(err, "kv_type_v"));
+    cp.kv_type_v = PI_KV_TYPE_Q8_0; /* F16 keys, Q8_0 values: still CPU-only */
+    cp.device = PI_DEVICE_CPU;
+    assert_int_equal(pi_ctx_create(g_model, &cp, &c), PI_ERR_UNSUPPORTED);
+    assert_non_null(strstr(err, "CPU-only"));
+    cp.device = PI_DEVICE_NONE;
+    cp.kv_type_v = 0;
+    cp.reserved3 = 1;
+    assert_int_equal(pi_ctx_create(g_model, &cp, &c), PI_ERR_INVALID_ARG);
+    assert_non_null(strstr(err, "reserved"));
+    cp.reserved3 = 0;
     cp.kv_type = PI_KV_TYPE_Q4_0;
     cp.device = PI_DEVICE_CPU;
     assert_int_equal(pi_ctx_create(g_model, &cp, &c), PI_ERR_UNSUPPORTED);
@@ -186,6 +271,10 @@ static void test_refused(void **state) {
     assert_int_equal(pi_ctx_create(m, &cp, &c), PI_ERR_UNSUPPORTED);
     assert_non_null(strstr(err, "multiples of 32"));
     cp.kv_type = PI_KV_TYPE_F16;
+    cp.kv_type_v = PI_KV_TYPE_Q8_0; /* the values' heads too */
+    assert_int_equal(pi_ctx_create(m, &cp, &c), PI_ERR_UNSUPPORTED);
+    assert_non_null(strstr(err, "multiples of 32"));
+    cp.kv_type_v = 0;
     assert_int_equal(pi_ctx_create(m, &cp, &c), PI_OK);
     pi_ctx_destroy(c);
     pi_model_close(m);

@@ -214,8 +214,15 @@ def test_quantized_kv_caches(smollm2):
             text = "".join(pi.generate(smollm2, "The capital of France is", 3, ctx=ctx,
                                        temperature=0))
         assert text.startswith(" Paris"), (kv, text)
+    # keys and values apart: Q8_0 keys, Q4_0 values
+    with pi.Context(smollm2, n_ctx=256, n_threads=2, kv_type="q8_0", kv_type_v="q4_0") as ctx:
+        text = "".join(pi.generate(smollm2, "The capital of France is", 3, ctx=ctx,
+                                   temperature=0))
+    assert text.startswith(" Paris"), text
     with pytest.raises(ValueError):
         pi.Context(smollm2, n_ctx=64, kv_type="q2_k")
+    with pytest.raises(ValueError):
+        pi.Context(smollm2, n_ctx=64, kv_type_v="f16")
 
 
 def test_generate_chat_and_reused_context(smollm2):

@@ -207,6 +207,13 @@ if [ -n "$smol" ] && [ -f "$smol" ]; then
     [ -s "$work/kv4.txt" ] && ok "--kv-type q4_0 prints text" || bad "--kv-type q4_0: no text"
     "$pirun" -m "$smol" -p "x" --kv-type q2_k > /dev/null 2> "$work/kvq2.err"
     [ $? -eq 2 ] && grep -q "f16, q8_0 or q4_0" "$work/kvq2.err" && ok "bad --kv-type: exit 2" || bad "bad --kv-type"
+    # --kv-type-v: Q8_0 keys with Q4_0 values through a context shift; values in f16 under
+    # quantized keys cannot be asked for
+    "$pirun" -m "$smol" -p "Once upon a time" -c 48 -n 60 --temp 0 --context-shift --kv-type q8_0 --kv-type-v q4_0 > "$work/kv84.txt" 2> "$work/kv84.err"
+    expect "--kv-type q8_0 --kv-type-v q4_0 --context-shift" "$work/kv84.err" "generated 60 tokens"
+    [ -s "$work/kv84.txt" ] && ok "--kv-type-v q4_0 prints text" || bad "--kv-type-v q4_0: no text"
+    "$pirun" -m "$smol" -p "x" --kv-type q8_0 --kv-type-v f16 > /dev/null 2> "$work/kvv.err"
+    [ $? -eq 2 ] && grep -q "q8_0 or q4_0" "$work/kvv.err" && ok "--kv-type-v f16: exit 2" || bad "--kv-type-v f16"
     "$pirun" -m "$smol" -p "x" -c 100000000 > /dev/null 2>&1
     [ $? -eq 2 ] && ok "absurd -c rejected" || bad "absurd -c"
     "$pirun" -m "$smol" -p "x" --temp abc > /dev/null 2>&1

@@ -52,6 +52,19 @@ static int parse_budget(const char *v, uint64_t *out) {
     return 0;
 }
 
+int cli_kv_type_v(const char *v, uint32_t *out) {
+    if (!strcmp(v, "q8_0")) {
+        *out = PI_KV_TYPE_Q8_0;
+    } else if (!strcmp(v, "q4_0")) {
+        *out = PI_KV_TYPE_Q4_0;
+    } else {
+        fprintf(stderr, "%s: --kv-type-v wants q8_0 or q4_0, not '%s' (values are stored as "
+                "the keys, --kv-type, unless it says otherwise)\n", cli_prog, v);
+        return 2;
+    }
+    return 0;
+}
+
 int cli_device_option(struct cli_device *d, const char *a, const char *v, int *takes) {
     static const char *const flags[] = {"--print-plan", "--dry-run", "--reset-plan",
                                         "--no-plan-cache", "--no-graphs"};
@@ -64,7 +77,8 @@ int cli_device_option(struct cli_device *d, const char *a, const char *v, int *t
             return 0;
         }
     static const char *const valued[] = {"--vram-budget", "--device", "--device-index",
-                                         "--plan-stats", "--plan", "--kv-type"};
+                                         "--plan-stats", "--plan", "--kv-type",
+                                         "--kv-type-v"};
     size_t k = 0;
     while (k < sizeof valued / sizeof *valued && strcmp(a, valued[k]))
         k++;
@@ -117,6 +131,8 @@ int cli_device_option(struct cli_device *d, const char *a, const char *v, int *t
             return 2;
         }
         return 0;
+    case 6:
+        return cli_kv_type_v(v, &d->kv_type_v);
     default:
         d->plan_file = v;
         return 0;
@@ -157,6 +173,7 @@ int cli_device_params(struct cli_device *d, const char *model, pi_ctx_params *cp
     cp->device_budget = d->budget;
     cp->device_graphs = d->no_graphs ? PI_GRAPHS_OFF : PI_GRAPHS_AUTO;
     cp->kv_type = d->kv_type;
+    cp->kv_type_v = d->kv_type_v;
     cp->plan_stats = NULL;
     cp->plan_path = NULL;
     if (d->device == PI_DEVICE_NONE)

@@ -1,7 +1,8 @@
 /* device.h -- the hybrid CPU/device options every tool that makes a context shares
  * (pi-run, pi-server, pi-batched, pi-perplexity): --vram-budget, --device,
  * --device-index, --plan-stats, --plan, --reset-plan, --no-plan-cache, --no-graphs,
- * --print-plan, --dry-run, and the KV cache's type (--kv-type, a CPU-only option); turning them into pi_ctx_params; the one-line summary of a plan, its full
+ * --print-plan, --dry-run, and the KV cache's types (--kv-type, --kv-type-v: CPU-only
+ * options); turning them into pi_ctx_params; the one-line summary of a plan, its full
  * description and a summary for /health and /metrics. Public API only; messages go to
  * stderr and start with cli_prog. */
 #ifndef PI_TOOLS_DEVICE_H
@@ -19,6 +20,7 @@ struct cli_device {
     int device_set, budget_set, index_set, print_plan, dry_run, reset_plan, no_plan_cache;
     int no_graphs;      /* --no-graphs: PI_GRAPHS_OFF */
     uint32_t kv_type;   /* --kv-type: PI_KV_TYPE_* */
+    uint32_t kv_type_v; /* --kv-type-v: PI_KV_TYPE_Q8_0/_Q4_0, or 0: values as keys */
     const char *plan_stats, *plan_file;
     char *plan_default; /* MODEL.generated.gpuidx, malloc'd by cli_device_params */
     pi_stats *stats;    /* loaded by cli_device_params, freed by cli_device_release */
@@ -31,6 +33,10 @@ void cli_device_init(struct cli_device *d);
  * options above: records it and returns 0 with *takes = how many values it used (0 or 1);
  * 2 after printing why on a bad or missing value; -1 when a is not one of them. */
 int cli_device_option(struct cli_device *d, const char *a, const char *v, int *takes);
+
+/* --kv-type-v's value v ("q8_0", "q4_0") into *out (PI_KV_TYPE_*): 0, or 2 after
+ * printing why it is not one of them. */
+int cli_kv_type_v(const char *v, uint32_t *out);
 
 /* Check the options against each other once all are parsed (--vram-budget alone means
  * --device gpu; the other options need a device; --no-plan-cache contradicts --plan and
@@ -112,6 +118,8 @@ int cli_device_dry_run_model(struct cli_device *d, const pi_model *m, const char
     "                          statistics and budget are the same\n"                      \
     "  --kv-type T             the KV cache's type: f16 (default), q8_0 (about half\n"   \
     "                          the memory) or q4_0 (28 %); CPU-only contexts\n"          \
+    "  --kv-type-v T           the values' type where it differs from the keys': q8_0\n"  \
+    "                          or q4_0 (e.g. --kv-type q8_0 --kv-type-v q4_0: 41 %)\n"   \
     "  --no-graphs             submit the device's work op by op (default: decode\n"    \
     "                          steps as CUDA graphs where nothing overlaps them)\n"      \
     "  --print-plan            print the plan (budget, bytes per part, each layer's\n"    \

@@ -29,16 +29,21 @@ uint64_t tele_dense_bytes(const pi_model *m) {
     return sum;
 }
 
-uint64_t tele_kv_bytes(const pi_model *m, int64_t pos, uint32_t kv_type) {
+/* Bytes of `f16` bytes of binary16 cache stored as kv_type: 34 (Q8_0) or 18 (Q4_0)
+ * bytes per 32 values. */
+static uint64_t kv_scaled(uint64_t f16, uint32_t kv_type) {
+    return kv_type == PI_KV_TYPE_Q8_0   ? f16 / 64 * 34
+           : kv_type == PI_KV_TYPE_Q4_0 ? f16 / 64 * 18
+                                        : f16;
+}
+
+uint64_t tele_kv_bytes(const pi_model *m, int64_t pos, uint32_t kv_type, uint32_t kv_type_v) {
     const int64_t nh = pi_model_n_head(m), nkv = pi_model_n_head_kv(m);
     if (nh <= 0)
         return 0;
     const int64_t hd = pi_model_n_embd(m) / nh;
-    const uint64_t f16 = (uint64_t)(2 * pi_model_n_layer(m) * pos * nkv * hd * 2);
-    /* 34 (Q8_0) or 18 (Q4_0) bytes per 32 values */
-    return kv_type == PI_KV_TYPE_Q8_0   ? f16 / 64 * 34
-           : kv_type == PI_KV_TYPE_Q4_0 ? f16 / 64 * 18
-                                        : f16;
+    const uint64_t half = (uint64_t)(pi_model_n_layer(m) * pos * nkv * hd * 2); /* K or V */
+    return kv_scaled(half, kv_type) + kv_scaled(half, kv_type_v ? kv_type_v : kv_type);
 }
 
 static double div0(double a, double b) {

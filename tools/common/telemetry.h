@@ -12,9 +12,9 @@
  * attention, norms and the output projection (token_embd when tied). */
 uint64_t tele_dense_bytes(const pi_model *m);
 
-/* Bytes of KV cache one token reads at position `pos` (K and V of every layer, stored
- * as kv_type: PI_KV_TYPE_*). */
-uint64_t tele_kv_bytes(const pi_model *m, int64_t pos, uint32_t kv_type);
+/* Bytes of KV cache one token reads at position `pos` (K and V of every layer, keys
+ * stored as kv_type and values as kv_type_v: PI_KV_TYPE_*, kv_type_v 0 for as keys). */
+uint64_t tele_kv_bytes(const pi_model *m, int64_t pos, uint32_t kv_type, uint32_t kv_type_v);
 
 /* Totals over layers. */
 struct tele_sum {

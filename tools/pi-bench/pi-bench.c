@@ -15,6 +15,7 @@
 #endif
 
 #include "cli.h"
+#include "device.h"
 #include "powerinfer.h"
 #include "telemetry.h"
 
@@ -176,7 +177,7 @@ static void usage(void) {
             "                [-r REPETITIONS] [--sparse-mode LIST] [--no-bandwidth]\n"
             "                [--telemetry] [--device gpu|cpu] [--vram-budget LIST]\n"
             "                [--device-index N] [--plan-stats FILE] [--no-graphs]\n"
-            "                [--kv-type f16|q8_0|q4_0]\n"
+            "                [--kv-type f16|q8_0|q4_0] [--kv-type-v q8_0|q4_0]\n"
             "                [--no-mmap] [--mlock]\n"
             "  Defaults: -p 128 -n 64 -r 5, threads = all processors, modes: the model's\n"
             "  default (sparse for PowerInfer files, threshold for pi-sparsify's, dense\n"
@@ -193,6 +194,8 @@ static void usage(void) {
             "  --plan-stats FILE   activation statistics that rank neurons for the planner\n"
             "  --no-graphs         submit device steps op by op, not as CUDA graphs\n"
             "  --kv-type T         the KV cache's type: f16 (default), q8_0 or q4_0\n"
+            "  --kv-type-v T       the values' type where it differs from the keys': q8_0\n"
+            "                      or q4_0\n"
             "  --no-mmap           read the model into memory instead of mapping it\n"
             "  --mlock             lock the model in RAM; warns and goes on when refused\n");
 }
@@ -215,7 +218,8 @@ struct device_opts {
     uint32_t device, index;
     const pi_stats *stats;
     uint32_t graphs;  /* PI_GRAPHS_* */
-    uint32_t kv_type; /* PI_KV_TYPE_* */
+    uint32_t kv_type;   /* PI_KV_TYPE_* */
+    uint32_t kv_type_v; /* the values': PI_KV_TYPE_Q8_0/_Q4_0, or 0 (as kv_type) */
 };
 
 #define MAX_MODES 8
@@ -311,6 +315,7 @@ static int bench_mode(pi_model *m, int mode, const struct device_opts *dev, uint
         cp.plan_stats = dev->stats;
         cp.device_graphs = dev->graphs;
         cp.kv_type = dev->kv_type;
+        cp.kv_type_v = dev->kv_type_v;
         if (cli_ctx_create(m, &cp, &c))
             goto done;
         int st = PI_OK;
@@ -370,7 +375,7 @@ done:
 int main(int argc, char **argv) {
     cli_init(&argc, &argv);
     const char *path = NULL, *modes = "auto", *budgets = NULL, *stats_path = NULL;
-    struct device_opts dev = {PI_DEVICE_NONE, 0, NULL, PI_GRAPHS_AUTO, PI_KV_TYPE_F16};
+    struct device_opts dev = {PI_DEVICE_NONE, 0, NULL, PI_GRAPHS_AUTO, PI_KV_TYPE_F16, 0};
     int device_set = 0;
     int threads = 0, n_prompt = 128, n_gen = 64, reps = 5, probe_bw = 1, print_tele = 0;
     for (int i = 1; i < argc; i++) {
@@ -392,6 +397,9 @@ int main(int argc, char **argv) {
             dev.kv_type = !strcmp(t, "q8_0")   ? PI_KV_TYPE_Q8_0
                           : !strcmp(t, "q4_0") ? PI_KV_TYPE_Q4_0
                                                : PI_KV_TYPE_F16;
+        } else if (i + 1 < argc && !strcmp(a, "--kv-type-v")) {
+            if (cli_kv_type_v(argv[++i], &dev.kv_type_v))
+                return 2;
         } else if (i + 1 < argc && (!strcmp(a, "-m") || !strcmp(a, "--model"))) {
             path = argv[++i];
         } else if (i + 1 < argc && !strcmp(a, "--sparse-mode")) {
@@ -534,7 +542,7 @@ int main(int argc, char **argv) {
     const double bw = bwr.gbs.median;
     const uint64_t dense_b = tele_dense_bytes(m);
     /* KV bytes a decode step reads, at the mean position of the timed decode steps */
-    const uint64_t kv_b = tele_kv_bytes(m, n_prompt + n_gen / 2, dev.kv_type);
+    const uint64_t kv_b = tele_kv_bytes(m, n_prompt + n_gen / 2, dev.kv_type, dev.kv_type_v);
 
     printf("model:       %s\n", path);
     printf("arch:        %s, %s, %" PRId64 " layers, n_embd %" PRId64 ", n_ff %" PRId64

@@ -96,6 +96,8 @@ class CtxParams(Structure):
         # graph submission of device steps (PI_GRAPHS_*)
         ("device_graphs", c_uint32),
         ("kv_type", c_uint32),
+        ("kv_type_v", c_uint32),
+        ("reserved3", c_uint32),
     ]
 
 

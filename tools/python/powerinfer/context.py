@@ -37,6 +37,7 @@ PLAN_FILES = {"read": 1, "cache": 2, "write": 3}
 EMBEDDINGS = {"off": 0, "on": 1, "only": 2}
 # PI_KV_TYPE_*
 KV_TYPES = {"f16": 0, "q8_0": 1, "q4_0": 2}
+KV_TYPES_V = {"q8_0": 1, "q4_0": 2}  # kv_type_v=None: values stored as keys
 
 
 def _enum(value, table, what):
@@ -54,7 +55,7 @@ def ctx_params(*, n_ctx=0, n_threads=0, n_batch=0, f32_activations=False,
                device_index=0, device_budget=None, plan_stats=None, plan_path=None,
                plan_file=None, n_seq_max=1, check_numerics=False, embeddings="off",
                sparse_thresholds=None, sparse_threshold_scale=1.0, device_graphs=True,
-               kv_type="f16"):
+               kv_type="f16", kv_type_v=None):
     """A CtxParams filled by pi_ctx_default_params, then from the keyword arguments
     (see Context). Used by Context and Model.plan; the errbuf is left to the caller."""
     lib = _lib.lib()
@@ -68,6 +69,8 @@ def ctx_params(*, n_ctx=0, n_threads=0, n_batch=0, f32_activations=False,
     params.check_numerics = 1 if check_numerics else 0  # PI_CHECK_LAYERS / PI_CHECK_LOGITS
     params.device_graphs = 0 if device_graphs else 1  # PI_GRAPHS_AUTO / PI_GRAPHS_OFF
     params.kv_type = _enum(kv_type, KV_TYPES, "KV cache type")
+    params.kv_type_v = 0 if kv_type_v is None else _enum(kv_type_v, KV_TYPES_V,
+                                                         "KV cache values' type")
     params.sparse_mode = _enum(sparse_mode, SPARSE_MODES, "sparse mode")
     params.embeddings = _enum({True: "on", False: "off"}.get(embeddings, embeddings),
                               EMBEDDINGS, "embeddings mode")
@@ -144,6 +147,10 @@ class Context(Owner):
     kv_type:          "f16" (default), "q8_0" or "q4_0": how the KV cache stores keys
                       and values (q8_0: about half the memory, q4_0: 28 %; CPU-only
                       contexts, head dimensions multiples of 32).
+    kv_type_v:        None (default): values stored as kv_type; "q8_0" or "q4_0": values
+                      in that type, keys in kv_type (e.g. kv_type="q8_0",
+                      kv_type_v="q4_0": 41 % of f16's memory; keys are the more
+                      sensitive half).
     device_graphs:    True (default): device steps of up to 8 tokens are submitted as
                       CUDA graphs where nothing overlaps them on the CPU
                       (PI_GRAPHS_AUTO); False: op by op.
@@ -171,7 +178,7 @@ class Context(Owner):
                  device="none", device_index=0, device_budget=None, plan_stats=None,
                  plan_path=None, plan_file=None, n_seq_max=1, check_numerics=False,
                  embeddings="off", sparse_thresholds=None, sparse_threshold_scale=1.0,
-                 device_graphs=True, kv_type="f16"):
+                 device_graphs=True, kv_type="f16", kv_type_v=None):
         self._handle = None
         lib = _lib.lib()
         params = ctx_params(n_ctx=n_ctx, n_threads=n_threads, n_batch=n_batch,
@@ -182,7 +189,8 @@ class Context(Owner):
                             n_seq_max=n_seq_max, check_numerics=check_numerics,
                             embeddings=embeddings, sparse_thresholds=sparse_thresholds,
                             sparse_threshold_scale=sparse_threshold_scale,
-                            device_graphs=device_graphs, kv_type=kv_type)
+                            device_graphs=device_graphs, kv_type=kv_type,
+                            kv_type_v=kv_type_v)
         self._abort_error = None
         self._abort_fn = None
         self._probe_fn = None

@@ -1148,7 +1148,8 @@ pub struct ContextBuilder<'s> {
     n_seq_max: u32,
     check_layers: bool,
     graphs_off: bool,
-    kv_type: u32, // PI_KV_TYPE_*
+    kv_type: u32,   // PI_KV_TYPE_*
+    kv_type_v: u32, // the values': PI_KV_TYPE_Q8_0 / _Q4_0, or 0: as kv_type
     embeddings: Option<Embeddings>,
 }
 
@@ -1210,6 +1211,20 @@ impl<'s> ContextBuilder<'s> {
     /// memory, more rounding than Q8_0; the same conditions); `false`: F16.
     pub fn kv_q4_0(mut self, yes: bool) -> Self {
         self.kv_type = if yes { 2 } else { 0 };
+        self
+    }
+    /// Store the values (not the keys) as Q8_0 blocks whatever the keys' type
+    /// (`kv_type_v = PI_KV_TYPE_Q8_0`; with F16 keys: 77 % of the F16 cache's memory);
+    /// `false`: values as keys. The same conditions as `kv_q8_0`.
+    pub fn kv_values_q8_0(mut self, yes: bool) -> Self {
+        self.kv_type_v = if yes { 1 } else { 0 };
+        self
+    }
+    /// Store the values as Q4_0 blocks whatever the keys' type (`PI_KV_TYPE_Q4_0`;
+    /// with `kv_q8_0` keys: 41 % of the F16 cache's memory; keys are the more
+    /// sensitive half); `false`: values as keys.
+    pub fn kv_values_q4_0(mut self, yes: bool) -> Self {
+        self.kv_type_v = if yes { 2 } else { 0 };
         self
     }
     pub fn sparse_mode(mut self, mode: SparseMode) -> Self {
@@ -1281,6 +1296,7 @@ impl<'s> ContextBuilder<'s> {
         p.check_numerics = self.check_layers as u32;
         p.device_graphs = self.graphs_off as u32; // PI_GRAPHS_OFF = 1
         p.kv_type = self.kv_type;
+        p.kv_type_v = self.kv_type_v;
         if let Some(e) = self.embeddings {
             p.embeddings = e as u32;
         }

@@ -210,6 +210,8 @@ pub struct pi_ctx_params {
     pub gate_histogram: u32,
     pub device_graphs: u32,
     pub kv_type: u32,
+    pub kv_type_v: u32,
+    pub reserved3: u32,
 }
 
 #[repr(C)]
@@ -729,7 +731,7 @@ mod tests {
         assert_eq!(offset_of!(pi_model_params, load_mode), 64);
         assert_eq!(offset_of!(pi_model_params, lock_memory), 68);
 
-        assert_eq!(size_of::<pi_ctx_params>(), 160);
+        assert_eq!(size_of::<pi_ctx_params>(), 168);
         assert_eq!(align_of::<pi_ctx_params>(), 8);
         assert_eq!(offset_of!(pi_ctx_params, f32_activations), 32);
         assert_eq!(offset_of!(pi_ctx_params, sparse_mode), 36);
@@ -747,6 +749,7 @@ mod tests {
         assert_eq!(offset_of!(pi_ctx_params, gate_histogram), 148);
         assert_eq!(offset_of!(pi_ctx_params, device_graphs), 152);
         assert_eq!(offset_of!(pi_ctx_params, kv_type), 156);
+        assert_eq!(offset_of!(pi_ctx_params, kv_type_v), 160);
         assert_eq!(size_of::<pi_batch_entry>(), 16);
 
         assert_eq!(size_of::<pi_layer_stats>(), 104);

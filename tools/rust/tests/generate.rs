@@ -35,6 +35,12 @@ fn quantized_kv_caches_name_paris() {
             .expect("generate");
         assert!(text.starts_with(" Paris"), "q4 {q4}: greedy continuation was {text:?}");
     }
+    // Q8_0 keys with Q4_0 values
+    let b = Context::builder().n_ctx(256).n_threads(2).kv_q8_0(true).kv_values_q4_0(true);
+    let mut ctx = b.build(&model).expect("context");
+    let text = powerinfer::generate_greedy(&model, &mut ctx, "The capital of France is", 3)
+        .expect("generate");
+    assert!(text.starts_with(" Paris"), "q8_0 keys, q4_0 values: {text:?}");
 }
 
 #[test]
