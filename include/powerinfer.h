@@ -832,10 +832,10 @@ typedef struct pi_ctx_params {
      * pairs store values smaller than keys: on SmolLM2-135M, Q4_0 values with binary16
      * keys cost 0.6 % perplexity (64 % of binary16's memory), with Q8_0 keys 2.3 %
      * (41 %, decoding at binary16's speed at depth 2048), where Q4_0 keys and values
-     * cost 6 % (docs/performance.md). Quantized keys with binary16
-     * values cannot be asked for. The conditions of a quantized kv_type apply to a
-     * quantized kv_type_v (CPU-only, head dimensions multiples of 32), and a state
-     * loads only into a context with the same keys' and values' types. Since: 0.1 */
+     * cost 6 % (docs/performance.md). Quantized keys with binary16 values cannot be
+     * asked for. The conditions of a quantized kv_type apply to a quantized kv_type_v
+     * (CPU-only, head dimensions multiples of 32), and a state loads only into a
+     * context with the same keys' and values' types. Since: 0.1 */
     uint32_t kv_type_v;
     uint32_t reserved3; /* zero (fills what would be padding, see ABI.md) */
 } pi_ctx_params;
