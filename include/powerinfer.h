@@ -1680,7 +1680,8 @@ PI_API int pi_model_quantize(const char *in_path, const char *out_path,
  * shared expert stays dense) into a
  * sparse-capable GGUF file (docs/formats.md, "Sparsified files"): every tensor is
  * copied except blk.N.ffn_down.weight, replaced by blk.N.ffn_down_t.weight, the
- * transposed down projection (one row of n_embd per neuron), and a fused gate_up,
+ * transposed down projection (one row of n_embd per neuron; with keep_down the two
+ * stand side by side), and a fused gate_up,
  * written as ffn_gate and ffn_up (its halves); metadata gains the keys
  * powerinfer.sparsify.*, the per-layer thresholds among them. Such a file runs in
  * PI_SPARSE_THRESHOLD mode by default and exactly in PI_SPARSE_DENSE. The thresholds
@@ -1737,6 +1738,15 @@ typedef struct pi_sparsify_params {
      * not apply to the output as they are). NULL (default): the input's order. Borrowed
      * for the call. Since: 0.1 */
     const int32_t *neuron_order;
+    /* Non-zero: also keep blk.N.ffn_down.weight as it is, beside ffn_down_t, so that
+     * prompts (and decode steps that keep most neurons) run the down projection as the
+     * dense file does, through the gemm over the thresholded activations (zeros where
+     * a neuron is dropped), which costs per multiply-add about half what the rows of
+     * ffn_down_t do; the file grows by the down projections' bytes (about a fifth of a
+     * Llama). Dense FFN layers only, and no neuron_order (ffn_down's columns would have
+     * to be requantized): PI_ERR_UNSUPPORTED otherwise. Default 0. Since: 0.1 */
+    uint32_t keep_down;
+    uint32_t reserved1; /* zero (fills what would be padding, see ABI.md) */
 } pi_sparsify_params;
 
 /* pi_sparsify_params.method. */
@@ -1755,7 +1765,8 @@ PI_API int pi_sparsify_default_params(pi_sparsify_params *params);
  * input, no thresholds or not n_layer of them, a non-finite one, sparsity outside
  * [0, 1), a down_type not listed); PI_ERR_UNSUPPORTED (a PowerInfer or already
  * sparsified file, an FFN that is not gated, experts, FFN biases or a post-FFN norm,
- * a down type that cannot be read, a down_type whose block does not divide n_embd);
+ * a down type that cannot be read, a down_type whose block does not divide n_embd,
+ * keep_down with experts or a neuron_order);
  * PI_ERR_FORMAT (malformed input, or not a model this library runs); PI_ERR_IO;
  * PI_ERR_NOMEM; PI_ERR_INTERNAL; PI_ERR_ABORTED. Since: 0.1 */
 PI_API int pi_model_sparsify(const char *in_path, const char *out_path,

@@ -164,6 +164,10 @@ static int check_model(struct srun *r) {
                     "layer %lld has a bias on its fused gate_up, which pi_model_sparsify "
                     "does not split",
                     (long long)l);
+        if (L->router && r->p.keep_down)
+            PI_FAIL(r->err, PI_ERR_UNSUPPORTED,
+                    "layer %lld has experts: keep_down applies to dense FFN layers only",
+                    (long long)l);
         const struct gguf_tensor *down = L->router ? L->down_exps : L->ffn_down;
         if (!down || !pi_type_traits(down->type)->to_float)
             PI_FAIL(r->err, PI_ERR_UNSUPPORTED, "layer %lld: its down projection cannot be read",
@@ -240,6 +244,10 @@ static int plan(struct srun *r) {
             continue;
         }
         const int moe = r->d.layers[l].router != NULL; /* {E, Fe, X}: experts' down_t */
+        if (r->p.keep_down) /* ffn_down as it is, then ffn_down_t */
+            st = gguf_writer_add_tensor_info(r->w, t->name, t->type, t->n_dims, t->ne);
+        if (st != PI_OK)
+            break;
         snprintf(name, sizeof name, moe ? "blk.%lld.ffn_down_exps_t.weight"
                                         : "blk.%lld.ffn_down_t.weight", (long long)l);
         const int64_t ne[3] = {E, moe ? hp->n_ff_exp : F, hp->n_expert};
@@ -445,6 +453,8 @@ static int sparsify(struct srun *r, int n_threads) {
                 r->perm_of[i] = l;
         }
         r->total += r->f.tensors[i].nbytes;
+        if (r->layer_of[i] >= 0 && r->p.keep_down) /* copied, then transposed */
+            r->total += r->f.tensors[i].nbytes;
     }
     PI_TRY(progress(r));
     PI_TRY(plan(r));
@@ -456,6 +466,8 @@ static int sparsify(struct srun *r, int n_threads) {
         return write_failed(r, st);
     for (uint64_t i = 0; i < r->f.n_tensors; i++) {
         const struct gguf_tensor *t = &r->f.tensors[i];
+        if (r->layer_of[i] >= 0 && r->p.keep_down)
+            PI_TRY(copy_tensor(r, t));
         if (r->layer_of[i] >= 0)
             PI_TRY(transpose_down(r, t, r->layer_of[i]));
         else if (r->perm_of[i] >= 0)
@@ -483,9 +495,16 @@ int pi_model_sparsify(const char *in_path, const char *out_path, const pi_sparsi
     if (st == PI_OK && (!in_path || !out_path))
         st = pi_error_set(&err, PI_ERR_INVALID_ARG,
                           "pi_model_sparsify: in_path and out_path must not be NULL");
-    if (st == PI_OK && (r.p.method > PI_SPARSIFY_TEAL || r.p.reserved0))
+    if (st == PI_OK && (r.p.method > PI_SPARSIFY_TEAL || r.p.reserved0 || r.p.reserved1))
         st = pi_error_set(&err, PI_ERR_INVALID_ARG, "pi_model_sparsify: method %u is not a "
-                          "PI_SPARSIFY_* value, or reserved0 is not zero", r.p.method);
+                          "PI_SPARSIFY_* value, or a reserved field is not zero", r.p.method);
+    if (st == PI_OK && r.p.keep_down > 1)
+        st = pi_error_set(&err, PI_ERR_INVALID_ARG, "pi_model_sparsify: keep_down is %u, "
+                          "not 0 or 1", r.p.keep_down);
+    if (st == PI_OK && r.p.keep_down && r.p.neuron_order)
+        st = pi_error_set(&err, PI_ERR_UNSUPPORTED, "pi_model_sparsify: keep_down with a "
+                          "neuron_order: ffn_down's columns would have to be requantized in "
+                          "the new order; use one or the other");
     if (st == PI_OK && (!r.p.thresholds || !r.p.n_thresholds))
         st = pi_error_set(&err, PI_ERR_INVALID_ARG, "pi_model_sparsify: no thresholds");
     if (st == PI_OK && !(r.p.sparsity >= 0.0f && r.p.sparsity < 1.0f))

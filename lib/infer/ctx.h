@@ -125,6 +125,12 @@ struct pi_ctx {
  * and up run densely over the whole step (each weight row read once for the step, and
  * the AVX-512 table's packed gemm from 16 tokens on), masked per token. */
 #define PI_SPARSE_PROMPT_DENSE 0.6
+/* A sparsified file that keeps ffn_down beside ffn_down_t (pi_sparsify_params.keep_down)
+ * runs a threshold-mode step's down projection through the dense gemm over the masked
+ * activations when the rows its tokens need are more than this fraction of the layer
+ * (a row of ffn_down_t costs about twice a dense row's share per byte, and is often
+ * in a wider type). */
+#define PI_SPARSE_DOWN_DENSE 0.4
 
 /* Rows of the output projection computed at once (a device holds this many rows of
  * logits). */

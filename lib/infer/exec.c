@@ -148,7 +148,7 @@ int pi_exec_weights(struct pi_ctx *c) {
             w->b_up = vector_of(L->b_up);
         }
         w->b_down = vector_of(L->b_down);
-        w->has_down = L->ffn_down != NULL;
+        w->has_down = L->ffn_down != NULL && L->ffn_down_t == NULL;
         w->down = weight_of(L->ffn_down);
         w->down_t = weight_of(L->ffn_down_t);
         w->fc1 = weight_of(L->fc1);

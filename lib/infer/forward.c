@@ -397,7 +397,14 @@ static int64_t ffn_sparse(struct pi_ctx *c, int64_t l, int64_t T, const uint8_t 
             }
         }
     }
-    const int64_t rows_down = be->matmul_t_rows(b, &L->down_t, c->g, T, c->idx, n, y);
+    /* the kept ffn_down (keep_down) for a wide union: its gemm over g, which holds every
+     * row of every token (0 where dropped) once the whole-step mask above ran */
+    const int down_gemm = L->down.data && n_tok_masked == T &&
+                          (double)n > PI_SPARSE_DOWN_DENSE * (double)F;
+    const int64_t rows_down = down_gemm ? F
+                                        : be->matmul_t_rows(b, &L->down_t, c->g, T, c->idx, n, y);
+    if (down_gemm)
+        be->matmul(b, &L->down, c->g, T, y);
     if (!skip && L->b_down.data) /* a split layer's device part adds it (ffn_device) */
         be->add_rows(b, y, &L->b_down, T);
     if (c->stats) {
@@ -406,7 +413,8 @@ static int64_t ffn_sparse(struct pi_ctx *c, int64_t l, int64_t T, const uint8_t 
         ls->rows_down += (uint64_t)rows_down;
         ls->bytes_ffn += (uint64_t)rows_gate * L->gate.row_bytes +
                          (uint64_t)rows_up * L->up.row_bytes +
-                         (uint64_t)rows_down * L->down_t.row_bytes;
+                         (down_gemm ? (uint64_t)L->down.n_out * L->down.row_bytes
+                                    : (uint64_t)rows_down * L->down_t.row_bytes);
     }
     return n;
 }
@@ -688,7 +696,7 @@ static const float *ffn_dense(struct run *r, int64_t l, const struct unit *u,
         }
     }
     float *y = out(y_s, u->at);
-    if (W->has_down)
+    if (W->down.data) /* a dense file's, or a sparsified one's kept beside down_t */
         u->be->matmul(u->b, &W->down, g, T, y);                     /* y [T][E] */
     else
         u->be->matmul_t(u->b, &W->down_t, g, T, y);
@@ -697,7 +705,7 @@ static const float *ffn_dense(struct run *r, int64_t l, const struct unit *u,
     if (c->stats && u->at == HOST) {
         pi_layer_stats *ls = &c->stats->layer[l];
         uint64_t down_bytes = (uint64_t)W->down.n_out * W->down.row_bytes, rows = (uint64_t)F;
-        if (!W->has_down) { /* matmul_t reads only rows some token needs */
+        if (!W->down.data) { /* matmul_t reads only rows some token needs */
             rows = rows_used(g, T, F);
             down_bytes = rows * W->down_t.row_bytes;
         }

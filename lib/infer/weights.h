@@ -25,7 +25,8 @@ struct pi_layer_w {
     struct pi_vector b_gate, b_up, b_down;
     struct pi_weight down;                /* {n_ff, n_embd} (dense files) */
     struct pi_weight down_t;              /* {n_embd, n_ff} (PowerInfer files) */
-    int has_down;                         /* 1: down, 0: down_t */
+    int has_down; /* 1: a dense file's down; 0: down_t (and with a sparsified file of
+                   * keep_down, down beside it, down.data set) */
     struct pi_weight fc1, fc2;            /* predictor {n_embd, rank}, {rank, n_ff} */
     /* Mixture of experts (router.data NULL: a dense layer). */
     struct pi_weight router;              /* {n_embd, n_expert} */

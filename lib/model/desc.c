@@ -571,9 +571,8 @@ static int build_layer(struct reader *r, const struct pi_hparams *hp, int64_t il
                     "gate_up, which the thresholded FFN does not run (pi_model_sparsify "
                     "writes ffn_gate and ffn_up)", (long long)il);
         PI_TRY(want(r, BIAS("ffn_down"), K_NORM, E, 0, 1, &L->b_down));
-        if (gguf_find_tensor(r->f, NAME("ffn_down")) >= 0)
-            PI_FAIL(r->err, PI_ERR_FORMAT, "sparsified file has '%s'; it stores the down "
-                    "projection transposed as ffn_down_t", n);
+        /* ffn_down beside it (pi_sparsify_params.keep_down): the prompts' gemm */
+        PI_TRY(want(r, NAME("ffn_down"), K_WEIGHT, F, E, 1, &L->ffn_down));
         PI_TRY(want(r, NAME("ffn_down_t"), K_WEIGHT, E, F, 0, &L->ffn_down_t));
         /* trained predictors: in every layer or in none (checked by the caller) */
         if (gguf_find_tensor(r->f, NAME("fc1")) < 0 && gguf_find_tensor(r->f, NAME("fc2")) < 0)

@@ -41,7 +41,8 @@ _Static_assert(sizeof(void *) != 8 || sizeof(pi_ctx_params) == 168, "pi_ctx_para
 _Static_assert(sizeof(void *) != 8 || offsetof(pi_sparsify_params, down_error) == 80, "down_err");
 _Static_assert(sizeof(void *) != 8 || offsetof(pi_sparsify_params, method) == 88, "method");
 _Static_assert(sizeof(void *) != 8 || offsetof(pi_sparsify_params, neuron_order) == 96, "order");
-_Static_assert(sizeof(void *) != 8 || sizeof(pi_sparsify_params) == 104, "sparsify size");
+_Static_assert(sizeof(void *) != 8 || offsetof(pi_sparsify_params, keep_down) == 104, "keep");
+_Static_assert(sizeof(void *) != 8 || sizeof(pi_sparsify_params) == 112, "sparsify size");
 _Static_assert(sizeof(pi_layer_stats) == 104, "pi_layer_stats size");
 _Static_assert(offsetof(pi_layer_stats, ns_ffn) == 96, "ns_ffn");
 

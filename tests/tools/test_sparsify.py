@@ -332,6 +332,55 @@ r = sparsify(os.path.join(WORK, "bad.gguf"), 0.5, extra=("--order-stats", os.pat
 check(r.returncode == 1 and "order-stats" in r.stderr, f"a missing --order-stats file is "
       f"refused ({r.stderr.strip()[:120]})")
 
+# 3e. --keep-down: ffn_down kept as it is beside ffn_down_t (TEAL file); a step whose
+# tokens need more than 40 % of a layer's rows (a prompt; a token keeping most neurons)
+# runs the kept ffn_down's gemm over the masked activations, the same masked sums;
+# dense mode is the original file's path, bit for bit; refused with --order-stats and
+# with experts
+outk = os.path.join(WORK, "qwen2.teal50k.gguf")
+r = sparsify(outk, 0.5, extra=("--method", "teal", "--keep-down"))
+check(r.returncode == 0, f"pi-sparsify --keep-down ({r.stderr.strip()[:200]})")
+Tk, Kk = tensors(outk)
+Tt, _ = tensors(outt)
+check(all(np.array_equal(Tk[f"blk.{l}.ffn_down.weight"], T0[f"blk.{l}.ffn_down.weight"]) and
+          np.array_equal(Tk[f"blk.{l}.ffn_down_t.weight"], Tt[f"blk.{l}.ffn_down_t.weight"])
+          for l in range(L)) and
+      np.array_equal(Kk["powerinfer.sparsify.thresholds"], Kt["powerinfer.sparsify.thresholds"]),
+      "--keep-down: ffn_down bit for bit the input's, ffn_down_t and thresholds the TEAL file's")
+steps, whole, batch = engine_logits(outk, tokens, "auto", sparse_thresholds=clear_t)
+for name, got, want in (("one token per decode", steps, teal_ref),
+                        ("whole prompt, last position", whole, teal_ref[-1]),
+                        ("batch, every position", batch, teal_ref)):
+    e = rel(got, want)
+    check(e < 5e-4, f"--keep-down TEAL threshold mode ({name}) = masked float64 reference: "
+          f"{e:.2e}")
+a = engine_logits(outk, tokens, "dense")
+b = engine_logits(FIX, tokens, "dense")
+check(all(np.array_equal(x, y) for x, y in zip(a, b)),
+      "--keep-down: dense mode = the original file's dense logits, bit for bit")
+m = pi.Model(outk)
+with pi.Context(m, n_ctx=64, sparse_thresholds=clear_t, stats="on") as c:
+    c.decode(tokens[:1])
+    ok, got = True, []
+    for l, ls in enumerate(c.stats.layers()):
+        n = int((acts[l][0] > clear_t[l]).sum())
+        rows = F if n > 0.4 * F else n
+        got.append((n, int(ls.rows_down)))
+        ok &= ls.active == n and ls.rows_down == rows and ls.bytes_ffn == 2 * E * (2 * F + rows)
+    c.reset()
+    c.reset_stats()
+    c.decode(tokens)  # one step: the prompt's union is most of each layer
+    ok &= all(ls.rows_down == F for ls in c.stats.layers())
+check(ok, f"--keep-down telemetry: a token keeping more than 40 % of a layer reads ffn_down "
+      f"whole, else its down_t rows ((kept, rows) {got}); a prompt reads ffn_down")
+m.close()
+for what, extra, src in (("--order-stats", ("--order-stats", stats_path), FIX),
+                         ("experts", (), os.path.join(ARCHS, "mixtral.f16.gguf"))):
+    bad = os.path.join(WORK, "bad.gguf")
+    r = sparsify(bad, 0.5, src=src, extra=("--keep-down",) + extra)
+    check(r.returncode == 1 and "keep_down" in r.stderr and not os.path.exists(bad),
+          f"--keep-down with {what} is refused ({r.stderr.strip()[:140]})")
+
 # 3d. quantized sources: the default ffn_down_t type (Q5_0 from a 4-bit down, Q8_0 from a
 # 5-bit one), requantized with least-squares block scales (less error than the gguf
 # package's reference quantizer of the same type on the same transposed rows), and

@@ -52,7 +52,11 @@ static void usage(FILE *out) {
                  "                          powerinfer.sparsify.neuron_order\n"
                  "  --down-type T           type of ffn_down_t: f16, bf16, q4_0, q4_1, q5_0,\n"
                  "                          q5_1, q8_0 (default: ffn_down's type if F16, BF16,\n"
-                 "                          F32 or Q8_0, else q8_0)\n"
+                 "                          F32 or Q8_0; q5_0 from 4-bit types, q8_0 from\n"
+                 "                          5- and 6-bit ones)\n"
+                 "  --keep-down             keep ffn_down too (the file grows by its bytes):\n"
+                 "                          prompts run the down projection as the original\n"
+                 "                          does; not with --order-stats or experts\n"
                  "  -t, --threads N         threads (default: all processors)\n"
                  "  -q, --quiet             print only errors\n"
                  "  -h, --help              this text\n");
@@ -78,7 +82,7 @@ struct opts {
     float sparsity;
     int have_sparsity;
     long n_ctx, max_tokens, n_threads;
-    int down_type, quiet, verbose, teal;
+    int down_type, quiet, verbose, teal, keep_down;
 };
 
 static int parse(int argc, char **argv, struct opts *o) {
@@ -88,6 +92,10 @@ static int parse(int argc, char **argv, struct opts *o) {
 #define IS(s) (!strcmp(a, s))
         if (IS("-q") || IS("--quiet")) {
             o->quiet = 1;
+            continue;
+        }
+        if (IS("--keep-down")) {
+            o->keep_down = 1;
             continue;
         }
         int r = cli_common_option(a, v, usage, &o->verbose);
@@ -303,6 +311,7 @@ static int run(const struct opts *o) {
     sp.down_error = derr;
     sp.method = o->teal ? PI_SPARSIFY_TEAL : PI_SPARSIFY_CATS;
     sp.neuron_order = order;
+    sp.keep_down = (uint32_t)o->keep_down;
     int s = pi_model_sparsify(o->in, o->out, &sp);
     if (s < 0) {
         cli_fail("cannot write the sparsified file", s, errbuf);

@@ -187,6 +187,8 @@ class SparsifyParams(Structure):
         ("method", c_uint32),
         ("reserved0", c_uint32),
         ("neuron_order", POINTER(c_int32)),
+        ("keep_down", c_uint32),
+        ("reserved1", c_uint32),
     ]
 
 

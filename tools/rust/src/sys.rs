@@ -356,6 +356,8 @@ pub struct pi_sparsify_params {
     pub method: u32,
     pub reserved0: u32,
     pub neuron_order: *const i32,
+    pub keep_down: u32,
+    pub reserved1: u32,
 }
 
 // ---- Functions ----------------------------------------------------------------------
