@@ -401,10 +401,11 @@ static int64_t ffn_sparse(struct pi_ctx *c, int64_t l, int64_t T, const uint8_t 
      * row of every token (0 where dropped) once the whole-step mask above ran */
     const int down_gemm = L->down.data && n_tok_masked == T &&
                           (double)n > PI_SPARSE_DOWN_DENSE * (double)F;
-    const int64_t rows_down = down_gemm ? F
-                                        : be->matmul_t_rows(b, &L->down_t, c->g, T, c->idx, n, y);
+    int64_t rows_down = F;
     if (down_gemm)
         be->matmul(b, &L->down, c->g, T, y);
+    else
+        rows_down = be->matmul_t_rows(b, &L->down_t, c->g, T, c->idx, n, y);
     if (!skip && L->b_down.data) /* a split layer's device part adds it (ffn_device) */
         be->add_rows(b, y, &L->b_down, T);
     if (c->stats) {

@@ -131,6 +131,17 @@ def engine_logits(path, tokens, mode, **kw):
     return np.stack(steps), whole, batch
 
 
+def check_three(label, logits, want):
+    """engine_logits' three ways (per token, whole prompt, batch) against the reference
+    `want` [n][V], each within 5e-4 of max |logit|."""
+    steps, whole, batch = logits
+    for name, got, w in (("one token per decode", steps, want),
+                         ("whole prompt, last position", whole, want[-1]),
+                         ("batch, every position", batch, want)):
+        e = rel(got, w)
+        check(e < 5e-4, f"{label} ({name}) = masked float64 reference: {e:.2e} of max |logit|")
+
+
 lines = open(TEXT, encoding="utf-8").read().splitlines(True)
 calib = os.path.join(WORK, "calib.txt")
 with open(calib, "w", encoding="utf-8") as f:
@@ -166,12 +177,8 @@ clear = clear_thresholds(T0, K0, tokens, thr)
 masked_ref, margin, _, _ = forward(T0, K0, tokens, clear, kv16=True)
 check(margin > 1e-4, f"thresholds {np.round(clear, 5).tolist()}: no activation within 1e-4 "
       f"(relative) of one (closest {margin:.1e})")
-steps, whole, batch = engine_logits(out, tokens, "auto", sparse_thresholds=clear)
-for name, got, want in (("one token per decode", steps, masked_ref),
-                        ("whole prompt, last position", whole, masked_ref[-1]),
-                        ("batch, every position", batch, masked_ref)):
-    e = rel(got, want)
-    check(e < 5e-4, f"threshold mode ({name}) = masked float64 reference: {e:.2e} of max |logit|")
+check_three("threshold mode", engine_logits(out, tokens, "auto", sparse_thresholds=clear),
+            masked_ref)
 file_ref = forward(T0, K0, tokens, thr, kv16=True)[0]
 _, whole, _ = engine_logits(out, tokens, "auto")
 e = rel(whole, file_ref[-1])
@@ -269,12 +276,8 @@ clear_t = clear_teal(thr_t)
 teal_ref, margin, _, _ = forward(T0, K0, tokens, clear_t, kv16=True, teal=True)
 check(margin > 1e-4, f"TEAL thresholds {np.round(clear_t, 5).tolist()}: no intermediate within "
       f"1e-4 (relative) of one (closest {margin:.1e})")
-steps, whole, batch = engine_logits(outt, tokens, "auto", sparse_thresholds=clear_t)
-for name, got, want in (("one token per decode", steps, teal_ref),
-                        ("whole prompt, last position", whole, teal_ref[-1]),
-                        ("batch, every position", batch, teal_ref)):
-    e = rel(got, want)
-    check(e < 5e-4, f"TEAL threshold mode ({name}) = masked float64 reference: {e:.2e}")
+check_three("TEAL threshold mode",
+            engine_logits(outt, tokens, "auto", sparse_thresholds=clear_t), teal_ref)
 d = rel(teal_ref, forward(T0, K0, tokens, kv16=True)[0])
 check(d > 1e-2, f"the TEAL mask matters: {d:.2e} from dense")
 acts = forward(T0, K0, tokens[:1], clear_t, kv16=True, teal=True)[2]
@@ -347,13 +350,8 @@ check(all(np.array_equal(Tk[f"blk.{l}.ffn_down.weight"], T0[f"blk.{l}.ffn_down.w
           for l in range(L)) and
       np.array_equal(Kk["powerinfer.sparsify.thresholds"], Kt["powerinfer.sparsify.thresholds"]),
       "--keep-down: ffn_down bit for bit the input's, ffn_down_t and thresholds the TEAL file's")
-steps, whole, batch = engine_logits(outk, tokens, "auto", sparse_thresholds=clear_t)
-for name, got, want in (("one token per decode", steps, teal_ref),
-                        ("whole prompt, last position", whole, teal_ref[-1]),
-                        ("batch, every position", batch, teal_ref)):
-    e = rel(got, want)
-    check(e < 5e-4, f"--keep-down TEAL threshold mode ({name}) = masked float64 reference: "
-          f"{e:.2e}")
+check_three("--keep-down TEAL threshold mode",
+            engine_logits(outk, tokens, "auto", sparse_thresholds=clear_t), teal_ref)
 a = engine_logits(outk, tokens, "dense")
 b = engine_logits(FIX, tokens, "dense")
 check(all(np.array_equal(x, y) for x, y in zip(a, b)),
